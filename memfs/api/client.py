@@ -1,0 +1,725 @@
+"""Async (trio) client for the Memory Stores HTTP API.
+
+One :class:`MemoryStoresClient` holds one keep-alive ``httpx.AsyncClient``
+and is safe to share between trio tasks.
+
+Retry policy (``max_retries`` extra attempts; ``0`` disables retries):
+
+* retried: connection failures (connect/read/write errors, resets, the server
+  closing without a response, timeouts), HTTP 408, 429 and every status
+  >= 500;
+* never retried: 409 and every other 4xx, whatever ``x-should-retry`` says;
+* ``x-should-retry: false`` vetoes a retry; ``x-should-retry: true`` can only
+  add one for a non-4xx status;
+* delay: ``retry-after-ms`` / ``retry-after`` (seconds or HTTP date, capped
+  at :data:`RETRY_AFTER_MAX` seconds) when the server sends one, else
+  exponential backoff with full jitter: ``uniform(0, min(backoff_max,
+  backoff_base * 2**n))`` for the n-th retry.
+
+Because POSTs are retried too, a request whose response was lost may have
+been applied already. How each call behaves then is written in its docstring
+(in short: create -> :class:`PathConflictError`, settle it by content; update
+-> the server's no-op rule answers 200; delete -> a 404 on a retry is success).
+
+Paths, content, shas and list parameters are validated client-side with
+:mod:`memfs.paths` before sending; a refusal raises the same
+:class:`BadRequestError` the server's 400 would map to (``client_side=True``).
+
+The API key goes only into the ``x-api-key`` header: it is kept out of
+``repr()``, log lines and exception messages (any echo of it in a server
+message is replaced with ``***``).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import math
+import random
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import trio
+
+from .. import __version__, paths
+from .config import ClientConfig
+from .errors import (
+    APIConnectionError,
+    APIResponseValidationError,
+    APIStatusError,
+    BadRequestError,
+    RateLimitError,
+    error_for_status,
+)
+from .models import Memory, MemoryPrefix, MemoryStore, MemoryVersion, Page
+
+__all__ = [
+    "MemoryStoresClient",
+    "ANTHROPIC_VERSION",
+    "MEMORY_BETA",
+    "RETRY_AFTER_MAX",
+    "parse_retry_after",
+]
+
+log = logging.getLogger("memfs.api")
+
+ANTHROPIC_VERSION = "2023-06-01"
+MEMORY_BETA = "agent-memory-2026-07-22"
+#: Longest wait we accept from a ``retry-after`` header, in seconds.
+RETRY_AFTER_MAX = 60.0
+#: The largest page the server serves with ``view=full``.
+FULL_VIEW_MAX_LIMIT = 20
+MAX_LIMIT = 100
+
+_SHA_RE = re.compile(r"[0-9a-f]{64}")
+_VIEWS = ("basic", "full")
+_OPERATIONS = ("created", "modified", "deleted")
+
+# Transport failures worth retrying. UnsupportedProtocol / LocalProtocolError /
+# ProxyError are configuration or programming errors: reported, not retried.
+_RETRYABLE_TRANSPORT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+
+def _refuse(message: str, exc: paths.PathError | None = None) -> BadRequestError:
+    return BadRequestError(message, client_side=True, path_error=exc)
+
+
+def _check_path(path: str, where: str = "path") -> str:
+    try:
+        return paths.validate_path(path, where=where)
+    except paths.PathError as exc:
+        raise _refuse(exc.message, exc) from None
+
+
+def _check_content(content: object) -> str:
+    if not isinstance(content, str):
+        raise _refuse("content must be a string")
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _refuse("content is not valid UTF-8 (lone surrogate)") from None
+    why = paths.content_error(data)
+    if why is not None:
+        raise _refuse(why)
+    return content
+
+
+def _check_sha(sha: object, what: str) -> str:
+    if not isinstance(sha, str) or not _SHA_RE.fullmatch(sha):
+        raise _refuse(f"{what} must be 64 lowercase hexadecimal characters")
+    return sha
+
+
+def _check_view(view: str) -> str:
+    if view not in _VIEWS:
+        raise _refuse(f"view must be one of {', '.join(_VIEWS)}, not {view!r}")
+    return view
+
+
+def _check_limit(limit: int, view: str) -> int:
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise _refuse("limit must be a positive integer")
+    cap = FULL_VIEW_MAX_LIMIT if view == "full" else MAX_LIMIT
+    return min(limit, cap)
+
+
+def _seg(value: object, what: str) -> str:
+    """An id as one URL path segment."""
+    if not isinstance(value, str) or value in ("", ".", ".."):
+        raise _refuse(f"{what} must be a non-empty id")
+    return quote(value, safe="")
+
+
+def _encode_query(params: dict[str, Any]) -> str:
+    items = []
+    for key, value in params.items():
+        if value is None:
+            continue
+        if value is True:
+            value = "true"
+        elif value is False:
+            value = "false"
+        items.append(f"{quote(str(key), safe='[]')}={quote(str(value), safe='')}")
+    return "&".join(items)
+
+
+def parse_retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds the server asks us to wait (``retry-after-ms`` / ``retry-after``), or None."""
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms is not None:
+        try:
+            value = float(raw_ms) / 1000.0
+            if value >= 0:
+                return value
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        parsed = email.utils.parsedate_tz(raw)
+        if parsed is None:
+            return None
+        value = email.utils.mktime_tz(parsed) - time.time()
+    if math.isnan(value):
+        return None
+    return max(value, 0.0)  # a date in the past means "now"
+
+
+class MemoryStoresClient:
+    """Async client for ``/v1/memory_stores``. Use under trio; ``await aclose()`` when done."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        max_retries: int = 4,
+        timeout: float = 30.0,
+        backoff_base: float = 0.5,
+        backoff_max: float = 8.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        extra_headers: dict | None = None,
+    ) -> None:
+        if not base_url:
+            raise ValueError("base_url is required")
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key or None
+        self.max_retries = max(0, int(max_retries))
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.retry_after_max = RETRY_AFTER_MAX
+        self.stats: dict[str, int] = {
+            "requests": 0,
+            "bytes_sent": 0,
+            "bytes_received": 0,
+            "retries": 0,
+        }
+        # Replaceable in tests.
+        self._sleep: Callable[[float], Awaitable[Any]] = trio.sleep
+        self._random: Callable[[], float] = random.random
+
+        headers = {
+            "accept": "application/json",
+            "anthropic-version": ANTHROPIC_VERSION,
+            "anthropic-beta": MEMORY_BETA,
+            "user-agent": f"memfs/{__version__}",
+        }
+        for k, v in (extra_headers or {}).items():
+            headers[k.lower()] = v
+        if self._api_key:
+            headers["x-api-key"] = self._api_key
+        self._http = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(timeout),
+            transport=transport,
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+            follow_redirects=False,
+        )
+
+    @classmethod
+    def from_config(cls, cfg: ClientConfig, **kw: Any) -> MemoryStoresClient:
+        if not cfg.base_url:
+            raise ValueError("no base URL configured (use the embedded local server)")
+        return cls(cfg.base_url, cfg.api_key, **kw)
+
+    def __repr__(self) -> str:
+        key = "set" if self._api_key else "none"
+        return f"<MemoryStoresClient {self.base_url} api_key={key}>"
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> MemoryStoresClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------------ core
+
+    def _scrub(self, text: Any) -> Any:
+        """Replace the API key in a string (or in the strings of a JSON value) with ``***``."""
+        if not self._api_key:
+            return text
+        if isinstance(text, str):
+            return text.replace(self._api_key, "***")
+        if isinstance(text, dict):
+            return {k: self._scrub(v) for k, v in text.items()}
+        if isinstance(text, list):
+            return [self._scrub(v) for v in text]
+        return text
+
+    def _backoff(self, retry_index: int, headers: httpx.Headers | None) -> float:
+        if headers is not None:
+            hint = parse_retry_after(headers)
+            if hint is not None:
+                return min(hint, self.retry_after_max)
+        ceiling = min(self.backoff_max, self.backoff_base * (2.0 ** min(retry_index, 60)))
+        return self._random() * ceiling
+
+    @staticmethod
+    def _should_retry(response: httpx.Response) -> bool:
+        status = response.status_code
+        if 400 <= status < 500 and status not in (408, 429):
+            return False  # 409 and friends: never
+        hint = response.headers.get("x-should-retry", "").strip().lower()
+        if hint == "false":
+            return False
+        if hint == "true":
+            return True
+        return status in (408, 429) or status >= 500
+
+    def _error_from_response(self, response: httpx.Response) -> APIStatusError:
+        status = response.status_code
+        request_id = response.headers.get("request-id")
+        err_obj: dict[str, Any] = {}
+        try:
+            body = response.json()
+        except (ValueError, UnicodeDecodeError):
+            body = None
+        if isinstance(body, dict):
+            if isinstance(body.get("error"), dict):
+                err_obj = body["error"]
+            request_id = body.get("request_id") or request_id
+        err_type = err_obj.get("type") if isinstance(err_obj.get("type"), str) else "api_error"
+        message = err_obj.get("message")
+        if not isinstance(message, str) or not message:
+            text = response.text.strip() if body is None else ""
+            message = text[:200] if text else (response.reason_phrase or "error")
+        message = self._scrub(message)
+        cls = error_for_status(status, err_type)
+        kw: dict[str, Any] = {
+            "status": status,
+            "type": err_type,
+            "request_id": request_id,
+            "body": self._scrub(err_obj),
+        }
+        if cls is RateLimitError:
+            kw["retry_after"] = parse_retry_after(response.headers)
+        return cls(message, **kw)
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: dict[str, Any] | None = None,
+        gone_ok: bool = False,
+    ) -> Any:
+        """Send with retries; return the decoded JSON body.
+
+        ``gone_ok``: for deletes -- a 404 on a *retry* means an earlier
+        attempt (whose response we lost) or someone else already deleted
+        it; return None instead of raising.
+        """
+        q = _encode_query({"beta": True, **(query or {})})
+        url = f"{self.base_url}{path}?{q}"
+        content: bytes | None = None
+        headers: dict[str, str] = {}
+        if body is not None:
+            try:
+                text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+                content = text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise _refuse("request contains text that is not valid UTF-8") from None
+            headers["content-type"] = "application/json"
+
+        attempt = 0
+        while True:
+            self.stats["requests"] += 1
+            self.stats["bytes_sent"] += len(content or b"")
+            response: httpx.Response | None = None
+            try:
+                response = await self._http.request(method, url, content=content, headers=headers)
+            except httpx.TransportError as exc:
+                reason = self._scrub(str(exc) or type(exc).__name__)
+                if not isinstance(exc, _RETRYABLE_TRANSPORT) or attempt >= self.max_retries:
+                    raise APIConnectionError(
+                        f"{method} {path} failed: {type(exc).__name__}: {reason}"
+                    ) from exc
+                log.info(
+                    "%s %s: %s; retry %d/%d",
+                    method,
+                    path,
+                    type(exc).__name__,
+                    attempt + 1,
+                    self.max_retries,
+                )
+                delay = self._backoff(attempt, None)
+            else:
+                self.stats["bytes_received"] += len(response.content)
+                if response.is_success:
+                    return self._decode(response)
+                if gone_ok and attempt > 0 and response.status_code == 404:
+                    return None
+                if attempt >= self.max_retries or not self._should_retry(response):
+                    raise self._error_from_response(response)
+                delay = self._backoff(attempt, response.headers)
+                log.info(
+                    "%s %s: HTTP %d; retry %d/%d in %.2fs",
+                    method,
+                    path,
+                    response.status_code,
+                    attempt + 1,
+                    self.max_retries,
+                    delay,
+                )
+            attempt += 1
+            self.stats["retries"] += 1
+            await self._sleep(delay)
+
+    def _decode(self, response: httpx.Response) -> Any:
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except (ValueError, UnicodeDecodeError):
+            raise APIResponseValidationError(
+                "response body is not JSON",
+                status=response.status_code,
+                type="invalid_response",
+                request_id=response.headers.get("request-id"),
+            ) from None
+
+    @staticmethod
+    def _parse(cls: Any, data: Any) -> Any:
+        try:
+            return cls.from_json(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise APIResponseValidationError(
+                f"unexpected {cls.__name__} payload: {type(exc).__name__}: {exc}",
+                type="invalid_response",
+            ) from None
+
+    def _page(self, data: Any) -> Page:
+        if not isinstance(data, dict):
+            raise APIResponseValidationError(
+                "list response is not an object", type="invalid_response"
+            )
+        try:
+            return Page.from_json(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise APIResponseValidationError(
+                f"unexpected list payload: {type(exc).__name__}: {exc}", type="invalid_response"
+            ) from None
+
+    # ---------------------------------------------------------------- stores
+
+    async def create_store(
+        self, name: str, *, description: str | None = None, metadata: dict | None = None
+    ) -> MemoryStore:
+        """Create a store.
+
+        Not idempotent: if the response is lost and the retry succeeds, a
+        second store with the same name exists (names need not be unique).
+        """
+        body: dict[str, Any] = {"name": name}
+        if description is not None:
+            body["description"] = description
+        if metadata is not None:
+            body["metadata"] = metadata
+        return self._parse(MemoryStore, await self._request("POST", "/v1/memory_stores", body=body))
+
+    async def get_store(self, store_id: str) -> MemoryStore:
+        data = await self._request("GET", f"/v1/memory_stores/{_seg(store_id, 'store_id')}")
+        return self._parse(MemoryStore, data)
+
+    async def update_store(
+        self,
+        store_id: str,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        metadata: dict | None = None,
+    ) -> MemoryStore:
+        """Update name/description; ``metadata`` is a patch (a ``None`` value deletes a key)."""
+        body: dict[str, Any] = {}
+        if name is not None:
+            body["name"] = name
+        if description is not None:
+            body["description"] = description
+        if metadata is not None:
+            body["metadata"] = metadata
+        data = await self._request(
+            "POST", f"/v1/memory_stores/{_seg(store_id, 'store_id')}", body=body
+        )
+        return self._parse(MemoryStore, data)
+
+    async def archive_store(self, store_id: str) -> MemoryStore:
+        data = await self._request(
+            "POST", f"/v1/memory_stores/{_seg(store_id, 'store_id')}/archive"
+        )
+        return self._parse(MemoryStore, data)
+
+    async def delete_store(self, store_id: str) -> None:
+        """Delete a store and everything in it. A 404 on a retry counts as success."""
+        await self._request(
+            "DELETE", f"/v1/memory_stores/{_seg(store_id, 'store_id')}", gone_ok=True
+        )
+
+    async def list_stores_page(
+        self, *, include_archived: bool = False, limit: int = 100, page: str | None = None
+    ) -> Page:
+        query = {
+            "include_archived": True if include_archived else None,
+            "limit": _check_limit(limit, "basic"),
+            "page": page,
+        }
+        return self._page(await self._request("GET", "/v1/memory_stores", query=query))
+
+    async def list_stores(
+        self, *, include_archived: bool = False, limit: int = 100
+    ) -> AsyncIterator[MemoryStore]:
+        """Every store (newest first), fetching pages of ``limit`` as needed."""
+        page: str | None = None
+        while True:
+            p = await self.list_stores_page(
+                include_archived=include_archived, limit=limit, page=page
+            )
+            for item in p.data:
+                if isinstance(item, MemoryStore):
+                    yield item
+            if not p.next_page:
+                return
+            page = p.next_page
+
+    # -------------------------------------------------------------- memories
+
+    def _memories(self, store_id: str) -> str:
+        return f"/v1/memory_stores/{_seg(store_id, 'store_id')}/memories"
+
+    async def create_memory(
+        self, store_id: str, path: str, content: str, *, view: str = "basic"
+    ) -> Memory:
+        """Create a memory at an unoccupied ``path``.
+
+        Raises :class:`PathConflictError` when the path (or an ancestor or
+        descendant of it) is taken. This is also what a *retried* create
+        gets when the first attempt was committed but its response was lost
+        (e.g. the connection was reset): the error's
+        ``conflicting_memory_id`` is then our own memory. The client does
+        not settle this -- the caller fetches that memory and adopts it iff
+        its ``content_sha256`` equals ``content_sha256(content)``; otherwise
+        it is a genuine conflict.
+        """
+        _check_path(path)
+        _check_content(content)
+        data = await self._request(
+            "POST",
+            self._memories(store_id),
+            query={"view": _check_view(view)},
+            body={"path": path, "content": content},
+        )
+        return self._parse(Memory, data)
+
+    async def get_memory(self, store_id: str, memory_id: str, *, view: str = "full") -> Memory:
+        data = await self._request(
+            "GET",
+            f"{self._memories(store_id)}/{_seg(memory_id, 'memory_id')}",
+            query={"view": _check_view(view)},
+        )
+        return self._parse(Memory, data)
+
+    async def update_memory(
+        self,
+        store_id: str,
+        memory_id: str,
+        *,
+        content: str | None = None,
+        path: str | None = None,
+        precondition_sha: str | None = None,
+        view: str = "basic",
+    ) -> Memory:
+        """Change content and/or path (a rename keeps the id).
+
+        With ``precondition_sha`` the server applies the update only if the
+        stored sha equals it, else :class:`PreconditionFailedError`. An
+        update whose result already matches the stored state is a no-op 200
+        (even when the precondition no longer matches), so a retry after a
+        lost response normally returns 200; a caller that still gets
+        PreconditionFailedError should compare the server's sha with the sha
+        of its new content before declaring a conflict. A rename onto an
+        occupied path raises :class:`PathConflictError`.
+        """
+        if content is None and path is None:
+            raise _refuse("update needs content or path")
+        body: dict[str, Any] = {}
+        if content is not None:
+            body["content"] = _check_content(content)
+        if path is not None:
+            body["path"] = _check_path(path)
+        if precondition_sha is not None:
+            body["precondition"] = {
+                "type": "content_sha256",
+                "content_sha256": _check_sha(precondition_sha, "precondition_sha"),
+            }
+        data = await self._request(
+            "POST",
+            f"{self._memories(store_id)}/{_seg(memory_id, 'memory_id')}",
+            query={"view": _check_view(view)},
+            body=body,
+        )
+        return self._parse(Memory, data)
+
+    async def delete_memory(
+        self, store_id: str, memory_id: str, *, expected_sha: str | None = None
+    ) -> None:
+        """Delete a memory; with ``expected_sha`` only if its sha still matches
+        (else :class:`PreconditionFailedError`, or :class:`ConflictError` if
+        the server uses another 409 type).
+
+        Idempotent under retries: a 404 answering a *retried* attempt (the
+        first one was applied but its response lost) is success. A 404 on
+        the first attempt raises :class:`NotFoundError`.
+        """
+        query = {}
+        if expected_sha is not None:
+            query["expected_content_sha256"] = _check_sha(expected_sha, "expected_sha")
+        await self._request(
+            "DELETE",
+            f"{self._memories(store_id)}/{_seg(memory_id, 'memory_id')}",
+            query=query,
+            gone_ok=True,
+        )
+
+    async def list_memories_page(
+        self,
+        store_id: str,
+        *,
+        path_prefix: str | None = None,
+        depth: int | None = None,
+        view: str = "basic",
+        limit: int = 100,
+        page: str | None = None,
+    ) -> Page:
+        """One page of memories (and prefixes, with ``depth=1``) in path order."""
+        if path_prefix is not None:
+            try:
+                paths.validate_prefix(path_prefix)
+            except paths.PathError as exc:
+                raise _refuse(exc.message, exc) from None
+        if depth not in (None, 0, 1):
+            raise _refuse("depth must be 0 or 1")
+        _check_view(view)
+        query = {
+            "path_prefix": path_prefix,
+            "depth": depth,
+            "view": view,
+            "limit": _check_limit(limit, view),
+            "page": page,
+        }
+        return self._page(await self._request("GET", self._memories(store_id), query=query))
+
+    async def list_memories(
+        self,
+        store_id: str,
+        *,
+        path_prefix: str | None = None,
+        depth: int | None = None,
+        view: str = "basic",
+        limit: int = 100,
+    ) -> AsyncIterator[Memory | MemoryPrefix]:
+        """Every memory (and prefix) under ``path_prefix``; ``limit`` is the page size
+        (clamped to 20 with ``view="full"``)."""
+        page: str | None = None
+        while True:
+            p = await self.list_memories_page(
+                store_id, path_prefix=path_prefix, depth=depth, view=view, limit=limit, page=page
+            )
+            for item in p.data:
+                if isinstance(item, (Memory, MemoryPrefix)):
+                    yield item
+                else:
+                    log.debug("skipping unknown list item %r", item)
+            if not p.next_page:
+                return
+            page = p.next_page
+
+    # -------------------------------------------------------------- versions
+
+    def _versions(self, store_id: str) -> str:
+        return f"/v1/memory_stores/{_seg(store_id, 'store_id')}/memory_versions"
+
+    async def list_versions_page(
+        self,
+        store_id: str,
+        *,
+        memory_id: str | None = None,
+        operation: str | None = None,
+        session_id: str | None = None,
+        api_key_id: str | None = None,
+        limit: int = 100,
+        view: str = "basic",
+        page: str | None = None,
+    ) -> Page:
+        """One page of versions, newest first."""
+        if operation is not None and operation not in _OPERATIONS:
+            raise _refuse(f"operation must be one of {', '.join(_OPERATIONS)}")
+        _check_view(view)
+        query = {
+            "memory_id": memory_id,
+            "operation": operation,
+            "session_id": session_id,
+            "api_key_id": api_key_id,
+            "view": view,
+            "limit": _check_limit(limit, view),
+            "page": page,
+        }
+        return self._page(await self._request("GET", self._versions(store_id), query=query))
+
+    async def list_versions(
+        self,
+        store_id: str,
+        *,
+        memory_id: str | None = None,
+        operation: str | None = None,
+        limit: int = 100,
+        view: str = "basic",
+        session_id: str | None = None,
+        api_key_id: str | None = None,
+    ) -> AsyncIterator[MemoryVersion]:
+        """Every version matching the filters, newest first."""
+        page: str | None = None
+        while True:
+            p = await self.list_versions_page(
+                store_id,
+                memory_id=memory_id,
+                operation=operation,
+                session_id=session_id,
+                api_key_id=api_key_id,
+                limit=limit,
+                view=view,
+                page=page,
+            )
+            for item in p.data:
+                if isinstance(item, MemoryVersion):
+                    yield item
+            if not p.next_page:
+                return
+            page = p.next_page
+
+    async def get_version(
+        self, store_id: str, version_id: str, *, view: str = "full"
+    ) -> MemoryVersion:
+        data = await self._request(
+            "GET",
+            f"{self._versions(store_id)}/{_seg(version_id, 'version_id')}",
+            query={"view": _check_view(view)},
+        )
+        return self._parse(MemoryVersion, data)
+
+    async def redact_version(self, store_id: str, version_id: str) -> MemoryVersion:
+        """Scrub a historical version's content and path (not the head of a live memory)."""
+        data = await self._request(
+            "POST", f"{self._versions(store_id)}/{_seg(version_id, 'version_id')}/redact"
+        )
+        return self._parse(MemoryVersion, data)

@@ -1,0 +1,152 @@
+"""Wire objects of the Memory Stores API as frozen dataclasses.
+
+Each class has ``from_json(d)`` which tolerates unknown fields (the API adds
+fields over time) and missing optional ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "MemoryStore",
+    "Memory",
+    "MemoryPrefix",
+    "MemoryVersion",
+    "Page",
+    "parse_object",
+    "content_sha256",
+]
+
+
+def content_sha256(content: str | bytes) -> str:
+    """Lowercase hex SHA-256 of the UTF-8 content, as the server computes it."""
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class MemoryStore:
+    id: str
+    name: str
+    description: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+    created_at: str = ""
+    updated_at: str = ""
+    archived_at: str | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> MemoryStore:
+        return cls(
+            id=d["id"],
+            name=d.get("name") or "",
+            description=d.get("description") or "",
+            metadata=dict(d.get("metadata") or {}),
+            created_at=d.get("created_at") or "",
+            updated_at=d.get("updated_at") or "",
+            archived_at=d.get("archived_at"),
+        )
+
+
+@dataclass(frozen=True)
+class Memory:
+    id: str
+    memory_store_id: str
+    path: str
+    content: str | None
+    content_size_bytes: int
+    content_sha256: str
+    memory_version_id: str
+    created_at: str = ""
+    updated_at: str = ""
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Memory:
+        return cls(
+            id=d["id"],
+            memory_store_id=d.get("memory_store_id") or "",
+            path=d["path"],
+            content=d.get("content"),
+            content_size_bytes=int(d.get("content_size_bytes") or 0),
+            content_sha256=d.get("content_sha256") or "",
+            memory_version_id=d.get("memory_version_id") or "",
+            created_at=d.get("created_at") or "",
+            updated_at=d.get("updated_at") or "",
+        )
+
+
+@dataclass(frozen=True)
+class MemoryPrefix:
+    """A rolled-up directory (``depth=1`` listings); ``path`` ends with ``/``."""
+
+    path: str
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> MemoryPrefix:
+        return cls(path=d["path"])
+
+
+@dataclass(frozen=True)
+class MemoryVersion:
+    id: str
+    memory_store_id: str
+    memory_id: str
+    operation: str
+    path: str | None = None
+    content: str | None = None
+    content_size_bytes: int | None = None
+    content_sha256: str | None = None
+    created_by: dict[str, Any] | None = None
+    created_at: str = ""
+    redacted_at: str | None = None
+    redacted_by: dict[str, Any] | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> MemoryVersion:
+        return cls(
+            id=d["id"],
+            memory_store_id=d.get("memory_store_id") or "",
+            memory_id=d.get("memory_id") or "",
+            operation=d.get("operation") or "",
+            path=d.get("path"),
+            content=d.get("content"),
+            content_size_bytes=d.get("content_size_bytes"),
+            content_sha256=d.get("content_sha256"),
+            created_by=d.get("created_by"),
+            created_at=d.get("created_at") or "",
+            redacted_at=d.get("redacted_at"),
+            redacted_by=d.get("redacted_by"),
+        )
+
+
+_BY_TYPE: dict[str, Any] = {
+    "memory_store": MemoryStore,
+    "memory": Memory,
+    "memory_prefix": MemoryPrefix,
+    "memory_version": MemoryVersion,
+}
+
+
+def parse_object(d: Any) -> Any:
+    """Parse one wire object by its ``type``; unknown types come back as the raw dict."""
+    if not isinstance(d, dict):
+        return d
+    cls = _BY_TYPE.get(d.get("type", ""))
+    if cls is None:
+        return d
+    return cls.from_json(d)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a list endpoint. ``next_page`` is the cursor, or None at the end."""
+
+    data: list[Any]
+    next_page: str | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], parse_item: Any = parse_object) -> Page:
+        items = d.get("data") or []
+        return cls(data=[parse_item(x) for x in items], next_page=d.get("next_page") or None)

@@ -1,0 +1,92 @@
+"""The sha-keyed content store: blobs on disk plus a byte-bounded LRU in memory.
+
+A blob's name is its sha256, so a blob never changes once written: the
+cache needs no invalidation, a half-written blob is never visible (temp file
+plus rename), and the same content shared by many files is stored once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+from cachetools import LRUCache
+
+log = logging.getLogger(__name__)
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class BlobCache:
+    def __init__(self, root: Path, *, memory_bytes: int = 64 * 1024 * 1024) -> None:
+        self.root = Path(root)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+        self.lru: LRUCache[str, bytes] = LRUCache(maxsize=memory_bytes, getsizeof=len)
+
+    def _path(self, sha: str) -> Path:
+        return self.root / sha[:2] / sha
+
+    def has(self, sha: str) -> bool:
+        return sha in self.lru or self._path(sha).exists()
+
+    def get(self, sha: str) -> bytes | None:
+        """The blob, from memory or disk; None when missing or corrupt."""
+        data = self.lru.get(sha)
+        if data is not None:
+            return data
+        try:
+            data = self._path(sha).read_bytes()
+        except FileNotFoundError:
+            return None
+        if sha256(data) != sha:
+            log.warning("blob %s is corrupt on disk; dropping it", sha)
+            self._path(sha).unlink(missing_ok=True)
+            return None
+        self._remember(sha, data)
+        return data
+
+    def put(self, data: bytes, *, sha: str | None = None, fsync: bool = False) -> str:
+        """Store data (durably before returning when fsync) and return its sha."""
+        sha = sha or sha256(data)
+        path = self._path(sha)
+        if not path.exists():
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            tmp = path.with_name(f".{sha}.{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, data) if data else None
+                if fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        elif fsync:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._remember(sha, data)
+        return sha
+
+    def _remember(self, sha: str, data: bytes) -> None:
+        if len(data) <= self.lru.maxsize:
+            self.lru[sha] = data
+
+    def gc(self, keep: set[str]) -> int:
+        """Remove blobs no file or conflict refers to; returns how many."""
+        removed = 0
+        for sub in self.root.iterdir():
+            if not sub.is_dir():
+                continue
+            for blob in sub.iterdir():
+                if blob.name not in keep:
+                    blob.unlink(missing_ok=True)
+                    self.lru.pop(blob.name, None)
+                    removed += 1
+        return removed

@@ -1,0 +1,354 @@
+"""`memfs mount`, `unmount`, `status` and `stores`: the commands around a mount."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+import trio
+
+from . import control
+from .api import errors as api_errors
+from .api.client import MemoryStoresClient
+from .api.config import ConfigError, resolve_config
+from .daemon import MountConfig, canonical_mountpoint, registry_dir, registry_file, state_dir_for
+from .status import offline_status
+from .sync.common import SyncOptions
+
+
+def _server(base_url: str | None, api_key_file: str | None) -> tuple[str, str | None]:
+    """(base_url, api_key); the embedded local server when nothing is configured."""
+    try:
+        cfg = resolve_config(base_url, None, api_key_file)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    if cfg.base_url:
+        return cfg.base_url, cfg.api_key
+    from .local_server import ensure_local_server
+
+    try:
+        return ensure_local_server(), None
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _call(base_url: str, api_key: str | None, fn):
+    async def go():
+        async with MemoryStoresClient(base_url, api_key, max_retries=1, timeout=15.0) as c:
+            return await fn(c)
+
+    return trio.run(go)
+
+
+def _is_mounted(path: str) -> bool:
+    real = canonical_mountpoint(path)
+    with open("/proc/mounts") as f:
+        return any(line.split()[1].encode().decode("unicode_escape") == real for line in f)
+
+
+def _preflight(mountpoint: str) -> None:
+    if not os.path.exists("/dev/fuse"):
+        raise click.ClickException("/dev/fuse is missing: load the fuse module (modprobe fuse)")
+    if shutil.which("fusermount3") is None:
+        raise click.ClickException("fusermount3 not found: install the fuse3 package")
+    if _is_mounted(mountpoint):  # checked first: stat-ing a hung mount would block
+        raise click.ClickException(f"{mountpoint} is busy: something is already mounted there")
+    if not os.path.isdir(mountpoint):
+        raise click.ClickException(f"mountpoint {mountpoint} does not exist or is not a directory")
+
+
+# -- mount -------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("store_id")
+@click.argument("mountpoint", type=click.Path(file_okay=False))
+@click.option("--base-url", default=None, help="API base URL (default: $ANTHROPIC_BASE_URL, "
+              "else the embedded local server).")
+@click.option("--api-key-file", default=None, help="Read the API key from this file "
+              "(default: $ANTHROPIC_API_KEY).")
+@click.option("--read-only", is_flag=True, help="Mount read-only: nothing is ever pushed.")
+@click.option("--foreground", "-f", is_flag=True, help="Stay in the foreground.")
+@click.option("--cache-dir", default=None, help="State and cache root "
+              "(default: $XDG_CACHE_HOME/memfs).")
+@click.option("--write-back-delay", type=click.FloatRange(0), default=1.0, show_default=True,
+              help="Seconds after the last close before a change is pushed.")
+@click.option("--delete-delay", type=click.FloatRange(0), default=30.0, show_default=True,
+              help="Seconds a file must stay deleted before its memory is deleted.")
+@click.option("--poll-interval", type=click.FloatRange(1), default=15.0, show_default=True,
+              help="Seconds between listings of the store (remote changes).")
+@click.option("--deletes", type=click.Choice(["enabled", "log-only", "disabled"]),
+              default="enabled", show_default=True, help="Whether local deletes reach the server.")
+@click.option("--no-prefetch", is_flag=True, help="Do not fill the cache in the background.")
+@click.option("--flush-timeout", type=click.FloatRange(0), default=30.0, show_default=True,
+              help="Bound on the flush at unmount or SIGTERM.")
+def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, cache_dir,
+          write_back_delay, delete_delay, poll_interval, deletes, no_prefetch, flush_timeout):
+    """Mount STORE_ID at MOUNTPOINT; returns once the mount is live."""
+    mountpoint = os.path.abspath(mountpoint)
+    _preflight(mountpoint)
+    url, api_key = _server(base_url, api_key_file)
+    state_dir = state_dir_for(url, store_id, cache_dir)
+    try:
+        _call(url, api_key, lambda c: c.get_store(store_id))
+    except api_errors.NotFoundError:
+        raise click.ClickException(f"unknown store {store_id} on {url}") from None
+    except (api_errors.AuthenticationError, api_errors.PermissionDeniedError) as exc:
+        raise click.ClickException(f"bad credentials for {url}: {exc.message}") from None
+    except (*api_errors.TRANSIENT,) as exc:
+        if not _has_cache(state_dir):
+            raise click.ClickException(
+                f"cannot reach {url} ({exc.message}) and nothing of {store_id} is cached") from None
+        click.echo(f"memfs: {url} is unreachable; mounting from the cache (offline)", err=True)
+    cfg = MountConfig(
+        store_id=store_id, mountpoint=mountpoint, base_url=url, state_dir=str(state_dir),
+        options=SyncOptions(write_back_delay=write_back_delay, delete_delay=delete_delay,
+                            poll_interval=poll_interval, deletes=deletes,
+                            prefetch=not no_prefetch, read_only=read_only),
+        flush_timeout=flush_timeout,
+    )
+    if foreground:
+        from .daemon import run
+
+        sys.exit(run(cfg, foreground=True, api_key=api_key))
+    _spawn(cfg, api_key)
+    click.echo(f"mounted {store_id} at {mountpoint}" + (" (read-only)" if read_only else ""))
+
+
+def _has_cache(state_dir: Path) -> bool:
+    db = state_dir / "state.db"
+    return db.exists() and db.stat().st_size > 0
+
+
+def _spawn(cfg: MountConfig, api_key: str | None) -> None:
+    r, w = os.pipe()
+    env = dict(os.environ)
+    env["MEMFS_DAEMON_CONFIG"] = cfg.to_json()
+    env["MEMFS_READY_FD"] = str(w)
+    env.pop("ANTHROPIC_API_KEY", None)
+    if api_key:
+        env["ANTHROPIC_API_KEY"] = api_key  # environment only, never argv
+    proc = subprocess.Popen([sys.executable, "-m", "memfs.daemon"], env=env, pass_fds=(w,),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    os.close(w)
+    buf = b""
+    deadline = time.monotonic() + 60
+    try:
+        while b"\n" not in buf and time.monotonic() < deadline:
+            ready, _, _ = select.select([r], [], [], 0.5)
+            if ready:
+                chunk = os.read(r, 4096)
+                if not chunk:
+                    break
+                buf += chunk
+    finally:
+        os.close(r)
+    line = buf.decode(errors="replace").strip()
+    if line == "READY":
+        return
+    if proc.poll() is None and not line:
+        proc.terminate()
+    log = Path(cfg.state_dir) / "daemon.log"
+    msg = line[len("ERROR "):] if line.startswith("ERROR ") else (
+        f"the daemon did not start (see {log})")
+    raise click.ClickException(msg)
+
+
+# -- unmount -----------------------------------------------------------------------------
+
+
+def _registry(mountpoint: str) -> dict | None:
+    try:
+        return json.loads(registry_file(mountpoint).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return exc.errno == errno.EPERM
+    return True
+
+
+@click.command()
+@click.argument("mountpoint", type=click.Path())
+@click.option("--timeout", type=click.FloatRange(0), default=30.0, show_default=True,
+              help="Bound on the flush of pending changes.")
+def unmount(mountpoint, timeout):
+    """Flush pending changes, unmount MOUNTPOINT and wait for its daemon to exit."""
+    mountpoint = os.path.abspath(mountpoint)
+    info = _registry(mountpoint)
+    if info is None:
+        if _is_mounted(mountpoint):
+            subprocess.run(["fusermount3", "-u", mountpoint], check=False)
+            if _is_mounted(mountpoint):
+                subprocess.run(["fusermount3", "-uz", mountpoint], check=False)
+            click.echo(f"unmounted {mountpoint} (no memfs daemon was registered for it)")
+            return
+        raise click.ClickException(f"{mountpoint} is not a memfs mount")
+    state_dir, pid = Path(info["state_dir"]), int(info["pid"])
+    try:
+        reply = control.request(state_dir, {"cmd": "unmount", "timeout": timeout},
+                                timeout=timeout + 30)
+    except (OSError, ValueError) as exc:
+        if _pid_alive(pid):
+            raise click.ClickException(f"the daemon (pid {pid}) does not answer: {exc}") from None
+        subprocess.run(["fusermount3", "-uz", mountpoint], check=False)
+        registry_file(mountpoint).unlink(missing_ok=True)
+        click.echo(f"the daemon was gone; cleared the stale mount at {mountpoint}")
+        return
+    deadline = time.monotonic() + 30
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _pid_alive(pid):
+        raise click.ClickException(f"the daemon (pid {pid}) did not exit")
+    if _is_mounted(mountpoint):
+        subprocess.run(["fusermount3", "-uz", mountpoint], check=False)
+    pushed, left = reply.get("pushed", 0), reply.get("left", 0)
+    click.echo(f"unmounted {mountpoint}: pushed {pushed} change(s), {left} left")
+    if left:
+        click.echo(f"  {left} change(s) stay journaled and go out on the next mount"
+                   + (f" ({reply['offline']})" if reply.get("offline") else ""))
+
+
+# -- status ------------------------------------------------------------------------------
+
+
+def mount_status(mountpoint: str) -> dict:
+    info = _registry(mountpoint)
+    if info is None:
+        raise click.ClickException(f"{mountpoint} is not a memfs mount")
+    state_dir = Path(info["state_dir"])
+    try:
+        reply = control.request(state_dir, {"cmd": "status"})
+        return reply["status"]
+    except (OSError, ValueError, KeyError):
+        return offline_status(state_dir)
+
+
+def all_mounts() -> list[str]:
+    out = []
+    for f in sorted(registry_dir().glob("*.json")):
+        try:
+            out.append(json.loads(f.read_text())["mountpoint"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return out
+
+
+def _ago(ts: float | None) -> str:
+    if not ts:
+        return "never"
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ts))} ({time.time() - ts:.0f}s ago)"
+
+
+def format_status(s: dict) -> str:
+    p = s.get("pending", {})
+    lines = [f"{s.get('mountpoint')}: store {s.get('store_id')} on {s.get('server')}"]
+    if not s.get("running"):
+        lines.append("  daemon: not running (from state.db)")
+    elif s.get("online"):
+        lines.append("  online" + (" (read-only)" if s.get("read_only") else ""))
+    else:
+        lines.append(f"  OFFLINE since {_ago(s.get('offline_since'))}: {s.get('offline_reason')}")
+    secs = s.get("last_sync_seconds")
+    lines.append(f"  last sync: {_ago(s.get('last_sync_at'))}"
+                 + (f", took {secs:.2f}s" if secs is not None else ""))
+    lines.append("  pending: {} create(s), {} update(s), {} rename(s), {} delete(s)".format(
+        len(p.get("creates", [])), len(p.get("updates", [])), len(p.get("renames", [])),
+        len(p.get("deletes", []))))
+    for d in p.get("deletes", []):
+        due = d.get("due_at")
+        lines.append(f"    delete {d['path']}" + (f" due in {max(0, due - time.time()):.0f}s"
+                                                   if due else ""))
+    for kind in ("refused", "local_only"):
+        for item in p.get(kind, []):
+            lines.append(f"  {kind.replace('_', '-')}: {item['path']}: {item['reason']}")
+    conflicts = s.get("conflicts", [])
+    lines.append(f"  conflicts: {len(conflicts)}" + (" (memfs conflicts)" if conflicts else ""))
+    if s.get("last_error"):
+        lines.append(f"  last error: {s['last_error']}")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("mountpoint", type=click.Path(), required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(mountpoint, as_json):
+    """Show sync status of MOUNTPOINT (or of every memfs mount)."""
+    points = [os.path.abspath(mountpoint)] if mountpoint else all_mounts()
+    results = [mount_status(m) for m in points]
+    if as_json:
+        click.echo(json.dumps(results[0] if mountpoint else results, indent=2))
+        return
+    if not results:
+        click.echo("no memfs mounts")
+    for s in results:
+        click.echo(format_status(s))
+
+
+# -- stores ------------------------------------------------------------------------------
+
+
+@click.group()
+def stores():
+    """List, create and archive memory stores."""
+
+
+def _store_json(s) -> dict:
+    return {"id": s.id, "name": s.name, "description": s.description,
+            "created_at": s.created_at, "archived_at": s.archived_at}
+
+
+@stores.command("list")
+@click.option("--base-url", default=None)
+@click.option("--api-key-file", default=None)
+@click.option("--include-archived", is_flag=True)
+@click.option("--json", "as_json", is_flag=True)
+def stores_list(base_url, api_key_file, include_archived, as_json):
+    """List the stores on the server."""
+    url, key = _server(base_url, api_key_file)
+
+    async def go(c):
+        return [s async for s in c.list_stores(include_archived=include_archived)]
+
+    items = _call(url, key, go)
+    if as_json:
+        click.echo(json.dumps([_store_json(s) for s in items], indent=2))
+        return
+    for s in items:
+        click.echo(f"{s.id}\t{s.name}" + ("\t(archived)" if s.archived_at else ""))
+
+
+@stores.command("create")
+@click.argument("name")
+@click.option("--description", default=None)
+@click.option("--base-url", default=None)
+@click.option("--api-key-file", default=None)
+def stores_create(name, description, base_url, api_key_file):
+    """Create a store; prints its id."""
+    url, key = _server(base_url, api_key_file)
+    s = _call(url, key, lambda c: c.create_store(name, description=description))
+    click.echo(s.id)
+
+
+@stores.command("archive")
+@click.argument("store_id")
+@click.option("--base-url", default=None)
+@click.option("--api-key-file", default=None)
+def stores_archive(store_id, base_url, api_key_file):
+    """Archive a store (one-way: it becomes read-only)."""
+    url, key = _server(base_url, api_key_file)
+    s = _call(url, key, lambda c: c.archive_store(store_id))
+    click.echo(f"archived {s.id}")

@@ -1,0 +1,306 @@
+"""One mount's daemon: FUSE, pusher, reconciler and control socket in one trio nursery.
+
+`memfs mount` forks this as ``python -m memfs.daemon`` (or runs it in the
+foreground) with the mount's configuration as JSON in ``MEMFS_DAEMON_CONFIG``;
+the API key travels only in the environment (``ANTHROPIC_API_KEY``), never in
+argv. The daemon prints ``READY`` or ``ERROR <message>`` on stdout once, so the
+parent returns only when the mount is live.
+
+Shutdown, whichever way it comes (`memfs unmount`, SIGTERM/SIGINT, or
+`fusermount3 -u` from outside): a bounded flush of pending changes, then the
+unmount. What the flush could not push stays in state.db for the next mount.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pyfuse3
+import trio
+
+from . import control
+from .api.client import MemoryStoresClient
+from .cache import BlobCache
+from .fs import Operations
+from .state import State
+from .sync.common import SyncContext, SyncOptions
+from .sync.pusher import Pusher
+from .sync.reconciler import Reconciler, prefetch
+
+log = logging.getLogger("memfs.daemon")
+
+
+@dataclass
+class MountConfig:
+    store_id: str
+    mountpoint: str
+    base_url: str
+    state_dir: str
+    options: SyncOptions = field(default_factory=SyncOptions)
+    flush_timeout: float = 30.0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> MountConfig:
+        d = json.loads(text)
+        d["options"] = SyncOptions(**d["options"])
+        return cls(**d)
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "memfs"
+
+
+def server_id(base_url: str) -> str:
+    """A readable, filesystem-safe id for a server: host-port plus a short hash."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", base_url.split("://", 1)[-1]).strip("-")[:40]
+    return f"{slug}-{hashlib.sha256(base_url.encode()).hexdigest()[:8]}"
+
+
+def state_dir_for(base_url: str, store_id: str, cache_dir: str | None = None) -> Path:
+    root = Path(cache_dir) if cache_dir else cache_root()
+    path = root / server_id(base_url) / store_id
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for p in (path, path.parent, root):
+        os.chmod(p, 0o700)
+    return path
+
+
+def registry_dir() -> Path:
+    path = cache_root() / "mounts"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def canonical_mountpoint(mountpoint: str) -> str:
+    """The mountpoint's real path, resolved WITHOUT touching the mountpoint itself:
+    stat-ing a FUSE mountpoint from its own daemon (or of a hung daemon) blocks."""
+    path = os.path.abspath(mountpoint)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
+def registry_file(mountpoint: str) -> Path:
+    real = canonical_mountpoint(mountpoint)
+    return registry_dir() / (hashlib.sha256(real.encode()).hexdigest()[:16] + ".json")
+
+
+class Daemon:
+    def __init__(self, cfg: MountConfig, api_key: str | None) -> None:
+        self.cfg = cfg
+        self.state_dir = Path(cfg.state_dir)
+        self.state = State(self.state_dir / "state.db")
+        self.cache = BlobCache(self.state_dir / "objects")
+        self.client = MemoryStoresClient(cfg.base_url, api_key, max_retries=2, timeout=30.0)
+        self.ctx = SyncContext(self.state, self.cache, self.client, cfg.store_id, cfg.options)
+        self.ops = Operations(self.state, self.cache, read_only=cfg.options.read_only,
+                              fetch=self.ctx.fetch, kick=self.ctx.kick,
+                              invalidate=self.ctx.invalidate)
+        self.ctx.fs = self.ops
+        self.pusher = Pusher(self.ctx)
+        self.reconciler = Reconciler(self.ctx)
+        self.shutdown_requested = trio.Event()
+        self.fuse_done = trio.Event()
+        self.flush_result: dict | None = None
+        self.flush_done = trio.Event()
+        self.started_at = time.time()
+        self.state.set_meta("store_id", cfg.store_id)
+        self.state.set_meta("base_url", cfg.base_url)
+        self.state.set_meta("mountpoint", cfg.mountpoint)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def mount(self) -> None:
+        options = set(pyfuse3.default_options)
+        options.discard("default_permissions")
+        options |= {"fsname=memfs", "subtype=memfs", "default_permissions"}
+        if self.cfg.options.read_only:
+            options.add("ro")
+        pyfuse3.init(self.ops, self.cfg.mountpoint, options)
+
+    async def run(self, on_ready) -> None:
+        unmounted_outside = False
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._fuse_main)
+            await nursery.start(control.serve, self.state_dir, self.handle_control)
+            nursery.start_soon(self._signals)
+            nursery.start_soon(self._invalidator)
+            if not self.cfg.options.read_only:
+                nursery.start_soon(self.pusher.run)
+            nursery.start_soon(self.reconciler.run)
+            if self.cfg.options.prefetch:
+                nursery.start_soon(self._prefetch)
+            on_ready()
+            async with trio.open_nursery() as waiter:
+                async def wait_for(event: trio.Event) -> None:
+                    await event.wait()
+                    waiter.cancel_scope.cancel()
+                waiter.start_soon(wait_for, self.shutdown_requested)
+                waiter.start_soon(wait_for, self.fuse_done)
+            unmounted_outside = self.fuse_done.is_set()
+            log.info("shutting down (%s)", "unmounted" if unmounted_outside else "requested")
+            result = await self.pusher.flush(self.cfg.flush_timeout)
+            self.flush_result = {"pushed": result.pushed, "left": result.left,
+                                 "offline": str(result.offline) if result.offline else None}
+            log.info("flush: pushed %d, left %d", result.pushed, result.left)
+            self.flush_done.set()
+            if not unmounted_outside:
+                await trio.sleep(0.05)  # let the control reply go out
+                pyfuse3.terminate()
+                await self.fuse_done.wait()
+            nursery.cancel_scope.cancel()
+        self.unmounted_outside = unmounted_outside
+
+    async def _fuse_main(self) -> None:
+        try:
+            await pyfuse3.main()
+        finally:
+            self.fuse_done.set()
+
+    async def _signals(self) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
+            async for sig in sigs:
+                if sig == signal.SIGHUP:
+                    self.ctx.kick_reconcile()
+                    continue
+                log.info("signal %d: flushing and unmounting", sig)
+                self.shutdown_requested.set()
+
+    async def _invalidator(self) -> None:
+        """Kernel cache invalidation, outside every request handler (DESIGN §4)."""
+        while True:
+            await self.ctx.invalidation_ready.wait()
+            for item in self.ctx.take_invalidations():
+                try:
+                    if item[0] == "inode":
+                        await trio.to_thread.run_sync(pyfuse3.invalidate_inode, item[1], False)
+                    else:
+                        await trio.to_thread.run_sync(
+                            pyfuse3.invalidate_entry, item[1], item[2].encode("utf-8"))
+                except OSError:
+                    pass  # the kernel did not know it: nothing cached to drop
+
+    async def _prefetch(self) -> None:
+        await trio.sleep(0.5)
+        try:
+            n = await prefetch(self.ctx)
+            log.info("prefetch: %d blobs", n)
+        except Exception as exc:  # offline at start: reads fetch on demand later
+            log.info("prefetch skipped: %s", exc)
+
+    # -- control socket ---------------------------------------------------------------
+
+    async def handle_control(self, req: dict) -> dict:
+        cmd = req.get("cmd")
+        if cmd == "status":
+            return {"ok": True, "status": self.status()}
+        if cmd == "flush":
+            result = await self.pusher.flush(float(req.get("timeout", 30)))
+            return {"ok": True, "pushed": result.pushed, "left": result.left}
+        if cmd == "sync":
+            await self.reconciler.reconcile_pass()
+            return {"ok": True}
+        if cmd == "unmount":
+            self.cfg.flush_timeout = float(req.get("timeout", self.cfg.flush_timeout))
+            self.shutdown_requested.set()
+            await self.flush_done.wait()
+            return {"ok": True, **(self.flush_result or {})}
+        return {"ok": False, "error": f"unknown command {cmd!r}"}
+
+    def status(self) -> dict:
+        from .status import daemon_status  # local import: status is CLI-side too
+
+        return daemon_status(self)
+
+
+def setup_logging(state_dir: Path, foreground: bool) -> None:
+    log_path = state_dir / "daemon.log"
+    handler: logging.Handler
+    if foreground:
+        handler = logging.StreamHandler(sys.stderr)
+    else:
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        handler = logging.StreamHandler(os.fdopen(fd, "a", buffering=1))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    level = os.environ.get("MEMFS_LOG_LEVEL", "INFO").upper()
+    root.setLevel(level)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
+
+
+def run(cfg: MountConfig, *, foreground: bool, api_key: str | None,
+        ready_fd: int | None = None) -> int:
+    """Mount and serve until unmounted; returns the exit status."""
+    state_dir = Path(cfg.state_dir)
+    setup_logging(state_dir, foreground)
+
+    def report(line: str) -> None:
+        if ready_fd is not None:
+            os.write(ready_fd, (line + "\n").encode())
+            os.close(ready_fd)
+
+    lock = open(state_dir / "lock", "a")  # noqa: SIM115 - held for the daemon's life
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        report("ERROR this store is already mounted by another memfs daemon "
+               f"(state {state_dir})")
+        return 1
+    daemon = Daemon(cfg, api_key)
+    reg = registry_file(cfg.mountpoint)  # before mounting: it resolves paths
+    try:
+        daemon.mount()
+    except Exception as exc:
+        report(f"ERROR cannot mount {cfg.mountpoint}: {exc}")
+        return 1
+    reg.write_text(json.dumps({"mountpoint": canonical_mountpoint(cfg.mountpoint),
+                               "pid": os.getpid(), "state_dir": str(state_dir),
+                               "store_id": cfg.store_id, "base_url": cfg.base_url}))
+    os.chmod(reg, 0o600)
+    log.info("mounted store %s at %s (%s)", cfg.store_id, cfg.mountpoint,
+             "read-only" if cfg.options.read_only else "read-write")
+    ok = False
+    try:
+        trio.run(daemon.run, lambda: report("READY"))
+        ok = True
+    finally:
+        unmount = not getattr(daemon, "unmounted_outside", False)
+        try:
+            pyfuse3.close(unmount=unmount)
+        except Exception as exc:
+            log.warning("close: %s", exc)
+        reg.unlink(missing_ok=True)
+        daemon.state.close()
+        log.info("daemon exit")
+    return 0 if ok else 1
+
+
+def main() -> None:
+    cfg = MountConfig.from_json(os.environ.pop("MEMFS_DAEMON_CONFIG"))
+    api_key = os.environ.get("ANTHROPIC_API_KEY") or None
+    ready_fd = int(os.environ.pop("MEMFS_READY_FD"))
+    os.set_inheritable(ready_fd, False)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.chdir("/")
+    sys.exit(run(cfg, foreground=False, api_key=api_key, ready_fd=ready_fd))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1030 @@
+"""SQLite storage and every operation of the local Memory Stores server.
+
+Everything here is plain synchronous code: :class:`Database` owns one SQLite
+connection and one lock, and each public method is one transaction (all or
+nothing). Errors the API would return are raised as :class:`ApiError`, which
+already carries the HTTP status, the error ``type`` and any extra fields of the
+error object; the HTTP layer (``http.py``) only renders it.
+
+Values that reach these methods have the right JSON *type* (the HTTP layer
+checks body shapes); the semantic rules (path rules, content size, store name
+and metadata limits, occupancy, preconditions, the 2,000-memory cap) are
+enforced here, so the rules hold for any caller.
+
+Ordering and strings: SQLite compares TEXT with the BINARY collation, i.e.
+``memcmp`` over UTF-8, which is exactly byte-wise path order; Python compares
+``str`` by code point, which is the same order for valid UTF-8. Timestamps are
+fixed-width RFC 3339 UTC strings (``2026-08-20T10:00:00.123456Z``), so they sort
+lexicographically too.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import secrets
+import sqlite3
+import string
+import threading
+import time
+import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from memfs.paths import (
+    MAX_CONTENT_BYTES,
+    MAX_MEMORIES_PER_STORE,
+    PathError,
+    validate_path,
+    validate_prefix,
+)
+
+SCHEMA_VERSION = 1
+
+# The schema, as canonical code. Every table is created exactly like this; a
+# database with a different ``user_version`` is refused rather than guessed at.
+SCHEMA = """
+-- One row per memory store. Deleting a store cascades to its memories and
+-- versions (PRAGMA foreign_keys=ON on every connection).
+CREATE TABLE stores (
+    id           TEXT PRIMARY KEY,              -- memstore_…
+    name         TEXT NOT NULL,                 -- 1–255 chars, no control chars
+    description  TEXT NOT NULL DEFAULT '',      -- ≤1024 chars; '' when unset
+    metadata     TEXT NOT NULL DEFAULT '{}',    -- JSON object<string,string>, ≤16 pairs
+    created_at   TEXT NOT NULL,                 -- RFC 3339 UTC, fixed width
+    updated_at   TEXT NOT NULL,                 -- name/description/metadata/archive only
+    archived_at  TEXT                           -- NULL while active; set once, never cleared
+);
+-- Store listing: newest first, id as tiebreak.
+CREATE INDEX stores_by_created ON stores (created_at, id);
+
+-- The live memories (the head state). A deleted memory has no row here; its
+-- history stays in `versions`.
+CREATE TABLE memories (
+    id                  TEXT PRIMARY KEY,       -- mem_…, stable across renames
+    store_id            TEXT NOT NULL REFERENCES stores (id) ON DELETE CASCADE,
+    path                TEXT NOT NULL,          -- validated by memfs.paths; BINARY = byte order
+    content             TEXT NOT NULL,          -- ≤102,400 UTF-8 bytes
+    content_sha256      TEXT NOT NULL,          -- lowercase hex of the UTF-8 bytes
+    content_size_bytes  INTEGER NOT NULL,
+    version_id          TEXT NOT NULL,          -- memver_… of the head version
+    created_at          TEXT NOT NULL,
+    updated_at          TEXT NOT NULL,
+    UNIQUE (store_id, path)                     -- also the index for listing and prefix scans
+);
+
+-- One immutable row per real change (created / modified / deleted). Only
+-- redaction rewrites a row: it nulls path/content/sha/size and sets redacted_*.
+CREATE TABLE versions (
+    id                  TEXT PRIMARY KEY,       -- memver_…
+    store_id            TEXT NOT NULL REFERENCES stores (id) ON DELETE CASCADE,
+    memory_id           TEXT NOT NULL,          -- no FK: outlives the memory
+    operation           TEXT NOT NULL CHECK (operation IN ('created', 'modified', 'deleted')),
+    path                TEXT,                   -- NULL iff redacted
+    content             TEXT,                   -- NULL when deleted or redacted
+    content_sha256      TEXT,                   -- NULL when deleted or redacted
+    content_size_bytes  INTEGER,                -- NULL when deleted or redacted
+    actor_type          TEXT,                   -- api_actor | session_actor | … (created_by)
+    actor_id            TEXT,                   -- api_key_id | session_id | …
+    created_at          TEXT NOT NULL,
+    redacted_at         TEXT,
+    redacted_by_type    TEXT,
+    redacted_by_id      TEXT
+);
+-- Version listing: newest first (created_at desc, id desc as tiebreak).
+CREATE INDEX versions_by_created ON versions (store_id, created_at, id);
+CREATE INDEX versions_by_memory ON versions (memory_id);
+"""
+
+# --------------------------------------------------------------------------
+# Errors
+
+
+class ApiError(Exception):
+    """An error response: HTTP ``status``, error ``type``, ``message``.
+
+    ``extra`` holds additional fields of the error object (e.g.
+    ``conflicting_path``); ``headers`` additional response headers.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        type: str,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type
+        self.message = message
+        self.extra = extra
+        self.headers = dict(headers or {})
+
+    def error_object(self) -> dict[str, Any]:
+        return {"type": self.type, "message": self.message, **self.extra}
+
+
+def invalid(message: str) -> ApiError:
+    return ApiError(400, "invalid_request_error", message)
+
+
+def not_found(message: str) -> ApiError:
+    return ApiError(404, "not_found_error", message)
+
+
+_NO_RETRY = {"x-should-retry": "false"}
+
+
+def precondition_failed(message: str) -> ApiError:
+    return ApiError(409, "memory_precondition_failed_error", message, headers=_NO_RETRY)
+
+
+def path_conflict(message: str, path: str, memory_id: str) -> ApiError:
+    return ApiError(
+        409,
+        "memory_path_conflict_error",
+        message,
+        headers=_NO_RETRY,
+        conflicting_path=path,
+        conflicting_memory_id=memory_id,
+    )
+
+
+# --------------------------------------------------------------------------
+# Small helpers: ids, timestamps, actors, cursors
+
+_B62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
+
+
+def new_id(prefix: str) -> str:
+    """``prefix`` + "01" + 8 base62 chars of milliseconds + 14 random base62.
+
+    Time-ordered (roughly) like the hosted ids, 24 characters after the prefix.
+    """
+    t = int(time.time() * 1000)
+    stamp = ""
+    for _ in range(8):
+        t, r = divmod(t, 62)
+        stamp = _B62[r] + stamp
+    return f"{prefix}01{stamp}{''.join(secrets.choice(_B62) for _ in range(14))}"
+
+
+_TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+_clock_lock = threading.Lock()
+_last_ts: datetime | None = None
+
+
+def now() -> str:
+    """The current time, strictly increasing within this process (1 µs steps).
+
+    Every write happens under the database lock, so timestamp order is commit
+    order: listings sorted by ``created_at`` never tie within one server run.
+    """
+    global _last_ts
+    with _clock_lock:
+        ts = datetime.now(UTC)
+        if _last_ts is not None and ts <= _last_ts:
+            ts = _last_ts + timedelta(microseconds=1)
+        _last_ts = ts
+    return ts.strftime(_TS_FORMAT)
+
+
+def parse_timestamp(value: str, *, name: str) -> str:
+    """Parse an RFC 3339 query value into the canonical stored form (UTC)."""
+    try:
+        dt = datetime.fromisoformat(value.strip().replace("z", "Z"))
+    except ValueError:
+        raise invalid(f"{name} must be an RFC 3339 timestamp") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC).strftime(_TS_FORMAT)
+
+
+_ACTOR_ID_FIELD = {
+    "api_actor": "api_key_id",
+    "session_actor": "session_id",
+    "user_actor": "user_id",
+    "service_account_actor": "service_account_id",
+}
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who performs a write: ``type`` is one of the four actor types."""
+
+    type: str
+    id: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"type": self.type, _ACTOR_ID_FIELD[self.type]: self.id}
+
+    @staticmethod
+    def for_api_key(key: str | None) -> Actor:
+        if key is None:
+            return Actor("api_actor", "apikey_local")
+        return Actor("api_actor", "apikey_" + hashlib.sha256(key.encode()).hexdigest()[:16])
+
+
+def _actor_json(kind: str | None, ident: str | None) -> dict[str, str] | None:
+    if kind is None or ident is None:
+        return None
+    return Actor(kind, ident).to_json()
+
+
+def _fingerprint(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def encode_cursor(fingerprint: str, key: list[Any]) -> str:
+    raw = json.dumps({"f": fingerprint, "k": key}, separators=(",", ":")).encode()
+    return "page_" + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(page: str | None, fingerprint: str) -> list[Any] | None:
+    if page is None:
+        return None
+    try:
+        if not page.startswith("page_"):
+            raise ValueError
+        body = page[5:]
+        data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        key = data["k"]
+        if not isinstance(key, list) or not all(isinstance(k, str) for k in key):
+            raise ValueError
+    except (ValueError, KeyError, TypeError):
+        raise invalid("page is not a valid page cursor") from None
+    if data.get("f") != fingerprint:
+        raise invalid("page cursor was issued for a different query; restart from the first page")
+    return key
+
+
+def _key(key: list[Any] | None, n: int) -> list[Any] | None:
+    if key is not None and len(key) != n:
+        raise invalid("page is not a valid page cursor")
+    return key
+
+
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def check_sha256(value: object, *, name: str) -> str:
+    if not isinstance(value, str) or not _SHA_RE.match(value):
+        raise invalid(f"{name} must be 64 lowercase hexadecimal characters")
+    return value
+
+
+def _sha(content: str) -> tuple[str, int]:
+    data = content.encode("utf-8")
+    return hashlib.sha256(data).hexdigest(), len(data)
+
+
+def check_content(content: object) -> str:
+    if not isinstance(content, str):
+        raise invalid("content must be a string")
+    try:
+        size = len(content.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise invalid("content must be valid UTF-8 (lone surrogate)") from None
+    if size > MAX_CONTENT_BYTES:
+        raise invalid(f"content is {size} bytes; the maximum is {MAX_CONTENT_BYTES} bytes")
+    return content
+
+
+def check_path(path: object, *, where: str = "path") -> str:
+    try:
+        return validate_path(path, where=where)
+    except PathError as exc:
+        raise invalid(exc.message) from None
+
+
+def _ancestors(path: str) -> list[str]:
+    """'/a/b/c' -> ['/a', '/a/b']."""
+    parts = path.split("/")[1:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _prefix_upper(prefix: str) -> str:
+    """Exclusive upper bound of all strings starting with ``prefix`` (ends in '/')."""
+    return prefix[:-1] + "0"  # '0' is the byte after '/'
+
+
+# --------------------------------------------------------------------------
+# Store field validation
+
+
+def _has_control(s: str) -> bool:
+    return any(unicodedata.category(ch) == "Cc" for ch in s)
+
+
+def _check_utf8(value: str, name: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise invalid(f"{name} must be valid UTF-8 (lone surrogate)") from None
+
+
+def check_store_name(name: object) -> str:
+    if not isinstance(name, str):
+        raise invalid("name must be a string")
+    if not 1 <= len(name) <= 255:
+        raise invalid("name must be 1 to 255 characters long")
+    if _has_control(name):
+        raise invalid("name must not contain control characters")
+    _check_utf8(name, "name")
+    return name
+
+
+def check_description(desc: object) -> str:
+    if not isinstance(desc, str):
+        raise invalid("description must be a string")
+    if len(desc) > 1024:
+        raise invalid("description must be at most 1,024 characters long")
+    _check_utf8(desc, "description")
+    return desc
+
+
+def _check_metadata_pair(key: object, value: object) -> None:
+    if not isinstance(key, str) or not 1 <= len(key) <= 64:
+        raise invalid("metadata keys must be 1 to 64 characters long")
+    if not isinstance(value, str):
+        raise invalid(f"metadata value for {key!r} must be a string")
+    if len(value) > 512:
+        raise invalid(f"metadata value for {key!r} must be at most 512 characters long")
+    _check_utf8(key, "metadata key")
+    _check_utf8(value, "metadata value")
+
+
+def _check_metadata_size(bag: dict[str, str]) -> None:
+    if len(bag) > 16:
+        raise invalid(f"metadata holds {len(bag)} pairs; the maximum is 16")
+
+
+def check_metadata(meta: object) -> dict[str, str]:
+    if not isinstance(meta, dict):
+        raise invalid("metadata must be an object")
+    for k, v in meta.items():
+        _check_metadata_pair(k, v)
+    _check_metadata_size(meta)
+    return dict(meta)
+
+
+def check_limit(limit: int | None, *, full: bool) -> int:
+    if limit is None:
+        limit = 20
+    if not 1 <= limit <= 100:
+        raise invalid("limit must be between 1 and 100")
+    return min(limit, 20) if full else limit
+
+
+# --------------------------------------------------------------------------
+# JSON renderers
+
+
+def _store_json(row: sqlite3.Row) -> dict[str, Any]:
+    return {
+        "type": "memory_store",
+        "id": row["id"],
+        "name": row["name"],
+        "description": row["description"],
+        "metadata": json.loads(row["metadata"]),
+        "created_at": row["created_at"],
+        "updated_at": row["updated_at"],
+        "archived_at": row["archived_at"],
+    }
+
+
+def _memory_json(row: sqlite3.Row, full: bool) -> dict[str, Any]:
+    return {
+        "type": "memory",
+        "id": row["id"],
+        "memory_store_id": row["store_id"],
+        "path": row["path"],
+        "content": row["content"] if full else None,
+        "content_size_bytes": row["content_size_bytes"],
+        "content_sha256": row["content_sha256"],
+        "memory_version_id": row["version_id"],
+        "created_at": row["created_at"],
+        "updated_at": row["updated_at"],
+    }
+
+
+def _version_json(row: sqlite3.Row, full: bool) -> dict[str, Any]:
+    return {
+        "type": "memory_version",
+        "id": row["id"],
+        "memory_store_id": row["store_id"],
+        "memory_id": row["memory_id"],
+        "operation": row["operation"],
+        "path": row["path"],
+        "content": row["content"] if full else None,
+        "content_size_bytes": row["content_size_bytes"],
+        "content_sha256": row["content_sha256"],
+        "created_by": _actor_json(row["actor_type"], row["actor_id"]),
+        "created_at": row["created_at"],
+        "redacted_at": row["redacted_at"],
+        "redacted_by": _actor_json(row["redacted_by_type"], row["redacted_by_id"]),
+    }
+
+
+# --------------------------------------------------------------------------
+# The database
+
+
+class Database:
+    """One SQLite connection behind one lock; each public method is one transaction."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        if self.path != ":memory:":
+            parent = os.path.dirname(os.path.abspath(self.path))
+            if not os.path.isdir(parent):
+                os.makedirs(parent, mode=0o700, exist_ok=True)
+            if not os.path.exists(self.path):
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")  # WAL: durable across a killed process
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        self._conn.execute("PRAGMA busy_timeout=5000")
+        with self._lock:
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for stmt in _statements(SCHEMA):
+                        self._conn.execute(stmt)
+                    self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+            elif version != SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"{self.path}: schema version {version}, this memfs expects {SCHEMA_VERSION}"
+                )
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    @contextmanager
+    def _txn(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            c = self._conn
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                yield c
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+            else:
+                c.execute("COMMIT")
+
+    # -- helpers inside a transaction ------------------------------------
+
+    @staticmethod
+    def _store_row(c: sqlite3.Connection, store_id: str) -> sqlite3.Row:
+        row = c.execute("SELECT * FROM stores WHERE id = ?", (store_id,)).fetchone()
+        if row is None:
+            raise not_found(f"memory store {store_id!r} not found")
+        return row
+
+    def _writable_store(self, c: sqlite3.Connection, store_id: str) -> sqlite3.Row:
+        row = self._store_row(c, store_id)
+        if row["archived_at"] is not None:
+            raise invalid(f"memory store {store_id!r} is archived and read-only")
+        return row
+
+    @staticmethod
+    def _memory_row(c: sqlite3.Connection, store_id: str, memory_id: str) -> sqlite3.Row:
+        row = c.execute(
+            "SELECT * FROM memories WHERE id = ? AND store_id = ?", (memory_id, store_id)
+        ).fetchone()
+        if row is None:
+            raise not_found(f"memory {memory_id!r} not found in store {store_id!r}")
+        return row
+
+    @staticmethod
+    def _find_conflict(
+        c: sqlite3.Connection, store_id: str, path: str, exclude_id: str | None
+    ) -> sqlite3.Row | None:
+        """A memory other than ``exclude_id`` at ``path``, an ancestor, or a descendant."""
+        candidates = [path, *_ancestors(path)]
+        marks = ",".join("?" * len(candidates))
+        rows = c.execute(
+            f"SELECT id, path FROM memories WHERE store_id = ? AND path IN ({marks})",
+            (store_id, *candidates),
+        ).fetchall()
+        rows = [r for r in rows if r["id"] != exclude_id]
+        if rows:
+            # The exact path first, then the nearest ancestor.
+            rows.sort(key=lambda r: (r["path"] != path, -len(r["path"])))
+            return rows[0]
+        return c.execute(
+            "SELECT id, path FROM memories WHERE store_id = ? AND path >= ? AND path < ?"
+            " AND id != ? ORDER BY path LIMIT 1",
+            (store_id, path + "/", path + "0", exclude_id or ""),
+        ).fetchone()
+
+    @staticmethod
+    def _add_version(
+        c: sqlite3.Connection,
+        *,
+        store_id: str,
+        memory_id: str,
+        operation: str,
+        path: str,
+        content: str | None,
+        actor: Actor | None,
+        ts: str,
+    ) -> str:
+        vid = new_id("memver_")
+        sha, size = _sha(content) if content is not None else (None, None)
+        c.execute(
+            "INSERT INTO versions (id, store_id, memory_id, operation, path, content,"
+            " content_sha256, content_size_bytes, actor_type, actor_id, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                vid,
+                store_id,
+                memory_id,
+                operation,
+                path,
+                content,
+                sha,
+                size,
+                actor.type if actor else None,
+                actor.id if actor else None,
+                ts,
+            ),
+        )
+        return vid
+
+    # -- stores ------------------------------------------------------------
+
+    def create_store(
+        self, *, name: object, description: object = None, metadata: object = None
+    ) -> dict[str, Any]:
+        name = check_store_name(name)
+        description = "" if description is None else check_description(description)
+        metadata = {} if metadata is None else check_metadata(metadata)
+        sid = new_id("memstore_")
+        with self._txn() as c:
+            ts = now()
+            c.execute(
+                "INSERT INTO stores (id, name, description, metadata, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (sid, name, description, json.dumps(metadata), ts, ts),
+            )
+            return _store_json(self._store_row(c, sid))
+
+    def get_store(self, store_id: str) -> dict[str, Any]:
+        with self._txn() as c:
+            return _store_json(self._store_row(c, store_id))
+
+    def list_stores(
+        self,
+        *,
+        limit: int | None = None,
+        page: str | None = None,
+        include_archived: bool = False,
+        created_gte: str | None = None,
+        created_lte: str | None = None,
+    ) -> dict[str, Any]:
+        limit = check_limit(limit, full=False)
+        fp = _fingerprint("stores", include_archived, created_gte, created_lte)
+        after = _key(decode_cursor(page, fp), 2)
+        sql = "SELECT * FROM stores WHERE 1"
+        args: list[Any] = []
+        if not include_archived:
+            sql += " AND archived_at IS NULL"
+        if created_gte is not None:
+            sql += " AND created_at >= ?"
+            args.append(created_gte)
+        if created_lte is not None:
+            sql += " AND created_at <= ?"
+            args.append(created_lte)
+        if after is not None:
+            sql += " AND (created_at, id) < (?, ?)"
+            args += after[:2]
+        sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
+        args.append(limit + 1)
+        with self._txn() as c:
+            rows = c.execute(sql, args).fetchall()
+        nxt = None
+        if len(rows) > limit:
+            rows = rows[:limit]
+            nxt = encode_cursor(fp, [rows[-1]["created_at"], rows[-1]["id"]])
+        return {"data": [_store_json(r) for r in rows], "next_page": nxt}
+
+    def update_store(
+        self,
+        store_id: str,
+        *,
+        name: object = None,
+        description: object = None,
+        metadata: object = None,
+    ) -> dict[str, Any]:
+        """``None`` for a field means "leave unchanged"; ``metadata`` is a patch."""
+        if name is not None:
+            name = check_store_name(name)
+        if description is not None:
+            description = check_description(description)
+        if metadata is not None:
+            if not isinstance(metadata, dict):
+                raise invalid("metadata must be an object")
+            for k, v in metadata.items():
+                if v is not None:
+                    _check_metadata_pair(k, v)
+                elif not isinstance(k, str) or not 1 <= len(k) <= 64:
+                    raise invalid("metadata keys must be 1 to 64 characters long")
+        with self._txn() as c:
+            row = self._writable_store(c, store_id)
+            new_name = row["name"] if name is None else name
+            new_desc = row["description"] if description is None else description
+            old_meta = json.loads(row["metadata"])
+            new_meta = dict(old_meta)
+            if metadata is not None:
+                for k, v in metadata.items():
+                    if v is None:
+                        new_meta.pop(k, None)
+                    else:
+                        new_meta[k] = v
+                _check_metadata_size(new_meta)
+            if (new_name, new_desc, new_meta) != (row["name"], row["description"], old_meta):
+                c.execute(
+                    "UPDATE stores SET name = ?, description = ?, metadata = ?, updated_at = ?"
+                    " WHERE id = ?",
+                    (new_name, new_desc, json.dumps(new_meta), now(), store_id),
+                )
+            return _store_json(self._store_row(c, store_id))
+
+    def archive_store(self, store_id: str) -> dict[str, Any]:
+        with self._txn() as c:
+            row = self._store_row(c, store_id)
+            if row["archived_at"] is None:
+                ts = now()
+                c.execute(
+                    "UPDATE stores SET archived_at = ?, updated_at = ? WHERE id = ?",
+                    (ts, ts, store_id),
+                )
+            return _store_json(self._store_row(c, store_id))
+
+    def delete_store(self, store_id: str) -> dict[str, Any]:
+        with self._txn() as c:
+            self._store_row(c, store_id)
+            c.execute("DELETE FROM versions WHERE store_id = ?", (store_id,))
+            c.execute("DELETE FROM memories WHERE store_id = ?", (store_id,))
+            c.execute("DELETE FROM stores WHERE id = ?", (store_id,))
+        return {"id": store_id, "type": "memory_store_deleted"}
+
+    # -- memories ------------------------------------------------------------
+
+    def create_memory(
+        self,
+        store_id: str,
+        *,
+        path: object,
+        content: object,
+        actor: Actor | None,
+        full: bool = False,
+    ) -> dict[str, Any]:
+        path = check_path(path)
+        if content is None:
+            raise invalid('content is required; pass "" to create an empty memory')
+        content = check_content(content)
+        sha, size = _sha(content)
+        with self._txn() as c:
+            self._writable_store(c, store_id)
+            conflict = self._find_conflict(c, store_id, path, None)
+            if conflict is not None:
+                raise _conflict_error(path, conflict)
+            (count,) = c.execute(
+                "SELECT COUNT(*) FROM memories WHERE store_id = ?", (store_id,)
+            ).fetchone()
+            if count >= MAX_MEMORIES_PER_STORE:
+                raise invalid(
+                    f"memory store {store_id!r} holds its {MAX_MEMORIES_PER_STORE:,}-memory"
+                    " maximum; delete a memory before creating another"
+                )
+            ts = now()
+            mid = new_id("mem_")
+            vid = self._add_version(
+                c,
+                store_id=store_id,
+                memory_id=mid,
+                operation="created",
+                path=path,
+                content=content,
+                actor=actor,
+                ts=ts,
+            )
+            c.execute(
+                "INSERT INTO memories (id, store_id, path, content, content_sha256,"
+                " content_size_bytes, version_id, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (mid, store_id, path, content, sha, size, vid, ts, ts),
+            )
+            return _memory_json(self._memory_row(c, store_id, mid), full)
+
+    def get_memory(self, store_id: str, memory_id: str, *, full: bool = True) -> dict[str, Any]:
+        with self._txn() as c:
+            self._store_row(c, store_id)
+            return _memory_json(self._memory_row(c, store_id, memory_id), full)
+
+    def list_memories(
+        self,
+        store_id: str,
+        *,
+        path_prefix: str | None = None,
+        depth: int | None = None,
+        limit: int | None = None,
+        page: str | None = None,
+        full: bool = False,
+    ) -> dict[str, Any]:
+        prefix = "/" if path_prefix is None else path_prefix
+        try:
+            validate_prefix(prefix)
+        except PathError as exc:
+            raise invalid(exc.message) from None
+        depth = 0 if depth is None else depth
+        if depth not in (0, 1):
+            raise invalid("depth must be 0 or 1")
+        limit = check_limit(limit, full=full)
+        fp = _fingerprint("memories", store_id, prefix, depth)
+        after = _key(decode_cursor(page, fp), 1)
+        upper = _prefix_upper(prefix)
+        items: list[tuple[str, dict[str, Any]]] = []  # (sort key, item)
+        with self._txn() as c:
+            self._store_row(c, store_id)
+            # Position: strictly after the last key handed out. A key ending in
+            # '/' is a rolled-up prefix: skip everything below it.
+            if after is None:
+                lo, inclusive = prefix, True
+            elif after[0].endswith("/"):
+                lo, inclusive = _prefix_upper(after[0]), True
+            else:
+                lo, inclusive = after[0], False
+            want = limit + 1
+            while len(items) < want:
+                op = ">=" if inclusive else ">"
+                rows = c.execute(
+                    f"SELECT * FROM memories WHERE store_id = ? AND path {op} ? AND path < ?"
+                    " ORDER BY path LIMIT ?",
+                    (store_id, lo, upper, want - len(items)),
+                ).fetchall()
+                if not rows:
+                    break
+                rolled = False
+                for row in rows:
+                    path = row["path"]
+                    rest = path[len(prefix) :]
+                    if depth == 1 and "/" in rest:
+                        sub = prefix + rest.split("/", 1)[0] + "/"
+                        items.append((sub, {"type": "memory_prefix", "path": sub}))
+                        lo, inclusive = _prefix_upper(sub), True
+                        rolled = True
+                        break
+                    items.append((path, _memory_json(row, full)))
+                    lo, inclusive = path, False
+                if not rolled and len(rows) < want:
+                    break  # fewer rows than asked for: the range is exhausted
+        nxt = None
+        if len(items) > limit:
+            items = items[:limit]
+            nxt = encode_cursor(fp, [items[-1][0]])
+        return {"data": [item for _, item in items], "next_page": nxt}
+
+    def update_memory(
+        self,
+        store_id: str,
+        memory_id: str,
+        *,
+        content: object = None,
+        path: object = None,
+        precondition_sha256: str | None = None,
+        actor: Actor | None,
+        full: bool = False,
+    ) -> dict[str, Any]:
+        """``None`` for content/path means "leave unchanged" (at least one required).
+
+        Order (reference §4.1): validation (400) → store (404) → archived (400)
+        → memory (404) → no-op (200, no version, even if the precondition
+        fails) → precondition (409) → path occupancy (409) → write.
+        """
+        if content is None and path is None:
+            raise invalid("at least one of content or path must be provided")
+        if path is not None:
+            path = check_path(path)
+        if content is not None:
+            content = check_content(content)
+        if precondition_sha256 is not None:
+            check_sha256(precondition_sha256, name="precondition.content_sha256")
+        with self._txn() as c:
+            self._writable_store(c, store_id)
+            row = self._memory_row(c, store_id, memory_id)
+            new_path = row["path"] if path is None else path
+            new_content = row["content"] if content is None else content
+            if new_path == row["path"] and new_content == row["content"]:
+                return _memory_json(row, full)  # no-op: no version
+            if precondition_sha256 is not None and precondition_sha256 != row["content_sha256"]:
+                raise precondition_failed(
+                    f"memory {memory_id!r} has content_sha256 {row['content_sha256']}, not the"
+                    f" expected {precondition_sha256}; re-read it and retry"
+                )
+            if new_path != row["path"]:
+                conflict = self._find_conflict(c, store_id, new_path, memory_id)
+                if conflict is not None:
+                    raise _conflict_error(new_path, conflict)
+            ts = now()
+            vid = self._add_version(
+                c,
+                store_id=store_id,
+                memory_id=memory_id,
+                operation="modified",
+                path=new_path,
+                content=new_content,
+                actor=actor,
+                ts=ts,
+            )
+            sha, size = _sha(new_content)
+            c.execute(
+                "UPDATE memories SET path = ?, content = ?, content_sha256 = ?,"
+                " content_size_bytes = ?, version_id = ?, updated_at = ? WHERE id = ?",
+                (new_path, new_content, sha, size, vid, ts, memory_id),
+            )
+            return _memory_json(self._memory_row(c, store_id, memory_id), full)
+
+    def delete_memory(
+        self,
+        store_id: str,
+        memory_id: str,
+        *,
+        expected_content_sha256: str | None = None,
+        actor: Actor | None,
+    ) -> dict[str, Any]:
+        if expected_content_sha256 is not None:
+            check_sha256(expected_content_sha256, name="expected_content_sha256")
+        with self._txn() as c:
+            self._store_row(c, store_id)  # deleting in an archived store is allowed
+            row = self._memory_row(c, store_id, memory_id)
+            if (
+                expected_content_sha256 is not None
+                and expected_content_sha256 != row["content_sha256"]
+            ):
+                raise precondition_failed(
+                    f"memory {memory_id!r} has content_sha256 {row['content_sha256']}, not the"
+                    f" expected {expected_content_sha256}; nothing was deleted"
+                )
+            self._add_version(
+                c,
+                store_id=store_id,
+                memory_id=memory_id,
+                operation="deleted",
+                path=row["path"],
+                content=None,
+                actor=actor,
+                ts=now(),
+            )
+            c.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
+        return {"id": memory_id, "type": "memory_deleted"}
+
+    # -- versions ------------------------------------------------------------
+
+    def list_versions(
+        self,
+        store_id: str,
+        *,
+        memory_id: str | None = None,
+        session_id: str | None = None,
+        api_key_id: str | None = None,
+        service_account_id: str | None = None,
+        operation: str | None = None,
+        created_gte: str | None = None,
+        created_lte: str | None = None,
+        limit: int | None = None,
+        page: str | None = None,
+        full: bool = False,
+    ) -> dict[str, Any]:
+        if operation is not None and operation not in ("created", "modified", "deleted"):
+            raise invalid("operation must be one of created, modified, deleted")
+        limit = check_limit(limit, full=full)
+        fp = _fingerprint(
+            "versions",
+            store_id,
+            memory_id,
+            session_id,
+            api_key_id,
+            service_account_id,
+            operation,
+            created_gte,
+            created_lte,
+        )
+        after = _key(decode_cursor(page, fp), 2)
+        sql = "SELECT * FROM versions WHERE store_id = ?"
+        args: list[Any] = [store_id]
+        for col, val in (("memory_id", memory_id), ("operation", operation)):
+            if val is not None:
+                sql += f" AND {col} = ?"
+                args.append(val)
+        for kind, val in (
+            ("session_actor", session_id),
+            ("api_actor", api_key_id),
+            ("service_account_actor", service_account_id),
+        ):
+            if val is not None:
+                sql += " AND actor_type = ? AND actor_id = ?"
+                args += [kind, val]
+        if created_gte is not None:
+            sql += " AND created_at >= ?"
+            args.append(created_gte)
+        if created_lte is not None:
+            sql += " AND created_at <= ?"
+            args.append(created_lte)
+        if after is not None:
+            sql += " AND (created_at, id) < (?, ?)"
+            args += after[:2]
+        sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
+        args.append(limit + 1)
+        with self._txn() as c:
+            self._store_row(c, store_id)
+            rows = c.execute(sql, args).fetchall()
+        nxt = None
+        if len(rows) > limit:
+            rows = rows[:limit]
+            nxt = encode_cursor(fp, [rows[-1]["created_at"], rows[-1]["id"]])
+        return {"data": [_version_json(r, full) for r in rows], "next_page": nxt}
+
+    @staticmethod
+    def _version_row(c: sqlite3.Connection, store_id: str, version_id: str) -> sqlite3.Row:
+        row = c.execute(
+            "SELECT * FROM versions WHERE id = ? AND store_id = ?", (version_id, store_id)
+        ).fetchone()
+        if row is None:
+            raise not_found(f"memory version {version_id!r} not found in store {store_id!r}")
+        return row
+
+    def get_version(self, store_id: str, version_id: str, *, full: bool = True) -> dict[str, Any]:
+        with self._txn() as c:
+            self._store_row(c, store_id)
+            return _version_json(self._version_row(c, store_id, version_id), full)
+
+    def redact_version(self, store_id: str, version_id: str, *, actor: Actor | None) -> dict:
+        with self._txn() as c:
+            self._store_row(c, store_id)  # redaction is allowed in archived stores
+            row = self._version_row(c, store_id, version_id)
+            if row["redacted_at"] is None:
+                head = c.execute(
+                    "SELECT 1 FROM memories WHERE id = ? AND version_id = ?",
+                    (row["memory_id"], version_id),
+                ).fetchone()
+                if head is not None:
+                    raise ApiError(
+                        409,
+                        "conflict_error",
+                        f"memory version {version_id!r} is the current head of memory"
+                        f" {row['memory_id']!r}; write a new version or delete the memory first",
+                    )
+                c.execute(
+                    "UPDATE versions SET path = NULL, content = NULL, content_sha256 = NULL,"
+                    " content_size_bytes = NULL, redacted_at = ?, redacted_by_type = ?,"
+                    " redacted_by_id = ? WHERE id = ?",
+                    (
+                        now(),
+                        actor.type if actor else None,
+                        actor.id if actor else None,
+                        version_id,
+                    ),
+                )
+                row = self._version_row(c, store_id, version_id)
+            return _version_json(row, False)
+
+
+def _conflict_error(path: str, conflict: sqlite3.Row) -> ApiError:
+    other = conflict["path"]
+    if other == path:
+        why = f"a memory already exists at {path!r}"
+    elif path.startswith(other + "/"):
+        why = f"{other!r} is a memory, so {path!r} cannot be below it"
+    else:
+        why = f"{path!r} is a directory of existing memory {other!r}"
+    return path_conflict(f"path conflict: {why}", other, conflict["id"])
+
+
+def _statements(script: str) -> list[str]:
+    """Split the schema into statements (no ';' inside any of them)."""
+    lines = [ln.split("--", 1)[0] for ln in script.splitlines()]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

@@ -1,0 +1,170 @@
+"""What the pusher and reconciler share: the mount's sync context.
+
+`SyncContext` holds the client, the state, the blob cache, the options and
+the status the control socket reports. One trio lock (`sync_lock`) runs push
+passes and reconcile passes one at a time: a listing taken while an update is
+in flight could otherwise read our own old sha as a remote change.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+
+import trio
+
+from ..api import errors as api_errors
+from ..api.client import MemoryStoresClient
+from ..api.models import Memory
+from ..cache import BlobCache, sha256
+from ..state import Node, State
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SyncOptions:
+    write_back_delay: float = 1.0
+    delete_delay: float = 30.0
+    poll_interval: float = 15.0
+    deletes: str = "enabled"  # enabled | log-only | disabled
+    prefetch: bool = True
+    read_only: bool = False
+    push_concurrency: int = 8
+
+
+@dataclass
+class SyncStatus:
+    online: bool = True
+    offline_reason: str | None = None
+    offline_since: float | None = None
+    last_sync_at: float | None = None
+    last_sync_seconds: float | None = None
+    last_push_at: float | None = None
+    last_error: str | None = None
+    pushed: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def note(self, message: str) -> None:
+        log.warning("%s", message)
+        self.warnings = (self.warnings + [f"{time.strftime('%H:%M:%S')} {message}"])[-50:]
+
+
+class Backoff:
+    """Exponential backoff with full jitter; retry-after wins when given."""
+
+    def __init__(self, base: float = 1.0, cap: float = 60.0) -> None:
+        self.base, self.cap, self.failures = base, cap, 0
+
+    def reset(self) -> None:
+        self.failures = 0
+
+    def next_delay(self, retry_after: float | None = None) -> float:
+        self.failures += 1
+        delay = random.uniform(0, min(self.cap, self.base * 2 ** (self.failures - 1)))
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        return delay
+
+
+class SyncContext:
+    def __init__(self, state: State, cache: BlobCache, client: MemoryStoresClient,
+                 store_id: str, options: SyncOptions) -> None:
+        self.state = state
+        self.cache = cache
+        self.client = client
+        self.store_id = store_id
+        self.options = options
+        self.status = SyncStatus()
+        self.sync_lock = trio.Lock()
+        self.push_wakeup = trio.Event()
+        self.reconcile_wakeup = trio.Event()
+        self.backoff = Backoff()
+        self.fs = None  # the Operations, set by the daemon (open-file checks)
+        self._invalidations: list[tuple] = []
+        self.invalidation_ready = trio.Event()
+
+    # -- wakeups -------------------------------------------------------------------
+
+    def kick(self) -> None:
+        """A durable local change happened: the pusher has work."""
+        self.push_wakeup.set()
+
+    def kick_reconcile(self) -> None:
+        self.reconcile_wakeup.set()
+
+    # -- kernel invalidation (drained outside request handlers) ----------------------
+
+    def invalidate(self, item: tuple) -> None:
+        self._invalidations.append(item)
+        self.invalidation_ready.set()
+
+    def take_invalidations(self) -> list[tuple]:
+        items, self._invalidations = self._invalidations, []
+        self.invalidation_ready = trio.Event()
+        return items
+
+    # -- online / offline -----------------------------------------------------------
+
+    def went_offline(self, exc: BaseException) -> float:
+        """Record a transient failure; returns how long to wait before retrying."""
+        reason = _describe(exc)
+        if self.status.online:
+            log.warning("offline: %s", reason)
+            self.status.offline_since = time.time()
+        self.status.online = False
+        self.status.offline_reason = reason
+        self.status.last_error = reason
+        retry_after = getattr(exc, "retry_after", None)
+        return self.backoff.next_delay(retry_after)
+
+    def came_online(self) -> None:
+        if not self.status.online:
+            log.info("back online")
+        self.status.online = True
+        self.status.offline_reason = None
+        self.status.offline_since = None
+        self.backoff.reset()
+
+    # -- content ------------------------------------------------------------------------
+
+    async def fetch(self, node: Node) -> bytes:
+        """Cache-miss content fetch for a clean file (the only network I/O a read does)."""
+        assert node.memory_id is not None
+        memory = await self.client.get_memory(self.store_id, node.memory_id, view="full")
+        data = (memory.content or "").encode("utf-8")
+        sha = sha256(data)
+        if sha != memory.content_sha256:
+            raise OSError(f"content of {memory.id} does not match its content_sha256")
+        self.cache.put(data, sha=sha)
+        if sha != node.sha and node.sha == node.base_sha and node.ino in self.state.nodes:
+            # The server moved on since the last listing and the file is clean:
+            # this is the reconciler's "changed | clean" row, applied early.
+            node.sha, node.size = sha, len(data)
+            self.state.set_base(node, memory.id, memory.path, sha)
+            self.invalidate(("inode", node.ino))
+        return data
+
+    async def take_remote(self, node: Node, memory: Memory, reason: str) -> None:
+        """Conflict: the server's version wins in the tree; the local one is preserved."""
+        full = await self.client.get_memory(self.store_id, memory.id, view="full")
+        data = (full.content or "").encode("utf-8")
+        sha = self.cache.put(data)
+        path = self.state.path_of(node) if node.ino in self.state.nodes else full.path
+        if node.sha and node.sha != sha:
+            cid = self.state.add_conflict(path, memory.id, node.sha, sha, reason)
+            self.status.note(f"conflict #{cid} at {path}: {reason}; the server's version is in "
+                             f"the tree, yours is kept (memfs conflicts)")
+        if node.ino in self.state.nodes:
+            node.sha, node.size = sha, len(data)
+            node.mtime_ns = node.ctime_ns = time.time_ns()
+            self.state.set_base(node, full.id, full.path, sha)
+            self.invalidate(("inode", node.ino))
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, api_errors.APIError):
+        return f"{type(exc).__name__}: {exc.message}"
+    return f"{type(exc).__name__}: {exc}"

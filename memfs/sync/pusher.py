@@ -1,0 +1,320 @@
+"""The pusher: make the server match the mount's local state (DESIGN §3).
+
+A push pass looks at every dirty file whose write-back delay has passed and
+sends one call per file (update with the base sha as precondition, or
+create), then sends the tombstones whose delete delay has passed (at most the
+per-pass cap, each with `expected_content_sha256`). Nothing is replayed from
+a log: the pass derives its work from state, so a crash, a retry or ten saves
+in a row all come down to the same few calls.
+
+Lost responses: before each call the sha sent is recorded (`sent_sha`); a
+retried create that meets 409 with a memory holding exactly that sha, or a
+precondition failure against it, is our own earlier write and is adopted.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import trio
+
+from .. import paths
+from ..api import errors as api_errors
+from ..api.models import Memory
+from ..state import Node
+from .common import SyncContext
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PassResult:
+    pushed: int = 0
+    left: int = 0
+    offline: BaseException | None = None
+
+
+def delete_cap(known: int) -> int:
+    return max(8, min(50, known // 4))
+
+
+class Pusher:
+    def __init__(self, ctx: SyncContext) -> None:
+        self.ctx = ctx
+        self.state = ctx.state
+
+    # -- the loop -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Push whenever something becomes due; back off while offline."""
+        idle_retry = 5.0  # after a pass that could not push what was due
+        while True:
+            delay = self.next_due_in()
+            if delay is None or delay > 0:
+                with trio.move_on_after(math.inf if delay is None else delay):
+                    await self.ctx.push_wakeup.wait()
+                self.ctx.push_wakeup = trio.Event()
+                continue
+            result = await self.push_pass()
+            if result.offline is not None:
+                await trio.sleep(self.ctx.went_offline(result.offline))
+            elif result.pushed == 0:
+                with trio.move_on_after(idle_retry):
+                    await self.ctx.push_wakeup.wait()
+                self.ctx.push_wakeup = trio.Event()
+
+    def next_due_in(self) -> float | None:
+        """Seconds until the next change is due (<= 0: now), None when idle."""
+        if self.ctx.options.read_only:
+            return None
+        now = time.time()
+        dues = [(n.changed_at or 0) + self.ctx.options.write_back_delay - now
+                for n in self._dirty()]
+        if self.ctx.options.deletes != "disabled":
+            dues += [t.deleted_at + self.ctx.options.delete_delay - now
+                     for t in self.state.tombstones.values()]
+        return min(dues) if dues else None
+
+    def _dirty(self) -> list[Node]:
+        return [n for n in self.state.files()
+                if self.state.is_dirty(n)
+                and not (n.refused_sha is not None and n.refused_sha == n.sha)]
+
+    def pending_counts(self) -> dict[str, int]:
+        counts = {"creates": 0, "updates": 0, "renames": 0, "deletes": len(self.state.tombstones)}
+        for n in self._dirty():
+            if n.memory_id is None:
+                counts["creates"] += 1
+            else:
+                if n.sha != n.base_sha:
+                    counts["updates"] += 1
+                if self.state.path_of(n) != n.base_path:
+                    counts["renames"] += 1
+        return counts
+
+    def pending_total(self) -> int:
+        return len(self._dirty()) + len(self.state.tombstones)
+
+    # -- one pass -------------------------------------------------------------------------
+
+    async def push_pass(self, *, flush: bool = False) -> PassResult:
+        """Push what is due (everything, when flushing); return what happened."""
+        result = PassResult()
+        if self.ctx.options.read_only:
+            return result
+        async with self.ctx.sync_lock:
+            now = time.time()
+            due = [n for n in self._dirty()
+                   if flush or (n.changed_at or 0) + self.ctx.options.write_back_delay <= now]
+            limiter = trio.CapacityLimiter(self.ctx.options.push_concurrency)
+
+            async def one(node: Node) -> None:
+                async with limiter:
+                    if result.offline is not None:
+                        return
+                    try:
+                        if await self._push_node(node):
+                            result.pushed += 1
+                    except api_errors.TRANSIENT as exc:
+                        result.offline = exc
+                    except api_errors.AuthenticationError as exc:
+                        result.offline = exc
+
+            async with trio.open_nursery() as nursery:
+                for node in due:
+                    nursery.start_soon(one, node)
+            if result.offline is None:
+                try:
+                    result.pushed += await self._push_deletes(flush=flush)
+                except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
+                    result.offline = exc
+            if result.offline is None and (due or result.pushed):
+                self.ctx.came_online()
+                self.ctx.status.last_push_at = time.time()
+            self.ctx.status.pushed += result.pushed
+            result.left = self.pending_total()
+        return result
+
+    async def flush(self, timeout: float) -> PassResult:
+        """Push everything now (deletes too, window waived), within timeout."""
+        total = PassResult()
+        with trio.move_on_after(timeout):
+            while True:
+                result = await self.push_pass(flush=True)
+                total.pushed += result.pushed
+                if result.offline is not None:
+                    total.offline = result.offline
+                    break
+                if result.pushed == 0:
+                    break
+        total.left = self.pending_total()
+        return total
+
+    # -- files ------------------------------------------------------------------------------
+
+    async def _push_node(self, node: Node) -> bool:
+        """Send one file's local state; True when the server now matches it."""
+        st, ctx = self.state, self.ctx
+        if node.ino not in st.nodes or not st.is_dirty(node):
+            return False
+        sha, path = node.sha, st.path_of(node)
+        assert sha is not None
+        if node.refused_sha == sha:
+            return False
+        data = ctx.cache.get(sha)
+        if data is None:
+            ctx.status.note(f"content of {path} is missing from the cache; cannot push it")
+            return False
+        problem = paths.content_error(data)
+        if problem is None:
+            try:
+                paths.validate_path(path)
+            except paths.PathError as exc:
+                problem = exc.message
+        if problem is not None:
+            st.set_refused(node, sha, problem)
+            ctx.status.note(f"{path} stays local-only: {problem}")
+            return False
+        content = data.decode("utf-8")
+        previous_sent = node.sent_sha
+        st.set_sent(node, sha)
+        try:
+            if node.memory_id is None:
+                memory = await ctx.client.create_memory(ctx.store_id, path, content)
+            else:
+                fields = {}
+                if sha != node.base_sha:
+                    fields["content"] = content
+                if path != node.base_path:
+                    fields["path"] = path
+                memory = await ctx.client.update_memory(
+                    ctx.store_id, node.memory_id, precondition_sha=node.base_sha, **fields)
+        except api_errors.PathConflictError as exc:
+            return await self._path_conflict(node, path, sha, previous_sent, exc)
+        except api_errors.PreconditionFailedError:
+            return await self._precondition_failed(node, sha, previous_sent)
+        except api_errors.NotFoundError:
+            if node.memory_id is None:
+                raise
+            # Deleted remotely meanwhile: the local file is the only copy.
+            ctx.status.note(f"{path} was deleted on the server but edited here; re-creating it")
+            st.forget_memory(node)
+            ctx.kick()
+            return False
+        except api_errors.REFUSED as exc:
+            if _store_full(exc):
+                ctx.status.note(f"{path} waits: the store holds its 2,000-memory maximum")
+                return False
+            st.set_refused(node, sha, exc.message)
+            ctx.status.note(f"the server refused {path}: {exc.message}; kept locally")
+            return False
+        self._adopt(node, memory)
+        return True
+
+    def _adopt(self, node: Node, memory: Memory) -> None:
+        """The server holds memory for node; the node may have moved on meanwhile."""
+        st = self.state
+        if node.ino in st.nodes and st.nodes[node.ino] is node:
+            st.set_base(node, memory.id, memory.path, memory.content_sha256)
+            return
+        # Unlinked while the request was in flight: the memory must go too.
+        tomb = st.tombstones.get(memory.id)
+        node.memory_id, node.base_path = memory.id, memory.path
+        node.base_sha = memory.content_sha256
+        if tomb is None:
+            with st.transaction():
+                st._tombstone(node)
+        else:
+            tomb.base_path, tomb.base_sha = memory.path, memory.content_sha256
+            st.db.execute("UPDATE tombstones SET base_path=?, base_sha=? WHERE memory_id=?",
+                          (memory.path, memory.content_sha256, memory.id))
+
+    async def _path_conflict(self, node: Node, path: str, sha: str, previous_sent: str | None,
+                             exc: api_errors.PathConflictError) -> bool:
+        ctx, st = self.ctx, self.state
+        mid = exc.conflicting_memory_id
+        if not mid:
+            ctx.status.note(f"{path}: path conflict on the server ({exc.message}); will retry")
+            return False
+        if mid in st.tombstones or (mid in st.by_memory and st.by_memory[mid] != node.ino):
+            # One of our own memories is still in the way (a pending delete or a
+            # rename not pushed yet): try again on a later pass.
+            return False
+        if exc.conflicting_path != path:
+            ctx.status.note(f"{path}: the server has a memory at {exc.conflicting_path}, "
+                            "which overlaps this path; kept locally, will retry")
+            return False
+        try:
+            remote = await ctx.client.get_memory(ctx.store_id, mid, view="basic")
+        except api_errors.NotFoundError:
+            return False  # deleted since: the next pass creates again
+        if remote.content_sha256 in (sha, previous_sent) and node.memory_id is None:
+            self._adopt(node, remote)  # our own create whose response was lost
+            return remote.content_sha256 == sha
+        if node.memory_id is None:
+            await ctx.take_remote(node, remote, "another writer created the same path")
+            return False
+        ctx.status.note(f"cannot rename to {path}: another memory holds that path; will retry")
+        return False
+
+    async def _precondition_failed(self, node: Node, sha: str, previous_sent: str | None) -> bool:
+        ctx = self.ctx
+        assert node.memory_id is not None
+        try:
+            remote = await ctx.client.get_memory(ctx.store_id, node.memory_id, view="basic")
+        except api_errors.NotFoundError:
+            self.state.forget_memory(node)
+            ctx.kick()
+            return False
+        if remote.content_sha256 in (sha, previous_sent):
+            self._adopt(node, remote)  # our earlier write landed unheard
+            ctx.kick()
+            return remote.content_sha256 == sha
+        await ctx.take_remote(node, remote, "changed on the server and here at the same time")
+        return False
+
+    # -- deletes ------------------------------------------------------------------------------
+
+    async def _push_deletes(self, *, flush: bool) -> int:
+        ctx, st = self.ctx, self.state
+        mode = ctx.options.deletes
+        if mode == "disabled" or not st.tombstones:
+            return 0
+        now = time.time()
+        due = sorted((t for t in st.tombstones.values()
+                      if flush or t.deleted_at + ctx.options.delete_delay <= now),
+                     key=lambda t: t.deleted_at)
+        cap = delete_cap(len(st.by_memory) + len(st.tombstones))
+        if len(due) > cap:
+            log.info("delete cap reached: sending %d deletes, holding %d for later passes",
+                     cap, len(due) - cap)
+        sent = 0
+        for tomb in due[:cap]:
+            if tomb.memory_id in st.by_memory:  # revived meanwhile
+                st.drop_tombstone(tomb.memory_id)
+                continue
+            if mode == "log-only":
+                log.info("log-only: would delete %s (%s)", tomb.memory_id, tomb.base_path)
+                continue
+            try:
+                await ctx.client.delete_memory(ctx.store_id, tomb.memory_id,
+                                               expected_sha=tomb.base_sha or None)
+            except api_errors.NotFoundError:
+                pass  # already gone
+            except api_errors.ConflictError:
+                ctx.status.note(f"{tomb.base_path} was deleted here but changed on the server; "
+                                "restoring the server's version")
+                ctx.kick_reconcile()
+            else:
+                sent += 1
+            if tomb.memory_id in st.tombstones:
+                st.drop_tombstone(tomb.memory_id)
+        return sent
+
+
+def _store_full(exc: api_errors.APIError) -> bool:
+    msg = (exc.message or "").lower()
+    return "2,000" in msg or "2000" in msg or "maximum number of memories" in msg

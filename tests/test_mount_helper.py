@@ -1,0 +1,135 @@
+"""mount_helpers/mount.memfs: option parsing only (MEMFS_BIN points at a fake memfs; no mount)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HELPER = Path(__file__).resolve().parent.parent / "mount_helpers" / "mount.memfs"
+
+
+@pytest.fixture
+def fake_memfs(tmp_path: Path) -> Path:
+    """A stand-in for `memfs` that prints its argv (one per line) and the key-file variable."""
+    script = tmp_path / "fake-memfs"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import os, sys\n"
+        "for a in sys.argv[1:]:\n"
+        "    print(a)\n"
+        "print('KEYFILE=' + os.environ.get('ANTHROPIC_API_KEY_FILE', ''))\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def run(fake: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY_FILE"}
+    env["MEMFS_BIN"] = str(fake)
+    return subprocess.run(
+        ["sh", str(HELPER), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def argv_of(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[-1].startswith("KEYFILE=")
+    return lines[:-1]
+
+
+def test_helper_is_executable() -> None:
+    assert os.access(HELPER, os.X_OK)
+
+
+def test_plain_mount(fake_memfs: Path) -> None:
+    assert argv_of(run(fake_memfs, "memstore_01", "/mnt/x")) == ["mount", "memstore_01", "/mnt/x"]
+
+
+def test_ro_and_generic_options(fake_memfs: Path) -> None:
+    proc = run(fake_memfs, "memstore_01", "/mnt/x", "-o", "ro,noauto,user,defaults,_netdev,rw")
+    assert argv_of(proc) == ["mount", "memstore_01", "/mnt/x", "--read-only"]
+
+
+def test_value_options_pass_through(fake_memfs: Path) -> None:
+    proc = run(
+        fake_memfs,
+        "memstore_01",
+        "/mnt/my notes",
+        "-o",
+        "base_url=http://127.0.0.1:8765,cache_dir=/var/cache/it's here,poll_interval=2",
+        "-o",
+        "write_back_delay=0.5,delete_delay=5,no_prefetch,x-systemd.automount",
+    )
+    assert argv_of(proc) == [
+        "mount",
+        "memstore_01",
+        "/mnt/my notes",
+        "--base-url",
+        "http://127.0.0.1:8765",
+        "--cache-dir",
+        "/var/cache/it's here",
+        "--poll-interval",
+        "2",
+        "--write-back-delay",
+        "0.5",
+        "--delete-delay",
+        "5",
+        "--no-prefetch",
+    ]
+
+
+def test_mount8_calling_convention(fake_memfs: Path) -> None:
+    # mount(8) may pass -n/-v, -t TYPE and a glued -oOPTS.
+    proc = run(fake_memfs, "memstore_01", "/mnt/x", "-n", "-t", "memfs", "-oro")
+    assert argv_of(proc) == ["mount", "memstore_01", "/mnt/x", "--read-only"]
+
+
+def test_glob_characters_are_not_expanded(fake_memfs: Path, tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    proc = run(fake_memfs, "memstore_01", "/mnt/x", "-o", f"cache_dir={tmp_path}/*")
+    assert argv_of(proc)[-2:] == ["--cache-dir", f"{tmp_path}/*"]
+
+
+def test_api_key_file_goes_to_env_not_argv(fake_memfs: Path) -> None:
+    proc = run(fake_memfs, "memstore_01", "/mnt/x", "-o", "api_key_file=/etc/memfs/key")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["mount", "memstore_01", "/mnt/x", "KEYFILE=/etc/memfs/key"]
+
+
+def test_api_key_in_options_is_refused(fake_memfs: Path) -> None:
+    proc = run(fake_memfs, "memstore_01", "/mnt/x", "-o", "api_key=sk-secret")
+    assert proc.returncode != 0
+    assert proc.stdout == ""
+    assert "sk-secret" not in proc.stderr
+
+
+def test_unknown_option_fails_unless_sloppy(fake_memfs: Path) -> None:
+    proc = run(fake_memfs, "memstore_01", "/mnt/x", "-o", "bogus=1")
+    assert proc.returncode != 0
+    assert proc.stdout == ""
+    assert "bogus" in proc.stderr
+    proc = run(fake_memfs, "-s", "memstore_01", "/mnt/x", "-o", "bogus=1,ro")
+    assert argv_of(proc) == ["mount", "memstore_01", "/mnt/x", "--read-only"]
+
+
+def test_fake_mount_runs_nothing(fake_memfs: Path) -> None:
+    proc = run(fake_memfs, "-f", "memstore_01", "/mnt/x", "-o", "ro")
+    assert proc.returncode == 0
+    assert proc.stdout == ""
+    assert "--read-only" in proc.stderr
+
+
+def test_missing_arguments(fake_memfs: Path) -> None:
+    proc = run(fake_memfs, "memstore_01")
+    assert proc.returncode != 0
+    assert "usage" in proc.stderr
