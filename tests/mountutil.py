@@ -1,0 +1,198 @@
+"""Real mounts for tests: `memfs mount` as a user runs it, cleaned up even on failure.
+
+    m = mount_store(server, tmp_path, store_id, "--write-back-delay", "0.1")
+    (m.path / "a.md").write_text("hi")
+    m.wait_synced()           # until the daemon reports nothing pending
+    m.unmount()               # `memfs unmount`; returns its stdout
+
+Every mount is unmounted (`memfs unmount`, then `fusermount3 -u`, then `-uz`)
+and its daemon ended by pid in `cleanup()`; the `mounts` fixture in
+conftest-style use calls it for every mount a test made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+needs_fuse = pytest.mark.skipif(
+    not os.path.exists("/dev/fuse") or os.geteuid() != 0,
+    reason="real mounts need /dev/fuse and root",
+)
+
+
+def _mounted(path: pathlib.Path) -> bool:
+    real = str(path)
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == real for line in f)
+
+
+@dataclass
+class MountProc:
+    path: pathlib.Path
+    store_id: str
+    env: dict
+    args: tuple
+    pid: int | None = None
+    state_dir: pathlib.Path | None = None
+    outputs: list = field(default_factory=list)
+
+    def memfs(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "memfs", *args], env=self.env,
+                              capture_output=True, text=True, timeout=timeout)
+        self.outputs.append(proc)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"memfs {' '.join(args)} failed ({proc.returncode}):\n"
+                                 f"{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def mount(self) -> subprocess.CompletedProcess:
+        proc = self.memfs("mount", self.store_id, str(self.path), *self.args)
+        reg = self.registry()
+        self.pid, self.state_dir = int(reg["pid"]), pathlib.Path(reg["state_dir"])
+        return proc
+
+    def registry(self) -> dict:
+        reg_dir = pathlib.Path(self.env["XDG_CACHE_HOME"]) / "memfs" / "mounts"
+        for f in reg_dir.glob("*.json"):
+            info = json.loads(f.read_text())
+            if info["mountpoint"] == str(self.path):
+                return info
+        raise AssertionError(f"no registry entry for {self.path}")
+
+    def status(self) -> dict:
+        return json.loads(self.memfs("status", str(self.path), "--json").stdout)
+
+    def pending_total(self) -> int:
+        p = self.status()["pending"]
+        return sum(len(p[k]) for k in ("creates", "updates", "renames", "deletes"))
+
+    def wait_synced(self, timeout: float = 30.0, *, deletes: bool = True) -> None:
+        """Until nothing is pending (optionally ignoring deletes still in their delay)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            p = self.status()["pending"]
+            kinds = ("creates", "updates", "renames") + (("deletes",) if deletes else ())
+            if not any(p[k] for k in kinds):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"still pending after {timeout}s: {p}")
+            time.sleep(0.1)
+
+    def sync_now(self) -> None:
+        """Ask the daemon for an immediate reconcile pass (remote changes)."""
+        from memfs import control
+
+        assert self.state_dir is not None
+        reply = control.request(self.state_dir, {"cmd": "sync"}, timeout=30)
+        assert reply.get("ok"), reply
+
+    def unmount(self, *args: str) -> str:
+        out = self.memfs("unmount", str(self.path), *args).stdout
+        self._wait_pid()
+        return out
+
+    def kill9(self) -> None:
+        """Simulate a crash: SIGKILL the daemon, then clear the dead mount."""
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._wait_pid()
+        subprocess.run(["fusermount3", "-uz", str(self.path)], capture_output=True)
+
+    def _wait_pid(self, timeout: float = 20.0) -> None:
+        if not self.pid:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+
+    def cleanup(self) -> None:
+        if _mounted(self.path):
+            try:
+                self.memfs("unmount", str(self.path), "--timeout", "5", check=False, timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
+        for flags in ("-u", "-uz"):
+            if _mounted(self.path):
+                subprocess.run(["fusermount3", flags, str(self.path)], capture_output=True)
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._wait_pid()
+
+
+def mount_env(server, tmp_path: pathlib.Path) -> dict:
+    env = dict(os.environ)
+    env.update({
+        "ANTHROPIC_BASE_URL": server.base_url,
+        "XDG_CACHE_HOME": str(tmp_path / "xdg-cache"),
+        "XDG_DATA_HOME": str(tmp_path / "xdg-data"),
+        "MEMFS_LOG_LEVEL": "DEBUG",
+    })
+    if server.api_key:
+        env["ANTHROPIC_API_KEY"] = server.api_key
+    else:
+        env.pop("ANTHROPIC_API_KEY", None)
+    return env
+
+
+class Mounts:
+    """Makes mounts for one test and cleans every one of them up."""
+
+    def __init__(self, server, tmp_path: pathlib.Path) -> None:
+        self.server, self.tmp_path, self.made = server, tmp_path, []
+
+    def new_store(self, name: str = "test") -> str:
+        return self.server.sdk().beta.memory_stores.create(name=name).id
+
+    def mount(self, store_id: str, *args: str, name: str = "mnt",
+              defaults: bool = True) -> MountProc:
+        path = self.tmp_path / name
+        path.mkdir(exist_ok=True)
+        if defaults:
+            args = ("--write-back-delay", "0.1", "--poll-interval", "1",
+                    "--delete-delay", "1", *args)
+        m = MountProc(path, store_id, mount_env(self.server, self.tmp_path), args)
+        self.made.append(m)
+        m.mount()
+        return m
+
+    def cleanup(self) -> None:
+        for m in self.made:
+            m.cleanup()
+
+
+@pytest.fixture
+def mounts(server, tmp_path):
+    ms = Mounts(server, tmp_path)
+    try:
+        yield ms
+    finally:
+        ms.cleanup()
+
+
+def server_memories(server, store_id: str) -> dict[str, str]:
+    """{path: content} of every memory on the server, via the official SDK."""
+    client = server.sdk()
+    out = {}
+    for m in client.beta.memory_stores.memories.list(store_id, view="full", limit=20):
+        if m.type == "memory":
+            out[m.path] = m.content
+    return out
