@@ -21,6 +21,7 @@ Trio: a handler's state changes happen between its awaits; only `read` awaits
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import sqlite3
@@ -594,3 +595,27 @@ class Operations(pyfuse3.Operations):
     def is_open_dirty(self, ino: int) -> bool:
         of = self._open.get(ino)
         return bool(of and of.dirty)
+
+
+def _guarded(handler):
+    """pyfuse3 stops its main loop on any exception but FUSEError: one bad
+    request must cost that request an EIO, never the whole mount."""
+
+    @functools.wraps(handler)
+    async def wrapper(self, *args):
+        try:
+            return await handler(self, *args)
+        except pyfuse3.FUSEError:
+            raise
+        except Exception:
+            log.exception("%s%r failed", handler.__name__, args[:2])
+            raise _err(errno.EIO) from None
+
+    return wrapper
+
+
+for _name in ("lookup", "getattr", "setattr", "opendir", "readdir", "releasedir", "fsyncdir",
+              "statfs", "getxattr", "listxattr", "setxattr", "removexattr", "mkdir", "create",
+              "mknod", "symlink", "link", "readlink", "unlink", "rmdir", "rename", "open",
+              "read", "write", "flush", "fsync", "release", "access", "forget"):
+    setattr(Operations, _name, _guarded(getattr(Operations, _name)))

@@ -58,7 +58,12 @@ class Pusher:
                     await self.ctx.push_wakeup.wait()
                 self.ctx.push_wakeup = trio.Event()
                 continue
-            result = await self.push_pass()
+            try:
+                result = await self.push_pass()
+            except Exception as exc:  # a bug must not take the mount down
+                log.exception("push pass failed")
+                self.ctx.status.last_error = f"push: {type(exc).__name__}: {exc}"
+                result = PassResult()
             if result.offline is not None:
                 await trio.sleep(self.ctx.went_offline(result.offline))
             elif result.pushed == 0:
@@ -122,6 +127,8 @@ class Pusher:
                         result.offline = exc
                     except api_errors.AuthenticationError as exc:
                         result.offline = exc
+                    except api_errors.APIError as exc:  # 403, 422, ...: this file waits
+                        self.ctx.status.note(f"cannot push {node.name}: {exc}")
 
             async with trio.open_nursery() as nursery:
                 for node in due:

@@ -46,6 +46,10 @@ class Reconciler:
                 delay = self.ctx.options.poll_interval
             except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
                 delay = self.ctx.went_offline(exc)
+            except Exception as exc:  # a bug must not take the mount down
+                log.exception("reconcile pass failed")
+                self.ctx.status.last_error = f"reconcile: {type(exc).__name__}: {exc}"
+                delay = self.ctx.options.poll_interval
             with trio.move_on_after(delay):
                 await self.ctx.reconcile_wakeup.wait()
             self.ctx.reconcile_wakeup = trio.Event()
