@@ -20,6 +20,7 @@ from .api import errors as api_errors
 from .api.client import MemoryStoresClient
 from .api.config import ConfigError, resolve_config
 from .daemon import MountConfig, canonical_mountpoint, registry_dir, registry_file, state_dir_for
+from .state import DEFAULT_LOCAL_ONLY_PATTERNS
 from .status import offline_status
 from .sync.common import SyncOptions
 
@@ -90,8 +91,12 @@ def _preflight(mountpoint: str) -> None:
 @click.option("--no-prefetch", is_flag=True, help="Do not fill the cache in the background.")
 @click.option("--flush-timeout", type=click.FloatRange(0), default=30.0, show_default=True,
               help="Bound on the flush at unmount or SIGTERM.")
+@click.option("--local-only", "local_only", multiple=True, metavar="GLOB",
+              help="Another file-name pattern kept local-only, never uploaded (repeatable; "
+              "added to: " + " ".join(DEFAULT_LOCAL_ONLY_PATTERNS) + ").")
 def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, cache_dir,
-          write_back_delay, delete_delay, poll_interval, deletes, no_prefetch, flush_timeout):
+          write_back_delay, delete_delay, poll_interval, deletes, no_prefetch, flush_timeout,
+          local_only):
     """Mount STORE_ID at MOUNTPOINT; returns once the mount is live."""
     mountpoint = os.path.abspath(mountpoint)
     _preflight(mountpoint)
@@ -114,6 +119,7 @@ def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, c
                             poll_interval=poll_interval, deletes=deletes,
                             prefetch=not no_prefetch, read_only=read_only),
         flush_timeout=flush_timeout,
+        local_only_patterns=[*DEFAULT_LOCAL_ONLY_PATTERNS, *local_only],
     )
     if foreground:
         from .daemon import run

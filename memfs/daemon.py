@@ -32,7 +32,7 @@ from . import control
 from .api.client import MemoryStoresClient
 from .cache import BlobCache
 from .fs import Operations
-from .state import State
+from .state import DEFAULT_LOCAL_ONLY_PATTERNS, State
 from .sync.common import SyncContext, SyncOptions
 from .sync.pusher import Pusher
 from .sync.reconciler import Reconciler, prefetch
@@ -48,6 +48,8 @@ class MountConfig:
     state_dir: str
     options: SyncOptions = field(default_factory=SyncOptions)
     flush_timeout: float = 30.0
+    local_only_patterns: list[str] = field(
+        default_factory=lambda: list(DEFAULT_LOCAL_ONLY_PATTERNS))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -101,7 +103,8 @@ class Daemon:
     def __init__(self, cfg: MountConfig, api_key: str | None) -> None:
         self.cfg = cfg
         self.state_dir = Path(cfg.state_dir)
-        self.state = State(self.state_dir / "state.db")
+        self.state = State(self.state_dir / "state.db",
+                           local_only_patterns=cfg.local_only_patterns)
         self.cache = BlobCache(self.state_dir / "objects")
         self.client = MemoryStoresClient(cfg.base_url, api_key, max_retries=2, timeout=30.0)
         self.ctx = SyncContext(self.state, self.cache, self.client, cfg.store_id, cfg.options)
@@ -246,6 +249,7 @@ def run(cfg: MountConfig, *, foreground: bool, api_key: str | None,
         ready_fd: int | None = None) -> int:
     """Mount and serve until unmounted; returns the exit status."""
     state_dir = Path(cfg.state_dir)
+    os.umask(0o077)  # state.db-wal, blobs, logs: private (FUSE creates use the caller's umask)
     setup_logging(state_dir, foreground)
 
     def report(line: str) -> None:

@@ -190,3 +190,10 @@ def server(tmp_path: pathlib.Path) -> Iterator[ServerProc]:
         yield sp
     finally:
         sp.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that make real FUSE mounts carry the `mount` marker (-m 'not mount' skips them)."""
+    for item in items:
+        if "mounts" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.mount)
