@@ -36,11 +36,13 @@ from mountutil import MountProc, mount_env  # noqa: E402
 
 SOMEWORD = "zyzzogeton"  # present in a few files only: grep must read every byte of every file
 
-WORDS = (
-    "memory store agent session note file tree sync mount kernel cache page inode entry "
-    "attribute remote local server client request response latency budget reference folder "
-    "write read flush close open lookup getattr listing content sha prefix path directory"
-).split()
+WORDS = [
+    "memory", "store", "agent", "session", "note", "file", "tree", "sync", "mount", "kernel",
+    "cache", "page", "inode", "entry", "attribute", "remote", "local", "server", "client",
+    "request", "response", "latency", "budget", "reference", "folder", "write", "read", "flush",
+    "close", "open", "lookup", "getattr", "listing", "content", "sha", "prefix", "path",
+    "directory",
+]
 
 
 # -- arguments -------------------------------------------------------------------------------
@@ -182,10 +184,10 @@ def table(title: str, header: list[str], rows: Iterable[list[object]]) -> None:
     widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i])
               for i in range(len(header))]
     print(f"\n## {title}")
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for r in rows:
-        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
     sys.stdout.flush()
 
 
@@ -197,8 +199,8 @@ def ratio_line(name: str, a: float | None, b: float | None) -> None:
 
 def machine_line() -> str:
     cpu = "?"
-    with contextlib.suppress(OSError):
-        for line in open("/proc/cpuinfo"):
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
@@ -291,7 +293,7 @@ class CountingTransport:
     """An httpx async transport wrapper counting requests and body bytes (the SDK's client)."""
 
     def __new__(cls, stats: dict[str, int]):  # noqa: D102 - builds an httpx transport
-        import httpx
+        import httpx2 as httpx  # the SDK vendors httpx as httpx2
 
         class _Counting(httpx.AsyncHTTPTransport):
             async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -317,7 +319,7 @@ def new_stats() -> dict[str, int]:
 def async_sdk(server: ServerProc, stats: dict[str, int] | None = None):
     """AsyncAnthropic pointed at the server (optionally counting its traffic)."""
     import anthropic
-    import httpx
+    import httpx2 as httpx  # the SDK vendors httpx as httpx2
 
     kw: dict = {}
     if stats is not None:

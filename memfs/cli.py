@@ -164,3 +164,10 @@ from memfs.cli_mount import mount, status, stores, unmount  # noqa: E402
 
 for _command in (mount, unmount, status, stores):
     main.add_command(_command)
+
+# --------------------------------------------------------------------------
+# conflicts: list / restore / discard preserved local versions (memfs/cli_conflicts.py)
+
+from memfs.cli_conflicts import conflicts  # noqa: E402
+
+main.add_command(conflicts)

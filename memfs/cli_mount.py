@@ -21,7 +21,7 @@ from .api.client import MemoryStoresClient
 from .api.config import ConfigError, resolve_config
 from .daemon import MountConfig, canonical_mountpoint, registry_dir, registry_file, state_dir_for
 from .state import DEFAULT_LOCAL_ONLY_PATTERNS
-from .status import offline_status
+from .status import locate, offline_status
 from .sync.common import SyncOptions
 
 
@@ -184,7 +184,15 @@ def _pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except OSError as exc:
         return exc.errno == errno.EPERM
-    return True
+    # The daemon is reparented to init when `memfs mount` returns; a zombie
+    # waiting for a slow (or non-reaping, in containers) init has exited.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        return True
 
 
 @click.command()
@@ -232,10 +240,12 @@ def unmount(mountpoint, timeout):
 
 
 def mount_status(mountpoint: str) -> dict:
-    info = _registry(mountpoint)
-    if info is None:
+    found = locate(mountpoint)  # the registry, else the state.db last mounted there
+    if found is None:
         raise click.ClickException(f"{mountpoint} is not a memfs mount")
-    state_dir = Path(info["state_dir"])
+    state_dir, info = found
+    if info is None:
+        return offline_status(state_dir)
     try:
         reply = control.request(state_dir, {"cmd": "status"})
         return reply["status"]
@@ -283,6 +293,8 @@ def format_status(s: dict) -> str:
             lines.append(f"  {kind.replace('_', '-')}: {item['path']}: {item['reason']}")
     conflicts = s.get("conflicts", [])
     lines.append(f"  conflicts: {len(conflicts)}" + (" (memfs conflicts)" if conflicts else ""))
+    for c in conflicts:
+        lines.append(f"    #{c['id']} {c['path']}: {c['reason']}")
     if s.get("last_error"):
         lines.append(f"  last error: {s['last_error']}")
     return "\n".join(lines)

@@ -29,6 +29,7 @@ import pyfuse3
 import trio
 
 from . import control
+from .api import errors as api_errors
 from .api.client import MemoryStoresClient
 from .cache import BlobCache
 from .fs import Operations
@@ -112,6 +113,9 @@ class Daemon:
                               fetch=self.ctx.fetch, kick=self.ctx.kick,
                               invalidate=self.ctx.invalidate)
         self.ctx.fs = self.ops
+        removed = self.cache.gc(self.state.referenced_shas())
+        if removed:
+            log.info("cache: removed %d unreferenced blobs", removed)
         self.pusher = Pusher(self.ctx)
         self.reconciler = Reconciler(self.ctx)
         self.shutdown_requested = trio.Event()
@@ -122,6 +126,7 @@ class Daemon:
         self.state.set_meta("store_id", cfg.store_id)
         self.state.set_meta("base_url", cfg.base_url)
         self.state.set_meta("mountpoint", cfg.mountpoint)
+        self.state.set_meta("options", json.dumps(asdict(cfg.options)))  # for offline status
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -145,6 +150,8 @@ class Daemon:
             nursery.start_soon(self.reconciler.run)
             if self.cfg.options.prefetch:
                 nursery.start_soon(self._prefetch)
+            if self.state.get_meta("last_sync_at") is None:
+                await self._first_listing()
             on_ready()
             async with trio.open_nursery() as waiter:
                 async def wait_for(event: trio.Event) -> None:
@@ -165,6 +172,16 @@ class Daemon:
                 await self.fuse_done.wait()
             nursery.cancel_scope.cancel()
         self.unmounted_outside = unmounted_outside
+
+    async def _first_listing(self, timeout: float = 20.0) -> None:
+        """A store never listed in this state dir: have its tree in place before
+        `memfs mount` returns, so `mount && cat` works (bounded; on failure the
+        reconciler's loop keeps trying and the mount starts empty)."""
+        with trio.move_on_after(timeout):
+            try:
+                await self.reconciler.reconcile_pass()
+            except Exception as exc:
+                log.info("first listing failed: %s", exc)
 
     async def _fuse_main(self) -> None:
         try:
@@ -213,14 +230,36 @@ class Daemon:
             result = await self.pusher.flush(float(req.get("timeout", 30)))
             return {"ok": True, "pushed": result.pushed, "left": result.left}
         if cmd == "sync":
-            await self.reconciler.reconcile_pass()
+            try:
+                await self.reconciler.reconcile_pass()
+            except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
+                self.ctx.went_offline(exc)
+                return {"ok": False, "offline": True, "error": self.ctx.status.offline_reason}
             return {"ok": True}
+        if cmd in ("conflicts", "conflict_restore", "conflict_discard"):
+            return self._conflict_command(cmd, req)
         if cmd == "unmount":
             self.cfg.flush_timeout = float(req.get("timeout", self.cfg.flush_timeout))
             self.shutdown_requested.set()
             await self.flush_done.wait()
             return {"ok": True, **(self.flush_result or {})}
         return {"ok": False, "error": f"unknown command {cmd!r}"}
+
+    def _conflict_command(self, cmd: str, req: dict) -> dict:
+        from . import conflicts
+
+        try:
+            if cmd == "conflicts":
+                return {"ok": True, "conflicts": conflicts.describe(self.state, self.cache)}
+            cid = int(req["id"])
+            if cmd == "conflict_discard":
+                return {"ok": True, **conflicts.discard(self.state, cid)}
+            done = conflicts.restore(self.state, self.cache, cid, ops=self.ops,
+                                     invalidate=self.ctx.invalidate)
+            self.ctx.kick()
+            return {"ok": True, **done}
+        except conflicts.ConflictError as exc:
+            return {"ok": False, "error": str(exc)}
 
     def status(self) -> dict:
         from .status import daemon_status  # local import: status is CLI-side too

@@ -325,11 +325,17 @@ class Operations(pyfuse3.Operations):
         if node.refused_sha is not None and node.refused_sha == node.sha:
             return node.refused_reason
         if self.read_only and self.state.is_dirty(node):
+            if node.memory_id is None:
+                return ("read-only mount: not on the server (deleted there, or never "
+                        "pushed); kept here, unsynced")
             return "read-only mount: local changes are never pushed"
         return None
 
     async def getxattr(self, inode, name, ctx):
-        value = self._xattr_values(self._node(inode)).get(name)
+        node = self._node(inode)
+        if not name.startswith(b"user.memfs."):  # ls -l asks security.*/system.* per file
+            raise _err(pyfuse3.ENOATTR)
+        value = self._xattr_values(node).get(name)
         if value is None:
             raise _err(pyfuse3.ENOATTR)
         return value.encode("utf-8")
@@ -595,6 +601,13 @@ class Operations(pyfuse3.Operations):
     def is_open_dirty(self, ino: int) -> bool:
         of = self._open.get(ino)
         return bool(of and of.dirty)
+
+    def drop_clean_buffer(self, ino: int) -> None:
+        """The node's content changed under an open, clean file (a remote change, a
+        restored conflict): forget the buffer so reads see the new content."""
+        of = self._open.get(ino)
+        if of is not None and not of.dirty:
+            of.data = None
 
 
 def _guarded(handler):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
+import re
 import sqlite3
 import stat
 import time
@@ -158,6 +159,10 @@ class State:
         self.nodes: dict[int, Node] = {}
         self.tombstones: dict[str, Tombstone] = {}
         self.by_memory: dict[str, int] = {}
+        self.conflicted: dict[str, int] = {}  # memory_id -> unresolved conflict rows
+        # Called with (parent_ino, name) for every directory prune() removes, so the
+        # daemon can drop the kernel's cached entry (set by the SyncContext).
+        self.on_pruned = None
         self._load()
 
     # -- loading and persistence ------------------------------------------
@@ -190,6 +195,8 @@ class State:
             "SELECT memory_id, base_path, base_sha, deleted_at FROM tombstones"
         ):
             self.tombstones[mid] = Tombstone(mid, bpath, bsha, dat)
+        for (mid,) in self.db.execute("SELECT memory_id FROM conflicts WHERE memory_id NOT NULL"):
+            self.conflicted[mid] = self.conflicted.get(mid, 0) + 1
         self._next_ino = max(self.nodes) + 1
 
     class _Txn:
@@ -273,7 +280,14 @@ class State:
 
     def is_local_only_name(self, node: Node) -> bool:
         """Editor/tool temp files, matched by name anywhere in the tree."""
-        return any(fnmatch.fnmatchcase(node.name, p) for p in self.local_only_patterns)
+        # Same as fnmatchcase over every pattern, as one compiled regex: this runs for every
+        # file in every pusher scan (perf: a scan per kick made `cp -r` quadratic-ish).
+        pats = self.local_only_patterns
+        cached = self.__dict__.get("_local_only_rx")
+        if cached is None or cached[0] != pats:
+            rx = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in pats) or "(?!)")
+            cached = self._local_only_rx = (pats, rx)
+        return cached[1].match(node.name) is not None
 
     def sync_state(self, node: Node) -> str:
         """One word for `user.memfs.state` and status: where this file stands."""
@@ -283,6 +297,8 @@ class State:
             return "local-only"
         if node.refused_sha is not None and node.refused_sha == node.sha:
             return "refused"
+        if node.memory_id is not None and node.memory_id in self.conflicted:
+            return "conflict"
         if self.is_dirty(node):
             return "pending"
         return "synced"
@@ -523,6 +539,8 @@ class State:
             with self.transaction():
                 self.db.execute("DELETE FROM nodes WHERE ino=?", (directory.ino,))
             gone.append((parent.ino, directory.name))
+            if self.on_pruned is not None:
+                self.on_pruned(parent.ino, directory.name)
             directory = parent
         return gone
 
@@ -533,7 +551,23 @@ class State:
             " VALUES (?, ?, ?, ?, ?, ?)",
             (path, memory_id, local_sha, remote_sha, reason, time.time()),
         )
+        if memory_id:
+            self.conflicted[memory_id] = self.conflicted.get(memory_id, 0) + 1
         return int(cur.lastrowid)
+
+    def get_conflict(self, cid: int) -> dict | None:
+        return next((c for c in self.conflicts() if c["id"] == cid), None)
+
+    def remove_conflict(self, cid: int) -> None:
+        row = self.get_conflict(cid)
+        if row is None:
+            return
+        self.db.execute("DELETE FROM conflicts WHERE id=?", (cid,))
+        mid = row["memory_id"]
+        if mid and mid in self.conflicted:
+            self.conflicted[mid] -= 1
+            if self.conflicted[mid] <= 0:
+                del self.conflicted[mid]
 
     def conflicts(self) -> list[dict]:
         cols = ("id", "path", "memory_id", "local_sha", "remote_sha", "reason", "created_at")
@@ -542,7 +576,8 @@ class State:
 
     def referenced_shas(self) -> set[str]:
         shas = {n.sha for n in self.files() if n.sha}
-        shas.update(r[0] for r in self.db.execute("SELECT local_sha FROM conflicts"))
+        for local, remote in self.db.execute("SELECT local_sha, remote_sha FROM conflicts"):
+            shas.update(s for s in (local, remote) if s)
         return shas
 
 

@@ -2,19 +2,57 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .state import State
 
+STATE_DB = "state.db"
+
+
+def locate(mountpoint: str) -> tuple[Path, dict | None] | None:
+    """(state_dir, registry entry or None) for a mountpoint, daemon running or not.
+
+    A running daemon is found through the mount registry; without one, the
+    state directories under the cache root are searched for the state.db that
+    was last mounted there."""
+    from .daemon import cache_root, canonical_mountpoint, registry_file
+
+    try:
+        info = json.loads(registry_file(mountpoint).read_text())
+        return Path(info["state_dir"]), info
+    except (OSError, ValueError, KeyError):
+        pass
+    real = canonical_mountpoint(mountpoint)
+    best: tuple[float, Path] | None = None
+    for db in cache_root().glob(f"*/*/{STATE_DB}"):
+        try:
+            conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            try:
+                row = conn.execute("SELECT value FROM meta WHERE key='mountpoint'").fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            continue
+        if row and row[0] and canonical_mountpoint(row[0]) == real:
+            mtime = db.stat().st_mtime
+            if best is None or mtime > best[0]:
+                best = (mtime, db.parent)
+    return None if best is None else (best[1], None)
+
 if TYPE_CHECKING:
     from .daemon import Daemon
 
 
 def pending(state: State, *, delete_delay: float | None = None,
-            read_only: bool = False) -> dict:
-    """Pending creates/updates/renames/deletes, refused and local-only files."""
+            read_only: bool = False, write_back_delay: float | None = None) -> dict:
+    """Pending creates/updates/renames/deletes, refused and local-only files.
+
+    On a read-only mount nothing is ever pushed: a file edited here (or kept
+    after the server deleted it) is listed as local-only, with the reason."""
     creates, updates, renames, refused, local_only = [], [], [], [], []
     for node in state.files():
         path = state.path_of(node)
@@ -26,13 +64,23 @@ def pending(state: State, *, delete_delay: float | None = None,
             continue
         if not state.is_dirty(node):
             continue
+        if read_only:
+            why = ("not on the server (deleted there, or never pushed)"
+                   if node.memory_id is None else "edited here")
+            local_only.append({"path": path, "memory_id": node.memory_id,
+                               "reason": f"read-only mount: {why}; kept here, unsynced"})
+            continue
+        due = {}
+        if write_back_delay is not None:
+            due["due_at"] = (node.changed_at or 0) + write_back_delay
         if node.memory_id is None:
-            creates.append({"path": path})
+            creates.append({"path": path, **due})
             continue
         if node.sha != node.base_sha:
-            updates.append({"path": path, "memory_id": node.memory_id})
+            updates.append({"path": path, "memory_id": node.memory_id, **due})
         if path != node.base_path:
-            renames.append({"from": node.base_path, "to": path, "memory_id": node.memory_id})
+            renames.append({"from": node.base_path, "to": path, "memory_id": node.memory_id,
+                            **due})
     deletes = []
     for t in state.tombstones.values():
         item = {"path": t.base_path, "memory_id": t.memory_id, "deleted_at": t.deleted_at}
@@ -62,7 +110,8 @@ def daemon_status(daemon: Daemon) -> dict:
         "last_error": s.last_error,
         "warnings": s.warnings[-10:],
         "pending": pending(daemon.state, delete_delay=cfg.options.delete_delay,
-                           read_only=cfg.options.read_only),
+                           read_only=cfg.options.read_only,
+                           write_back_delay=cfg.options.write_back_delay),
         "conflicts": daemon.state.conflicts(),
         "uptime_seconds": time.time() - daemon.started_at,
     }
@@ -73,15 +122,27 @@ def offline_status(state_dir: Path) -> dict:
     state = State(state_dir / "state.db")
     try:
         last = state.get_meta("last_sync_at")
+        took = state.get_meta("last_sync_seconds")
+        try:
+            options = json.loads(state.get_meta("options") or "{}")
+        except ValueError:
+            options = {}
+        read_only = bool(options.get("read_only", False))
         return {
             "running": False,
             "mountpoint": state.get_meta("mountpoint"),
             "store_id": state.get_meta("store_id"),
             "server": state.get_meta("base_url"),
+            "read_only": read_only,
             "online": None,
+            "offline_reason": "no daemon is running for this mount",
             "last_sync_at": float(last) if last else None,
-            "pending": pending(state),
+            "last_sync_seconds": float(took) if took else None,
+            "last_error": state.get_meta("last_error"),
+            "pending": pending(state, delete_delay=options.get("delete_delay"),
+                               read_only=read_only),
             "conflicts": state.conflicts(),
+            "state_dir": str(state_dir),
         }
     finally:
         state.close()

@@ -192,6 +192,9 @@ def server(tmp_path: pathlib.Path) -> Iterator[ServerProc]:
         sp.stop()
 
 
+from mountutil import mounts  # noqa: E402,F401 - the real-mount fixture, for every module
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests that make real FUSE mounts carry the `mount` marker (-m 'not mount' skips them)."""
     for item in items:

@@ -45,7 +45,8 @@ class MountProc:
     state_dir: pathlib.Path | None = None
     outputs: list = field(default_factory=list)
 
-    def memfs(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    def memfs(self, *args: str, check: bool = True,
+              timeout: float = 120) -> subprocess.CompletedProcess:
         proc = subprocess.run([sys.executable, "-m", "memfs", *args], env=self.env,
                               capture_output=True, text=True, timeout=timeout)
         self.outputs.append(proc)
@@ -119,6 +120,12 @@ class MountProc:
                 os.kill(self.pid, 0)
             except ProcessLookupError:
                 return
+            try:  # a zombie waiting for init to reap it has exited
+                with open(f"/proc/{self.pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        return
+            except (OSError, IndexError):
+                pass
             time.sleep(0.05)
 
     def cleanup(self) -> None:

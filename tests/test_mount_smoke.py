@@ -1,6 +1,6 @@
 """The shortest real-mount round trip: write through the mount, see it on the server."""
 
-from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
+from mountutil import needs_fuse, server_memories
 
 pytestmark = needs_fuse
 

@@ -81,10 +81,14 @@ class SyncContext:
         self.sync_lock = trio.Lock()
         self.push_wakeup = trio.Event()
         self.reconcile_wakeup = trio.Event()
-        self.backoff = Backoff()
+        # Offline, probe no less often than a few poll intervals (60 s at most).
+        self.backoff = Backoff(cap=min(60.0, max(10.0, 4 * options.poll_interval)))
         self.fs = None  # the Operations, set by the daemon (open-file checks)
         self._invalidations: list[tuple] = []
         self.invalidation_ready = trio.Event()
+        self.online_wakeup = trio.Event()  # set (and renewed) when we come back online
+        # Directories emptied by remote changes vanish: the kernel's entry must too.
+        state.on_pruned = lambda parent, name: self.invalidate(("entry", parent, name))
 
     # -- wakeups -------------------------------------------------------------------
 
@@ -117,12 +121,16 @@ class SyncContext:
         self.status.online = False
         self.status.offline_reason = reason
         self.status.last_error = reason
+        self.state.set_meta("last_error", reason)  # for `memfs status` without a daemon
         retry_after = getattr(exc, "retry_after", None)
         return self.backoff.next_delay(retry_after)
 
     def came_online(self) -> None:
         if not self.status.online:
             log.info("back online")
+            # Wake the pusher from its offline backoff: journaled changes go out now.
+            self.online_wakeup.set()
+            self.online_wakeup = trio.Event()
         self.status.online = True
         self.status.offline_reason = None
         self.status.offline_since = None
@@ -153,7 +161,9 @@ class SyncContext:
         data = (full.content or "").encode("utf-8")
         sha = self.cache.put(data)
         path = self.state.path_of(node) if node.ino in self.state.nodes else full.path
-        if node.sha and node.sha != sha:
+        # Only local *content* can lose: a file that was merely renamed here (its
+        # sha still the base) takes the server's content with no conflict.
+        if node.sha and node.sha != sha and node.sha != node.base_sha:
             cid = self.state.add_conflict(path, memory.id, node.sha, sha, reason)
             self.status.note(f"conflict #{cid} at {path}: {reason}; the server's version is in "
                              f"the tree, yours is kept (memfs conflicts)")
@@ -161,10 +171,12 @@ class SyncContext:
             node.sha, node.size = sha, len(data)
             node.mtime_ns = node.ctime_ns = time.time_ns()
             self.state.set_base(node, full.id, full.path, sha)
+            if self.fs is not None:
+                self.fs.drop_clean_buffer(node.ino)
             self.invalidate(("inode", node.ino))
 
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, api_errors.APIError):
-        return f"{type(exc).__name__}: {exc.message}"
+        return f"{type(exc).__name__}: {exc}"  # the message, then (HTTP status, type)
     return f"{type(exc).__name__}: {exc}"

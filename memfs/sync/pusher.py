@@ -37,6 +37,10 @@ class PassResult:
     offline: BaseException | None = None
 
 
+#: Where a memory waits on the server while a cycle of renames (a swap) goes out.
+PARK_DIR = "/.memfs-moving"
+
+
 def delete_cap(known: int) -> int:
     return max(8, min(50, known // 4))
 
@@ -65,7 +69,10 @@ class Pusher:
                 self.ctx.status.last_error = f"push: {type(exc).__name__}: {exc}"
                 result = PassResult()
             if result.offline is not None:
-                await trio.sleep(self.ctx.went_offline(result.offline))
+                # Back off (jitter, retry-after), but go as soon as the reconciler
+                # finds the server again.
+                with trio.move_on_after(self.ctx.went_offline(result.offline)):
+                    await self.ctx.online_wakeup.wait()
             elif result.pushed == 0:
                 with trio.move_on_after(idle_retry):
                     await self.ctx.push_wakeup.wait()
@@ -130,14 +137,15 @@ class Pusher:
                     except api_errors.APIError as exc:  # 403, 422, ...: this file waits
                         self.ctx.status.note(f"cannot push {node.name}: {exc}")
 
+            # Due deletes first: they free paths (and store slots, at the 2,000
+            # cap) that this pass's creates and renames may need.
+            try:
+                result.pushed += await self._push_deletes(flush=flush)
+            except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
+                result.offline = exc
             async with trio.open_nursery() as nursery:
                 for node in due:
                     nursery.start_soon(one, node)
-            if result.offline is None:
-                try:
-                    result.pushed += await self._push_deletes(flush=flush)
-                except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
-                    result.offline = exc
             if result.offline is None and (due or result.pushed):
                 self.ctx.came_online()
                 self.ctx.status.last_push_at = time.time()
@@ -172,10 +180,13 @@ class Pusher:
         if node.refused_sha == sha:
             return False
         data = ctx.cache.get(sha)
-        if data is None:
+        # A pure rename (content still the base) needs no content: a file never
+        # read (no prefetch, or offline since the mount) can still be moved.
+        rename_only = node.memory_id is not None and sha == node.base_sha
+        if data is None and not rename_only:
             ctx.status.note(f"content of {path} is missing from the cache; cannot push it")
             return False
-        problem = paths.content_error(data)
+        problem = paths.content_error(data) if data is not None else None
         if problem is None:
             try:
                 paths.validate_path(path)
@@ -185,7 +196,7 @@ class Pusher:
             st.set_refused(node, sha, problem)
             ctx.status.note(f"{path} stays local-only: {problem}")
             return False
-        content = data.decode("utf-8")
+        content = data.decode("utf-8") if data is not None else None
         previous_sent = node.sent_sha
         st.set_sent(node, sha)
         try:
@@ -246,9 +257,18 @@ class Pusher:
         if not mid:
             ctx.status.note(f"{path}: path conflict on the server ({exc.message}); will retry")
             return False
-        if mid in st.tombstones or (mid in st.by_memory and st.by_memory[mid] != node.ino):
-            # One of our own memories is still in the way (a pending delete or a
-            # rename not pushed yet): try again on a later pass.
+        if mid in st.tombstones:
+            # One of our own deleted files still holds the path: a local file now
+            # stands there, so its delete is safe to send before the delay is out.
+            if await self._delete_early(st.tombstones[mid], path):
+                return await self._push_node(node)
+            return False
+        if mid in st.by_memory and st.by_memory[mid] != node.ino:
+            # Another of our files holds the path on the server (a rename not
+            # pushed yet): it moves first; a cycle (a swap) is broken by parking.
+            blocker = st.nodes[st.by_memory[mid]]
+            if node.memory_id is not None and self._in_rename_cycle(node, blocker):
+                await self._park(node)
             return False
         if exc.conflicting_path != path:
             ctx.status.note(f"{path}: the server has a memory at {exc.conflicting_path}, "
@@ -266,6 +286,64 @@ class Pusher:
             return False
         ctx.status.note(f"cannot rename to {path}: another memory holds that path; will retry")
         return False
+
+    async def _delete_early(self, tomb, path: str) -> bool:
+        """Send one tombstone's delete now because `path` needs its place; True when
+        the place is free (deleted, or already gone)."""
+        ctx, st = self.ctx, self.state
+        if tomb.memory_id in st.by_memory or tomb.memory_id not in st.tombstones:
+            return False  # revived or settled meanwhile: the next pass sees it
+        if ctx.options.deletes != "enabled":
+            ctx.status.note(f"{path} waits: the server still holds {tomb.base_path} (deleted "
+                            f"here) and deletes are {ctx.options.deletes}")
+            return False
+        try:
+            await ctx.client.delete_memory(ctx.store_id, tomb.memory_id,
+                                           expected_sha=tomb.base_sha or None)
+        except api_errors.NotFoundError:
+            pass  # already gone
+        except api_errors.ConflictError:
+            ctx.status.note(f"{tomb.base_path} was deleted here but changed on the server; "
+                            "restoring the server's version")
+            st.drop_tombstone(tomb.memory_id)
+            ctx.kick_reconcile()
+            return False
+        log.info("deleted %s (%s) early: %s needs its place", tomb.memory_id, tomb.base_path,
+                 path)
+        if tomb.memory_id in st.tombstones:
+            st.drop_tombstone(tomb.memory_id)
+        return True
+
+    def _in_rename_cycle(self, node: Node, blocker: Node) -> bool:
+        """Whether blocker's pending move is (transitively) blocked by node itself."""
+        st = self.state
+        by_base = {n.base_path: n for n in st.files() if n.memory_id and n.base_path}
+        seen: set[int] = set()
+        cur: Node | None = blocker
+        while cur is not None and cur.ino not in seen:
+            if cur is node:
+                return True
+            seen.add(cur.ino)
+            want = st.path_of(cur) if cur.ino in st.nodes else None
+            if want is None or want == cur.base_path:
+                return False
+            cur = by_base.get(want)
+        return False
+
+    async def _park(self, node: Node) -> None:
+        """Break a rename cycle (a swap: a→b, b→a): move node's memory out of the way
+        to a private path; its real rename goes out on the next pass."""
+        ctx = self.ctx
+        assert node.memory_id is not None
+        park = f"{PARK_DIR}/{node.memory_id}"
+        try:
+            memory = await ctx.client.update_memory(
+                ctx.store_id, node.memory_id, precondition_sha=node.base_sha, path=park)
+        except (api_errors.ConflictError, api_errors.NotFoundError, *api_errors.REFUSED):
+            return  # the next pass meets the real cause through the normal path
+        log.info("rename cycle: parked %s at %s", node.memory_id, park)
+        self._adopt(node, memory)
+        ctx.kick()
 
     async def _precondition_failed(self, node: Node, sha: str, previous_sent: str | None) -> bool:
         ctx = self.ctx

@@ -46,6 +46,12 @@ class Reconciler:
                 delay = self.ctx.options.poll_interval
             except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
                 delay = self.ctx.went_offline(exc)
+            except api_errors.APIError as exc:
+                # 403, 404 (store gone), a malformed page...: not "offline", but no
+                # reason to take the mount down either. Report it and try again later.
+                self.ctx.status.last_error = f"listing failed: {type(exc).__name__}: {exc}"
+                self.ctx.status.note(self.ctx.status.last_error)
+                delay = max(self.ctx.options.poll_interval, 5.0)
             except Exception as exc:  # a bug must not take the mount down
                 log.exception("reconcile pass failed")
                 self.ctx.status.last_error = f"reconcile: {type(exc).__name__}: {exc}"
@@ -68,6 +74,7 @@ class Reconciler:
             ctx.status.last_sync_at = time.time()
             ctx.status.last_sync_seconds = ctx.status.last_sync_at - started
             self.state.set_meta("last_sync_at", str(ctx.status.last_sync_at))
+            self.state.set_meta("last_sync_seconds", str(ctx.status.last_sync_seconds))
         ctx.kick()  # re-created or revived files may now be pushable
 
     async def _apply(self, remote: list[Memory]) -> None:
@@ -124,23 +131,32 @@ class Reconciler:
         path_changed = m.path != node.base_path
         if not content_changed and not path_changed:
             return
+        # Whether the file was renamed here is judged against the base path as it
+        # was before this memory's row is applied (take_remote moves the base).
+        renamed_here = st.path_of(node) != node.base_path
         if content_changed:
+            if ctx.fs is not None and ctx.fs.is_open_dirty(node.ino):
+                # A writer holds unsaved data: settle once it closes (its push then
+                # meets the precondition and becomes a proper conflict if need be).
+                return
             if node.sha == m.content_sha256 or node.sent_sha == m.content_sha256:
                 node.base_sha = m.content_sha256  # our own write, response unheard
                 if node.sent_sha == m.content_sha256:
                     node.sent_sha = None
                 st.save(node)
-            elif node.sha == node.base_sha and not (ctx.fs and ctx.fs.is_open_dirty(node.ino)):
+            elif node.sha == node.base_sha:
                 node.sha, node.size = m.content_sha256, m.content_size_bytes
                 node.base_sha = m.content_sha256
                 node.mtime_ns = node.ctime_ns = time.time_ns()
                 st.save(node)
+                if ctx.fs is not None:
+                    ctx.fs.drop_clean_buffer(node.ino)
                 ctx.invalidate(("inode", node.ino))
             else:
                 await ctx.take_remote(node, m, "changed on the server and here at the same time")
-        if path_changed:
+        if path_changed and node.ino in st.nodes:
             local_path = st.path_of(node)
-            if local_path == node.base_path:  # not renamed here: follow the server
+            if not renamed_here and local_path != m.path:  # follow the server
                 old_parent, old_name = node.parent, node.name
                 if st.move_to(node, m.path):
                     ctx.invalidate(("entry", old_parent, old_name))
@@ -156,7 +172,8 @@ class Reconciler:
     def _deleted_remotely(self, node: Node) -> None:
         st, ctx = self.state, self.ctx
         path = st.path_of(node)
-        dirty = node.sha != node.base_sha or (ctx.fs is not None and ctx.fs.is_open_dirty(node.ino))
+        # Dirty includes a local rename: the file at its new path is kept too.
+        dirty = st.is_dirty(node) or (ctx.fs is not None and ctx.fs.is_open_dirty(node.ino))
         if dirty:
             if ctx.options.read_only:
                 ctx.status.note(f"{path} was deleted on the server but edited here; kept "

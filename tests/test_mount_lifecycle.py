@@ -1,0 +1,239 @@
+"""Mount lifecycle through a real mount: crash, offline, flush on every way out, failures.
+
+kill -9 after fsync'd writes, restart with the server down, `memfs unmount`
+with the server down, `fusermount3 -u` and SIGTERM flushing, and mounts that
+must fail fast with a clear message.
+"""
+
+# ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from mountutil import _mounted, mount_env, mounts, needs_fuse, server_memories  # noqa: F401
+
+pytestmark = needs_fuse
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def write_fsync(path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- kill -9 -------------------------------------------------------------------------------
+
+
+def test_kill9_after_fsync_then_remount(mounts, server):
+    store = mounts.new_store()
+    c = server.sdk().beta.memory_stores.memories
+    existing = c.create(store, path="/keep/old.md", content="old\n")
+    # Nothing can be pushed before the kill: only state.db + blobs carry the writes.
+    m = mounts.mount(store, "--write-back-delay", "30")
+    assert (m.path / "keep" / "old.md").read_text() == "old\n"
+    files = {f"/crash/f{i}.md": f"fsynced {i}\n" for i in range(10)}
+    (m.path / "crash").mkdir()
+    for path, text in files.items():
+        write_fsync(str(m.path) + path, text)
+    write_fsync(m.path / "keep" / "old.md", "old, edited\n")
+    os.rename(m.path / "crash" / "f9.md", m.path / "crash" / "renamed.md")
+    files["/crash/renamed.md"] = files.pop("/crash/f9.md")
+    m.kill9()
+    assert not _mounted(m.path)
+    assert server_memories(server, store) == {"/keep/old.md": "old\n"}
+
+    m2 = mounts.mount(store, "--write-back-delay", "30")
+    assert m2.path == m.path
+    # At once, from state.db and the blob cache.
+    for path, text in files.items():
+        assert (m2.path / path[1:]).read_text() == text
+    assert (m2.path / "keep" / "old.md").read_text() == "old, edited\n"
+    out = m2.unmount()
+    assert "0 left" in out, out
+    assert server_memories(server, store) == {**files, "/keep/old.md": "old, edited\n"}
+    ids = {x.path: x.id for x in c.list(store, view="basic", limit=100) if x.type == "memory"}
+    assert ids["/keep/old.md"] == existing.id
+
+
+def test_kill9_then_remount_pushes_on_its_own(mounts, server):
+    store = mounts.new_store()
+    m = mounts.mount(store, "--write-back-delay", "30")
+    write_fsync(m.path / "a.md", "a\n")
+    m.kill9()
+    m2 = mounts.mount(store)  # write-back 0.1 s now: the pusher sends it by itself
+    assert (m2.path / "a.md").read_text() == "a\n"
+    m2.wait_synced()
+    assert server_memories(server, store) == {"/a.md": "a\n"}
+
+
+# -- offline ---------------------------------------------------------------------------------
+
+
+def test_restart_offline_from_cache(mounts, server):
+    store = mounts.new_store()
+    c = server.sdk().beta.memory_stores.memories
+    c.create(store, path="/docs/a.md", content="cached a\n")
+    c.create(store, path="/docs/b.md", content="cached b\n")
+    c.create(store, path="/docs/never-read.md", content="not cached\n")
+    m = mounts.mount(store, "--no-prefetch")
+    assert (m.path / "docs" / "a.md").read_text() == "cached a\n"
+    assert (m.path / "docs" / "b.md").read_text() == "cached b\n"
+    m.unmount()
+    server.kill()
+
+    m = mounts.mount(store)
+    notice = m.outputs[-1].stderr
+    assert "offline" in notice and "unreachable" in notice, notice
+    out = subprocess.run(["cat", str(m.path / "docs" / "a.md"), str(m.path / "docs" / "b.md")],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and out.stdout == "cached a\ncached b\n", out
+    # Content never fetched: listed, but reading it is EIO (not empty, not stale).
+    assert os.stat(m.path / "docs" / "never-read.md").st_size == len("not cached\n")
+    with pytest.raises(OSError) as info:
+        (m.path / "docs" / "never-read.md").read_text()
+    assert info.value.errno == errno.EIO
+    # Writes are journaled.
+    (m.path / "docs" / "new.md").write_text("written offline\n")
+    (m.path / "docs" / "a.md").write_text("edited offline\n")
+    os.unlink(m.path / "docs" / "b.md")
+    status = wait_for(lambda: (lambda s: s if not s["online"] else None)(m.status()))
+    assert [x["path"] for x in status["pending"]["creates"]] == ["/docs/new.md"]
+    assert [x["path"] for x in status["pending"]["updates"]] == ["/docs/a.md"]
+    assert [x["path"] for x in status["pending"]["deletes"]] == ["/docs/b.md"]
+
+    server.start()  # no nudge: the daemon finds the server again by itself
+    m.wait_synced(timeout=60)
+    assert server_memories(server, store) == {"/docs/a.md": "edited offline\n",
+                                              "/docs/new.md": "written offline\n",
+                                              "/docs/never-read.md": "not cached\n"}
+    assert (m.path / "docs" / "never-read.md").read_text() == "not cached\n"
+    assert m.status()["online"]
+
+
+def test_unmount_with_server_down_then_next_mount(mounts, server):
+    store = mounts.new_store()
+    m = mounts.mount(store, "--write-back-delay", "30")
+    (m.path / "x.md").write_text("x\n")
+    (m.path / "d").mkdir()
+    (m.path / "d" / "y.md").write_text("y\n")
+    server.kill()
+    out = m.unmount("--timeout", "10")
+    assert "pushed 0 change(s), 2 left" in out, out
+    assert "next mount" in out, out
+    assert not _mounted(m.path)
+    # `memfs status` without a daemon still shows what is journaled.
+    st = m.status()
+    assert not st["running"]
+    assert sorted(x["path"] for x in st["pending"]["creates"]) == ["/d/y.md", "/x.md"]
+
+    server.start()
+    assert server_memories(server, store) == {}
+    m = mounts.mount(store)
+    assert (m.path / "d" / "y.md").read_text() == "y\n"
+    m.wait_synced()
+    assert server_memories(server, store) == {"/x.md": "x\n", "/d/y.md": "y\n"}
+
+
+# -- every way out flushes ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["fusermount3", "sigterm", "sigint"])
+def test_outside_unmount_and_signals_flush(mounts, server, how):
+    store = mounts.new_store()
+    # A write-back delay far beyond the test: only the exit flush can push.
+    m = mounts.mount(store, "--write-back-delay", "300", "--delete-delay", "300")
+    (m.path / "one.md").write_text("one\n")
+    (m.path / "sub").mkdir()
+    (m.path / "sub" / "two.md").write_text("two\n")
+    assert m.pending_total() == 2
+    if how == "fusermount3":
+        subprocess.run(["fusermount3", "-u", str(m.path)], check=True, timeout=30)
+    else:
+        os.kill(m.pid, signal.SIGTERM if how == "sigterm" else signal.SIGINT)
+    wait_for(lambda: pid_gone(m.pid))
+    assert not _mounted(m.path)
+    assert server_memories(server, store) == {"/one.md": "one\n", "/sub/two.md": "two\n"}
+    log = (m.state_dir / "daemon.log").read_text()
+    assert "flush: pushed 2, left 0" in log
+
+
+# -- mounts that must fail --------------------------------------------------------------------
+
+
+def _mount_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "memfs", "mount", *args], env=env,
+                          capture_output=True, text=True, timeout=90)
+
+
+def _assert_failed(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode != 0, proc
+    err = proc.stderr.lower()
+    assert err.startswith("error:") or "error" in err, proc.stderr
+    for w in words:
+        assert w in err, proc.stderr
+    assert "traceback" not in err, proc.stderr
+
+
+def test_mount_failures(mounts, server, tmp_path):
+    store = mounts.new_store()
+    env = mount_env(server, tmp_path)
+    mp = tmp_path / "mp"
+    mp.mkdir()
+
+    _assert_failed(_mount_cli(env, "memstore_doesnotexist", str(mp)), "unknown store")
+    assert not _mounted(mp)
+
+    bad = dict(env, ANTHROPIC_API_KEY="wrong-key")
+    proc = _mount_cli(bad, store, str(mp))
+    _assert_failed(proc, "credentials")
+    assert "wrong-key" not in proc.stderr + proc.stdout  # never print the key
+    assert not _mounted(mp)
+
+    nowhere = dict(env, ANTHROPIC_BASE_URL="http://127.0.0.1:1")
+    _assert_failed(_mount_cli(nowhere, store, str(mp)), "cannot reach", "cached")
+    assert not _mounted(mp)
+
+    _assert_failed(_mount_cli(env, store, str(tmp_path / "missing")), "does not exist")
+
+    m = mounts.mount(store, name="busy")
+    _assert_failed(_mount_cli(env, store, str(m.path)), "busy")
+    other = mounts.new_store("other")
+    _assert_failed(_mount_cli(env, other, str(m.path)), "busy")
+    # The same store at a second mountpoint: its state dir is locked by the first daemon.
+    _assert_failed(_mount_cli(env, store, str(mp)), "already mounted")
+    assert not _mounted(mp)
+    (m.path / "still.md").write_text("the first mount is unharmed\n")
+    m.unmount()
+    assert server_memories(server, store) == {"/still.md": "the first mount is unharmed\n"}

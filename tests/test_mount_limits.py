@@ -1,0 +1,312 @@
+"""Every limit is a clear errno at the syscall, through a real mount.
+
+EFBIG, ENAMETOOLONG, EINVAL, ENOSPC, EROFS, EPERM; content that is not UTF-8
+is accepted but stays local (refused); editor temp files stay local-only.
+"""
+
+# ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
+from __future__ import annotations
+
+import errno
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
+
+pytestmark = needs_fuse
+
+LIMIT = 102_400
+
+
+def expect_errno(code: int, fn, *args, **kw):
+    with pytest.raises(OSError) as info:
+        fn(*args, **kw)
+    assert info.value.errno == code, (
+        f"{fn.__name__}{args}: expected {errno.errorcode[code]}, got {info.value!r}")
+
+
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+def create_file(path, data: bytes = b"") -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        if data:
+            os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def xattr(path, name: str) -> str:
+    return os.getxattr(path, f"user.memfs.{name}").decode()
+
+
+# -- EFBIG ------------------------------------------------------------------------------
+
+
+def test_efbig_write_and_truncate(mounts, server):
+    store = mounts.new_store()
+    m = mounts.mount(store)
+    big = m.path / "big.md"
+    fd = os.open(big, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        assert os.write(fd, b"a" * LIMIT) == LIMIT  # exactly the limit is fine
+        expect_errno(errno.EFBIG, os.write, fd, b"b")
+        expect_errno(errno.EFBIG, os.pwrite, fd, b"c", LIMIT + 10)
+        expect_errno(errno.EFBIG, os.ftruncate, fd, LIMIT + 1)
+    finally:
+        os.close(fd)
+    assert big.read_bytes() == b"a" * LIMIT
+    expect_errno(errno.EFBIG, os.truncate, big, LIMIT + 1)
+    assert os.stat(big).st_size == LIMIT
+
+    # A file with content keeps it when a write would pass the limit.
+    small = m.path / "small.md"
+    small.write_text("hello\n")
+    fd = os.open(small, os.O_WRONLY | os.O_APPEND)
+    try:
+        written = 0
+        with pytest.raises(OSError) as info:
+            for _ in range(100):  # the kernel may split a big write; keep going
+                written += os.write(fd, b"x" * 200_000)
+        assert info.value.errno == errno.EFBIG
+    finally:
+        os.close(fd)
+    data = small.read_bytes()
+    assert data.startswith(b"hello\n") and len(data) <= LIMIT
+    assert data == b"hello\n" + b"x" * written
+
+    m.wait_synced()
+    remote = server_memories(server, store)
+    assert remote["/big.md"] == "a" * LIMIT
+    assert remote["/small.md"] == data.decode()
+
+
+# -- ENAMETOOLONG -------------------------------------------------------------------------
+
+
+def test_enametoolong_bytes_and_segments(mounts, server):
+    store = mounts.new_store()
+    m = mounts.mount(store)
+    # Bytes: four 200-byte directories (path 804 bytes), then names that pass 1,024.
+    d = m.path
+    for i in range(4):
+        d = d / (str(i) * 200)
+        os.mkdir(d)
+    ok = d / ("f" * 200)  # 804 + 1 + 200 = 1,005 bytes
+    create_file(ok, b"fits\n")
+    expect_errno(errno.ENAMETOOLONG, create_file, d / ("g" * 230))  # 1,035 bytes
+    expect_errno(errno.ENAMETOOLONG, os.mkdir, d / ("h" * 218))  # dir + "/x" passes 1,024
+    expect_errno(errno.ENAMETOOLONG, os.rename, ok, d / ("r" * 230))
+    # Multi-byte names count in UTF-8 bytes: 110 x "é" (2 bytes each) = 220 bytes.
+    expect_errno(errno.ENAMETOOLONG, create_file, d / ("\u00e9" * 110))
+    assert ok.read_bytes() == b"fits\n"
+
+    # Segments: a file may be the 20th segment, a directory may not (no room inside).
+    deep = m.path
+    for _ in range(19):
+        deep = deep / "s"
+        os.mkdir(deep)
+    create_file(deep / "f20.md", b"twenty\n")
+    expect_errno(errno.ENAMETOOLONG, os.mkdir, deep / "d20")
+    # Moving a directory so that something below it passes 20 segments.
+    (m.path / "t").mkdir()
+    (m.path / "t" / "u").mkdir()
+    create_file(m.path / "t" / "u" / "leaf.md", b"leaf\n")
+    expect_errno(errno.ENAMETOOLONG, os.rename, m.path / "t", deep.parent / "t")
+    assert (m.path / "t" / "u" / "leaf.md").read_bytes() == b"leaf\n"
+
+    m.wait_synced()
+    remote = server_memories(server, store)
+    assert remote["/" + "/".join(["s"] * 19) + "/f20.md"] == "twenty\n"
+    assert remote["/" + "/".join(str(i) * 200 for i in range(4)) + "/" + "f" * 200] == "fits\n"
+    assert remote["/t/u/leaf.md"] == "leaf\n"
+    assert len(remote) == 3
+
+
+# -- EINVAL --------------------------------------------------------------------------------
+
+
+BAD_NAMES = {
+    "ctrl-01": "bad\x01name.md", "tab": "tab\there.md", "del": "del\x7f.md",
+    "u2028": "a\u2028b.md", "u2029": "a\u2029b.md", "zwsp": "zw\u200bsp.md",
+    "nfd": "e\u0301.md",
+}
+
+
+def test_einval_names(mounts, server):
+    store = mounts.new_store()
+    m = mounts.mount(store)
+    create_file(m.path / "ok.md", b"ok\n")
+    (m.path / "dir").mkdir()
+    for label, name in BAD_NAMES.items():
+        for parent in (m.path, m.path / "dir"):
+            expect_errno(errno.EINVAL, create_file, parent / name)
+            expect_errno(errno.EINVAL, os.mkdir, parent / name)
+            expect_errno(errno.EINVAL, os.rename, m.path / "ok.md", parent / name)
+            expect_errno(errno.EINVAL, os.rename, m.path / "dir", m.path / name)
+        assert sorted(os.listdir(m.path)) == ["dir", "ok.md"], label
+    assert os.listdir(m.path / "dir") == []
+    m.wait_synced()
+    assert server_memories(server, store) == {"/ok.md": "ok\n"}
+
+
+def test_nfc_name_is_fine(mounts, server):
+    store = mounts.new_store()
+    m = mounts.mount(store)
+    create_file(m.path / "caf\u00e9.md", "caf\u00e9\n".encode())
+    m.wait_synced()
+    assert server_memories(server, store) == {"/caf\u00e9.md": "caf\u00e9\n"}
+
+
+# -- ENOSPC --------------------------------------------------------------------------------
+
+
+def test_enospc_at_2000_memories(mounts, server):
+    store = mounts.new_store()
+    client = server.sdk().beta.memory_stores.memories
+
+    def one(i: int) -> None:
+        client.create(store, path=f"/bulk/d{i % 20}/m{i:04d}.md", content=f"memory {i}\n")
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, range(2000)))
+    m = mounts.mount(store, "--no-prefetch")
+    assert len(os.listdir(m.path / "bulk" / "d7")) == 100
+    expect_errno(errno.ENOSPC, create_file, m.path / "one-too-many.md")
+    expect_errno(errno.ENOSPC, os.mknod, m.path / "mknod.md")
+    st = os.statvfs(m.path)
+    assert (st.f_files, st.f_ffree) == (2000, 0)
+    # Temp names, directories and edits of existing memories still work.
+    create_file(m.path / ".x.swp", b"swap\n")
+    assert (m.path / ".x.swp").read_bytes() == b"swap\n"
+    create_file(m.path / "scratch~", b"backup\n")
+    os.mkdir(m.path / "newdir")
+    (m.path / "bulk" / "d0" / "m0000.md").write_text("edited\n")
+    # ... but a temp file cannot become memory number 2,001.
+    expect_errno(errno.ENOSPC, os.rename, m.path / ".x.swp", m.path / "x.md")
+    assert (m.path / ".x.swp").read_bytes() == b"swap\n"
+    m.wait_synced()
+    assert os.getxattr(m.path / "bulk" / "d0" / "m0000.md", "user.memfs.state") == b"synced"
+    got = client.list(store, path_prefix="/bulk/d0/", view="full", limit=100)
+    assert {x.path: x.content for x in got if x.path == "/bulk/d0/m0000.md"} == {
+        "/bulk/d0/m0000.md": "edited\n"}
+
+
+# -- EROFS ---------------------------------------------------------------------------------
+
+
+def test_read_only_mount(mounts, server):
+    store = mounts.new_store()
+    c = server.sdk().beta.memory_stores.memories
+    c.create(store, path="/ro/a.md", content="read me\n")
+    m = mounts.mount(store, "--read-only")
+    a = m.path / "ro" / "a.md"
+    assert a.read_text() == "read me\n"
+    assert os.listdir(m.path / "ro") == ["a.md"]
+    assert xattr(a, "state") == "synced"
+    expect_errno(errno.EROFS, os.open, a, os.O_WRONLY)
+    expect_errno(errno.EROFS, os.open, a, os.O_RDWR)
+    expect_errno(errno.EROFS, os.open, m.path / "new.md", os.O_WRONLY | os.O_CREAT, 0o644)
+    expect_errno(errno.EROFS, os.truncate, a, 0)
+    expect_errno(errno.EROFS, os.unlink, a)
+    expect_errno(errno.EROFS, os.mkdir, m.path / "d")
+    expect_errno(errno.EROFS, os.rmdir, m.path / "ro")
+    expect_errno(errno.EROFS, os.rename, a, m.path / "ro" / "b.md")
+    expect_errno(errno.EROFS, os.chmod, a, 0o600)
+    expect_errno(errno.EROFS, os.utime, a, (0, 0))
+    expect_errno(errno.EROFS, os.symlink, "a.md", m.path / "ro" / "link")
+    expect_errno(errno.EROFS, os.link, a, m.path / "ro" / "hard")
+    expect_errno(errno.EROFS, os.mkfifo, m.path / "fifo")
+    expect_errno(errno.EROFS, os.setxattr, a, "user.other", b"x")
+    assert a.read_text() == "read me\n"
+    # Remote changes still arrive on a read-only mount.
+    c.create(store, path="/ro/b.md", content="from the server\n")
+    m.sync_now()
+    wait_for(lambda: (m.path / "ro" / "b.md").exists())
+    assert (m.path / "ro" / "b.md").read_text() == "from the server\n"
+    m.unmount()
+    assert server_memories(server, store) == {"/ro/a.md": "read me\n",
+                                              "/ro/b.md": "from the server\n"}
+
+
+# -- EPERM ---------------------------------------------------------------------------------
+
+
+def test_links_and_special_files_eperm(mounts, server):
+    store = mounts.new_store()
+    m = mounts.mount(store)
+    a = m.path / "a.md"
+    a.write_text("a\n")
+    expect_errno(errno.EPERM, os.link, a, m.path / "hard.md")
+    expect_errno(errno.EPERM, os.symlink, "a.md", m.path / "sym.md")
+    expect_errno(errno.EPERM, os.mkfifo, m.path / "fifo")
+    assert sorted(os.listdir(m.path)) == ["a.md"]
+    m.wait_synced()
+    assert server_memories(server, store) == {"/a.md": "a\n"}
+
+
+# -- non-UTF-8 content and temp names stay local ----------------------------------------------
+
+
+def test_non_utf8_content_is_kept_local(mounts, server):
+    store = mounts.new_store()
+    m = mounts.mount(store)
+    data = bytes([0xFF, 0xFE, 0x00, 0x80, 0xC3]) * 50
+    binf = m.path / "bin.dat"
+    with open(binf, "wb") as f:
+        assert f.write(data) == len(data)
+    (m.path / "text.md").write_text("text\n")
+    assert binf.read_bytes() == data
+    wait_for(lambda: xattr(binf, "state") == "refused")
+    reason = xattr(binf, "reason")
+    assert "utf" in reason.lower(), reason
+    m.wait_synced()
+    assert binf.read_bytes() == data
+    assert server_memories(server, store) == {"/text.md": "text\n"}
+    refused = m.status()["pending"]["refused"]
+    assert [r["path"] for r in refused] == ["/bin.dat"]
+    # Survives a remount, still local, still refused.
+    m.unmount()
+    m = mounts.mount(store)
+    assert binf.read_bytes() == data
+    assert xattr(binf, "state") == "refused"
+    # Once the content is text, it becomes a memory.
+    binf.write_text("now text\n")
+    m.wait_synced()
+    assert server_memories(server, store) == {"/text.md": "text\n", "/bin.dat": "now text\n"}
+
+
+def test_temp_names_are_local_only(mounts, server):
+    store = mounts.new_store()
+    m = mounts.mount(store)
+    names = [".a.swp", "a~", "4913", ".#a", "#a#", ".b.swo"]
+    (m.path / "sub").mkdir()
+    for name in names:
+        (m.path / name).write_text(f"temp {name}\n")
+        (m.path / "sub" / name).write_text(f"sub temp {name}\n")
+    (m.path / "a").write_text("real\n")
+    m.wait_synced()
+    for name in names:
+        for p, text in ((m.path / name, f"temp {name}\n"),
+                        (m.path / "sub" / name, f"sub temp {name}\n")):
+            assert p.read_text() == text
+            assert xattr(p, "state") == "local-only"
+            assert "temp" in xattr(p, "reason")
+    assert server_memories(server, store) == {"/a": "real\n"}
+    # A temp file over 100 kB is fine too (vim swap of a big file).
+    with open(m.path / ".big.swp", "wb") as f:
+        f.write(b"s" * (LIMIT * 3))
+    assert os.stat(m.path / ".big.swp").st_size == LIMIT * 3
+    m.unmount()
+    assert server_memories(server, store) == {"/a": "real\n"}

@@ -1,0 +1,193 @@
+"""Offline and back: the server fails (503s, 429s with retry-after, dropped
+responses) or dies; the mount reads from its cache, journals writes, says
+offline and why in `memfs status`, and converges by itself when the server
+returns. Also: `memfs status` from a live daemon and from state.db."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+import trio
+
+# ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
+from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
+from synchelpers import cat, sdk_by_path, sdk_create, versions, wait_for
+
+from memfs.api import errors as api_errors
+from memfs.cache import BlobCache
+from memfs.state import State
+from memfs.sync.common import Backoff, SyncContext, SyncOptions
+
+CONVERGE = 90.0  # generous: backoff with jitter (capped at 10 s for a 1 s poll)
+
+
+def offline_status(m, what: str):
+    return wait_for(lambda: (s := m.status())["online"] is False and s, what=what)
+
+
+def converged(m, server, store, expected: dict[str, str]):
+    wait_for(lambda: m.status()["online"] is True and m.pending_total() == 0,
+             timeout=CONVERGE, what="back online, nothing pending")
+    assert server_memories(server, store) == expected
+    assert m.status()["conflicts"] == []
+
+
+def seeded_mount(mounts, server):
+    store = mounts.new_store()
+    sdk_create(server, store, "/seed.md", "from the server\n")
+    m = mounts.mount(store)
+    (m.path / "a.md").write_text("a1\n")
+    m.wait_synced()
+    assert cat(m.path / "seed.md") == "from the server\n"  # now cached
+    return store, m
+
+
+@needs_fuse
+def test_503_everywhere_then_back(mounts, server):
+    store, m = seeded_mount(mounts, server)
+    server.set_faults(error_rate=1.0, error_status=503)
+    st = offline_status(m, "offline after 503s")
+    assert "503" in st["offline_reason"] and st["offline_since"]
+    # Reads come from the cache; writes are journaled.
+    assert cat(m.path / "seed.md") == "from the server\n"
+    assert cat(m.path / "a.md") == "a1\n"
+    (m.path / "a.md").write_text("a2\n")
+    (m.path / "new.md").write_text("written offline\n")
+    wait_for(lambda: m.status()["pending"]["creates"], what="journaled create")
+    st = m.status()
+    assert [c["path"] for c in st["pending"]["creates"]] == ["/new.md"]
+    assert [u["path"] for u in st["pending"]["updates"]] == ["/a.md"]
+    assert st["last_error"] and "503" in st["last_error"]
+    text = m.memfs("status", str(m.path)).stdout
+    assert "OFFLINE" in text and "503" in text
+    server.clear_faults()
+    converged(m, server, store, {"/seed.md": "from the server\n", "/a.md": "a2\n",
+                                 "/new.md": "written offline\n"})
+
+
+@needs_fuse
+def test_429_with_retry_after_then_back(mounts, server):
+    store, m = seeded_mount(mounts, server)
+    server.set_faults(rate_429=1.0, retry_after=2)
+    (m.path / "a.md").write_text("a2\n")
+    st = offline_status(m, "offline after 429s")
+    assert "RateLimit" in st["offline_reason"] or "429" in st["offline_reason"]
+    assert cat(m.path / "a.md") == "a2\n"
+    server.clear_faults()
+    converged(m, server, store, {"/seed.md": "from the server\n", "/a.md": "a2\n"})
+
+
+@needs_fuse
+def test_dropped_responses_no_duplicates_no_false_conflicts(mounts, server):
+    store, m = seeded_mount(mounts, server)
+    a_id = sdk_by_path(server, store)["/a.md"].id
+    server.set_faults(drop_rate=1.0)  # every request commits, every response is lost
+    (m.path / "a.md").write_text("a2\n")
+    for i in range(3):
+        (m.path / f"n{i}.md").write_text(f"n{i}\n")
+    offline_status(m, "offline after lost responses")
+    server.clear_faults()
+    expected = {"/seed.md": "from the server\n", "/a.md": "a2\n",
+                **{f"/n{i}.md": f"n{i}\n" for i in range(3)}}
+    converged(m, server, store, expected)
+    assert sdk_by_path(server, store)["/a.md"].id == a_id
+    # One memory per file (no duplicate create landed anywhere).
+    created = [v for v in versions(server, store) if v.operation == "created"]
+    assert sorted(v.content for v in created) == sorted(
+        ["from the server\n", "a1\n", "n0\n", "n1\n", "n2\n"])
+    assert m.memfs("conflicts", str(m.path), "--json").stdout.strip() == "[]"
+
+
+@needs_fuse
+def test_server_killed_then_started(mounts, server):
+    store, m = seeded_mount(mounts, server)
+    (m.path / "gone.md").write_text("to delete\n")
+    m.wait_synced()
+    server.kill()
+    st = offline_status(m, "offline after the server died")
+    assert "Connect" in st["offline_reason"] or "connect" in st["offline_reason"]
+    assert cat(m.path / "seed.md") == "from the server\n"
+    (m.path / "while-down.md").write_text("journaled\n")
+    (m.path / "gone.md").unlink()
+    st = wait_for(lambda: (s := m.status())["pending"]["deletes"] and s, what="pending delete")
+    [d] = st["pending"]["deletes"]
+    assert d["path"] == "/gone.md" and d["due_at"] >= d["deleted_at"]
+    assert [c["path"] for c in st["pending"]["creates"]] == ["/while-down.md"]
+    server.start()
+    converged(m, server, store, {"/seed.md": "from the server\n", "/a.md": "a1\n",
+                                 "/while-down.md": "journaled\n"})
+
+
+@needs_fuse
+def test_status_live_and_from_state_db(mounts, server):
+    store = mounts.new_store()
+    m = mounts.mount(store, "--delete-delay", "60")
+    (m.path / "a.md").write_text("a\n")
+    (m.path / "b.md").write_text("b\n")
+    (m.path / ".x.swp").write_text("swap\n")
+    m.wait_synced()
+    m.sync_now()
+    (m.path / "b.md").unlink()
+    st = m.status()
+    assert st["running"] is True and st["online"] is True
+    assert st["store_id"] == store and st["server"] == server.base_url
+    assert st["last_sync_at"] and st["last_sync_seconds"] is not None
+    assert [d["path"] for d in st["pending"]["deletes"]] == ["/b.md"]
+    assert st["pending"]["deletes"][0]["due_at"] > st["pending"]["deletes"][0]["deleted_at"]
+    assert [x["path"] for x in st["pending"]["local_only"]] == ["/.x.swp"]
+    sock = m.state_dir / "control.sock"
+    assert stat.S_ISSOCK(os.stat(sock).st_mode) and stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+    text = m.memfs("status", str(m.path)).stdout
+    assert "online" in text and "delete /b.md due in" in text
+
+    # A killed daemon (stale socket and registry): status comes from state.db.
+    m.kill9()
+    st = m.status()
+    assert st["running"] is False and st["store_id"] == store
+    assert [d["path"] for d in st["pending"]["deletes"]] == ["/b.md"]
+    assert st["pending"]["deletes"][0]["due_at"] is not None
+    assert st["last_sync_at"]
+    assert "not running" in m.memfs("status", str(m.path)).stdout
+
+    # A clean unmount (no registry at all): still found through its state.db.
+    m2 = mounts.mount(store, "--delete-delay", "60", name="mnt")
+    m2.unmount("--timeout", "0")
+    st = m2.status()
+    assert st["running"] is False and st["mountpoint"] == str(m2.path)
+
+
+# -- backoff without a mount ----------------------------------------------------------
+
+
+def test_backoff_jitter_and_retry_after():
+    b = Backoff(base=1.0, cap=8.0)
+    delays = [b.next_delay() for _ in range(12)]
+    assert all(0 <= d <= 8.0 for d in delays)
+    assert len({round(d, 6) for d in delays}) > 1  # jittered
+    assert b.next_delay(retry_after=30.0) >= 30.0  # the server's hint wins
+    b.reset()
+    assert b.failures == 0
+
+
+def test_went_offline_honours_retry_after_and_came_online_wakes_pusher(tmp_path):
+    async def main():
+        state = State(tmp_path / "state.db")
+        ctx = SyncContext(state, BlobCache(tmp_path / "objects"), None, "memstore_x",
+                          SyncOptions(poll_interval=1.0))
+        exc = api_errors.RateLimitError("slow down", status=429, retry_after=7.0)
+        assert ctx.went_offline(exc) >= 7.0
+        assert ctx.status.online is False and "429" in ctx.status.offline_reason
+        assert state.get_meta("last_error") == ctx.status.offline_reason
+        woke = ctx.online_wakeup
+        ctx.came_online()
+        assert woke.is_set() and ctx.status.online and ctx.status.offline_reason is None
+        assert ctx.backoff.failures == 0
+        state.close()
+
+    trio.run(main)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    pytest.main([__file__, "-v"])
