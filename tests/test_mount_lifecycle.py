@@ -13,23 +13,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from mountutil import _mounted, mount_env, mounts, needs_fuse, server_memories  # noqa: F401
+from synchelpers import wait_for
 
 pytestmark = needs_fuse
 
 
-def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 def pid_gone(pid: int) -> bool:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import errno
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
+from synchelpers import wait_for
 
 pytestmark = needs_fuse
 
@@ -27,15 +27,6 @@ def expect_errno(code: int, fn, *args, **kw):
         f"{fn.__name__}{args}: expected {errno.errorcode[code]}, got {info.value!r}")
 
 
-def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 def create_file(path, data: bytes = b"") -> None:

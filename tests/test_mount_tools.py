@@ -12,11 +12,11 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
+from synchelpers import wait_for
 
 pytestmark = needs_fuse
 
@@ -59,16 +59,6 @@ def operations(server, store: str, memory_id: str) -> list[str]:
     return [v.operation for v in versions]
 
 
-def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1):
-    """Poll until predicate() is truthy; returns its value (or fails at the timeout)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s: {predicate}")
-        time.sleep(interval)
 
 
 def local_tree(root) -> dict[str, str]:

@@ -25,6 +25,7 @@ from memfs.api.client import MemoryStoresClient
 from memfs.cache import BlobCache, sha256
 from memfs.fs import Operations
 from memfs.state import State
+from memfs.status import pending
 from memfs.sync.common import SyncContext, SyncOptions
 from memfs.sync.pusher import Pusher, delete_cap
 from memfs.sync.reconciler import Reconciler
@@ -314,7 +315,7 @@ async def test_delete_waits_for_the_delay_then_goes_with_precondition(eng):
     assert eng.state.lookup_path("/a.md") is None
     assert eng.take_calls() == []
     assert "/a.md" in await eng.remote()
-    assert eng.pusher.pending_counts()["deletes"] == 1
+    assert [d["path"] for d in pending(eng.state)["deletes"]] == ["/a.md"]
 
     eng.age()
     result = await eng.push()

@@ -61,6 +61,8 @@ class Pusher:
                 with trio.move_on_after(math.inf if delay is None else delay):
                     await self.ctx.push_wakeup.wait()
                 self.ctx.push_wakeup = trio.Event()
+                # Every close kicks: let a burst (cp -r) land before rescanning.
+                await trio.sleep(min(0.1, self.ctx.options.write_back_delay / 2))
                 continue
             try:
                 result = await self.push_pass()
@@ -94,18 +96,6 @@ class Pusher:
         return [n for n in self.state.files()
                 if self.state.is_dirty(n)
                 and not (n.refused_sha is not None and n.refused_sha == n.sha)]
-
-    def pending_counts(self) -> dict[str, int]:
-        counts = {"creates": 0, "updates": 0, "renames": 0, "deletes": len(self.state.tombstones)}
-        for n in self._dirty():
-            if n.memory_id is None:
-                counts["creates"] += 1
-            else:
-                if n.sha != n.base_sha:
-                    counts["updates"] += 1
-                if self.state.path_of(n) != n.base_path:
-                    counts["renames"] += 1
-        return counts
 
     def pending_total(self) -> int:
         return len(self._dirty()) + len(self.state.tombstones)
@@ -297,22 +287,31 @@ class Pusher:
             ctx.status.note(f"{path} waits: the server still holds {tomb.base_path} (deleted "
                             f"here) and deletes are {ctx.options.deletes}")
             return False
-        try:
-            await ctx.client.delete_memory(ctx.store_id, tomb.memory_id,
-                                           expected_sha=tomb.base_sha or None)
-        except api_errors.NotFoundError:
-            pass  # already gone
-        except api_errors.ConflictError:
-            ctx.status.note(f"{tomb.base_path} was deleted here but changed on the server; "
-                            "restoring the server's version")
-            st.drop_tombstone(tomb.memory_id)
-            ctx.kick_reconcile()
+        if not await self._send_delete(tomb):
             return False
         log.info("deleted %s (%s) early: %s needs its place", tomb.memory_id, tomb.base_path,
                  path)
+        return True
+
+    async def _send_delete(self, tomb) -> bool:
+        """Delete tomb's memory if it still holds the sha we deleted; True when it is
+        gone. Either way the tombstone is settled: a memory changed on the server comes
+        back through the reconciler (the server's edit wins over a local delete)."""
+        ctx, st = self.ctx, self.state
+        try:
+            await ctx.client.delete_memory(ctx.store_id, tomb.memory_id,
+                                           expected_sha=tomb.base_sha or None)
+            gone = True
+        except api_errors.NotFoundError:
+            gone = True  # already gone
+        except api_errors.ConflictError:
+            ctx.status.note(f"{tomb.base_path} was deleted here but changed on the server; "
+                            "restoring the server's version")
+            ctx.kick_reconcile()
+            gone = False
         if tomb.memory_id in st.tombstones:
             st.drop_tombstone(tomb.memory_id)
-        return True
+        return gone
 
     def _in_rename_cycle(self, node: Node, blocker: Node) -> bool:
         """Whether blocker's pending move is (transitively) blocked by node itself."""
@@ -384,19 +383,8 @@ class Pusher:
             if mode == "log-only":
                 log.info("log-only: would delete %s (%s)", tomb.memory_id, tomb.base_path)
                 continue
-            try:
-                await ctx.client.delete_memory(ctx.store_id, tomb.memory_id,
-                                               expected_sha=tomb.base_sha or None)
-            except api_errors.NotFoundError:
-                pass  # already gone
-            except api_errors.ConflictError:
-                ctx.status.note(f"{tomb.base_path} was deleted here but changed on the server; "
-                                "restoring the server's version")
-                ctx.kick_reconcile()
-            else:
+            if await self._send_delete(tomb):
                 sent += 1
-            if tomb.memory_id in st.tombstones:
-                st.drop_tombstone(tomb.memory_id)
         return sent
 
 
