@@ -36,7 +36,7 @@ def _server(base_url: str | None, api_key_file: str | None) -> tuple[str, str | 
     from .local_server import ensure_local_server
 
     try:
-        return ensure_local_server(), None
+        return ensure_local_server()
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
 
