@@ -213,12 +213,22 @@ class Daemon:
                     pass  # the kernel did not know it: nothing cached to drop
 
     async def _prefetch(self) -> None:
+        """Fill the cache once; a mount that starts offline tries again when the
+        server is back (until then reads fetch on demand)."""
         await trio.sleep(0.5)
-        try:
-            n = await prefetch(self.ctx)
+        while True:
+            try:
+                n = await prefetch(self.ctx)
+            except api_errors.TRANSIENT as exc:
+                log.info("prefetch postponed until online: %s", exc)
+                self.ctx.went_offline(exc)
+                await self.ctx.online_wakeup.wait()
+                continue
+            except Exception as exc:
+                log.warning("prefetch failed: %s", exc)
+                return
             log.info("prefetch: %d blobs", n)
-        except Exception as exc:  # offline at start: reads fetch on demand later
-            log.info("prefetch skipped: %s", exc)
+            return
 
     # -- control socket ---------------------------------------------------------------
 
