@@ -103,13 +103,16 @@ class MountProc:
 
     def kill9(self) -> None:
         """Simulate a crash: SIGKILL the daemon, then clear the dead mount."""
+        self._sigkill()
+        subprocess.run(["fusermount3", "-uz", str(self.path)], capture_output=True)
+
+    def _sigkill(self) -> None:
         if self.pid:
             try:
                 os.kill(self.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             self._wait_pid()
-        subprocess.run(["fusermount3", "-uz", str(self.path)], capture_output=True)
 
     def _wait_pid(self, timeout: float = 20.0) -> None:
         if not self.pid:
@@ -137,12 +140,7 @@ class MountProc:
         for flags in ("-u", "-uz"):
             if _mounted(self.path):
                 subprocess.run(["fusermount3", flags, str(self.path)], capture_output=True)
-        if self.pid:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self._wait_pid()
+        self._sigkill()
 
 
 def mount_env(server, tmp_path: pathlib.Path) -> dict:
