@@ -585,6 +585,30 @@ async def test_non_utf8_is_refused_until_content_changes(eng):
     assert eng.state.sync_state(eng.fs.node("/bin.dat")) == "synced"
 
 
+async def test_refused_content_still_follows_a_rename(eng):
+    """A synced file whose new content is refused keeps its memory, and that memory
+    still moves with the file, so the old path is free for another file."""
+    await eng.write("/notes.md", b"text\n")
+    await eng.push()
+    mid = eng.fs.node("/notes.md").memory_id
+    eng.take_calls()
+    await eng.write("/notes.md", b"\xff binary now")
+    await eng.push()
+    assert eng.take_calls() == []  # refused: nothing sent
+    await eng.rename("/notes.md", "/old-notes.md")
+    await eng.push()
+    assert eng.take_calls() == ["update"]  # the path only
+    remote = await eng.remote()
+    assert remote == {"/old-notes.md": (mid, "text\n")}
+    node = eng.fs.node("/old-notes.md")
+    assert eng.state.sync_state(node) == "refused"
+    assert eng.pusher.next_due_in() is None  # settled: nothing retried
+    await eng.write("/notes.md", b"a new file at the old path\n")
+    await eng.push()
+    assert eng.take_calls() == ["create"]
+    assert (await eng.remote())["/notes.md"][1] == "a new file at the old path\n"
+
+
 async def test_oversize_is_refused_locally(eng):
     ino = await eng.write("/big.md", b"small")
     await eng.push()

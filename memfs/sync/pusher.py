@@ -93,9 +93,15 @@ class Pusher:
         return min(dues) if dues else None
 
     def _dirty(self) -> list[Node]:
+        """Files with something to push: refused content waits for a new sha,
+        but a refused file's memory still follows a rename."""
         return [n for n in self.state.files()
                 if self.state.is_dirty(n)
-                and not (n.refused_sha is not None and n.refused_sha == n.sha)]
+                and (n.refused_sha is None or n.refused_sha != n.sha
+                     or self._rename_pending(n))]
+
+    def _rename_pending(self, node: Node) -> bool:
+        return node.memory_id is not None and self.state.path_of(node) != node.base_path
 
     def pending_total(self) -> int:
         return len(self._dirty()) + len(self.state.tombstones)
@@ -167,24 +173,30 @@ class Pusher:
             return False
         sha, path = node.sha, st.path_of(node)
         assert sha is not None
-        if node.refused_sha == sha:
+        renaming = self._rename_pending(node)
+        # Content refused (now or before) is never sent; the memory still moves.
+        content_refused = node.refused_sha == sha
+        if content_refused and not renaming:
             return False
-        data = ctx.cache.get(sha)
+        data = None if content_refused else ctx.cache.get(sha)
         # A pure rename (content still the base) needs no content: a file never
         # read (no prefetch, or offline since the mount) can still be moved.
         rename_only = node.memory_id is not None and sha == node.base_sha
-        if data is None and not rename_only:
+        if data is None and not rename_only and not content_refused:
             ctx.status.note(f"content of {path} is missing from the cache; cannot push it")
             return False
         problem = paths.content_error(data) if data is not None else None
-        if problem is None:
-            try:
-                paths.validate_path(path)
-            except paths.PathError as exc:
-                problem = exc.message
         if problem is not None:
             st.set_refused(node, sha, problem)
             ctx.status.note(f"{path} stays local-only: {problem}")
+            if not renaming:
+                return False
+            content_refused, data = True, None
+        try:
+            paths.validate_path(path)
+        except paths.PathError as exc:
+            st.set_refused(node, sha, exc.message)
+            ctx.status.note(f"{path} stays local-only: {exc.message}")
             return False
         content = data.decode("utf-8") if data is not None else None
         previous_sent = node.sent_sha
@@ -194,7 +206,7 @@ class Pusher:
                 memory = await ctx.client.create_memory(ctx.store_id, path, content)
             else:
                 fields = {}
-                if sha != node.base_sha:
+                if sha != node.base_sha and not content_refused:
                     fields["content"] = content
                 if path != node.base_path:
                     fields["path"] = path
@@ -220,7 +232,7 @@ class Pusher:
             ctx.status.note(f"the server refused {path}: {exc.message}; kept locally")
             return False
         self._adopt(node, memory)
-        return True
+        return not content_refused
 
     def _adopt(self, node: Node, memory: Memory) -> None:
         """The server holds memory for node; the node may have moved on meanwhile."""
