@@ -564,6 +564,32 @@ async def test_remote_delete_of_clean_file_removes_it(eng):
     assert eng.take_calls() == []
 
 
+async def test_rename_onto_a_path_whose_memory_changed_remotely(eng):
+    """`rm b; mv a b` while someone edits b on the server: the server's edit wins the
+    path, a's content is kept as a conflict, and a's own memory goes (no loop)."""
+    await eng.write("/a.md", b"mine\n")
+    await eng.write("/b.md", b"theirs v1\n")
+    await eng.push()
+    mid_a = eng.fs.node("/a.md").memory_id
+    mid_b = eng.fs.node("/b.md").memory_id
+    await eng.unlink("/b.md")
+    await eng.rename("/a.md", "/b.md")
+    await eng.other.update_memory(eng.store_id, mid_b, content="theirs v2\n")
+    await eng.push()  # the early delete of b meets the remote edit: b stays
+    await eng.push()  # the rename meets b: the server's memory wins the path
+    node = eng.fs.node("/b.md")
+    assert node.memory_id == mid_b
+    assert await eng.read("/b.md") == b"theirs v2\n"
+    [conflict] = eng.state.conflicts()
+    assert conflict["path"] == "/b.md"
+    assert eng.cache.get(conflict["local_sha"]) == b"mine\n"
+    eng.age()
+    await eng.push()
+    assert await eng.remote() == {"/b.md": (mid_b, "theirs v2\n")}
+    assert mid_a not in eng.state.tombstones
+    assert eng.pusher.next_due_in() is None
+
+
 # -- refusals ---------------------------------------------------------------------------
 
 

@@ -286,7 +286,14 @@ class Pusher:
         if node.memory_id is None:
             await ctx.take_remote(node, remote, "another writer created the same path")
             return False
-        ctx.status.note(f"cannot rename to {path}: another memory holds that path; will retry")
+        # Our rename lands on a path another memory holds on the server (created
+        # there, or changed there after we deleted it): the server's memory wins the
+        # path, our content is preserved as a conflict, and our own memory, which no
+        # local file holds any more, is deleted after the delay.
+        with st.transaction():
+            st._tombstone(node)
+            st._save(node)
+        await ctx.take_remote(node, remote, "another memory holds this path on the server")
         return False
 
     async def _delete_early(self, tomb, path: str) -> bool:
