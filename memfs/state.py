@@ -167,11 +167,18 @@ class State:
 
     # -- loading and persistence ------------------------------------------
 
-    def _load(self) -> None:
+    def _load(self, reuse: dict[int, Node] | None = None) -> None:
         cur = self.db.execute(f"SELECT {', '.join(_COLUMNS)} FROM nodes")
         for row in cur:
-            node = Node(**dict(zip(_COLUMNS, row, strict=True)))
-            node.is_dir = bool(node.is_dir)
+            values = dict(zip(_COLUMNS, row, strict=True))
+            values["is_dir"] = bool(values["is_dir"])
+            node = (reuse or {}).get(values["ino"])
+            if node is None:
+                node = Node(**values)
+            else:  # update in place: open files hold references to their nodes
+                for key, value in values.items():
+                    setattr(node, key, value)
+                node.children = {}
             self.nodes[node.ino] = node
         if ROOT_INO not in self.nodes:
             now = time.time_ns()
@@ -197,20 +204,44 @@ class State:
             self.tombstones[mid] = Tombstone(mid, bpath, bsha, dat)
         for (mid,) in self.db.execute("SELECT memory_id FROM conflicts WHERE memory_id NOT NULL"):
             self.conflicted[mid] = self.conflicted.get(mid, 0) + 1
-        self._next_ino = max(self.nodes) + 1
+        self._next_ino = max(max(self.nodes) + 1, getattr(self, "_next_ino", 0))
+
+    def _reload(self) -> None:
+        """Bring the in-memory tree back to what state.db holds.
+
+        Mutations change memory first and commit second; when a commit fails
+        (disk full, I/O error) this undoes the memory side, so the tree never
+        shows what was not made durable."""
+        old = self.nodes
+        self.nodes, self.by_memory, self.tombstones, self.conflicted = {}, {}, {}, {}
+        self._load(reuse=old)
 
     class _Txn:
-        def __init__(self, db: sqlite3.Connection) -> None:
-            self.db = db
+        def __init__(self, state: State) -> None:
+            self.state = state
 
         def __enter__(self):
-            self.db.execute("BEGIN")
+            self.state.db.execute("BEGIN")
 
         def __exit__(self, exc_type, *_):
-            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+            db = self.state.db
+            if exc_type is None:
+                try:
+                    db.execute("COMMIT")
+                    return False
+                except sqlite3.Error:
+                    self._undo()
+                    raise
+            self._undo()
+            return False
+
+        def _undo(self) -> None:
+            if self.state.db.in_transaction:
+                self.state.db.execute("ROLLBACK")
+            self.state._reload()
 
     def transaction(self) -> State._Txn:
-        return State._Txn(self.db)
+        return State._Txn(self)
 
     def _save(self, node: Node) -> None:
         values = [getattr(node, c) for c in _COLUMNS]

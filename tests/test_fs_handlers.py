@@ -926,3 +926,26 @@ async def test_concurrent_writes_during_fetch_are_not_lost(tmp_path):
         gate.set()
     await env.ops.release(fi.fh)
     assert await env.read_all(ino) == b"A1234B6789"
+
+
+async def test_failed_commit_leaves_no_trace(env):
+    """A commit that fails (disk full, I/O error) costs the request an EIO and leaves
+    the tree as state.db has it: nothing shown that was not made durable."""
+    await env.create(ROOT, "a.md", b"A")
+    env.state.set_base(env.node("/a.md"), "mem_a", "/a.md", sha256(b"A"))
+    # Any write of a row named 'boom' fails inside the transaction, as a full disk would.
+    env.state.db.execute(
+        "CREATE TEMP TRIGGER boom BEFORE INSERT ON nodes WHEN NEW.name = 'boom' "
+        "BEGIN SELECT RAISE(ABORT, 'simulated disk failure'); END")
+    assert await fuse_errno(env.ops.create(ROOT, b"boom", 0o644, os.O_RDWR, ctx())) == errno.EIO
+    assert (await env.ops.lookup(ROOT, b"boom", ctx())).st_ino == 0
+    assert await fuse_errno(env.ops.rename(ROOT, b"a.md", ROOT, b"boom", 0, ctx())) == errno.EIO
+    node = env.node("/a.md")  # still where it was, with its memory
+    assert node.memory_id == "mem_a" and env.state.by_memory["mem_a"] == node.ino
+    assert env.state.lookup_path("/boom") is None
+    assert await env.read_all(node.ino) == b"A"
+    fresh = env.reopen_state()
+    assert sorted(fresh.nodes[ROOT].children) == sorted(env.state.nodes[ROOT].children)
+    # The mount goes on working.
+    await env.create(ROOT, "b.md", b"B")
+    assert await env.read_all(env.node("/b.md").ino) == b"B"
