@@ -152,6 +152,7 @@ def serve(
         while not stop.wait(0.5):
             pass
     finally:
+        server.gate.clear()  # release held requests (test control) so they can finish
         server.shutdown()
         server.server_close()
         db.close()  # waits for an in-flight transaction

@@ -4,9 +4,11 @@ Stdlib only: a ``ThreadingHTTPServer`` speaking HTTP/1.1 with keep-alive
 (every response carries Content-Length). Each request is handled by one thread;
 all database work is serialized inside :class:`memfs.server.db.Database`.
 
-Request pipeline for ``/v1/…``: faults (latency, 429, 5xx) → auth (401) →
-route (404/405) → beta header (400) → body/query parsing (400) → operation →
-response (or, for an injected drop, a connection reset after the commit).
+Request pipeline for ``/v1/…``: gate "before" → faults (latency, 429, 5xx) →
+auth (401) → route (404/405) → beta header (400) → body/query parsing (400) →
+operation → gate "after" → response (or, for an injected drop, a connection
+reset after the commit). The gate (``gate.py``) holds nothing unless a test
+configured it through ``/_memfs/gate``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from memfs.server.db import (
     parse_timestamp,
 )
 from memfs.server.faults import Faults
+from memfs.server.gate import Gate
 
 log = logging.getLogger("memfs.server")
 
@@ -332,6 +335,7 @@ class MemfsHTTPServer(ThreadingHTTPServer):
         self.default_actor = Actor.for_api_key(api_key)
         self.faults = faults or Faults()
         self.fault_control = fault_control
+        self.gate = Gate()
         self.verbose = verbose
 
 
@@ -444,11 +448,13 @@ class Handler(BaseHTTPRequestHandler):
             return
 
         if path.startswith("/_memfs/"):
-            self._internal(path, body_bytes, rid)
+            self._internal(path, url.query, body_bytes, rid)
             return
 
+        gated = path.startswith("/v1/")
         drop = False
-        if path.startswith("/v1/"):
+        if gated:
+            self.server.gate.hold(self.command, path, "before")
             decision = self.server.faults.decide()
             if decision.latency:
                 time.sleep(decision.latency)
@@ -464,23 +470,22 @@ class Handler(BaseHTTPRequestHandler):
                 return
             drop = decision.drop
 
+        error: ApiError | None = None
         try:
             payload = self._handle_api(url.query, path, body_bytes)
         except ApiError as err:
-            if drop:
-                self._reset_connection()
-                return
-            self._send_error(err, rid)
-            return
+            error = err
         except Exception:
             log.exception("internal error handling %s %s", self.command, path)
-            if drop:
-                self._reset_connection()
-                return
-            self._send_error(ApiError(500, "api_error", "internal server error"), rid)
-            return
+            error = ApiError(500, "api_error", "internal server error")
+        if gated:  # applied and committed (or refused); the response is not sent yet
+            self.server.gate.hold(self.command, path, "after",
+                                  status=200 if error is None else error.status)
         if drop:
             self._reset_connection()
+            return
+        if error is not None:
+            self._send_error(error, rid)
             return
         self._send(200, payload, rid)
 
@@ -511,7 +516,7 @@ class Handler(BaseHTTPRequestHandler):
             actor = Actor("session_actor", session)
         return op(srv.db, Request(params, query, body, actor))
 
-    def _internal(self, path: str, body_bytes: bytes, rid: str) -> None:
+    def _internal(self, path: str, raw_query: str, body_bytes: bytes, rid: str) -> None:
         srv = self.server
         if path == "/_memfs/health":
             if self.command != "GET":
@@ -534,4 +539,52 @@ class Handler(BaseHTTPRequestHandler):
                 return
             self._send_error(ApiError(405, "invalid_request_error", "use GET or POST"), rid)
             return
+        if path in ("/_memfs/gate", "/_memfs/gate/release") and srv.fault_control:
+            self._gate_control(path, raw_query, body_bytes, rid)
+            return
         self._send_error(not_found(f"no route for {self.command} {path}"), rid)
+
+    def _gate_control(self, path: str, raw_query: str, body_bytes: bytes, rid: str) -> None:
+        """``/_memfs/gate``: GET (held list; ``?min_held=N&timeout=S`` waits for N held),
+        POST (add a rule), DELETE (drop rules, release all); ``/_memfs/gate/release``:
+        POST ``{"seq": n}`` or ``{}`` for all."""
+        gate = self.server.gate
+        try:
+            body = json.loads(body_bytes) if body_bytes.strip() else {}
+        except (ValueError, UnicodeDecodeError):
+            self._send_error(invalid("request body is not valid JSON"), rid)
+            return
+        try:
+            if path == "/_memfs/gate/release":
+                if self.command != "POST":
+                    raise ApiError(405, "invalid_request_error", "use POST")
+                if not isinstance(body, dict) or set(body) - {"seq"}:
+                    raise invalid('body must be {"seq": n} or {}')
+                seq = body.get("seq")
+                if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int)):
+                    raise invalid("seq must be an integer")
+                try:
+                    released = gate.release(seq)
+                except KeyError:
+                    raise not_found(f"no held request with seq {seq}") from None
+                self._send(200, {"released": released}, rid)
+            elif self.command == "GET":
+                query = dict(parse_qsl(raw_query))
+                try:
+                    n = int(query.get("min_held", "0"))
+                    wait = float(query.get("timeout", "0"))
+                except ValueError:
+                    raise invalid("min_held must be an integer, timeout a number") from None
+                self._send(200, gate.wait_held(n, wait) if n > 0 else gate.snapshot(), rid)
+            elif self.command == "POST":
+                try:
+                    rule = gate.add_rule(body)
+                except ValueError as exc:
+                    raise invalid(str(exc)) from None
+                self._send(200, rule, rid)
+            elif self.command == "DELETE":
+                self._send(200, {"released": gate.clear()}, rid)
+            else:
+                raise ApiError(405, "invalid_request_error", "use GET, POST or DELETE")
+        except ApiError as err:
+            self._send_error(err, rid)

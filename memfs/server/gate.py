@@ -1,0 +1,192 @@
+"""The request gate of `memfs serve` (test control; only with ``--fault-control``).
+
+A test asks the server to *hold* the ``/v1/`` requests that match a rule, so it
+can act while a request is provably in flight:
+
+* ``before``: the request is held before anything is applied (before faults,
+  auth and the operation). Nothing it would change is visible yet.
+* ``after``: the operation has run and committed (or failed); the response is
+  not sent yet. Other clients already see the change; the caller still waits.
+
+A held request blocks only its own handler thread (the server is a
+``ThreadingHTTPServer``). Each held request gets a sequence number; the test
+lists what is held and releases one (by ``seq``) or all. Nothing is held
+forever: a request is released by itself after the rule's ``timeout``
+(at most :data:`MAX_HOLD` seconds), so a failing test cannot hang the server.
+
+Rules: ``method`` (``"*"`` or an HTTP method), ``path`` (a regular expression
+searched in the URL path, query excluded), ``when`` and ``count`` (how many
+requests the rule catches; ``None`` = unlimited).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_HOLD = 120.0
+WHEN = ("before", "after")
+
+
+@dataclass
+class Rule:
+    id: int
+    method: str  # upper case, or "*"
+    path: str  # regex source
+    when: str
+    count: int | None  # None: unlimited
+    timeout: float
+    caught: int = 0
+    regex: re.Pattern[str] = field(default=None, repr=False)  # type: ignore[assignment]
+
+    def matches(self, method: str, path: str, when: str) -> bool:
+        if when != self.when or (self.method != "*" and self.method != method):
+            return False
+        if self.count is not None and self.caught >= self.count:
+            return False
+        return self.regex.search(path) is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "method": self.method, "path": self.path, "when": self.when,
+                "count": self.count, "timeout": self.timeout, "caught": self.caught}
+
+
+@dataclass
+class Held:
+    seq: int
+    rule: int
+    method: str
+    path: str
+    when: str
+    since: float  # wall time the hold began
+    started: float  # monotonic, for the timeout
+    status: int | None = None  # "after": the status of the response being held
+    released: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "rule": self.rule, "method": self.method, "path": self.path,
+                "when": self.when, "since": self.since,
+                "held_seconds": round(time.monotonic() - self.started, 3),
+                "status": self.status}
+
+
+class Gate:
+    """Rules and held requests behind one ``threading.Condition``."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._rules: list[Rule] = []
+        self._held: dict[int, Held] = {}
+        self._seq = itertools.count(1)
+        self._rule_ids = itertools.count(1)
+        self.timed_out = 0  # requests released by their timeout, not by a test
+        self.total_held = 0
+
+    # -- control (the /_memfs/gate endpoints) ---------------------------------
+
+    def add_rule(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Add a rule from a JSON object; ValueError when it is malformed."""
+        if not isinstance(spec, dict):
+            raise ValueError("body must be a JSON object")
+        unknown = sorted(set(spec) - {"method", "path", "when", "count", "timeout"})
+        if unknown:
+            raise ValueError(f"unknown gate setting {unknown[0]!r}")
+        method = spec.get("method", "*")
+        if not isinstance(method, str) or not method:
+            raise ValueError("method must be an HTTP method or '*'")
+        path = spec.get("path", "")
+        if not isinstance(path, str):
+            raise ValueError("path must be a regular expression (string)")
+        try:
+            regex = re.compile(path)
+        except re.error as exc:
+            raise ValueError(f"path is not a valid regular expression: {exc}") from None
+        when = spec.get("when")
+        if when not in WHEN:
+            raise ValueError("when must be 'before' or 'after'")
+        count = spec.get("count")
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                                  or count < 1):
+            raise ValueError("count must be a positive integer (or null: unlimited)")
+        timeout = spec.get("timeout", MAX_HOLD)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+                or not 0 < timeout <= MAX_HOLD:
+            raise ValueError(f"timeout must be a number of seconds in (0, {MAX_HOLD:g}]")
+        with self._cond:
+            rule = Rule(next(self._rule_ids), method.upper(), path, when, count,
+                        float(timeout), regex=regex)
+            self._rules.append(rule)
+            return rule.to_json()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._cond:
+            return self._snapshot()
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {"rules": [r.to_json() for r in self._rules],
+                "held": [h.to_json() for h in sorted(self._held.values(), key=lambda h: h.seq)],
+                "total_held": self.total_held, "timed_out": self.timed_out}
+
+    def wait_held(self, n: int, timeout: float) -> dict[str, Any]:
+        """The snapshot once at least n requests are held, or when timeout passes."""
+        deadline = time.monotonic() + min(max(timeout, 0.0), MAX_HOLD)
+        with self._cond:
+            while len(self._held) < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            return self._snapshot()
+
+    def release(self, seq: int | None = None) -> list[int]:
+        """Release one held request (by seq) or all; returns the released seqs.
+        KeyError when seq is not held."""
+        with self._cond:
+            if seq is None:
+                targets = list(self._held.values())
+            elif seq in self._held:
+                targets = [self._held[seq]]
+            else:
+                raise KeyError(seq)
+            for h in targets:
+                h.released = True
+                del self._held[h.seq]
+            self._cond.notify_all()
+            return sorted(h.seq for h in targets)
+
+    def clear(self) -> list[int]:
+        """Drop every rule and release everything held."""
+        with self._cond:
+            self._rules.clear()
+        return self.release()
+
+    # -- the hold points (request handler threads) ------------------------------
+
+    def hold(self, method: str, path: str, when: str, status: int | None = None) -> None:
+        """Block this thread while a rule holds the request; returns at once otherwise."""
+        if not self._rules:  # fast path: no gate configured
+            return
+        with self._cond:
+            rule = next((r for r in self._rules if r.matches(method, path, when)), None)
+            if rule is None:
+                return
+            rule.caught += 1
+            self.total_held += 1
+            h = Held(next(self._seq), rule.id, method, path, when, time.time(),
+                     time.monotonic(), status)
+            self._held[h.seq] = h
+            self._cond.notify_all()  # wake wait_held()
+            deadline = h.started + rule.timeout
+            while not h.released:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    h.released = True
+                    self._held.pop(h.seq, None)
+                    self.timed_out += 1
+                    self._cond.notify_all()
+                    break
+                self._cond.wait(left)
