@@ -187,6 +187,7 @@ class MemoryStoresClient:
         backoff_max: float = 8.0,
         transport: httpx.AsyncBaseTransport | None = None,
         extra_headers: dict | None = None,
+        sleep: Callable[[float], Awaitable[Any]] | None = None,
     ) -> None:
         if not base_url:
             raise ValueError("base_url is required")
@@ -202,8 +203,10 @@ class MemoryStoresClient:
             "bytes_received": 0,
             "retries": 0,
         }
+        # The only trio call in the client: httpx itself runs on trio and asyncio
+        # alike, so a caller on asyncio passes ``sleep=anyio.sleep`` (memfs.tool does).
         # Replaceable in tests.
-        self._sleep: Callable[[float], Awaitable[Any]] = trio.sleep
+        self._sleep: Callable[[float], Awaitable[Any]] = sleep or trio.sleep
         self._random: Callable[[], float] = random.random
 
         headers = {
