@@ -214,7 +214,7 @@ def test_fault_flags_on_command_line(tmp_path):
     try:
         with pytest.raises(anthropic.OverloadedError):
             sp.sdk().beta.memory_stores.list()
-        assert httpx.get(f"{sp.base_url}/_memfs/health").json() == {"ok": True}
+        assert httpx.get(f"{sp.base_url}/_memfs/health").json()["ok"] is True
     finally:
         sp.stop()
     sp = start_server(

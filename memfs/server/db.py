@@ -45,7 +45,7 @@ from memfs.paths import (
     validate_prefix,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # The schema, as canonical code. Every table is created exactly like this; a
 # database with a different ``user_version`` is refused rather than guessed at.
@@ -100,6 +100,14 @@ CREATE TABLE versions (
 -- Version listing: newest first (created_at desc, id desc as tiebreak).
 CREATE INDEX versions_by_created ON versions (store_id, created_at, id);
 CREATE INDEX versions_by_memory ON versions (memory_id);
+
+-- Facts about this server itself (schema version 2). `server_id`: a random id
+-- made once per database (GET /_memfs/health reports it); clients key their
+-- local state by it, so it must survive restarts and port changes.
+CREATE TABLE meta (
+    key    TEXT PRIMARY KEY,
+    value  TEXT NOT NULL
+);
 """
 
 # --------------------------------------------------------------------------
@@ -471,10 +479,29 @@ class Database:
                 except BaseException:
                     self._conn.execute("ROLLBACK")
                     raise
+            elif version == 1:  # 1 → 2: add the meta table, exactly as SCHEMA writes it
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for stmt in _statements(SCHEMA):
+                        if stmt.startswith("CREATE TABLE meta "):
+                            self._conn.execute(stmt)
+                    self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
             elif version != SCHEMA_VERSION:
                 raise RuntimeError(
                     f"{self.path}: schema version {version}, this memfs expects {SCHEMA_VERSION}"
                 )
+            # The server's identity: made once, then read back on every start.
+            self._conn.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('server_id', ?)",
+                (secrets.token_hex(12),),
+            )
+            self.server_id: str = self._conn.execute(
+                "SELECT value FROM meta WHERE key = 'server_id'"
+            ).fetchone()[0]
 
     def close(self) -> None:
         with self._lock:

@@ -522,7 +522,7 @@ class Handler(BaseHTTPRequestHandler):
             if self.command != "GET":
                 self._send_error(ApiError(405, "invalid_request_error", "use GET"), rid)
                 return
-            self._send(200, {"ok": True}, rid)
+            self._send(200, {"ok": True, "server_id": srv.db.server_id}, rid)
             return
         if path == "/_memfs/faults" and srv.fault_control:
             if self.command == "GET":
