@@ -172,3 +172,10 @@ for _command in (mount, unmount, status, stores):
 from memfs.cli_conflicts import conflicts  # noqa: E402
 
 main.add_command(conflicts)
+
+# --------------------------------------------------------------------------
+# tool: the memory tool straight over a store, JSON lines (memfs/cli_tool.py)
+
+from memfs.cli_tool import tool  # noqa: E402
+
+main.add_command(tool)

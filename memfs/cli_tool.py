@@ -1,0 +1,66 @@
+"""`memfs tool STORE_ID`: the memory tool over a store as JSON lines, for any language.
+
+Each stdin line is one tool input, exactly what the model sends in a ``tool_use`` block
+(``{"command": "view", "path": "/memories"}``). Each answer is one stdout line:
+``{"ok": "<text>"}`` or ``{"error": "<text>"}``, flushed at once so a caller can hold a
+conversation over a pipe. Blank lines are skipped. This module does not need the
+``anthropic`` package.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any, TextIO
+
+import click
+import trio
+
+from .api.config import ConfigError
+from .tool_store import StoreMemory, resolve_server
+from .tool_text import ToolFailure
+
+log = logging.getLogger("memfs.tool")
+
+
+def answer(store: StoreMemory, line: bytes) -> dict[str, str]:
+    """One input line's result object (never raises for a bad command)."""
+    try:
+        command: Any = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return {"error": f"The input line is not JSON: {exc}"}
+    try:
+        return {"ok": trio.run(store.execute, command)}
+    except ToolFailure as exc:
+        return {"error": exc.message}
+    except Exception as exc:  # a bug must not end the conversation
+        log.exception("memfs tool: command failed")
+        return {"error": f"memfs tool failed: {exc!r}"}
+
+
+def serve_lines(store: StoreMemory, lines: Any, out: TextIO) -> None:
+    """Answer every non-blank line of ``lines`` (bytes) on ``out``, one JSON per line."""
+    for line in lines:
+        if not line.strip():
+            continue
+        out.write(json.dumps(answer(store, line)) + "\n")
+        out.flush()
+
+
+@click.command("tool")
+@click.argument("store_id")
+@click.option("--base-url", default=None, help="API base URL (default: $ANTHROPIC_BASE_URL, "
+              "else the embedded local server).")
+@click.option("--api-key-file", default=None, help="Read the API key from this file "
+              "(default: $ANTHROPIC_API_KEY).")
+def tool(store_id: str, base_url: str | None, api_key_file: str | None) -> None:
+    """Run memory tool commands (JSON, one per stdin line) on a store.
+
+    Prints one JSON object per command: {"ok": TEXT} or {"error": TEXT}.
+    """
+    try:
+        url, key = resolve_server(base_url, None, api_key_file)
+    except (ConfigError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from None
+    serve_lines(StoreMemory(store_id, url, key), sys.stdin.buffer, sys.stdout)
