@@ -19,8 +19,18 @@ from . import control
 from .api import errors as api_errors
 from .api.client import MemoryStoresClient
 from .api.config import ConfigError, resolve_config
-from .daemon import MountConfig, canonical_mountpoint, registry_dir, registry_file, state_dir_for
+from .daemon import MountConfig
 from .state import DEFAULT_LOCAL_ONLY_PATTERNS
+from .statedir import (
+    adopt,
+    cache_root,
+    canonical_mountpoint,
+    registry_dir,
+    registry_file,
+    remember,
+    resolve_key,
+    state_dir_for,
+)
 from .status import locate, offline_status
 from .sync.common import SyncOptions
 
@@ -101,7 +111,7 @@ def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, c
     mountpoint = os.path.abspath(mountpoint)
     _preflight(mountpoint)
     url, api_key = _server(base_url, api_key_file)
-    state_dir = state_dir_for(url, store_id, cache_dir)
+    state_dir = _state_dir(url, store_id, cache_dir)
     try:
         _call(url, api_key, lambda c: c.get_store(store_id))
     except api_errors.NotFoundError:
@@ -124,9 +134,24 @@ def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, c
     if foreground:
         from .daemon import run
 
+        remember(mountpoint, state_dir, store_id, url)
         sys.exit(run(cfg, foreground=True, api_key=api_key))
     _spawn(cfg, api_key)
+    remember(mountpoint, state_dir, store_id, url)  # status/conflicts find it after unmount
     click.echo(f"mounted {store_id} at {mountpoint}" + (" (read-only)" if read_only else ""))
+
+
+def _state_dir(url: str, store_id: str, cache_dir: str | None) -> Path:
+    """The store's state directory, keyed by the server's stable identity; state of
+    the store kept under another key (an older memfs keyed it by URL and port) is
+    adopted first, so its pending changes are never stranded."""
+    key = resolve_key(url, store_id, cache_dir)
+    try:
+        for done in adopt(Path(cache_dir) if cache_dir else cache_root(), key, store_id):
+            click.echo(done.message(), err=True)
+    except OSError as exc:  # never block the mount; the old state stays where it is
+        click.echo(f"memfs: could not adopt earlier state of {store_id}: {exc}", err=True)
+    return state_dir_for(url, store_id, cache_dir, key=key)
 
 
 def _has_cache(state_dir: Path) -> bool:

@@ -14,11 +14,9 @@ unmount. What the flush could not push stays in state.db for the next mount.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import logging
 import os
-import re
 import signal
 import sys
 import time
@@ -34,6 +32,14 @@ from .api.client import MemoryStoresClient
 from .cache import BlobCache
 from .fs import Operations
 from .state import DEFAULT_LOCAL_ONLY_PATTERNS, State
+from .statedir import (  # noqa: F401 - re-exported: where state lives (memfs/statedir.py)
+    cache_root,
+    canonical_mountpoint,
+    registry_dir,
+    registry_file,
+    server_id,
+    state_dir_for,
+)
 from .sync.common import SyncContext, SyncOptions
 from .sync.pusher import Pusher
 from .sync.reconciler import Reconciler, prefetch
@@ -60,44 +66,6 @@ class MountConfig:
         d = json.loads(text)
         d["options"] = SyncOptions(**d["options"])
         return cls(**d)
-
-
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "memfs"
-
-
-def server_id(base_url: str) -> str:
-    """A readable, filesystem-safe id for a server: host-port plus a short hash."""
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", base_url.split("://", 1)[-1]).strip("-")[:40]
-    return f"{slug}-{hashlib.sha256(base_url.encode()).hexdigest()[:8]}"
-
-
-def state_dir_for(base_url: str, store_id: str, cache_dir: str | None = None) -> Path:
-    root = Path(cache_dir) if cache_dir else cache_root()
-    path = root / server_id(base_url) / store_id
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for p in (path, path.parent, root):
-        os.chmod(p, 0o700)
-    return path
-
-
-def registry_dir() -> Path:
-    path = cache_root() / "mounts"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
-
-
-def canonical_mountpoint(mountpoint: str) -> str:
-    """The mountpoint's real path, resolved WITHOUT touching the mountpoint itself:
-    stat-ing a FUSE mountpoint from its own daemon (or of a hung daemon) blocks."""
-    path = os.path.abspath(mountpoint)
-    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
-
-
-def registry_file(mountpoint: str) -> Path:
-    real = canonical_mountpoint(mountpoint)
-    return registry_dir() / (hashlib.sha256(real.encode()).hexdigest()[:16] + ".json")
 
 
 class Daemon:

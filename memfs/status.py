@@ -16,16 +16,20 @@ STATE_DB = "state.db"
 def locate(mountpoint: str) -> tuple[Path, dict | None] | None:
     """(state_dir, registry entry or None) for a mountpoint, daemon running or not.
 
-    A running daemon is found through the mount registry; without one, the
-    state directories under the cache root are searched for the state.db that
+    A running daemon is found through the mount registry; without one, through
+    the known index `memfs mount` keeps (any --cache-dir), else the state
+    directories under the default cache root are searched for the state.db that
     was last mounted there."""
-    from .daemon import cache_root, canonical_mountpoint, registry_file
+    from .statedir import cache_root, canonical_mountpoint, known_state_dir, registry_file
 
     try:
         info = json.loads(registry_file(mountpoint).read_text())
         return Path(info["state_dir"]), info
     except (OSError, ValueError, KeyError):
         pass
+    known = known_state_dir(mountpoint)
+    if known is not None:
+        return known, None
     real = canonical_mountpoint(mountpoint)
     best: tuple[float, Path] | None = None
     for db in cache_root().glob(f"*/*/{STATE_DB}"):
