@@ -109,7 +109,11 @@ def resolve_server(
 
 @dataclass
 class _Call:
-    """One command's client, and how many retries it had made before a request."""
+    """One command's client.
+
+    Its retry count tells whether a write went out more than once: only then can a
+    conflict be our own earlier attempt, saved but unanswered.
+    """
 
     client: MemoryStoresClient
     store_id: str
@@ -360,8 +364,12 @@ class StoreMemory:
                     blocker, target.memory_path
                 ):
                     raise ToolFailure(self._file_in_the_way("File", target, blocker)) from None
-                if call.retries > before and await self._is_ours(call, target, file_text):
-                    return done  # our first attempt was saved; its answer was lost
+                if call.retries > before:  # maybe our first attempt, saved, answer lost
+                    ours = await _quietly(self._is_ours(call, target, file_text))
+                    if ours:
+                        return done
+                    if ours is None:
+                        raise _Ambiguous(exc) from None
                 raise ToolFailure(f"File {target.raw} already exists") from None
             except api_errors.BadRequestError as exc:
                 raise ToolFailure(await self._refused_create(call, target, exc)) from None
@@ -465,13 +473,15 @@ class StoreMemory:
                         precondition_sha=memory.content_sha256,
                     )
                     return answer
-                except api_errors.PreconditionFailedError:
+                except api_errors.PreconditionFailedError as exc:
                     # Someone else wrote first -- unless that someone is our own attempt
                     # whose answer was lost and was then overwritten before the retry.
-                    if call.retries > before and await self._landed(
-                        call, memory, content_sha256(edited)
-                    ):
-                        return answer
+                    if call.retries > before:
+                        ours = await _quietly(self._landed(call, memory, content_sha256(edited)))
+                        if ours:
+                            return answer
+                        if ours is None:
+                            raise _Ambiguous(exc) from None
                 except api_errors.NotFoundError:
                     pass  # deleted or gone meanwhile: the next lookup says which
                 except api_errors.TRANSIENT as exc:
@@ -532,6 +542,8 @@ class StoreMemory:
         for _ in range(MAX_DIRECTORY_ROUNDS):
             below = await self._below(call, target)
             if not below:
+                if done == 0:  # emptied by someone else since the lookup
+                    raise ToolFailure(missing_short(target.raw))
                 return
             for memory in below:
                 try:
@@ -653,6 +665,8 @@ class StoreMemory:
         """Move every memory below ``old`` to the same place below ``new``."""
         old_prefix, new_prefix = old.memory_path, new.memory_path
         below = await self._below(call, old)
+        if not below:  # emptied by someone else since the lookup
+            raise ToolFailure(missing_short(old.raw))
         for memory in below:  # every new path is checked before the first one moves
             moved = new_prefix + memory.path[len(old_prefix) :]
             try:

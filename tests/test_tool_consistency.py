@@ -1,0 +1,215 @@
+"""Read-modify-write, step by step: `memfs serve`'s request gate holds the tool's write
+while another writer changes the memory, so each interleaving happens every time.
+
+What the issue asks: on a precondition failure the command is re-read and re-applied to
+the fresh content; if it no longer applies, the error says so honestly; a write whose
+answer was lost is neither reported as failed nor applied twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from gate import Gate
+from toolutil import new_store, outcome, store_files, sync_tool, with_engine
+
+pytestmark = pytest.mark.timeout(60)
+
+UPDATE = r"/memories/mem_"  # POST here is an update (a create is POST .../memories)
+CREATE = r"/memories$"
+
+
+class Background:
+    """One tool command running in a thread (it blocks while the gate holds it)."""
+
+    def __init__(self, tool: Any, command: dict[str, Any]) -> None:
+        self.result: tuple[str, Any] | None = None
+        self._thread = threading.Thread(target=self._run, args=(tool, command), daemon=True)
+        self._thread.start()
+
+    def _run(self, tool: Any, command: dict[str, Any]) -> None:
+        self.result = outcome(tool, command)
+
+    def join(self) -> tuple[str, Any]:
+        self._thread.join(30)
+        assert self.result is not None, "the tool command did not finish"
+        return self.result
+
+
+def setup(server, files: dict[str, str]):
+    store = new_store(server)
+    sdk = server.sdk()
+    ids = {
+        path: sdk.beta.memory_stores.memories.create(store, path=path, content=text).id
+        for path, text in files.items()
+    }
+    return store, sdk, ids
+
+
+def meanwhile(server, command: dict[str, Any], method: str, path: str, change) -> tuple:
+    """Run ``command`` with its first ``method`` request to ``path`` held before it
+    applies; ``change()`` runs while it is held. Returns the command's outcome."""
+    with Gate(server) as gate:
+        gate.hold(method, path, when="before", count=1)
+        job = Background(sync_tool(server, command.pop("_store")), command)
+        gate.wait_held(1)
+        change()
+        gate.release()
+        return job.join()
+
+
+def test_an_edit_is_reapplied_to_the_fresh_content(server):
+    store, sdk, ids = setup(server, {"/todo.md": "a\nb\n"})
+    result = meanwhile(
+        server,
+        {"_store": store, "command": "insert", "path": "/memories/todo.md",
+         "insert_line": 0, "insert_text": "mine"},
+        "POST", UPDATE,
+        lambda: sdk.beta.memory_stores.memories.update(
+            ids["/todo.md"], memory_store_id=store, content="a\nb\ntheirs\n"),
+    )
+    assert result == ("ok", "The file /memories/todo.md has been edited.")
+    assert store_files(server, store) == {"/todo.md": "mine\na\nb\ntheirs\n"}
+
+
+def test_a_replacement_whose_text_vanished_fails_honestly(server):
+    store, sdk, ids = setup(server, {"/prefs.md": "color: blue\n"})
+    result = meanwhile(
+        server,
+        {"_store": store, "command": "str_replace", "path": "/memories/prefs.md",
+         "old_str": "blue", "new_str": "green"},
+        "POST", UPDATE,
+        lambda: sdk.beta.memory_stores.memories.update(
+            ids["/prefs.md"], memory_store_id=store, content="color: red\n"),
+    )
+    assert result == ("error", "No replacement was performed, old_str `blue` did not appear "
+                               "verbatim in /memories/prefs.md.")
+    assert store_files(server, store) == {"/prefs.md": "color: red\n"}
+
+
+def test_a_replacement_that_became_ambiguous_fails_honestly(server):
+    store, sdk, ids = setup(server, {"/prefs.md": "color: blue\n"})
+    result = meanwhile(
+        server,
+        {"_store": store, "command": "str_replace", "path": "/memories/prefs.md",
+         "old_str": "blue", "new_str": "green"},
+        "POST", UPDATE,
+        lambda: sdk.beta.memory_stores.memories.update(
+            ids["/prefs.md"], memory_store_id=store, content="color: blue\nfont: blue\n"),
+    )
+    assert result == ("error", "No replacement was performed. Multiple occurrences of old_str "
+                               "`blue` in lines: 1, 2. Please ensure it is unique")
+    assert store_files(server, store) == {"/prefs.md": "color: blue\nfont: blue\n"}
+
+
+def test_a_memory_deleted_meanwhile_is_reported_missing(server):
+    store, sdk, ids = setup(server, {"/x.md": "x\n"})
+    result = meanwhile(
+        server,
+        {"_store": store, "command": "str_replace", "path": "/memories/x.md",
+         "old_str": "x", "new_str": "y"},
+        "POST", UPDATE,
+        lambda: sdk.beta.memory_stores.memories.delete(ids["/x.md"], memory_store_id=store),
+    )
+    assert result == ("error", "The path /memories/x.md does not exist. Please provide a valid "
+                               "path.")
+    assert store_files(server, store) == {}
+
+
+def test_a_delete_applies_to_what_the_file_became(server):
+    store, sdk, ids = setup(server, {"/x.md": "x\n"})
+    result = meanwhile(
+        server,
+        {"_store": store, "command": "delete", "path": "/memories/x.md"},
+        "DELETE", UPDATE,
+        lambda: sdk.beta.memory_stores.memories.update(
+            ids["/x.md"], memory_store_id=store, content="edited\n"),
+    )
+    assert result == ("ok", "Successfully deleted /memories/x.md")
+    assert store_files(server, store) == {}
+
+
+def test_a_rename_applies_to_what_the_file_became(server):
+    store, sdk, ids = setup(server, {"/x.md": "x\n"})
+    result = meanwhile(
+        server,
+        {"_store": store, "command": "rename", "old_path": "/memories/x.md",
+         "new_path": "/memories/y.md"},
+        "POST", UPDATE,
+        lambda: sdk.beta.memory_stores.memories.update(
+            ids["/x.md"], memory_store_id=store, content="edited\n"),
+    )
+    assert result == ("ok", "Successfully renamed /memories/x.md to /memories/y.md")
+    assert store_files(server, store) == {"/y.md": "edited\n"}
+
+
+def test_a_create_that_loses_the_race_says_the_file_exists(server):
+    store, sdk, _ = setup(server, {})
+    result = meanwhile(
+        server,
+        {"_store": store, "command": "create", "path": "/memories/n.md", "file_text": "mine"},
+        "POST", CREATE,
+        lambda: sdk.beta.memory_stores.memories.create(store, path="/n.md", content="theirs"),
+    )
+    assert result == ("error", "File /memories/n.md already exists")
+    assert store_files(server, store) == {"/n.md": "theirs"}
+
+
+def lost_answer(server, store: str, command: dict[str, Any], path: str, change=None):
+    """Run ``command`` so that its write is applied but the answer never arrives: the
+    response is held past the client's timeout (``change()`` runs meanwhile); the
+    client's retry is held too, to be sure it happens, then everything is released."""
+    tool = with_engine(sync_tool(server, store), timeout=1.0, backoff_base=0.01)
+    with Gate(server) as gate:
+        gate.hold("POST", path, when="after", count=1)
+        job = Background(tool, command)
+        gate.wait_held(1)
+        if change is not None:
+            change()
+        gate.hold("POST", path, when="before", count=1)  # the retry, after the timeout
+        gate.wait_held(2)
+        gate.release()
+        return job.join()
+
+
+def test_an_edit_whose_answer_was_lost_is_not_applied_twice(server):
+    store, sdk, ids = setup(server, {"/log.md": "a\n"})
+    result = lost_answer(
+        server, store,
+        {"command": "insert", "path": "/memories/log.md", "insert_line": 1,
+         "insert_text": "mine"},
+        UPDATE,
+        # Another writer builds on our (saved, unanswered) write before our retry.
+        lambda: sdk.beta.memory_stores.memories.update(
+            ids["/log.md"], memory_store_id=store, content="a\nmine\ntheirs\n"),
+    )
+    assert result == ("ok", "The file /memories/log.md has been edited.")
+    assert store_files(server, store) == {"/log.md": "a\nmine\ntheirs\n"}
+
+
+def test_a_create_whose_answer_was_lost_is_reported_created(server):
+    store, _, _ = setup(server, {})
+    result = lost_answer(
+        server, store,
+        {"command": "create", "path": "/memories/n.md", "file_text": "mine"},
+        CREATE,
+    )
+    assert result == ("ok", "File created successfully at: /memories/n.md")
+    assert store_files(server, store) == {"/n.md": "mine"}
+
+
+def test_directory_delete_and_rename_act_on_every_memory_below(server):
+    files = {"/d/a.md": "1", "/d/.hidden": "2", "/d/e/f/g/deep.md": "3", "/other.md": "4"}
+    store, sdk, ids = setup(server, files)
+    tool = sync_tool(server, store)
+    assert tool.call({"command": "rename", "old_path": "/memories/d", "new_path": "/memories/n/m"}
+                     ) == "Successfully renamed /memories/d to /memories/n/m"
+    assert store_files(server, store) == {
+        "/n/m/a.md": "1", "/n/m/.hidden": "2", "/n/m/e/f/g/deep.md": "3", "/other.md": "4"}
+    moved = {m.path: m.id for m in sdk.beta.memory_stores.memories.list(store)}
+    assert moved["/n/m/e/f/g/deep.md"] == ids["/d/e/f/g/deep.md"]  # a rename keeps the id
+    deleted = tool.call({"command": "delete", "path": "/memories/n"})
+    assert deleted == "Successfully deleted /memories/n"
+    assert store_files(server, store) == {"/other.md": "4"}
