@@ -333,6 +333,8 @@ class StoreMemory:
                     raise ToolFailure(missing(target.raw))
                 if found == DIRECTORY:
                     below = await self._below(call, target)
+                    if not below and not target.is_root:
+                        continue  # emptied since the lookup: look again
                     cut = len(target.segments)
                     rows = [(m.path[1:].split("/")[cut:], m.content_size_bytes) for m in below]
                     return render_directory(target.raw, rows)
@@ -363,7 +365,10 @@ class StoreMemory:
                 if blocker and blocker != target.memory_path and paths.is_ancestor(
                     blocker, target.memory_path
                 ):
-                    raise ToolFailure(self._file_in_the_way("File", target, blocker)) from None
+                    raise ToolFailure(
+                        f"File {target.raw} was not created: {ROOT}{blocker} is a file, so it "
+                        "cannot hold other files."
+                    ) from None
                 if call.retries > before:  # maybe our first attempt, saved, answer lost
                     ours = await _quietly(self._is_ours(call, target, file_text))
                     if ours:
@@ -394,13 +399,6 @@ class StoreMemory:
                 f"File {target.raw} was not created: its content is {size:,} bytes and a "
                 f"memory holds at most {paths.MAX_CONTENT_BYTES:,} bytes."
             )
-
-    @staticmethod
-    def _file_in_the_way(what: str, target: ToolPath, blocker: str) -> str:
-        return (
-            f"{what} {target.raw} was not created: {ROOT}{blocker} is a file, so it cannot "
-            "hold other files."
-        )
 
     async def _is_ours(self, call: _Call, target: ToolPath, file_text: str) -> bool:
         """After a lost answer: does the path now hold exactly what we sent?"""
