@@ -136,8 +136,8 @@ def comparable(results: list[tuple[str, Any, bool]]) -> list[tuple[str, Any, boo
 def reference_results() -> list[tuple[str, Any, bool]]:
     api = StandInMessagesAPI()
     try:
-        tool = BetaLocalFilesystemMemoryTool(base_path=tempfile.mkdtemp(prefix="memfs-ref-"))
-        assert run_sync(api, tool) == FINAL
+        with tempfile.TemporaryDirectory(prefix="memfs-ref-") as base:
+            assert run_sync(api, BetaLocalFilesystemMemoryTool(base_path=base)) == FINAL
         return api.tool_results()
     finally:
         api.close()
