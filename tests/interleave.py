@@ -1,0 +1,1073 @@
+"""A deterministic interleaving harness for the sync core (issue 7, "Proof").
+
+The real server code (`memfs.server.db.Database`, in memory) sits behind `HeldTransport`,
+an `httpx.AsyncBaseTransport` the memfs client talks to. Every request gets a sequence
+number and can be *held*:
+
+    before   the server has not applied it yet
+    after    the server has committed it; the response is not delivered yet
+    lose     like after, then the response is lost (an httpx transport error)
+    fail     like before, then it is never applied (a 503)
+
+A `Scenario` is: setup steps, one *sync action* (a push pass, a flush or a reconcile
+pass) run as a task, and an *interference* (a few local filesystem operations through the
+`Operations` handlers and/or other clients' changes made straight on the `Database`).
+`explore()` runs the action once alone to count its requests n, then, on a fresh engine
+each time, injects the interference at every hold point: before the action, at (k, point)
+for every k < n and every point, and after the action. The action's task is parked on the
+held request (a `trio.Event`, no sleeps) while the interference runs; then it is released.
+Each run then *settles* (push with flush=True and reconcile passes until nothing is
+pending) and the oracle (`Oracle`) is checked; state consistency is checked after every
+step.
+
+Everything runs in-process in a fresh `trio.run` per interleaving, with trio's scheduler
+seeded, so a failure replays exactly: `run_one(scenario, tmp, ("hold", k, point))`.
+
+The seam the sync-core rewrite has to adapt is small and at the top of this file:
+`make_engine` (the wiring, as memfs/daemon.py does it) and the few `adapter` functions
+below it. Everything else talks to `Operations` handlers, `State` queries and the server.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import errno
+import json
+import os
+import re
+import shutil
+import stat
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import httpx
+import pyfuse3
+import trio
+import trio.testing
+
+from memfs.api import errors as api_errors
+from memfs.api.client import MemoryStoresClient
+from memfs.cache import BlobCache, sha256
+from memfs.fs import Operations
+from memfs.server.db import ApiError, Database
+from memfs.server.http import Request, resolve
+from memfs.state import ROOT_INO, State
+from memfs.status import pending
+from memfs.sync.common import SyncContext, SyncOptions
+from memfs.sync.pusher import Pusher
+from memfs.sync.reconciler import Reconciler
+
+HOUR = 3600.0
+EMPTY_SHA = sha256(b"")
+#: Where the pusher parks a memory while a rename cycle goes out; never part of a tree.
+RESERVED_PREFIX = "/.memfs-moving/"
+POINTS = ("before", "after")
+FAULT_POINTS = ("before", "after", "lose", "fail")
+SETTLE_ROUNDS = 8
+#: Interleavings run so far in this process, by kind (reported at the end of a session).
+EXPLORED: dict[str, int] = {}
+
+# Who sent a request: "setup", "action", "interference", "after", "settle", "oracle".
+ORIGIN: contextvars.ContextVar[str] = contextvars.ContextVar("ORIGIN", default="setup")
+_MEMORY_ID = re.compile(r"mem_[A-Za-z0-9]+")
+
+
+# ======================================================================================
+# The seam: engine wiring and the few State calls the harness needs. Adapt these when
+# the sync core's constructors change; nothing below should need to.
+# ======================================================================================
+
+
+@dataclass
+class Parts:
+    state: State
+    cache: BlobCache
+    client: MemoryStoresClient
+    ctx: SyncContext
+    ops: Operations
+    pusher: Pusher
+    reconciler: Reconciler
+
+
+def make_engine(tmp_path: Path, transport: HeldTransport) -> Engine:
+    """One mount's sync machinery wired as memfs/daemon.py does, minus FUSE and the
+    background loops: write-back delay 0, delete delay an hour (tests age tombstones)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    options = SyncOptions(write_back_delay=0.0, delete_delay=HOUR, poll_interval=1.0,
+                          prefetch=False)
+    state = State(tmp_path / "state.db")
+    cache = BlobCache(tmp_path / "objects")
+    client = MemoryStoresClient("http://interleave.test", None, max_retries=0,
+                                transport=transport)
+    ctx = SyncContext(state, cache, client, transport.store_id, options)
+    ops = Operations(state, cache, fetch=ctx.fetch, kick=ctx.kick, invalidate=ctx.invalidate)
+    ctx.fs = ops
+    parts = Parts(state, cache, client, ctx, ops, Pusher(ctx), Reconciler(ctx))
+    return Engine(tmp_path, transport, parts)
+
+
+def reopen_state(eng: Engine) -> State:
+    """A second State on the same state.db (what a restarted daemon would load)."""
+    return State(eng.tmp / "state.db")
+
+
+def age_tombstones(eng: Engine, seconds: float = 2 * HOUR) -> None:
+    """Pretend every pending delete happened `seconds` earlier (in memory only)."""
+    for tomb in eng.state.tombstones.values():
+        tomb.deleted_at -= seconds
+
+
+def is_open_dirty(eng: Engine, ino: int) -> bool:
+    """Whether an open handle holds unsaved writes (the registry moves into State)."""
+    registry = getattr(eng.state, "open_dirty", None)
+    if registry is not None:
+        return ino in registry
+    probe = getattr(eng.state, "is_open_dirty", None) or eng.ops.is_open_dirty
+    return bool(probe(ino))
+
+
+def restore_conflict(eng: Engine, cid: int) -> None:
+    """`memfs conflicts restore` as the daemon's control socket runs it."""
+    import inspect
+
+    from memfs import conflicts
+
+    extra = {"ops": eng.ops, "invalidate": eng.ctx.invalidate}
+    accepted = inspect.signature(conflicts.restore).parameters
+    conflicts.restore(eng.state, eng.cache, cid,
+                      **{k: v for k, v in extra.items() if k in accepted})
+    eng.ctx.kick()
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """A `conflicts restore` refusal (a clear message, nothing changed)."""
+    from memfs import conflicts
+
+    return isinstance(exc, conflicts.ConflictError)
+
+
+def pending_paths(state: State) -> dict[str, list[str]]:
+    """What `memfs status` reports as not yet on the server, by kind (paths)."""
+    out = {}
+    for kind, items in pending(state).items():
+        if isinstance(items, list) and items and kind != "local_only":
+            out[kind] = sorted(i.get("path") or i.get("to") or "?" for i in items)
+    return out
+
+
+def state_snapshot(state: State) -> dict[str, Any]:
+    """Everything of a State that must agree with its state.db."""
+    columns = [row[1] for row in state.db.execute("PRAGMA table_info(nodes)")]
+    nodes = {}
+    for ino, node in state.nodes.items():  # persisted fields only (in-memory ones may differ)
+        values = {c: getattr(node, c) for c in columns if hasattr(node, c)}
+        values["children"] = dict(sorted(node.children.items()))
+        nodes[ino] = values
+    tombs = {mid: (t.base_path, t.base_sha) for mid, t in state.tombstones.items()}
+    conflicted = dict(getattr(state, "conflicted", {}))
+    return {"nodes": nodes, "by_memory": dict(state.by_memory), "tombstones": tombs,
+            "conflicts": state.conflicts(), "conflicted": conflicted}
+
+
+# ======================================================================================
+# The transport
+# ======================================================================================
+
+
+@dataclass
+class Record:
+    seq: int
+    origin: str
+    index: int | None  # position among the action's requests
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any
+    status: int | None = None
+    outcome: str = "pending"  # ok | error | lost | failed | refused
+
+    @property
+    def memory_id(self) -> str | None:
+        parts = self.path.split("/")
+        if len(parts) == 6 and parts[4] == "memories":
+            return parts[5]
+        return None
+
+    @property
+    def is_listing(self) -> bool:
+        return self.method == "GET" and self.path.endswith("/memories")
+
+    def flight_key(self) -> str | None:
+        """What "one request in flight" is counted per: the memory, or a create's path."""
+        if self.method == "POST" and self.path.endswith("/memories"):
+            return "create:" + str((self.body or {}).get("path"))
+        if self.method in ("POST", "DELETE") and self.memory_id:
+            return self.memory_id
+        return None
+
+    def short(self) -> str:
+        what = self.path.rsplit("/memory_stores/", 1)[-1].split("/", 1)[-1]
+        extra = ""
+        if isinstance(self.body, dict):
+            extra = " " + ",".join(f"{k}={_short(v)}" for k, v in self.body.items())
+        if self.query.get("page"):
+            extra += " page=…"
+        if "expected_content_sha256" in self.query:
+            extra += " expected_sha"
+        return f"#{self.seq}[{self.origin}{'' if self.index is None else ':' + str(self.index)}]" \
+               f" {self.method} {what}{extra} -> {self.status} {self.outcome}"
+
+
+def _short(v: Any) -> str:
+    s = json.dumps(v, ensure_ascii=False)
+    return s if len(s) <= 24 else s[:21] + "…"
+
+
+@dataclass
+class FaultRule:
+    """A fault for requests matching `match` (by default only the action's requests)."""
+
+    match: Callable[[Record], bool]
+    kind: str = "refuse"  # refuse (an error response, not applied) | fail | lose
+    status: int = 403
+    error_type: str = "permission_error"
+    message: str = "refused by the test"
+    origins: tuple[str, ...] = ("action",)
+    times: int | None = None  # None: every matching request
+
+
+class HeldTransport(httpx.AsyncBaseTransport):
+    """The server in-process; every request numbered, recorded, and holdable."""
+
+    def __init__(self, db: Database, store_id: str, *, list_limit: int | None = None) -> None:
+        self.db = db
+        self.store_id = store_id
+        self.list_limit = list_limit
+        self.records: list[Record] = []
+        self.rules: list[FaultRule] = []
+        self.hold: tuple[int, str] | None = None  # (action request index, point)
+        self.reached = trio.Event()  # set when the hold point is reached
+        self.release = trio.Event()
+        self.held: Record | None = None
+        self.action_count = 0
+        self.in_flight: dict[str, Record] = {}
+        self.violations: list[str] = []
+        self.created: set[str] = set()  # ids of the memories our creates made
+
+    def apply(self, rec: Record) -> tuple[int, dict]:
+        try:
+            op, params = resolve(rec.method, rec.path)
+            return 200, op(self.db, Request(params, rec.query, rec.body, None))
+        except ApiError as exc:
+            return exc.status, {"type": "error", "error": exc.error_object()}
+
+    async def _park(self, rec: Record) -> None:
+        self.held = rec
+        self.reached.set()
+        await self.release.wait()
+
+    def _rule(self, rec: Record) -> FaultRule | None:
+        for rule in self.rules:
+            if rec.origin in rule.origins and (rule.times is None or rule.times > 0) \
+                    and rule.match(rec):
+                if rule.times is not None:
+                    rule.times -= 1
+                return rule
+        return None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = urlsplit(str(request.url))
+        query = dict(parse_qsl(url.query, keep_blank_values=True))
+        raw = request.content
+        body = json.loads(raw) if raw else None
+        origin = ORIGIN.get()
+        rec = Record(len(self.records), origin, None, request.method, url.path, query, body)
+        if origin == "action":
+            rec.index = self.action_count
+            self.action_count += 1
+        if rec.is_listing and self.list_limit is not None:
+            query["limit"] = str(min(int(query.get("limit", "20")), self.list_limit))
+        self.records.append(rec)
+        key = rec.flight_key()
+        if key is not None:
+            other = self.in_flight.get(key)
+            if other is not None:
+                self.violations.append(
+                    f"two requests in flight for {key}: {other.short()} and {rec.short()}")
+            self.in_flight[key] = rec
+        try:
+            point = None
+            if self.hold is not None and rec.index is not None and rec.index == self.hold[0]:
+                point = self.hold[1]
+            if point in ("before", "fail"):
+                await self._park(rec)
+            if point == "fail":
+                rec.status, rec.outcome = 503, "failed"
+                return _error(503, "api_error", "held request failed by the test")
+            rule = self._rule(rec)
+            if rule is not None and rule.kind in ("refuse", "fail"):  # not applied
+                status = rule.status if rule.kind == "refuse" else 503
+                payload = {"type": "error", "error": {"type": rule.error_type if
+                                                      rule.kind == "refuse" else "api_error",
+                                                      "message": rule.message}}
+                rec.status = status
+                rec.outcome = "refused" if rule.kind == "refuse" else "failed"
+            else:
+                status, payload = self.apply(rec)
+                rec.status = status
+                rec.outcome = "ok" if status == 200 else "error"
+                if status == 200 and rec.method == "POST" and rec.path.endswith("/memories"):
+                    self.created.add(payload["id"])
+            if point in ("after", "lose"):
+                await self._park(rec)
+            if point == "lose" or (rule is not None and rule.kind == "lose"):
+                rec.outcome = "lost"
+                raise httpx.ReadError("response lost by the test", request=request)
+            return httpx.Response(status, json=payload)
+        finally:
+            if key is not None and self.in_flight.get(key) is rec:
+                del self.in_flight[key]
+
+
+def _error(status: int, error_type: str, message: str) -> httpx.Response:
+    return httpx.Response(status, json={"type": "error",
+                                        "error": {"type": error_type, "message": message}})
+
+
+# ======================================================================================
+# The engine: handlers, passes, other clients, and the model the oracle checks against
+# ======================================================================================
+
+
+def _ctx() -> pyfuse3.RequestContext:
+    return pyfuse3.RequestContext()
+
+
+def _split(path: str) -> tuple[str, str]:
+    d, _, name = path.rpartition("/")
+    return (d or "/"), name
+
+
+class Skip(Exception):
+    """A step that does not apply to the current tree (a missing file, ...)."""
+
+
+class Engine:
+    """One mount (Parts) plus its server, and a model of what every writer did."""
+
+    def __init__(self, tmp: Path, transport: HeldTransport, parts: Parts) -> None:
+        self.tmp = tmp
+        self.transport = transport
+        self.db = transport.db
+        self.store_id = transport.store_id
+        self.parts = parts
+        self.state, self.cache, self.ops = parts.state, parts.cache, parts.ops
+        self.ctx, self.pusher, self.reconciler = parts.ctx, parts.pusher, parts.reconciler
+        # Open handles with unsaved writes, by path: (fh, ino, sha seen at open, data);
+        # data None: the file was unlinked or replaced meanwhile (its close keeps nothing).
+        self.handles: dict[str, tuple[int, int, str | None, bytes | None]] = {}
+        self.labels: dict[str, str] = {EMPTY_SHA: "''"}
+        # The model.
+        self.obligations: dict[str, str] = {}  # sha -> who wrote it (must stay visible)
+        # (new sha, the sha it replaced) for every write that saw what it replaced: local
+        # writes (the file held what they replaced) and other clients' writes
+        self.writes: set[tuple[str, str]] = set()
+        self.remote_writes: set[tuple[str, str]] = set()
+        self.alive: dict[str, str] | None = None  # memory id -> path (from action start)
+        self.excused: set[str] = set()  # ids another client deleted
+        self.named: dict[str, str] = {}  # "@/path" -> memory id at the action start
+        self.new_names: dict[str, str] = {}
+        self.held: dict[str, set[str]] = {}  # memory id -> contents its file has held
+        self.counter = 0
+        self.log: list[str] = []
+        self.state_errors: list[str] = []
+
+    # -- model ---------------------------------------------------------------------
+
+    def mname(self, mid: str | None) -> str:
+        """A memory's name that is the same in every run: the path the mount held it at
+        when the action started, else the order in which the harness first met it."""
+        if mid is None:
+            return "no memory"
+        for name, known in self.named.items():
+            if known == mid:
+                return f"memory{name}"
+        if mid not in self.new_names:
+            self.new_names[mid] = f"new memory #{len(self.new_names) + 1}"
+        return self.new_names[mid]
+
+    def label(self, sha: str | None) -> str:
+        if sha is None:
+            return "nothing"
+        return self.labels.get(sha, sha[:10])
+
+    def _content(self, content: str | None, what: str) -> bytes:
+        if content is None:
+            self.counter += 1
+            content = f"{what}{self.counter}"
+        data = (content + "\n").encode()
+        self.labels[sha256(data)] = repr(content)
+        return data
+
+    def _wrote(self, sha: str, replaced: str | None, who: str, *, local: bool = True) -> None:
+        if replaced is not None:
+            self._supersede(replaced)
+            (self.writes if local else self.remote_writes).add((sha, replaced))
+        self.obligations[sha] = who
+
+    def _supersede(self, sha: str | None) -> None:
+        if sha is not None:
+            self.obligations.pop(sha, None)
+
+    def _alive_drop(self, mid: str | None) -> None:
+        """The user removed the file holding memory mid: it may go."""
+        if self.alive is not None and mid is not None:
+            self.alive.pop(mid, None)
+
+    def start_action(self) -> None:
+        st = self.state
+        self.alive = {mid: st.path_of(st.nodes[ino]) for mid, ino in st.by_memory.items()}
+        self.named = {f"@{p}": mid for mid, p in self.alive.items()}
+        self.known_at_start = set(st.by_memory) | set(st.tombstones)
+
+    # -- tree helpers -----------------------------------------------------------------
+
+    def node(self, path: str):
+        return self.state.lookup_path(path)
+
+    def tree_sha(self, path: str) -> str | None:
+        node = self.node(path)
+        return None if node is None or node.is_dir else node.sha
+
+    async def _parent(self, path: str) -> int:
+        d, _ = _split(path)
+        ino = ROOT_INO
+        if d == "/":
+            return ino
+        for seg in d[1:].split("/"):
+            node = self.state.child(self.state.nodes[ino], seg)
+            if node is None:
+                attr = await self.ops.mkdir(ino, seg.encode(), stat.S_IFDIR | 0o755, _ctx())
+                ino = attr.st_ino
+            elif not node.is_dir:
+                raise Skip(f"{d} is a file")
+            else:
+                ino = node.ino
+        return ino
+
+    async def _put(self, path: str, data: bytes) -> None:
+        """create/open(O_TRUNC) + write + flush + release (one close)."""
+        node = self.node(path)
+        if node is not None and node.is_dir:
+            raise Skip(f"{path} is a directory")
+        if node is None:
+            fi, _ = await self.ops.create(await self._parent(path), _split(path)[1].encode(),
+                                          stat.S_IFREG | 0o644, os.O_WRONLY | os.O_CREAT, _ctx())
+        else:
+            fi = await self.ops.open(node.ino, os.O_WRONLY | os.O_TRUNC, _ctx())
+        try:
+            await self.ops.write(fi.fh, 0, data)
+            await self.ops.flush(fi.fh)
+        finally:
+            await self.ops.release(fi.fh)
+
+    # -- steps --------------------------------------------------------------------------
+
+    async def do(self, step: tuple) -> str:
+        op, *args = step
+        try:
+            await getattr(self, "op_" + op)(*args)
+            outcome = "ok"
+        except Skip as exc:
+            outcome = f"skipped ({exc})"
+        except pyfuse3.FUSEError as exc:
+            outcome = f"skipped ({errno.errorcode.get(exc.errno, exc.errno)})"
+        except Exception as exc:  # a bug (or a changed API): report it, keep exploring
+            outcome = f"raised {type(exc).__name__}: {exc}"
+            self.state_errors.append(f"{ORIGIN.get()} step {step!r} {outcome}")
+        self.log.append(f"{ORIGIN.get()}: {step!r} {outcome}")
+        self.check_state()
+        return outcome
+
+    # local filesystem operations (through the handlers)
+
+    async def op_write(self, path: str, content: str | None = None) -> None:
+        """Open (create or truncate), write, close."""
+        data = self._content(content, "w")
+        replaced = self.tree_sha(path)
+        await self._put(path, data)
+        self._wrote(sha256(data), replaced, f"local write to {path}")
+        if path in self.handles:  # one inode, one buffer: the open handle now holds data
+            fh, ino, _seen, _old = self.handles[path]
+            self.handles[path] = (fh, ino, sha256(data), data)
+
+    async def op_save_as(self, path: str, content: str | None = None) -> None:
+        """An editor's atomic save: write path.tmp, rename it over path."""
+        data = self._content(content, "s")
+        tmp = path + ".tmp"
+        if self.node(tmp) is not None:
+            raise Skip(f"{tmp} exists")
+        replaced = self.tree_sha(path)
+        await self._put(tmp, data)
+        self._wrote(sha256(data), None, f"editor save to {path}")
+        await self.op_rename(tmp, path)
+        self.writes.add((sha256(data), replaced))
+
+    async def op_rename(self, src: str, dst: str) -> None:
+        node = self.node(src)
+        if node is None or src == dst:
+            raise Skip(f"no {src}")
+        target = self.node(dst)
+        # Over a file: the target keeps its memory (an editor's save) and the source's
+        # memory goes; over a file that has none yet, the source keeps its own.
+        gone = None
+        if target is not None and not target.is_dir:
+            gone = node.memory_id if target.memory_id is not None else target.memory_id
+        sp, sn = _split(src)
+        dst_parent = await self._parent(dst)
+        await self.ops.rename(self.node(sp).ino, sn.encode(), dst_parent,
+                              _split(dst)[1].encode(), 0, _ctx())
+        if target is not None and not target.is_dir:
+            self._supersede(target.sha)
+        self._alive_drop(gone)
+        self._orphan(dst)
+        for p in [p for p in self.handles if p == src or p.startswith(src + "/")]:
+            self.handles[dst + p[len(src):]] = self.handles.pop(p)
+
+    async def op_unlink(self, path: str) -> None:
+        node = self.node(path)
+        if node is None or node.is_dir:
+            raise Skip(f"no file {path}")
+        sha, mid = node.sha, node.memory_id
+        d, name = _split(path)
+        await self.ops.unlink(self.node(d).ino, name.encode(), _ctx())
+        self._supersede(sha)
+        self._alive_drop(mid)
+        self._orphan(path)
+
+    def _orphan(self, path: str) -> None:
+        """An open handle whose file was unlinked or replaced: its close keeps nothing."""
+        if path in self.handles:
+            fh, ino, seen, _data = self.handles.pop(path)
+            self.handles[f"{path} (gone #{fh})"] = (fh, ino, seen, None)
+
+    async def op_open_write(self, path: str, content: str | None = None) -> None:
+        """Open and write without closing: a dirty open buffer (closed by `close`)."""
+        if path in self.handles:
+            raise Skip(f"{path} already open")
+        data = self._content(content, "o")
+        node = self.node(path)
+        if node is None or node.is_dir:
+            raise Skip(f"no file {path}")
+        seen = node.sha
+        fi = await self.ops.open(node.ino, os.O_WRONLY | os.O_TRUNC, _ctx())
+        await self.ops.write(fi.fh, 0, data)
+        self.handles[path] = (fi.fh, node.ino, seen, data)
+
+    async def op_close(self, path: str) -> None:
+        if path not in self.handles:
+            raise Skip(f"{path} not open")
+        fh, _ino, seen, data = self.handles.pop(path)
+        try:
+            await self.ops.flush(fh)
+        finally:
+            await self.ops.release(fh)
+        if data is not None:
+            self._wrote(sha256(data), seen, f"local write (closed buffer) to {path}")
+
+    async def close_all(self) -> None:
+        for path in sorted(self.handles):
+            await self.do(("close", path))
+
+    async def op_read(self, path: str) -> None:
+        node = self.node(path)
+        if node is None or node.is_dir:
+            raise Skip(f"no file {path}")
+        fi = await self.ops.open(node.ino, os.O_RDONLY, _ctx())
+        try:
+            await self.ops.read(fi.fh, 0, 1 << 20)
+        finally:
+            await self.ops.release(fi.fh)
+        if self.handles.get(path, (0, 0, None, None))[3] is not None:
+            # One inode, one buffer: this close made the open handle's writes durable.
+            fh, ino, seen, data = self.handles[path]
+            self._wrote(sha256(data), seen, f"local write (buffer, made durable) to {path}")
+            self.handles[path] = (fh, ino, seen, None)
+
+    async def op_mkdir(self, path: str) -> None:
+        await self._parent(path + "/x")
+
+    async def op_restore(self, path: str) -> None:
+        """`memfs conflicts restore` of the newest conflict at path."""
+        rows = [r for r in self.state.conflicts() if r["path"] == path]
+        if not rows:
+            raise Skip(f"no conflict at {path}")
+        row = rows[-1]
+        node = self.node(path)
+        clean = node is not None and not node.is_dir and not self.state.is_dirty(node) \
+            and not is_open_dirty(self, node.ino)
+        replaced = node.sha if node is not None and not node.is_dir else None
+        try:
+            restore_conflict(self, row["id"])
+        except Exception as exc:
+            if is_refusal(exc):
+                raise Skip(f"restore refused: {exc}") from None
+            raise
+        # The restorer sees (and replaces) a synced file; a newer pending edit is not theirs.
+        if clean:
+            self._supersede(replaced)
+        self.obligations[row["local_sha"]] = f"restored conflict at {path}"
+
+    # other clients: straight on the server
+
+    def server(self) -> dict[str, tuple[str, str]]:
+        """{path: (memory id, content sha)} as the server holds it now."""
+        out, page = {}, None
+        while True:
+            got = self.db.list_memories(self.store_id, limit=100, page=page)
+            for m in got["data"]:
+                out[m["path"]] = (m["id"], m["content_sha256"])
+            page = got["next_page"]
+            if not page:
+                return out
+
+    def _memory(self, target: str) -> tuple[str, str, str]:
+        """(id, path, sha) of the memory at a path, or "@/path": the memory the mount held
+        at that path when the action started, wherever it is now."""
+        by_id = {mid: (p, sha) for p, (mid, sha) in self.server().items()}
+        if target.startswith("@"):
+            mid = self.named.get(target)
+            if mid is None and self.alive is None:  # during setup: the mount's memory now
+                node = self.node(target[1:])
+                mid = None if node is None else node.memory_id
+            if mid is None or mid not in by_id:
+                raise Skip(f"no memory {target}")
+            return mid, *by_id[mid]
+        got = self.server().get(target)
+        if got is None:
+            raise Skip(f"no memory at {target}")
+        return got[0], target, got[1]
+
+    async def op_r_edit(self, target: str, content: str | None = None) -> None:
+        mid, path, old = self._memory(target)
+        data = self._content(content, "r")
+        try:
+            self.db.update_memory(self.store_id, mid, content=data.decode(), actor=None)
+        except ApiError as exc:
+            raise Skip(exc.message) from None
+        self._wrote(sha256(data), old, f"remote edit of {path}", local=False)
+
+    async def op_r_create(self, path: str, content: str | None = None) -> None:
+        data = self._content(content, "c")
+        try:
+            self.db.create_memory(self.store_id, path=path, content=data.decode(), actor=None)
+        except ApiError as exc:
+            raise Skip(exc.message) from None
+        self._wrote(sha256(data), None, f"remote create of {path}", local=False)
+
+    async def op_r_create_park(self, target: str, content: str | None = None) -> None:
+        """A stranger's memory at the place the pusher would park `target` (a swap)."""
+        mid, _path, _sha = self._memory(target)
+        await self.op_r_create(RESERVED_PREFIX + mid, content)
+
+    async def op_r_delete(self, target: str) -> None:
+        mid, path, old = self._memory(target)
+        self.db.delete_memory(self.store_id, mid, actor=None)
+        self._supersede(old)
+        if self.alive is not None:
+            self.alive.pop(mid, None)
+        self.excused.add(mid)
+
+    async def op_r_rename(self, target: str, new_path: str) -> None:
+        mid, path, _sha = self._memory(target)
+        try:
+            self.db.update_memory(self.store_id, mid, path=new_path, actor=None)
+        except ApiError as exc:
+            raise Skip(exc.message) from None
+
+    # sync passes (setup and settle)
+
+    async def op_push(self) -> None:
+        await self.pusher.push_pass()
+
+    async def op_flush(self) -> None:
+        await self.pusher.flush(60.0)
+
+    async def op_reconcile(self) -> None:
+        await self.reconciler.reconcile_pass()
+
+    async def op_age(self) -> None:
+        age_tombstones(self)
+
+    # -- checks ---------------------------------------------------------------------------
+
+    def check_state(self) -> None:
+        """State's in-memory indexes agree with state.db (checked after every step)."""
+        for mid in self.alive or ():
+            ino = self.state.by_memory.get(mid)
+            if ino is not None and ino in self.state.nodes:
+                self.held.setdefault(mid, set()).add(self.state.nodes[ino].sha)
+        other = reopen_state(self)
+        try:
+            mine, theirs = state_snapshot(self.state), state_snapshot(other)
+        finally:
+            other.close()
+        for key in mine:
+            if mine[key] == theirs[key]:
+                continue
+            if key == "nodes":
+                a, b = mine[key], theirs[key]
+                diffs = []
+                for ino in sorted(set(a) | set(b)):
+                    if a.get(ino) != b.get(ino):
+                        if ino not in a or ino not in b:
+                            diffs.append(f"ino {ino}: memory {a.get(ino)} / db {b.get(ino)}")
+                        else:
+                            diffs += [f"ino {ino} {f}: memory {a[ino].get(f)!r} / db "
+                                      f"{b[ino].get(f)!r}" for f in a[ino]
+                                      if a[ino].get(f) != b[ino].get(f)]
+                detail = "; ".join(diffs[:3])
+            else:
+                detail = f"memory {mine[key]} / db {theirs[key]}"
+            where = self.log[-1] if self.log else "start"
+            self.state_errors.append(f"state.{key} differs from state.db after {where}: "
+                                     f"{detail}")
+
+
+# ======================================================================================
+# The oracle
+# ======================================================================================
+
+
+class Oracle:
+    """What must hold; each check returns violation messages (empty: fine)."""
+
+    @staticmethod
+    def requests(eng: Engine) -> list[str]:
+        out = list(eng.transport.violations)
+        for rec in eng.transport.records:
+            if rec.method == "POST" and rec.memory_id and isinstance(rec.body, dict):
+                pre = rec.body.get("precondition") or {}
+                if "content" in rec.body and not pre.get("content_sha256"):
+                    out.append(f"content update without a content_sha256 precondition: "
+                               f"{rec.short()}")
+            if rec.method == "DELETE" and rec.memory_id \
+                    and not rec.query.get("expected_content_sha256"):
+                out.append(f"delete without expected_content_sha256: {rec.short()}")
+        return out
+
+    @staticmethod
+    def after_reconcile(eng: Engine) -> list[str]:
+        """After a reconcile pass: no memory the server still holds was dropped."""
+        st, server = eng.state, {mid: p for p, (mid, _s) in eng.server().items()}
+        known = set(st.by_memory) | set(st.tombstones)
+        out = []
+        for mid in sorted(eng.known_at_start - known):
+            if mid in server:
+                out.append(f"the reconcile pass dropped {eng.mname(mid)} (now at {server[mid]}), "
+                           "which the server still holds")
+        return out
+
+    @staticmethod
+    def tree(eng: Engine) -> list[str]:
+        """Never a reserved path in the tree."""
+        return [f"reserved path {eng.state.path_of(n)} is in the tree"
+                for n in eng.state.files()
+                if eng.state.path_of(n).startswith(RESERVED_PREFIX)]
+
+    @staticmethod
+    def settled(eng: Engine, may_stay: tuple[str, ...] = ()) -> list[str]:
+        """After settling. may_stay: server paths whose changes the server keeps refusing;
+        they may differ from the tree only while status reports them."""
+        st, out = eng.state, []
+        files = {st.path_of(n): n for n in st.files() if not st.is_local_only_name(n)}
+        server = eng.server()
+        left = pending_paths(st)
+        exempt = {p for p in may_stay if any(p in v for v in left.values())}
+        visible = {p: v for p, v in server.items() if not p.startswith(RESERVED_PREFIX)}
+        ours = set(eng.named.values()) | eng.transport.created
+        for p, (mid, _sha) in server.items():
+            if p.startswith(RESERVED_PREFIX) and mid in ours:
+                out.append(f"our {eng.mname(mid)} is still parked at {p}")
+        files = {p: n for p, n in files.items() if not p.startswith(RESERVED_PREFIX)}
+        # The tree equals the server: every path, content and memory id.
+        for p in sorted(set(files) | set(visible)):
+            if p in exempt:
+                continue
+            node, remote = files.get(p), visible.get(p)
+            if node is None:
+                out.append(f"server has {p} ({eng.mname(remote[0])}, "
+                           f"{eng.label(remote[1])}) that the tree does not")
+            elif remote is None:
+                out.append(f"tree has {p} ({eng.label(node.sha)}, {eng.mname(node.memory_id)}) "
+                           "that the server does not")
+            elif (node.memory_id, node.sha) != remote:
+                out.append(f"{p}: tree {eng.label(node.sha)} ({eng.mname(node.memory_id)}) != "
+                           f"server {eng.label(remote[1])} ({eng.mname(remote[0])})")
+        out += Oracle.tree(eng)
+        conflicts = st.conflicts()
+        kept = {n.sha for n in files.values()} | {s for _i, s in server.values()} \
+            | {c["local_sha"] for c in conflicts}
+        # Every content a writer left last is in the tree, the server's head or a conflict.
+        for sha, who in sorted(eng.obligations.items(), key=lambda kv: kv[1]):
+            if sha not in kept and sha != EMPTY_SHA:
+                out.append(f"lost: {eng.label(sha)} ({who}) is not in the tree, on the "
+                           "server or in a conflict")
+        # A conflict must be real: not a local write filed against what it replaced.
+        for c in conflicts:
+            if (c["local_sha"], c["remote_sha"]) in eng.writes:
+                out.append(f"false conflict #{c['id']} at {c['path']}: "
+                           f"{eng.label(c['local_sha'])} was written over "
+                           f"{eng.label(c['remote_sha'])}, yet filed as losing to it")
+        # Never two memories for one file: what a local write replaced in a file is not
+        # still the head of another memory beside the one holding the write. (Remote writes
+        # are left out: a local rename may have moved what they replaced to another file.)
+        heads: dict[str, set[str]] = {}
+        for p, (mid, sha) in visible.items():
+            if p not in exempt:
+                heads.setdefault(sha, set()).add(mid)
+        for new, old in sorted(eng.writes):
+            if old in heads and new in heads and old not in eng.obligations \
+                    and old != EMPTY_SHA and heads[old] - heads[new]:
+                for mid in sorted(heads[old] - heads[new]):
+                    path = next(p for p, (m, _s) in visible.items() if m == mid)
+                    out.append(f"duplicate: {path} ({eng.mname(mid)}) still holds "
+                               f"{eng.label(old)}, which {eng.label(new)} replaced")
+        # Saves and renames keep memory ids.
+        excused = {c["memory_id"] for c in conflicts} | eng.excused
+        conflict_paths = {c["path"] for c in conflicts}
+        conflict_shas = {c["local_sha"] for c in conflicts}
+        for mid, p in sorted((eng.alive or {}).items(), key=lambda kv: kv[1]):
+            if mid in st.by_memory or mid in excused or p in conflict_paths \
+                    or eng.held.get(mid, set()) & conflict_shas:
+                continue
+            now = st.lookup_path(p)
+            now_id = None if now is None or now.is_dir else now.memory_id
+            out.append(f"memory id of {p} changed: {eng.mname(mid)} -> {eng.mname(now_id)} "
+                       "with no remote delete or conflict to explain it")
+        # Status is exact: nothing pending once settled (but what is refused for good).
+        left = {k: [p for p in v if p not in exempt] for k, v in left.items()}
+        left = {k: v for k, v in left.items() if v}
+        if left:
+            out.append(f"status still reports pending work after settling: {left}")
+        tombs = sorted(t.base_path for t in st.tombstones.values() if t.base_path not in exempt)
+        if tombs:
+            out.append(f"tombstones left after settling: {tombs}")
+        return out
+
+
+# ======================================================================================
+# Scenarios and the explorer
+# ======================================================================================
+
+Step = tuple
+Check = Callable[[Engine, "RunResult"], list[str]]
+
+
+@dataclass
+class Scenario:
+    name: str
+    setup: list[Step]
+    action: str  # push | flush | reconcile
+    interference: list[Step]
+    after: list[Step] = field(default_factory=list)  # after the action, before settling
+    faults: list[FaultRule] = field(default_factory=list)
+    points: tuple[str, ...] = FAULT_POINTS
+    list_limit: int | None = None
+    check: Check | None = None  # scenario-specific, right after the action
+    may_stay: tuple[str, ...] = ()  # see Oracle.settled
+    doc: str = ""
+
+
+@dataclass
+class RunResult:
+    label: str
+    requests: int = 0  # the action's requests
+    reached: bool = True
+    action_error: str | None = None
+    action_value: Any = None
+    violations: list[str] = field(default_factory=list)
+    trace: list[str] = field(default_factory=list)
+
+
+async def _action(eng: Engine, kind: str) -> Any:
+    if kind == "push":
+        return await eng.pusher.push_pass()
+    if kind == "flush":
+        return await eng.pusher.flush(60.0)
+    if kind == "reconcile":
+        try:
+            return await eng.reconciler.reconcile_pass()
+        except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
+            return f"offline: {type(exc).__name__}"  # Reconciler.run backs off: fine
+    raise ValueError(kind)
+
+
+async def _settle(eng: Engine, result: RunResult, may_stay: tuple[str, ...]) -> None:
+    token = ORIGIN.set("settle")
+    try:
+        await eng.close_all()
+        for _ in range(SETTLE_ROUNDS):
+            before = _fingerprint(eng)
+            age_tombstones(eng)
+            pushed = await eng.pusher.push_pass(flush=True)
+            await eng.reconciler.reconcile_pass()
+            eng.check_state()
+            left = pending_paths(eng.state)
+            quiet = not any(p not in may_stay for v in left.values() for p in v)
+            if _fingerprint(eng) == before and quiet and not getattr(pushed, "pushed", 0):
+                return
+        result.violations.append(f"did not settle in {SETTLE_ROUNDS} push+reconcile rounds")
+    finally:
+        ORIGIN.reset(token)
+
+
+def _fingerprint(eng: Engine) -> Any:
+    st = eng.state
+    files = sorted((st.path_of(n), n.sha, n.memory_id, n.base_sha, n.base_path)
+                   for n in st.files())
+    return files, sorted(st.tombstones), [c["id"] for c in st.conflicts()], \
+        sorted(eng.server().items())
+
+
+async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
+    """One interleaving. where: ("none",) | ("pre",) | ("post",) | ("hold", k, point)."""
+    label = {"none": "alone", "pre": "before the action", "post": "after the action"}.get(
+        where[0]) or f"k={where[1]} {where[2]}"
+    result = RunResult(label)
+    db = Database(":memory:")
+    store = db.create_store(name="interleave")["id"]
+    transport = HeldTransport(db, store, list_limit=scenario.list_limit)
+    eng = make_engine(tmp, transport)
+    try:
+        for step in scenario.setup:
+            await eng.do(step)
+        eng.start_action()
+
+        async def interfere() -> None:
+            token = ORIGIN.set("interference")
+            try:
+                for step in scenario.interference:
+                    await eng.do(step)
+            finally:
+                ORIGIN.reset(token)
+
+        if where[0] == "pre":
+            await interfere()
+        transport.rules = [FaultRule(**vars(r)) for r in scenario.faults]
+        if where[0] == "hold":
+            transport.hold = (where[1], where[2])
+        done = trio.Event()
+
+        async def act() -> None:
+            ORIGIN.set("action")
+            try:
+                result.action_value = await _action(eng, scenario.action)
+            except Exception as exc:
+                result.action_error = f"{type(exc).__name__}: {exc}"
+                result.trace = traceback.format_exception(exc)[-6:]
+            finally:
+                done.set()
+                transport.reached.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(act)
+            await transport.reached.wait()
+            if where[0] == "hold":
+                if transport.held is None:
+                    result.reached = False
+                    result.label += " (not reached: interference after the action)"
+                else:
+                    await trio.testing.wait_all_tasks_blocked()
+                    await interfere()
+                    transport.release.set()
+            await done.wait()
+        result.requests = transport.action_count
+        if where[0] == "post" or not result.reached:
+            await interfere()
+        if result.action_error is not None:
+            result.violations.append(f"the {scenario.action} raised {result.action_error}")
+        if scenario.action == "reconcile":
+            result.violations += Oracle.after_reconcile(eng)
+        result.violations += Oracle.tree(eng)
+        if scenario.check is not None:
+            result.violations += scenario.check(eng, result)
+        token = ORIGIN.set("after")
+        try:
+            for step in scenario.after:
+                await eng.do(step)
+        finally:
+            ORIGIN.reset(token)
+        try:
+            await _settle(eng, result, scenario.may_stay)
+        except Exception as exc:
+            result.violations.append(f"settling raised {type(exc).__name__}: {exc}")
+            result.trace = traceback.format_exception(exc)[-6:]
+        else:
+            result.violations += Oracle.settled(eng, scenario.may_stay)
+        result.violations += Oracle.requests(eng)
+        result.violations += eng.state_errors
+    finally:
+        trace = [*eng.log, *(r.short() for r in transport.records if r.origin != "setup")]
+        if len(trace) > 60:
+            trace = [*trace[:50], f"… {len(trace) - 60} more …", *trace[-10:]]
+        result.trace = [*trace, *result.trace]
+        await eng.parts.client.aclose()
+        eng.state.close()
+    return result
+
+
+def run_one(scenario: Scenario, tmp: Path, where: tuple, *, seed: int = 0,
+            kind: str = "scenario") -> RunResult:
+    """One interleaving in a fresh trio run with a seeded scheduler (replays exactly)."""
+    import trio._core._run as trio_run  # the scheduler's RNG: fixed for replay
+
+    trio_run._r.seed(seed)
+    result = trio.run(_run, scenario, tmp, where)
+    EXPLORED[kind] = EXPLORED.get(kind, 0) + 1
+    if not result.violations:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+@dataclass
+class Exploration:
+    scenario: Scenario
+    n: int
+    runs: list[RunResult]
+
+    @property
+    def failures(self) -> list[RunResult]:
+        return [r for r in self.runs if r.violations or not r.reached]
+
+    def summary(self, *, traces: int = 1) -> str:
+        """Failing interleavings grouped by message, then the first one's trace."""
+        groups: dict[str, list[str]] = {}
+        for r in self.failures:
+            msgs = r.violations or ["hold point not reached (nondeterministic action)"]
+            for m in dict.fromkeys(_MEMORY_ID.sub("mem_…", m) for m in msgs):
+                groups.setdefault(m, []).append(r.label)
+        lines = [f"{self.scenario.name}: {len(self.failures)} of {len(self.runs)} "
+                 f"interleavings fail (the action alone sends {self.n} requests)"]
+        for m, labels in groups.items():
+            lines.append(f"  - {m}\n      at: {', '.join(labels)}")
+        for r in self.failures[:traces]:
+            lines.append(f"trace of {r.label}:")
+            lines += [f"    {t.rstrip()}" for t in r.trace]
+        return "\n".join(lines)
+
+
+def explore(scenario: Scenario, tmp: Path) -> Exploration:
+    """Every hold point of every request of the action, plus before and after it."""
+    base = run_one(scenario, tmp / "alone", ("none",))
+    n = base.requests
+    wheres: list[tuple] = [("pre",)]
+    wheres += [("hold", k, p) for k in range(n) for p in scenario.points]
+    wheres.append(("post",))
+    runs = [base] + [run_one(scenario, tmp / f"run{i}", w) for i, w in enumerate(wheres)]
+    return Exploration(scenario, n, runs)
+

@@ -1,0 +1,246 @@
+"""Every hold point of every request: named scenarios, then Hypothesis-chosen ones.
+
+See tests/interleave.py for the harness and docs/TESTING.md for how to run the long
+exploration. Each named scenario is one test: its sync action runs alone once to count
+its requests n, then its interference is injected before the action, at (k, point) for
+every k < n and every point, and after it; every run settles and meets the oracle.
+
+    MEMFS_INTERLEAVE_LONG=1     2,000 random Hypothesis cases, not derandomized (or give
+                                the count: MEMFS_INTERLEAVE_LONG=20000)
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from interleave import (
+    EXPLORED,
+    FAULT_POINTS,
+    Engine,
+    FaultRule,
+    RunResult,
+    Scenario,
+    explore,
+    run_one,
+)
+
+_LONG = os.environ.get("MEMFS_INTERLEAVE_LONG", "").strip()
+LONG = _LONG not in ("", "0")
+HYPOTHESIS_EXAMPLES = (int(_LONG) if _LONG.isdigit() and int(_LONG) > 1 else 2000) if LONG \
+    else int(os.environ.get("MEMFS_INTERLEAVE_EXAMPLES", "300"))
+
+
+# -- the count, at the end of the session ---------------------------------------------
+
+
+class _Summary:
+    def pytest_terminal_summary(self, terminalreporter):
+        if EXPLORED:
+            total = sum(EXPLORED.values())
+            parts = ", ".join(f"{n} {kind}" for kind, n in sorted(EXPLORED.items()))
+            terminalreporter.write_sep("-", f"interleavings explored: {total} ({parts})")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report_count(request):
+    if not request.config.pluginmanager.has_plugin("memfs-interleavings"):
+        request.config.pluginmanager.register(_Summary(), "memfs-interleavings")
+    yield
+
+
+# -- scenario-specific checks -------------------------------------------------------------
+
+
+def _faulted(result: RunResult) -> bool:
+    return "lose" in result.label or "fail" in result.label
+
+
+def others_went_out(eng: Engine, result: RunResult) -> list[str]:
+    """Defect 2: a refused delete must not keep any other change from going out."""
+    if _faulted(result):
+        return []
+    server = eng.server()
+    out = []
+    if "/new.md" not in server:
+        out.append("a refused delete kept /new.md (a create) from going out in the same pass")
+    keep = server.get("/keep.md")
+    if keep is None or eng.label(keep[1]) != "'k2'":
+        out.append("a refused delete kept /keep.md's update (k2) from going out in the same "
+                   "pass")
+    return out
+
+
+def _is_delete(rec) -> bool:
+    return rec.method == "DELETE"
+
+
+REFUSE_DELETES = FaultRule(_is_delete, message="no delete scope", origins=("action", "settle"))
+
+
+# -- the named scenarios --------------------------------------------------------------------
+
+PUSHED_X = [("write", "/x.md", "v1"), ("push",), ("write", "/x.md", "v2")]
+REFUSED = [("write", "/old.md", "old"), ("write", "/keep.md", "k1"), ("push",),
+           ("unlink", "/old.md"), ("age",), ("write", "/new.md", "new"),
+           ("write", "/keep.md", "k2")]
+PAGES = [("r_create", "/b.md", "b"), ("r_create", "/c.md", "c"), ("r_create", "/m.md", "m"),
+         ("r_create", "/z.md", "z"), ("reconcile",)]
+SWAP = [("write", "/a.md", "A"), ("write", "/b.md", "B"), ("push",)]
+SWAP_RENAMES = [("rename", "/a.md", "/t.md"), ("rename", "/b.md", "/a.md"),
+                ("rename", "/t.md", "/b.md")]
+
+SCENARIOS = [
+    Scenario(
+        "editor_save_during_update", PUSHED_X, "push", [("save_as", "/x.md", "v3")],
+        doc="defect 1: temp file renamed over x.md while x.md's update is on the wire"),
+    Scenario(
+        "editor_save_during_flush", PUSHED_X, "flush", [("save_as", "/x.md", "v3")],
+        doc="defect 1 during an unmount flush: the memory must keep its id"),
+    Scenario(
+        "editor_save_during_create", [("write", "/x.md", "v1")], "push",
+        [("save_as", "/x.md", "v2")]),
+    Scenario(
+        "save_during_create", [("write", "/x.md", "v1")], "push",
+        [("write", "/x.md", "v2")],
+        doc="a plain save (open, truncate, write, close) while the create is in flight"),
+    Scenario(
+        "save_during_update", PUSHED_X, "push", [("write", "/x.md", "v3")]),
+    Scenario(
+        "rename_during_update", PUSHED_X, "push", [("rename", "/x.md", "/y.md")]),
+    Scenario(
+        "unlink_during_update", PUSHED_X, "push", [("unlink", "/x.md")]),
+    Scenario(
+        "refused_delete_others_go_out", REFUSED, "push", [("write", "/other.md", "o")],
+        faults=[REFUSE_DELETES], check=others_went_out, may_stay=("/old.md",),
+        doc="defect 2: every DELETE answered 403 (no delete scope, for good); every other "
+            "change still goes out in that pass, and status keeps reporting old.md"),
+    Scenario(
+        "refused_delete_during_flush", REFUSED, "flush", [("write", "/other.md", "o")],
+        faults=[REFUSE_DELETES], check=others_went_out, may_stay=("/old.md",),
+        doc="defect 2 in flush(): the refusal must not escape (it would end Daemon.run)"),
+    Scenario(
+        "restore_over_pending_edit",
+        [("write", "/a.md", "base"), ("push",), ("r_edit", "/a.md", "theirs"),
+         ("write", "/a.md", "mine"), ("push",), ("write", "/a.md", "newer")],
+        "push", [("restore", "/a.md")],
+        doc="defect 3: `conflicts restore` over a closed, unpushed (or in-flight) edit"),
+    Scenario(
+        "dirty_buffer_vs_precondition_failure",
+        [("write", "/a.md", "base"), ("push",), ("r_edit", "/a.md", "theirs"),
+         ("write", "/a.md", "mine")],
+        "push", [("open_write", "/a.md", "buffer")], after=[("close", "/a.md")],
+        doc="defect 4: an open dirty buffer while the pusher meets a precondition failure; "
+            "closed after the pass"),
+    Scenario(
+        "remote_rename_to_earlier_page_clean", PAGES, "reconcile",
+        [("r_rename", "/z.md", "/a.md")], list_limit=2,
+        doc="defect 5: listings are 2 a page here; z.md moves to a.md between pages"),
+    Scenario(
+        "remote_rename_to_earlier_page_dirty", [*PAGES, ("write", "/z.md", "mine")],
+        "reconcile", [("r_rename", "/z.md", "/a.md")], list_limit=2,
+        doc="defect 5 with a local edit pending on z.md: no duplicate memory"),
+    Scenario(
+        "fetch_moves_base_between_pages",
+        [("r_create", "/a.md", "a"), ("r_create", "/x.md", "x1"), ("r_create", "/y.md", "y"),
+         ("r_create", "/z.md", "z"), ("reconcile",), ("r_edit", "/x.md", "x2")],
+        "reconcile",
+        [("r_edit", "/x.md", "x3"), ("read", "/x.md"), ("write", "/x.md", "mine")],
+        list_limit=2,
+        doc="defect 6: a cache-miss read moves x.md's base to x3 mid-pass and the user saves "
+            "on top of it; the page read earlier (x2) must not turn that into a conflict"),
+    Scenario(
+        "swap_pushed", [*SWAP, *SWAP_RENAMES], "push", [("r_edit", "@/a.md", "theirs")],
+        doc="defect 8: a↔b swap goes out while another client edits one side"),
+    Scenario(
+        "swap_park_path_taken",
+        [*SWAP, ("r_create_park", "@/a.md", "stranger"), ("r_create_park", "@/b.md",
+                                                          "stranger2"), *SWAP_RENAMES],
+        "flush", [("write", "/c.md", "c")],
+        doc="defect 8: the parking path is taken by someone else's memory"),
+    Scenario(
+        "remote_edit_during_update", PUSHED_X, "push", [("r_edit", "/x.md", "theirs")]),
+    Scenario(
+        "remote_delete_during_update", PUSHED_X, "push", [("r_delete", "/x.md")]),
+    Scenario(
+        "remote_edit_during_delete",
+        [("write", "/x.md", "v1"), ("push",), ("unlink", "/x.md"), ("age",)], "push",
+        [("r_edit", "@/x.md", "theirs")]),
+    Scenario(
+        "local_create_vs_remote_rename_onto_it",
+        [*SWAP, ("write", "/c.md", "mine")], "push", [("r_rename", "/a.md", "/c.md")],
+        doc="found by Hypothesis: another client renames one of our memories onto the path "
+            "of a local file not created yet; the create meets our own memory, which "
+            "cannot follow the rename because the local path is taken"),
+    Scenario(
+        "local_edit_during_reconcile",
+        [("r_create", "/x.md", "x1"), ("reconcile",), ("r_edit", "/x.md", "x2")],
+        "reconcile", [("write", "/x.md", "mine")]),
+]
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_scenario(scenario: Scenario, tmp_path: Path) -> None:
+    result = explore(scenario, tmp_path)
+    print(f"\n{scenario.name}: {len(result.runs)} interleavings "
+          f"({result.n} action requests x {len(scenario.points)} points + 3)")
+    if result.failures:
+        pytest.fail(result.summary(), pytrace=False)
+
+
+# -- Hypothesis on top ------------------------------------------------------------------------
+
+PATHS = ("/a.md", "/b.md", "/c.md", "/d/e.md")
+_path = st.sampled_from(PATHS)
+LOCAL = st.one_of(
+    st.tuples(st.just("write"), _path),
+    st.tuples(st.just("save_as"), _path),
+    st.tuples(st.just("rename"), _path, _path),
+    st.tuples(st.just("unlink"), _path),
+    st.tuples(st.just("open_write"), _path),
+    st.tuples(st.just("close"), _path),
+    st.tuples(st.just("restore"), _path),
+    st.tuples(st.just("read"), _path),
+)
+REMOTE = st.one_of(
+    st.tuples(st.just("r_edit"), _path),
+    st.tuples(st.just("r_create"), _path),
+    st.tuples(st.just("r_delete"), _path),
+    st.tuples(st.just("r_rename"), _path, _path),
+)
+SYNC = st.sampled_from([("push",), ("reconcile",), ("age",)])
+
+
+@st.composite
+def cases(draw) -> tuple[Scenario, tuple]:
+    setup = [("write", "/a.md"), ("write", "/b.md"), ("push",)]
+    setup += draw(st.lists(st.one_of(LOCAL, REMOTE, SYNC), max_size=8))
+    scenario = Scenario(
+        "hypothesis", setup,
+        draw(st.sampled_from(["push", "flush", "reconcile"])),
+        draw(st.lists(st.one_of(LOCAL, REMOTE), min_size=1, max_size=3)),
+        list_limit=draw(st.sampled_from([None, 2])))
+    where = ("hold", draw(st.integers(0, 3)), draw(st.sampled_from(FAULT_POINTS)))
+    return scenario, where
+
+
+@settings(max_examples=HYPOTHESIS_EXAMPLES, deadline=None, derandomize=not LONG,
+          database=None, phases=[p for p in Phase if p is not Phase.explain],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=cases())
+def test_random_interleavings(case: tuple[Scenario, tuple]) -> None:
+    scenario, where = case
+    with tempfile.TemporaryDirectory(prefix="memfs-interleave-") as d:
+        result = run_one(scenario, Path(d), where, kind="hypothesis")
+    if result.violations:
+        replay = (f"run_one(Scenario('replay', {scenario.setup!r}, {scenario.action!r}, "
+                  f"{scenario.interference!r}, list_limit={scenario.list_limit!r}), tmp, "
+                  f"{where!r})")
+        pytest.fail("\n".join([f"{scenario.action} at {result.label} (the action sent "
+                               f"{result.requests} requests):", *result.violations,
+                               f"replay: {replay}", "trace:", *result.trace]),
+                    pytrace=False)
+
