@@ -38,6 +38,15 @@ class Gate:
         r.raise_for_status()
         return r.json()
 
+    def refuse(self, method: str, path: str, status: int, count: int | None = None) -> dict:
+        """Answer matching requests with `status` (403, 404, 422...) instead of applying
+        them; everything else goes through."""
+        body = {"method": method, "path": path, "when": "before", "count": count,
+                "respond": status}
+        r = httpx.post(self.url, json=body, timeout=10)
+        r.raise_for_status()
+        return r.json()
+
     def snapshot(self) -> dict:
         r = httpx.get(self.url, timeout=10)
         r.raise_for_status()

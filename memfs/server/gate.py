@@ -17,6 +17,11 @@ forever: a request is released by itself after the rule's ``timeout``
 Rules: ``method`` (``"*"`` or an HTTP method), ``path`` (a regular expression
 searched in the URL path, query excluded), ``when`` and ``count`` (how many
 requests the rule catches; ``None`` = unlimited).
+
+A ``before`` rule with ``respond`` (an HTTP status from :data:`RESPONSES`)
+holds nothing: the request is answered with that error and never applied, so
+a test can make the server refuse one particular request (a 403 on one
+delete) while every other request goes through.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ from typing import Any
 
 MAX_HOLD = 120.0
 WHEN = ("before", "after")
+#: Statuses a rule may answer with, and their error types.
+RESPONSES = {400: "invalid_request_error", 403: "permission_error", 404: "not_found_error",
+             409: "conflict_error", 413: "request_too_large", 422: "invalid_request_error"}
 
 
 @dataclass
@@ -41,6 +49,7 @@ class Rule:
     count: int | None  # None: unlimited
     timeout: float
     caught: int = 0
+    respond: int | None = None  # answer with this status instead of holding
     regex: re.Pattern[str] = field(default=None, repr=False)  # type: ignore[assignment]
 
     def matches(self, method: str, path: str, when: str) -> bool:
@@ -52,7 +61,8 @@ class Rule:
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "method": self.method, "path": self.path, "when": self.when,
-                "count": self.count, "timeout": self.timeout, "caught": self.caught}
+                "count": self.count, "timeout": self.timeout, "caught": self.caught,
+                "respond": self.respond}
 
 
 @dataclass
@@ -92,7 +102,7 @@ class Gate:
         """Add a rule from a JSON object; ValueError when it is malformed."""
         if not isinstance(spec, dict):
             raise ValueError("body must be a JSON object")
-        unknown = sorted(set(spec) - {"method", "path", "when", "count", "timeout"})
+        unknown = sorted(set(spec) - {"method", "path", "when", "count", "timeout", "respond"})
         if unknown:
             raise ValueError(f"unknown gate setting {unknown[0]!r}")
         method = spec.get("method", "*")
@@ -116,9 +126,13 @@ class Gate:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
                 or not 0 < timeout <= MAX_HOLD:
             raise ValueError(f"timeout must be a number of seconds in (0, {MAX_HOLD:g}]")
+        respond = spec.get("respond")
+        if respond is not None and (respond not in RESPONSES or when != "before"):
+            raise ValueError("respond must be one of "
+                             f"{sorted(RESPONSES)} and goes with when='before'")
         with self._cond:
             rule = Rule(next(self._rule_ids), method.upper(), path, when, count,
-                        float(timeout), regex=regex)
+                        float(timeout), respond=respond, regex=regex)
             self._rules.append(rule)
             return rule.to_json()
 
@@ -166,15 +180,18 @@ class Gate:
 
     # -- the hold points (request handler threads) ------------------------------
 
-    def hold(self, method: str, path: str, when: str, status: int | None = None) -> None:
-        """Block this thread while a rule holds the request; returns at once otherwise."""
+    def hold(self, method: str, path: str, when: str, status: int | None = None) -> int | None:
+        """Block this thread while a rule holds the request; returns at once otherwise.
+        Returns the status to answer with instead of applying it (a `respond` rule)."""
         if not self._rules:  # fast path: no gate configured
-            return
+            return None
         with self._cond:
             rule = next((r for r in self._rules if r.matches(method, path, when)), None)
             if rule is None:
-                return
+                return None
             rule.caught += 1
+            if rule.respond is not None:
+                return rule.respond
             self.total_held += 1
             h = Held(next(self._seq), rule.id, method, path, when, time.time(),
                      time.monotonic(), status)

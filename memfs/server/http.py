@@ -35,7 +35,7 @@ from memfs.server.db import (
     parse_timestamp,
 )
 from memfs.server.faults import Faults
-from memfs.server.gate import Gate
+from memfs.server.gate import RESPONSES, Gate
 
 log = logging.getLogger("memfs.server")
 
@@ -454,7 +454,11 @@ class Handler(BaseHTTPRequestHandler):
         gated = path.startswith("/v1/")
         drop = False
         if gated:
-            self.server.gate.hold(self.command, path, "before")
+            refused = self.server.gate.hold(self.command, path, "before")
+            if refused is not None:
+                self._send_error(ApiError(refused, RESPONSES[refused], "refused by the test "
+                                          "gate"), rid)
+                return
             decision = self.server.faults.decide()
             if decision.latency:
                 time.sleep(decision.latency)
