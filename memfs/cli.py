@@ -15,13 +15,13 @@ def main() -> None:
 # memfs serve
 
 
-@main.command()
+@main.group(invoke_without_command=True)
 @click.option(
     "--db",
     "db_path",
-    required=True,
-    type=click.Path(dir_okay=False),
-    help="SQLite database file (created 0600, its directory 0700, if missing).",
+    default=None,
+    help="SQLite database file (created 0600, its directory 0700, if missing), or a"
+    " PostgreSQL URL (postgresql://user@host/dbname).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=0, show_default=True, type=int, help="Port (0 picks a free one).")
@@ -38,7 +38,21 @@ def main() -> None:
     default=None,
     help="Read the required API key from this file (first line).",
 )
-@click.option("--verbose", "-v", is_flag=True, help="Log requests to stderr.")
+@click.option("--verbose", "-v", is_flag=True, help="Log requests (INFO).")
+@click.option("--log-file", type=click.Path(dir_okay=False), default=None,
+              help="Log to this file (0600, rotated by size) instead of stderr.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="json: one object per line, for log shippers.")
+@click.option("--log-max-bytes", type=click.IntRange(4096), default=10 * 1024 * 1024,
+              show_default=True, help="Rotate the log file at this size.")
+@click.option("--log-backups", type=click.IntRange(0, 100), default=3, show_default=True,
+              help="Rotated log files kept.")
+@click.option("--header-timeout", type=click.FloatRange(0.1), default=10.0, show_default=True,
+              help="Seconds a client has to send a complete request head (408 after).")
+@click.option("--body-timeout", type=click.FloatRange(0.1), default=60.0, show_default=True,
+              help="Seconds a client has to send a request body (408 after).")
+@click.option("--max-connections", type=click.IntRange(1), default=None,
+              help="Open connections at most (default: 1000, or fewer if the fd limit is low).")
 @click.option(
     "--fault-error-rate", type=click.FloatRange(0, 1), default=0.0, help="P(injected 5xx)."
 )
@@ -70,15 +84,24 @@ def main() -> None:
 @click.option(
     "--fault-control",
     is_flag=True,
-    help="Enable GET/POST /_memfs/faults to change faults at runtime.",
+    help="Enable /_memfs/faults and /_memfs/gate (test controls).",
 )
+@click.pass_context
 def serve(
-    db_path: str,
+    ctx: click.Context,
+    db_path: str | None,
     host: str,
     port: int,
     api_key: str | None,
     api_key_file: str | None,
     verbose: bool,
+    log_file: str | None,
+    log_format: str,
+    log_max_bytes: int,
+    log_backups: int,
+    header_timeout: float,
+    body_timeout: float,
+    max_connections: int | None,
     fault_error_rate: float,
     fault_error_status: str,
     fault_429_rate: float,
@@ -88,13 +111,21 @@ def serve(
     fault_seed: int | None,
     fault_control: bool,
 ) -> None:
-    """Run the embedded local Memory Stores server (SQLite, hosted wire format)."""
-    import logging
-    import signal
-    import sys
-    import threading
+    """Run the Memory Stores server (SQLite or PostgreSQL, hosted wire format).
 
-    from memfs.server import Database, FaultConfig, Faults, MemfsHTTPServer
+    `memfs serve stop` / `memfs serve status` manage the embedded local server."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if db_path is None:
+        raise click.UsageError("--db is required (a SQLite file or a postgresql:// URL)")
+    import logging
+    import sys
+
+    from memfs import logs
+    from memfs.server import FaultConfig, Faults, open_database
+    from memfs.server.app import Limits, MemfsApp
+    from memfs.server.runner import bind
+    from memfs.server.runner import serve as run_server
 
     if api_key_file is not None and not api_key:
         with open(api_key_file, encoding="utf-8") as f:
@@ -103,11 +134,10 @@ def serve(
             raise click.UsageError("--api-key-file is empty")
     api_key = api_key or None
 
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    logs.configure(level=logging.INFO if verbose else logging.WARNING, log_file=log_file,
+                   fmt=log_format, max_bytes=log_max_bytes, backups=log_backups)
+    if not verbose:  # one warning line per malformed request would be noise
+        logging.getLogger("uvicorn.error").setLevel(logging.ERROR)
     faults = Faults(
         FaultConfig(
             error_rate=fault_error_rate,
@@ -119,43 +149,60 @@ def serve(
         ),
         seed=fault_seed,
     )
-    db = Database(db_path)
     try:
-        server = MemfsHTTPServer(
-            (host, port),
-            db,
-            api_key=api_key,
-            faults=faults,
-            fault_control=fault_control,
-            verbose=verbose,
-        )
+        db = open_database(db_path)
+    except Exception as exc:  # no traceback with a password-bearing URL in it
+        raise click.ClickException(f"cannot open the database: {exc}") from None
+    try:
+        sock = bind(host, port)
     except OSError as exc:
         db.close()
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
-
-    stop = threading.Event()
-
-    def _on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
+    app = MemfsApp(db, api_key=api_key, faults=faults, fault_control=fault_control,
+                   verbose=verbose, limits=Limits(body_timeout=body_timeout))
     shown = f"[{host}]" if ":" in host else host
-    click.echo(f"memfs serve: listening on http://{shown}:{server.server_address[1]}")
-    sys.stdout.flush()
+    url = f"http://{shown}:{sock.getsockname()[1]}"
+
+    def on_listening() -> None:
+        click.echo(f"memfs serve: listening on {url}")
+        sys.stdout.flush()
+
     try:
-        while not stop.wait(0.5):
-            pass
+        run_server(app, sock, on_listening=on_listening, header_timeout=header_timeout,
+                   max_connections=max_connections)
     finally:
-        server.gate.clear()  # release held requests (test control) so they can finish
-        server.shutdown()
-        server.server_close()
         db.close()  # waits for an in-flight transaction
+
+
+@serve.command("stop")
+@click.option("--timeout", type=click.FloatRange(0), default=10.0, show_default=True,
+              help="Seconds to wait for it to exit.")
+def serve_stop(timeout: float) -> None:
+    """Stop the embedded local server (the one `memfs mount` starts)."""
+    from memfs import local_server
+
+    result = local_server.stop(timeout=timeout)
+    click.echo(result)
+
+
+@serve.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def serve_status(as_json: bool) -> None:
+    """Is the embedded local server running? Its URL, pid, server id and log."""
+    import json as _json
+
+    from memfs import local_server
+
+    st = local_server.status()
+    if as_json:
+        click.echo(_json.dumps(st))
+        return
+    if st["running"]:
+        click.echo(f"running: {st['url']} (pid {st['pid']}, server_id {st['server_id']})")
+    else:
+        click.echo("not running")
+    click.echo(f"database: {st['db']}")
+    click.echo(f"log: {st['log']}")
 
 
 # --------------------------------------------------------------------------

@@ -1,14 +1,14 @@
 """`memfs serve`: the embedded local Memory Stores server.
 
-SQLite storage (``db.py``), the HTTP wire format of the hosted API
-(``http.py``) and fault injection for tests (``faults.py``). See
+Storage (``db.py``: SQLite or PostgreSQL), the operations and routes of the
+hosted API (``http.py``), the ASGI application (``app.py``) served by uvicorn
+(``runner.py``), and the test controls (``faults.py``, ``gate.py``). See
 ``docs/SERVER.md``.
 """
 
 from __future__ import annotations
 
-from memfs.server.db import Actor, ApiError, Database
+from memfs.server.db import Actor, ApiError, Database, open_database
 from memfs.server.faults import FaultConfig, Faults
-from memfs.server.http import MemfsHTTPServer
 
-__all__ = ["Actor", "ApiError", "Database", "FaultConfig", "Faults", "MemfsHTTPServer"]
+__all__ = ["Actor", "ApiError", "Database", "FaultConfig", "Faults", "open_database"]

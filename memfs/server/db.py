@@ -212,11 +212,13 @@ def parse_timestamp(value: str, *, name: str) -> str:
     """Parse an RFC 3339 query value into the canonical stored form (UTC)."""
     try:
         dt = datetime.fromisoformat(value.strip().replace("z", "Z"))
-    except ValueError:
-        raise invalid(f"{name} must be an RFC 3339 timestamp") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC).strftime(_TS_FORMAT)
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=UTC)
+        # OverflowError: a valid value whose UTC time leaves years 1..9999
+        # (0001-01-01T00:00:00+14:00).
+        return dt.astimezone(UTC).strftime(_TS_FORMAT)
+    except (ValueError, OverflowError):
+        raise invalid(f"{name} must be an RFC 3339 timestamp within years 1 to 9999") from None
 
 
 _ACTOR_ID_FIELD = {
@@ -270,7 +272,9 @@ def decode_cursor(page: str | None, fingerprint: str) -> list[Any] | None:
         key = data["k"]
         if not isinstance(key, list) or not all(isinstance(k, str) for k in key):
             raise ValueError
-    except (ValueError, KeyError, TypeError):
+        for k in key:
+            k.encode("utf-8")  # a forged lone surrogate: UnicodeEncodeError (a ValueError)
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise invalid("page is not a valid page cursor") from None
     if data.get("f") != fingerprint:
         raise invalid("page cursor was issued for a different query; restart from the first page")
@@ -1055,3 +1059,8 @@ def _statements(script: str) -> list[str]:
     """Split the schema into statements (no ';' inside any of them)."""
     lines = [ln.split("--", 1)[0] for ln in script.splitlines()]
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def open_database(target: str | os.PathLike[str]) -> Database:
+    """A SQLite file path, or a ``postgresql://`` URL (the PostgreSQL backend)."""
+    return Database(target)

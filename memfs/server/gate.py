@@ -8,10 +8,11 @@ can act while a request is provably in flight:
 * ``after``: the operation has run and committed (or failed); the response is
   not sent yet. Other clients already see the change; the caller still waits.
 
-A held request blocks only its own handler thread (the server is a
-``ThreadingHTTPServer``). Each held request gets a sequence number; the test
-lists what is held and releases one (by ``seq``) or all. Nothing is held
-forever: a request is released by itself after the rule's ``timeout``
+A held request blocks only itself: the server is asyncio (uvicorn), and a held
+request awaits an ``asyncio.Event`` while every other request is served.
+Each held request gets a sequence number; the test lists what is held and
+releases one (by ``seq``) or all. Nothing is held forever: a request is
+released by itself after the rule's ``timeout``
 (at most :data:`MAX_HOLD` seconds), so a failing test cannot hang the server.
 
 Rules: ``method`` (``"*"`` or an HTTP method), ``path`` (a regular expression
@@ -26,9 +27,9 @@ delete) while every other request goes through.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +77,7 @@ class Held:
     started: float  # monotonic, for the timeout
     status: int | None = None  # "after": the status of the response being held
     released: bool = False
+    event: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"seq": self.seq, "rule": self.rule, "method": self.method, "path": self.path,
@@ -85,14 +87,15 @@ class Held:
 
 
 class Gate:
-    """Rules and held requests behind one ``threading.Condition``."""
+    """Rules and held requests. Every method runs on the server's event loop (no
+    locks needed): a hold awaits its own event, so it never blocks other requests."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
         self._rules: list[Rule] = []
         self._held: dict[int, Held] = {}
         self._seq = itertools.count(1)
         self._rule_ids = itertools.count(1)
+        self._changed = asyncio.Event()  # set (and replaced) whenever _held grows
         self.timed_out = 0  # requests released by their timeout, not by a test
         self.total_held = 0
 
@@ -130,80 +133,83 @@ class Gate:
         if respond is not None and (respond not in RESPONSES or when != "before"):
             raise ValueError("respond must be one of "
                              f"{sorted(RESPONSES)} and goes with when='before'")
-        with self._cond:
-            rule = Rule(next(self._rule_ids), method.upper(), path, when, count,
-                        float(timeout), respond=respond, regex=regex)
-            self._rules.append(rule)
-            return rule.to_json()
+        rule = Rule(next(self._rule_ids), method.upper(), path, when, count,
+                    float(timeout), respond=respond, regex=regex)
+        self._rules.append(rule)
+        return rule.to_json()
 
     def snapshot(self) -> dict[str, Any]:
-        with self._cond:
-            return self._snapshot()
-
-    def _snapshot(self) -> dict[str, Any]:
         return {"rules": [r.to_json() for r in self._rules],
                 "held": [h.to_json() for h in sorted(self._held.values(), key=lambda h: h.seq)],
                 "total_held": self.total_held, "timed_out": self.timed_out}
 
-    def wait_held(self, n: int, timeout: float) -> dict[str, Any]:
+    async def wait_held(self, n: int, timeout: float) -> dict[str, Any]:
         """The snapshot once at least n requests are held, or when timeout passes."""
         deadline = time.monotonic() + min(max(timeout, 0.0), MAX_HOLD)
-        with self._cond:
-            while len(self._held) < n:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._cond.wait(left)
-            return self._snapshot()
+        while len(self._held) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            changed = self._changed
+            try:
+                await asyncio.wait_for(changed.wait(), left)
+            except TimeoutError:
+                break
+        return self.snapshot()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     def release(self, seq: int | None = None) -> list[int]:
         """Release one held request (by seq) or all; returns the released seqs.
         KeyError when seq is not held."""
-        with self._cond:
-            if seq is None:
-                targets = list(self._held.values())
-            elif seq in self._held:
-                targets = [self._held[seq]]
-            else:
-                raise KeyError(seq)
-            for h in targets:
-                h.released = True
-                del self._held[h.seq]
-            self._cond.notify_all()
-            return sorted(h.seq for h in targets)
+        if seq is None:
+            targets = list(self._held.values())
+        elif seq in self._held:
+            targets = [self._held[seq]]
+        else:
+            raise KeyError(seq)
+        for h in targets:
+            h.released = True
+            h.event.set()
+            del self._held[h.seq]
+        return sorted(h.seq for h in targets)
 
     def clear(self) -> list[int]:
         """Drop every rule and release everything held."""
-        with self._cond:
-            self._rules.clear()
+        self._rules.clear()
         return self.release()
 
-    # -- the hold points (request handler threads) ------------------------------
+    # -- the hold points (request tasks) ------------------------------------------
 
-    def hold(self, method: str, path: str, when: str, status: int | None = None) -> int | None:
-        """Block this thread while a rule holds the request; returns at once otherwise.
+    async def hold(self, method: str, path: str, when: str,
+                   status: int | None = None) -> int | None:
+        """Wait while a rule holds the request; returns at once otherwise.
         Returns the status to answer with instead of applying it (a `respond` rule)."""
         if not self._rules:  # fast path: no gate configured
             return None
-        with self._cond:
-            rule = next((r for r in self._rules if r.matches(method, path, when)), None)
-            if rule is None:
-                return None
-            rule.caught += 1
-            if rule.respond is not None:
-                return rule.respond
-            self.total_held += 1
-            h = Held(next(self._seq), rule.id, method, path, when, time.time(),
-                     time.monotonic(), status)
-            self._held[h.seq] = h
-            self._cond.notify_all()  # wake wait_held()
-            deadline = h.started + rule.timeout
-            while not h.released:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    h.released = True
-                    self._held.pop(h.seq, None)
-                    self.timed_out += 1
-                    self._cond.notify_all()
-                    break
-                self._cond.wait(left)
+        rule = next((r for r in self._rules if r.matches(method, path, when)), None)
+        if rule is None:
+            return None
+        rule.caught += 1
+        if rule.respond is not None:
+            return rule.respond
+        self.total_held += 1
+        h = Held(next(self._seq), rule.id, method, path, when, time.time(),
+                 time.monotonic(), status)
+        self._held[h.seq] = h
+        self._notify()  # wake wait_held()
+        try:
+            await asyncio.wait_for(h.event.wait(), rule.timeout)
+        except TimeoutError:
+            if not h.released:
+                h.released = True
+                self._held.pop(h.seq, None)
+                self.timed_out += 1
+        finally:
+            # Cancelled (client gone, shutdown): never leave a ghost in the held list.
+            if not h.released:
+                h.released = True
+                self._held.pop(h.seq, None)
+        return None

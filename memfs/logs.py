@@ -1,0 +1,75 @@
+"""Logging for `memfs serve` and the mount daemon: size-rotated files, text or JSON.
+
+Both processes write through the standard :mod:`logging` module. A log file
+is a :class:`RotatingFileHandler` (0600, ``max_bytes`` per file, ``backups``
+old files), so no client and no local user can grow it without bound.
+``json`` writes one object per line (``ts``, ``level``, ``logger``, ``msg``,
+and ``exc`` for a traceback) for people who ship logs. Nothing here logs
+request bodies or headers; the API key never reaches a log call.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+DEFAULT_MAX_BYTES = 10 * 1024 * 1024
+DEFAULT_BACKUPS = 3
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+FORMATS = ("text", "json")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, one record per line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def formatter(fmt: str) -> logging.Formatter:
+    if fmt == "json":
+        return JsonFormatter()
+    if fmt == "text":
+        return logging.Formatter(TEXT_FORMAT)
+    raise ValueError(f"log format must be one of {FORMATS}")
+
+
+def rotating_file_handler(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES,
+                          backups: int = DEFAULT_BACKUPS) -> logging.Handler:
+    """A size-rotating handler on ``path``, created 0600 (logs can hold store ids)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    return logging.handlers.RotatingFileHandler(path, maxBytes=max_bytes,
+                                                backupCount=backups, encoding="utf-8")
+
+
+def configure(*, level: int | str, log_file: str | os.PathLike[str] | None = None,
+              fmt: str = "text", max_bytes: int = DEFAULT_MAX_BYTES,
+              backups: int = DEFAULT_BACKUPS) -> logging.Handler:
+    """Make the root logger write to ``log_file`` (rotated) or stderr, in ``fmt``."""
+    handler: logging.Handler
+    if log_file is None:
+        handler = logging.StreamHandler(sys.stderr)
+    else:
+        handler = rotating_file_handler(log_file, max_bytes=max_bytes, backups=backups)
+    handler.setFormatter(formatter(fmt))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return handler

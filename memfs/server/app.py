@@ -1,0 +1,447 @@
+"""The ASGI application of `memfs serve` (served by uvicorn, see ``runner.py``).
+
+HTTP parsing, chunked bodies, keep-alive and connection limits come from
+uvicorn/h11; the routes are Starlette path templates (``http.py``). This
+module is the request pipeline, in this order for ``/v1/…``:
+
+gate "before" → faults (latency, 429, 5xx) → auth (401) → route (404/405) →
+beta header (400) → body (413 while streaming, 408 when too slow) → JSON and
+shapes (400) → operation (in a worker thread) → gate "after" → response (or,
+for an injected drop, a connection reset after the commit).
+
+Authentication happens before a single body byte is read, so a client
+without the key cannot make the server buffer anything; the body cap is
+enforced on the bytes actually received, whatever ``content-length`` or the
+chunk sizes claim. Every error, including malformed input the operations
+never see, is answered in the API's envelope; an unexpected exception is
+logged and answered 500 without a trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl
+
+from starlette.concurrency import run_in_threadpool
+
+from memfs.server.db import Actor, ApiError, Database, invalid, not_found
+from memfs.server.faults import Faults
+from memfs.server.gate import RESPONSES, Gate
+from memfs.server.http import (
+    _SESSION_RE,
+    MAX_BODY,
+    SESSION_HEADER,
+    Request,
+    check_beta,
+    new_request_id,
+    resolve,
+)
+
+log = logging.getLogger("memfs.server")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+#: The health proof: HMAC-SHA256(key, HEALTH_PROOF_PREFIX + challenge), hex.
+HEALTH_PROOF_PREFIX = b"memfs-health-proof:"
+
+
+def health_proof(api_key: str, challenge: str) -> str:
+    """What a server holding ``api_key`` answers to ``challenge`` (see /_memfs/health).
+
+    Lets a client check that the process on a port really holds the key before
+    it sends the key there; the proof reveals nothing about the key."""
+    return hmac.new(api_key.encode(), HEALTH_PROOF_PREFIX + challenge.encode(),
+                    hashlib.sha256).hexdigest()
+
+
+@dataclass
+class Limits:
+    """Bounds that keep a hostile client from holding the server's resources."""
+
+    max_body: int = MAX_BODY  # bytes actually received, chunked or not
+    body_timeout: float = 60.0  # seconds to receive the whole body once headers are in
+    max_inflight: int = 1024  # /v1/ requests being processed at once (503 beyond)
+
+
+#: An unread body up to this size is drained before an early answer (401, 404,
+#: an injected fault...) instead of closing on it, which would reset the connection.
+DRAIN_MAX = 64 * 1024
+DRAIN_TIMEOUT = 2.0
+
+
+class _Dropped(Exception):
+    """The connection is gone (dropped by a fault or by the client): send nothing."""
+
+
+class _Exchange:
+    """One request/response: the scope, and whether the body was consumed."""
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.scope = scope
+        self.receive = receive
+        self._send = send
+        self.rid = new_request_id()
+        self.method: str = scope["method"]
+        self.path: str = scope["path"]
+        raw = scope.get("raw_path")
+        self.raw_path: str = raw.decode("latin-1") if raw else self.path
+        self.query_string: str = scope.get("query_string", b"").decode("latin-1")
+        self.headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
+        self.status: int | None = None
+        self.body_read = False
+
+    def header(self, name: bytes) -> str | None:
+        for k, v in self.headers:
+            if k == name:
+                return v.decode("latin-1")
+        return None
+
+    def header_all(self, name: bytes) -> list[str]:
+        return [v.decode("latin-1") for k, v in self.headers if k == name]
+
+    @property
+    def has_body(self) -> bool:
+        te = self.header(b"transfer-encoding")
+        cl = self.header(b"content-length")
+        return bool(te) or (cl is not None and cl.strip() not in ("", "0"))
+
+    async def read_body(self, limits: Limits) -> bytes:
+        """The whole body: 413 past the cap (counted as it streams in), 408 when
+        it does not arrive within ``body_timeout``."""
+        cl = self.header(b"content-length")
+        if cl is not None:
+            try:
+                declared = int(cl)
+            except ValueError:
+                raise invalid("malformed content-length") from None
+            if declared > limits.max_body:
+                raise ApiError(413, "request_too_large", "request body is too large")
+        chunks: list[bytes] = []
+        total = 0
+        try:
+            async with asyncio.timeout(limits.body_timeout):
+                while True:
+                    message = await self.receive()
+                    if message["type"] == "http.disconnect":
+                        raise _Dropped
+                    chunk = message.get("body", b"")
+                    total += len(chunk)
+                    if total > limits.max_body:
+                        raise ApiError(413, "request_too_large", "request body is too large")
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            raise ApiError(408, "invalid_request_error",
+                           "request body not received in time") from None
+        self.body_read = True
+        return b"".join(chunks)
+
+    async def _drain(self) -> bool:
+        """Read and discard a small unread body (at most DRAIN_MAX bytes, briefly), so
+        closing does not reset the connection under a response the client has not
+        read yet. False when the body is larger or slow: the connection is closed."""
+        cl = self.header(b"content-length")
+        if cl is not None and (not cl.strip().isdigit() or int(cl) > DRAIN_MAX):
+            return False
+        total = 0
+        try:
+            async with asyncio.timeout(DRAIN_TIMEOUT):
+                while True:
+                    message = await self.receive()
+                    if message["type"] == "http.disconnect":
+                        return False
+                    total += len(message.get("body", b""))
+                    if total > DRAIN_MAX:
+                        return False
+                    if not message.get("more_body", False):
+                        self.body_read = True
+                        return True
+        except TimeoutError:
+            return False
+
+    async def send_json(self, status: int, payload: dict[str, Any],
+                        headers: dict[str, str] | None = None) -> None:
+        # backslashreplace: a lone surrogate echoed in a message becomes the JSON
+        # escape "\ud800" instead of an encoding error.
+        data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode(
+            "utf-8", "backslashreplace")
+        out = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(data)).encode()),
+               (b"request-id", self.rid.encode())]
+        for k, v in (headers or {}).items():
+            out.append((k.encode("latin-1"), v.encode("latin-1")))
+        if self.has_body and not self.body_read and not await self._drain():
+            # Answered without reading a large body: close instead of reading it.
+            out.append((b"connection", b"close"))
+        self.status = status
+        await self._send({"type": "http.response.start", "status": status, "headers": out})
+        await self._send({"type": "http.response.body", "body": data, "more_body": False})
+
+    async def send_error(self, err: ApiError) -> None:
+        body = {"type": "error", "error": err.error_object(), "request_id": self.rid}
+        await self.send_json(err.status, body, err.headers)
+
+    async def abort(self) -> None:
+        """Reset the connection (RST) without a response."""
+        self.status = 0
+        abort = self.scope.get("extensions", {}).get("memfs.abort")
+        if abort is None:  # not under our uvicorn protocol (an in-process transport)
+            raise ConnectionResetError("memfs: injected drop after commit")
+        abort()
+        for _ in range(3):  # let uvicorn see the connection lost: no 500 on a dead socket
+            await asyncio.sleep(0)
+        raise _Dropped
+
+
+class MemfsApp:
+    """The ASGI callable. One instance per server process; holds the database, the
+    test controls (faults, gate) and the limits."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        api_key: str | None = None,
+        faults: Faults | None = None,
+        fault_control: bool = False,
+        verbose: bool = False,
+        limits: Limits | None = None,
+    ) -> None:
+        self.db = db
+        self.api_key = api_key
+        self.default_actor = Actor.for_api_key(api_key)
+        self.faults = faults or Faults()
+        self.fault_control = fault_control
+        self.gate = Gate()
+        self.verbose = verbose
+        self.limits = limits or Limits()
+        self.inflight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        ex = _Exchange(scope, receive, send)
+        t0 = time.monotonic()
+        try:
+            if ex.path.startswith("/_memfs/"):
+                await self._internal(ex)
+            else:
+                await self._api_request(ex)
+        except _Dropped:
+            pass
+        except Exception:
+            log.exception("internal error handling %s %s", ex.method, ex.path)
+            if ex.status is None:
+                await ex.send_error(ApiError(500, "api_error", "internal server error"))
+        finally:
+            if self.verbose:
+                client = scope.get("client") or ("-", 0)
+                log.info("%s %s %s %s %.1fms", client[0], ex.method, ex.path,
+                         "dropped" if ex.status == 0 else ex.status,
+                         (time.monotonic() - t0) * 1000)
+
+    @staticmethod
+    async def _lifespan(receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # -- /v1/ ----------------------------------------------------------------------
+
+    async def _api_request(self, ex: _Exchange) -> None:
+        gated = ex.path.startswith("/v1/")
+        drop = False
+        if gated:
+            refused = await self.gate.hold(ex.method, ex.path, "before")
+            if refused is not None:
+                await ex.send_error(ApiError(refused, RESPONSES[refused],
+                                             "refused by the test gate"))
+                return
+            decision = self.faults.decide()
+            if decision.latency:
+                await asyncio.sleep(decision.latency)
+            if decision.status is not None:
+                headers = {}
+                if decision.retry_after is not None:
+                    ra = decision.retry_after
+                    headers["retry-after"] = str(int(ra)) if ra == int(ra) else str(ra)
+                    headers["retry-after-ms"] = str(int(ra * 1000))
+                msg = "injected fault" + (" (rate limited)" if decision.status == 429 else "")
+                await ex.send_error(ApiError(decision.status, decision.error_type, msg,
+                                             headers=headers))
+                return
+            drop = decision.drop
+
+        error: ApiError | None = None
+        payload: dict[str, Any] | None = None
+        try:
+            payload = await self._operate(ex)
+        except ApiError as err:
+            error = err
+        except _Dropped:
+            raise
+        except Exception:
+            log.exception("internal error handling %s %s", ex.method, ex.path)
+            error = ApiError(500, "api_error", "internal server error")
+        if gated:  # applied and committed (or refused); the response is not sent yet
+            await self.gate.hold(ex.method, ex.path, "after",
+                                 status=200 if error is None else error.status)
+        if drop:
+            await ex.abort()
+        if error is not None:
+            await ex.send_error(error)
+            return
+        assert payload is not None
+        await ex.send_json(200, payload)
+
+    def _check_auth(self, ex: _Exchange) -> None:
+        if self.api_key is None:
+            return
+        supplied = ex.header(b"x-api-key")
+        if supplied is None:
+            auth = ex.header(b"authorization") or ""
+            if auth[:7].lower() == "bearer ":
+                supplied = auth[7:].strip()
+        if supplied is None or not hmac.compare_digest(
+                supplied.encode("latin-1"), self.api_key.encode()):
+            raise ApiError(401, "authentication_error", "invalid x-api-key")
+
+    async def _operate(self, ex: _Exchange) -> dict[str, Any]:
+        self._check_auth(ex)  # before a single body byte is read
+        if self.inflight >= self.limits.max_inflight:
+            raise ApiError(503, "overloaded_error", "too many requests in flight; retry",
+                           headers={"retry-after": "1"})
+        self.inflight += 1
+        try:
+            body_bytes = await ex.read_body(self.limits)
+            op, params = resolve(ex.method, ex.raw_path)
+            check_beta(ex.header_all(b"anthropic-beta"))
+            query = dict(parse_qsl(ex.query_string, keep_blank_values=True))
+            body = _parse_json(body_bytes)
+            actor: Actor | None = self.default_actor
+            session = ex.header(SESSION_HEADER.encode())
+            if session is not None:
+                if not _SESSION_RE.match(session):
+                    raise invalid(f"{SESSION_HEADER} must be a sesn_… id")
+                actor = Actor("session_actor", session)
+            return await run_in_threadpool(op, self.db, Request(params, query, body, actor))
+        finally:
+            self.inflight -= 1
+
+    # -- /_memfs/ --------------------------------------------------------------------
+
+    async def _internal(self, ex: _Exchange) -> None:
+        path, method = ex.path, ex.method
+        try:
+            if path == "/_memfs/health":
+                if method != "GET":
+                    raise ApiError(405, "invalid_request_error", "use GET")
+                await ex.send_json(200, self._health(ex))
+                return
+            if path == "/_memfs/faults" and self.fault_control:
+                if method == "GET":
+                    await ex.send_json(200, self.faults.snapshot())
+                    return
+                if method != "POST":
+                    raise ApiError(405, "invalid_request_error", "use GET or POST")
+                changes = _parse_json(await ex.read_body(self.limits))
+                if changes is None:
+                    changes = {}
+                if not isinstance(changes, dict):
+                    raise invalid("body must be a JSON object")
+                try:
+                    await ex.send_json(200, self.faults.update(changes))
+                except ValueError as exc:
+                    raise invalid(str(exc)) from None
+                return
+            if path in ("/_memfs/gate", "/_memfs/gate/release") and self.fault_control:
+                await self._gate_control(ex)
+                return
+            raise not_found(f"no route for {method} {path}")
+        except ApiError as err:
+            await ex.send_error(err)
+
+    def _health(self, ex: _Exchange) -> dict[str, Any]:
+        """``{"ok", "server_id"}``; with ``?challenge=C`` (1–128 chars) and a key, also
+        ``"proof"``: :func:`health_proof`, so a client can tell this server from any
+        other process that took the port."""
+        out: dict[str, Any] = {"ok": True, "server_id": self.db.server_id}
+        challenge = dict(parse_qsl(ex.query_string)).get("challenge")
+        if challenge is not None:
+            if not 1 <= len(challenge) <= 128:
+                raise invalid("challenge must be 1 to 128 characters")
+            out["proof"] = None if self.api_key is None else health_proof(self.api_key,
+                                                                          challenge)
+        return out
+
+    async def _gate_control(self, ex: _Exchange) -> None:
+        """``/_memfs/gate``: GET (held list; ``?min_held=N&timeout=S`` waits for N held),
+        POST (add a rule), DELETE (drop rules, release all); ``/_memfs/gate/release``:
+        POST ``{"seq": n}`` or ``{}`` for all."""
+        gate = self.gate
+        body = _parse_json(await ex.read_body(self.limits))
+        if body is None:
+            body = {}
+        if ex.path == "/_memfs/gate/release":
+            if ex.method != "POST":
+                raise ApiError(405, "invalid_request_error", "use POST")
+            if not isinstance(body, dict) or set(body) - {"seq"}:
+                raise invalid('body must be {"seq": n} or {}')
+            seq = body.get("seq")
+            if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int)):
+                raise invalid("seq must be an integer")
+            try:
+                released = gate.release(seq)
+            except KeyError:
+                raise not_found(f"no held request with seq {seq}") from None
+            await ex.send_json(200, {"released": released})
+        elif ex.method == "GET":
+            query = dict(parse_qsl(ex.query_string))
+            try:
+                n = int(query.get("min_held", "0"))
+                wait = float(query.get("timeout", "0"))
+            except ValueError:
+                raise invalid("min_held must be an integer, timeout a number") from None
+            if wait != wait:  # NaN
+                raise invalid("timeout must be a number")
+            snap = await gate.wait_held(n, wait) if n > 0 else gate.snapshot()
+            await ex.send_json(200, snap)
+        elif ex.method == "POST":
+            try:
+                rule = gate.add_rule(body)
+            except ValueError as exc:
+                raise invalid(str(exc)) from None
+            await ex.send_json(200, rule)
+        elif ex.method == "DELETE":
+            await ex.send_json(200, {"released": gate.clear()})
+        else:
+            raise ApiError(405, "invalid_request_error", "use GET, POST or DELETE")
+
+
+def _parse_json(body_bytes: bytes) -> Any:
+    """The body as JSON (None when empty); 400 for anything that is not JSON,
+    including nesting deep enough to exhaust the parser's recursion."""
+    if not body_bytes.strip():
+        return None
+    try:
+        return json.loads(body_bytes)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise invalid("request body is not valid JSON") from None

@@ -1,0 +1,221 @@
+"""uvicorn, configured and hardened for `memfs serve`.
+
+uvicorn (h11) parses HTTP, chunked bodies and keep-alive. What it does not do
+on its own, and this module adds through a small subclass of its h11
+protocol:
+
+* **A header deadline.** A request head must be complete within
+  ``header_timeout`` seconds of the connect or of its own first byte, or the
+  connection gets 408 and is closed: a slowloris holds nothing for long.
+* **A connection cap.** Past ``max_connections`` open connections, a new one is
+  closed at once instead of taking a file descriptor and memory.
+* **Errors in the API's envelope.** A request h11 cannot parse (an HTTP/0.9
+  request line, a bad chunk size, oversized headers) gets 400 with the usual
+  ``{"type": "error", ...}`` body, not uvicorn's plain text.
+* **A real connection reset.** The app can drop a connection after a commit
+  (the ``drop`` fault): ``scope["extensions"]["memfs.abort"]`` sets SO_LINGER 0
+  and aborts the transport, so the client sees an RST and no response.
+
+:class:`MemfsServer` also releases every request the test gate holds as soon
+as shutdown begins, exits 0 on SIGTERM/SIGINT (uvicorn would re-raise the
+signal), and reports the listening URL only once it is serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import resource
+import signal
+import socket
+import struct
+from collections.abc import Callable, Generator
+from typing import Any
+
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from memfs.server.app import MemfsApp
+from memfs.server.http import new_request_id
+
+log = logging.getLogger("memfs.server")
+
+
+def default_max_connections() -> int:
+    """Leave file descriptors for the database, logs and the listener."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1000
+    return max(16, min(1000, soft - 64))
+
+
+def _error_bytes(status: int, reason: str, etype: str, message: str) -> bytes:
+    rid = new_request_id()
+    body = json.dumps({"type": "error", "error": {"type": etype, "message": message},
+                       "request_id": rid}).encode()
+    head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nrequest-id: {rid}\r\nconnection: close\r\n\r\n")
+    return head.encode() + body
+
+
+class MemfsProtocol(H11Protocol):
+    """uvicorn's h11 protocol with a header deadline, a connection cap, enveloped
+    parse errors and an abort hook (see the module docstring)."""
+
+    header_timeout: float = 10.0
+    max_connections: int = 1000
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        inner = self.app
+        abort = self._abort
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            scope.setdefault("extensions", {})["memfs.abort"] = abort
+            await inner(scope, receive, send)
+
+        self.app = app
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            log.warning("connection cap (%d) reached: closing a new connection",
+                        self.max_connections)
+            transport.write(_error_bytes(503, "Service Unavailable", "overloaded_error",
+                                         "too many connections; retry"))
+            transport.close()
+            return
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        # The deadline runs from the first byte of a request head (or from the
+        # connect); an idle keep-alive connection is uvicorn's keep-alive timeout's.
+        if self._header_timer is None and self.conn.their_state is h11.IDLE:
+            self._arm_header_timer()
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:  # the head is complete
+            self._disarm_header_timer()
+
+    def _arm_header_timer(self) -> None:
+        self._disarm_header_timer()
+        self._header_timer = self.loop.call_later(self.header_timeout, self._header_deadline)
+
+    def _disarm_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_deadline(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing():
+            return
+        waiting_for_head = self.conn.their_state is h11.IDLE and (
+            self.cycle is None or self.cycle.response_complete)
+        if waiting_for_head:
+            self._reply_and_close(408, "Request Timeout", "invalid_request_error",
+                                  "request headers not received in time")
+
+    def send_400_response(self, msg: str) -> None:
+        self._reply_and_close(400, "Bad Request", "invalid_request_error",
+                              "malformed HTTP request")
+
+    def _reply_and_close(self, status: int, reason: str, etype: str, message: str) -> None:
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # The app is still on this request: it must not answer a second time.
+            started = cycle.response_started
+            cycle.disconnected = True
+            cycle.message_event.set()
+            if started:
+                self.transport.close()
+                return
+        if not self.transport.is_closing():
+            self.transport.write(_error_bytes(status, reason, etype, message))
+            self.transport.close()
+
+    def _abort(self) -> None:
+        """RST the connection: SO_LINGER 0, then close without flushing."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.transport.abort()
+
+
+class MemfsServer(uvicorn.Server):
+    """uvicorn's server with memfs's start report and shutdown rules."""
+
+    def __init__(self, config: uvicorn.Config, app: MemfsApp,
+                 on_listening: Callable[[], None]) -> None:
+        super().__init__(config)
+        self.memfs_app = app
+        self.on_listening = on_listening
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        """SIGTERM/SIGINT stop the server gracefully and the process exits 0
+        (uvicorn's own version re-raises the signal after shutdown)."""
+        original = {sig: signal.signal(sig, self.handle_exit)
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self.on_listening()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.memfs_app.gate.clear()  # held requests (test control) finish now
+        await super().shutdown(sockets=sockets)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (OSError when that is impossible)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def serve(app: MemfsApp, sock: socket.socket, *, on_listening: Callable[[], None],
+          header_timeout: float = 10.0, max_connections: int | None = None,
+          keep_alive: int = 75) -> None:
+    """Serve ``app`` on ``sock`` until SIGTERM/SIGINT."""
+    protocol = type("BoundMemfsProtocol", (MemfsProtocol,), {
+        "header_timeout": header_timeout,
+        "max_connections": max_connections or default_max_connections(),
+    })
+    config = uvicorn.Config(
+        app,
+        http=protocol,  # type: ignore[arg-type]
+        interface="asgi3",
+        lifespan="off",
+        log_config=None,  # our logging setup (memfs.logs) stays in charge
+        access_log=False,
+        server_header=False,
+        proxy_headers=False,
+        ws="none",
+        loop="asyncio",
+        timeout_keep_alive=keep_alive,
+        timeout_graceful_shutdown=10,
+    )
+    MemfsServer(config, app, on_listening).run(sockets=[sock])
