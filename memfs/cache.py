@@ -51,28 +51,43 @@ class BlobCache:
         return data
 
     def put(self, data: bytes, *, sha: str | None = None, fsync: bool = False) -> str:
-        """Store data (durably before returning when fsync) and return its sha."""
+        """Store data and return its sha; with fsync, durably (blob and directory
+        entries) before returning.
+
+        A blob already on disk is trusted only once this process has seen it
+        whole (it is in the LRU); otherwise it is read back and rewritten when it
+        does not hash to its name, so a blob torn by a power cut is repaired by
+        the next write of the same content instead of being synced as is."""
         sha = sha or sha256(data)
         path = self._path(sha)
-        if not path.exists():
-            path.parent.mkdir(mode=0o700, exist_ok=True)
-            tmp = path.with_name(f".{sha}.{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        if sha not in self.lru or not path.exists():
             try:
-                os.write(fd, data) if data else None
-                if fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        elif fsync:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+                intact = sha256(path.read_bytes()) == sha
+            except FileNotFoundError:
+                intact = False
+            if not intact:
+                self._write(path, sha, data)
+        if fsync:
+            _fsync_paths(self.durable_files(sha))
         self._remember(sha, data)
         return sha
+
+    def _write(self, path: Path, sha: str, data: bytes) -> None:
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        tmp = path.with_name(f".{sha}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+
+    def durable_files(self, sha: str) -> list[Path]:
+        """The blob and the directory entries that make it reachable after a crash."""
+        path = self._path(sha)
+        return [path, path.parent, self.root]
 
     def _remember(self, sha: str, data: bytes) -> None:
         if len(data) <= self.lru.maxsize:
@@ -90,3 +105,12 @@ class BlobCache:
                     self.lru.pop(blob.name, None)
                     removed += 1
         return removed
+
+
+def _fsync_paths(paths: list[Path]) -> None:
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -313,6 +313,12 @@ def format_status(s: dict) -> str:
         due = d.get("due_at")
         lines.append(f"    delete {d['path']}" + (f" due in {max(0, due - time.time()):.0f}s"
                                                    if due else ""))
+    for kind in ("creates", "updates", "renames", "deletes"):
+        for item in p.get(kind, []):
+            if item.get("error"):
+                where = item.get("path") or item.get("to")
+                lines.append(f"  failing: {kind[:-1]} {where}: {item['error']} (retried "
+                             f"in {max(0, (item.get('retry_at') or 0) - time.time()):.0f}s)")
     for kind in ("refused", "local_only"):
         for item in p.get(kind, []):
             lines.append(f"  {kind.replace('_', '-')}: {item['path']}: {item['reason']}")

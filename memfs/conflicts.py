@@ -2,7 +2,7 @@
 
 When the server and the mount both changed a file, the server's version
 wins in the tree and the local one is kept: a row in the ``conflicts``
-table of state.db plus its blob in ``objects/`` (DESIGN §4). These helpers
+table of state.db plus its blob in ``objects/`` (docs/SYNC.md). These helpers
 list, restore and discard those rows. The daemon runs them for its control
 socket; with no daemon running, the CLI runs them on state.db directly (under
 the state directory's lock, so a daemon cannot start halfway through).
@@ -10,21 +10,17 @@ the state directory's lock, so a daemon cannot start halfway through).
 Restore puts the preserved content back as an ordinary local change: the
 file becomes dirty against its current base, so the pusher sends it as an
 update with the current base sha as precondition. The server's version is
-not lost either: it stays in the memory's version history.
+not lost either: it stays in the memory's version history. A newer local
+edit not yet pushed is not lost: it becomes a conflict of its own.
 """
 
 from __future__ import annotations
 
 import difflib
 import time
-from typing import TYPE_CHECKING
 
-from . import paths
 from .cache import BlobCache
-from .state import EMPTY_SHA, Node, State
-
-if TYPE_CHECKING:
-    from .fs import Operations
+from .state import EMPTY_SHA, State
 
 
 class ConflictError(Exception):
@@ -75,21 +71,11 @@ def describe(state: State, cache: BlobCache) -> list[dict]:
     return out
 
 
-def _target(state: State, row: dict) -> Node | None:
-    """The file the conflict belongs to now: by memory id, else at its path."""
-    mid = row.get("memory_id")
-    if mid and mid in state.by_memory:
-        return state.nodes[state.by_memory[mid]]
-    node = state.lookup_path(row["path"])
-    if node is not None and node.is_dir:
-        raise ConflictError(f"{row['path']} is a directory now; move it away to restore "
-                            f"conflict #{row['id']}")
-    return node
+def restore(state: State, cache: BlobCache, cid: int, *, invalidate=None) -> dict:
+    """Put conflict cid's local version back into the tree and drop the row.
 
-
-def restore(state: State, cache: BlobCache, cid: int, *, ops: Operations | None = None,
-            invalidate=None) -> dict:
-    """Put conflict cid's local version back into the tree and drop the row."""
+    A newer local edit that has not reached the server is never overwritten:
+    `State.restore_conflict` keeps it as a conflict of its own."""
     row = state.get_conflict(cid)
     if row is None:
         raise ConflictError(f"no conflict #{cid}")
@@ -98,27 +84,10 @@ def restore(state: State, cache: BlobCache, cid: int, *, ops: Operations | None 
         raise ConflictError(f"the content of conflict #{cid} is missing from the cache "
                             f"({row['local_sha']})")
     cache.put(data, sha=row["local_sha"], fsync=True)
-    node = _target(state, row)
-    if node is not None and ops is not None and ops.is_open_dirty(node.ino):
-        raise ConflictError(f"{state.path_of(node)} is open with unsaved changes; close it "
-                            "and try again")
-    created = False
-    if node is None:
-        dir_path, name = paths.split(row["path"])
-        parent = state.ensure_dir(dir_path)
-        if parent is None:
-            raise ConflictError(f"cannot restore {row['path']}: a file stands where its "
-                                "directory should be")
-        template = state.nodes[parent.ino]
-        node = state.new_node(template, name, is_dir=False, mode=0o100644,
-                              uid=template.uid, gid=template.gid)
-        created = True
-    state.set_content(node, row["local_sha"], len(data))
-    node.refused_sha = node.refused_reason = None
-    state.save(node)
-    state.remove_conflict(cid)
-    if ops is not None:
-        ops.drop_clean_buffer(node.ino)
+    try:
+        node, created = state.restore_conflict(cid, len(data))
+    except (LookupError, ValueError) as exc:
+        raise ConflictError(str(exc.args[0])) from None
     if invalidate is not None:
         invalidate(("entry", node.parent, node.name) if created else ("inode", node.ino))
     return {"id": cid, "path": state.path_of(node), "memory_id": node.memory_id,
@@ -126,8 +95,8 @@ def restore(state: State, cache: BlobCache, cid: int, *, ops: Operations | None 
 
 
 def discard(state: State, cid: int) -> dict:
-    row = state.get_conflict(cid)
-    if row is None:
-        raise ConflictError(f"no conflict #{cid}")
-    state.remove_conflict(cid)
+    try:
+        row = state.discard_conflict(cid)
+    except LookupError:
+        raise ConflictError(f"no conflict #{cid}") from None
     return {"id": cid, "path": row["path"]}

@@ -80,7 +80,6 @@ class Daemon:
         self.ops = Operations(self.state, self.cache, read_only=cfg.options.read_only,
                               fetch=self.ctx.fetch, kick=self.ctx.kick,
                               invalidate=self.ctx.invalidate)
-        self.ctx.fs = self.ops
         removed = self.cache.gc(self.state.referenced_shas())
         if removed:
             log.info("cache: removed %d unreferenced blobs", removed)
@@ -115,9 +114,18 @@ class Daemon:
             nursery.start_soon(self._invalidator)
             if not self.cfg.options.read_only:
                 nursery.start_soon(self.pusher.run)
-            nursery.start_soon(self.reconciler.run)
-            if self.cfg.options.prefetch:
-                nursery.start_soon(self._prefetch)
+            # Listing and prefetch stop before the final flush (their own scope), so
+            # nothing but the flush talks to the server once shutdown begins.
+            background = trio.CancelScope()
+
+            async def run_background() -> None:
+                with background:
+                    async with trio.open_nursery() as tasks:
+                        tasks.start_soon(self.reconciler.run)
+                        if self.cfg.options.prefetch:
+                            tasks.start_soon(self._prefetch)
+
+            nursery.start_soon(run_background)
             if self.state.get_meta("last_sync_at") is None:
                 await self._first_listing()
             on_ready()
@@ -129,10 +137,9 @@ class Daemon:
                 waiter.start_soon(wait_for, self.fuse_done)
             unmounted_outside = self.fuse_done.is_set()
             log.info("shutting down (%s)", "unmounted" if unmounted_outside else "requested")
-            result = await self.pusher.flush(self.cfg.flush_timeout)
-            self.flush_result = {"pushed": result.pushed, "left": result.left,
-                                 "offline": str(result.offline) if result.offline else None}
-            log.info("flush: pushed %d, left %d", result.pushed, result.left)
+            self.flush_result = await self._final_flush(background)
+            log.info("flush: pushed %d, left %d", self.flush_result["pushed"],
+                     self.flush_result["left"])
             self.flush_done.set()
             if not unmounted_outside:
                 await trio.sleep(0.05)  # let the control reply go out
@@ -140,6 +147,16 @@ class Daemon:
                 await self.fuse_done.wait()
             nursery.cancel_scope.cancel()
         self.unmounted_outside = unmounted_outside
+
+    async def _final_flush(self, background: trio.CancelScope) -> dict:
+        """Stop the background pusher (a pass under way finishes and is applied), end
+        listing and prefetch, then push until nothing is left or the flush timeout
+        passes. What it reports is exactly what state.db still holds pending."""
+        await self.pusher.stop()
+        background.cancel()
+        result = await self.pusher.flush(self.cfg.flush_timeout)
+        return {"pushed": result.pushed, "left": result.left,
+                "offline": str(result.offline) if result.left and result.offline else None}
 
     async def _first_listing(self, timeout: float = 20.0) -> None:
         """A store never listed in this state dir: have its tree in place before
@@ -167,7 +184,7 @@ class Daemon:
                 self.shutdown_requested.set()
 
     async def _invalidator(self) -> None:
-        """Kernel cache invalidation, outside every request handler (DESIGN §4)."""
+        """Kernel cache invalidation, outside every request handler (docs/ARCHITECTURE.md)."""
         while True:
             await self.ctx.invalidation_ready.wait()
             for item in self.ctx.take_invalidations():
@@ -232,7 +249,7 @@ class Daemon:
             cid = int(req["id"])
             if cmd == "conflict_discard":
                 return {"ok": True, **conflicts.discard(self.state, cid)}
-            done = conflicts.restore(self.state, self.cache, cid, ops=self.ops,
+            done = conflicts.restore(self.state, self.cache, cid,
                                      invalidate=self.ctx.invalidate)
             self.ctx.kick()
             return {"ok": True, **done}
@@ -298,6 +315,9 @@ def run(cfg: MountConfig, *, foreground: bool, api_key: str | None,
     try:
         trio.run(daemon.run, lambda: report("READY"))
         ok = True
+    except BaseException:
+        log.exception("the daemon failed")
+        raise
     finally:
         unmount = not getattr(daemon, "unmounted_outside", False)
         try:

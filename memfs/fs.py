@@ -11,11 +11,18 @@ Rules that keep this fast and safe:
   (`read`), through the `fetch` callable the daemon injects.
 - Handlers never call `pyfuse3.invalidate_*`; they hand invalidations to
   `self.invalidate` (a queue drained outside request handling).
-- Durability point: `flush` (close) and `fsync`. Before either returns, the
-  blob is on disk (temp file + rename) and the node row is committed.
+- Durability (docs/SEMANTICS.md): after `flush` (close) returns, the blob is
+  written (temp file + rename) and the node row committed, so a daemon crash
+  loses nothing; after `fsync` returns, the blob, its directory entries and
+  the SQLite WAL are also fsync'd (in a worker thread), so a power loss
+  loses nothing either.
+- What the sync side must know about open files (unsaved writes) is kept in
+  `State.open_dirty`; a clean buffer whose node changed under it is dropped
+  on the next read (`loaded_sha`), so the sync code never reaches in here.
 
-Trio: a handler's state changes happen between its awaits; only `read` awaits
-(the fetch), so everything else is atomic with respect to the sync tasks.
+Trio: a handler's state changes happen between its awaits; `read` and
+`_materialize` await a cache-miss fetch and `fsync` awaits its worker thread,
+so everything else is atomic with respect to the sync tasks.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import pyfuse3
+import trio
 
 from . import paths
 from .cache import BlobCache
@@ -56,7 +64,8 @@ class OpenFile:
     node: Node
     nopen: int = 0
     data: bytearray | None = None  # materialized on the first write or truncate
-    dirty: bool = False  # data differs from node.sha
+    dirty: bool = False  # data differs from node.sha (mirrored in State.open_dirty)
+    loaded_sha: str | None = None  # node.sha the clean buffer was read from
 
 
 class Operations(pyfuse3.Operations):
@@ -172,10 +181,21 @@ class Operations(pyfuse3.Operations):
         self._handles[fh] = ino
         return fh
 
+    def _set_dirty(self, of: OpenFile, dirty: bool) -> None:
+        of.dirty = dirty
+        self.state.set_open_dirty(of.node.ino, dirty)
+
+    def _buffer(self, of: OpenFile) -> bytearray | None:
+        """The open buffer, unless it is clean and the node's content moved on (a
+        remote change or a restored conflict): then it is dropped and re-read."""
+        if of.data is not None and not of.dirty and of.loaded_sha != of.node.sha:
+            of.data = None
+        return of.data
+
     async def _content(self, node: Node) -> bytes:
         """A file's current content: open buffer, blob cache, or the server."""
         of = self._open.get(node.ino)
-        if of is not None and of.data is not None:
+        if of is not None and self._buffer(of) is not None:
             return bytes(of.data)
         assert node.sha is not None
         if node.sha == EMPTY_SHA:
@@ -196,8 +216,9 @@ class Operations(pyfuse3.Operations):
             log.warning("cannot fetch %s: %s", node.memory_id, exc)
             raise _err(errno.EIO) from None
 
-    def _persist(self, of: OpenFile, *, fsync: bool = False) -> None:
-        """The durability point: blob on disk, row committed.
+    def _persist(self, of: OpenFile) -> None:
+        """Close's durability point: blob written, row committed (a daemon crash
+        loses nothing).
 
         A local disk or database error becomes the syscall's errno (pyfuse3
         would otherwise let it end the main loop); the data stays buffered
@@ -205,21 +226,15 @@ class Operations(pyfuse3.Operations):
         try:
             if of.dirty:
                 data = bytes(of.data or b"")
-                sha = self.cache.put(data, fsync=fsync)
+                sha = self.cache.put(data)
                 node = of.node
                 if node.ino in self.state.nodes:
                     self.state.set_content(node, sha, len(data))
                 else:  # unlinked while open: nothing to keep
                     node.sha, node.size = sha, len(data)
-                of.dirty = False
+                of.loaded_sha = sha
+                self._set_dirty(of, False)
                 self.kick()
-            elif fsync and of.node.sha:
-                # Written by an earlier close (no fsync then): sync that blob now.
-                data = self.cache.get(of.node.sha)
-                if data is not None:
-                    self.cache.put(data, sha=of.node.sha, fsync=True)
-            if fsync:
-                self.state.sync_to_disk()
         except OSError as exc:
             log.error("cannot persist inode %d: %s", of.node.ino, exc)
             raise _err(exc.errno or errno.EIO) from None
@@ -227,11 +242,27 @@ class Operations(pyfuse3.Operations):
             log.error("cannot persist inode %d: %s", of.node.ino, exc)
             raise _err(errno.EIO) from None
 
+    async def _sync_to_disk(self, of: OpenFile) -> None:
+        """fsync's durability point: the file's blob, its directory entries and the
+        SQLite WAL reach the disk (a power loss loses nothing). The fsyncs run in
+        a worker thread: they touch only file descriptors, never State."""
+        sha = of.node.sha
+        files = self.state.durable_files()
+        if sha and sha != EMPTY_SHA:
+            files = [*self.cache.durable_files(sha), *files]
+        try:
+            await trio.to_thread.run_sync(_fsync_all, files)
+        except OSError as exc:
+            log.error("cannot fsync inode %d: %s", of.node.ino, exc)
+            raise _err(exc.errno or errno.EIO) from None
+
     async def _materialize(self, of: OpenFile) -> bytearray:
-        if of.data is None:
+        if self._buffer(of) is None:
+            sha = of.node.sha
             content = await self._content(of.node)
             if of.data is None:  # a concurrent write may have materialized it meanwhile
                 of.data = bytearray(content)
+                of.loaded_sha = sha
         return of.data
 
     # -- lookups -----------------------------------------------------------------
@@ -284,7 +315,7 @@ class Operations(pyfuse3.Operations):
         self._dirs.pop(fh, None)
 
     async def fsyncdir(self, fh, datasync):
-        self.state.sync_to_disk()
+        await trio.to_thread.run_sync(_fsync_all, self.state.durable_files())
 
     async def statfs(self, ctx):
         s = pyfuse3.StatvfsData()
@@ -324,6 +355,8 @@ class Operations(pyfuse3.Operations):
             return "editor/tool temp file (local-only by name pattern)"
         if node.refused_sha is not None and node.refused_sha == node.sha:
             return node.refused_reason
+        if node.error and self.state.is_dirty(node):
+            return f"the server refused the last push: {node.error}; retried later"
         if self.read_only and self.state.is_dirty(node):
             if node.memory_id is None:
                 return ("read-only mount: not on the server (deleted there, or never "
@@ -502,12 +535,13 @@ class Operations(pyfuse3.Operations):
             of = self._open.get(node.ino) or OpenFile(node)
             if attr.st_size == 0 and of.data is None:
                 of.data = bytearray()  # `: > f` needs no content (works offline)
+                of.loaded_sha = node.sha
             data = await self._materialize(of)
             if attr.st_size < len(data):
                 del data[attr.st_size:]
             else:
                 data.extend(b"\0" * (attr.st_size - len(data)))
-            of.dirty = True
+            self._set_dirty(of, True)
             self._persist(of)  # truncate is durable at once
             if of.nopen == 0:
                 of.data = None
@@ -548,14 +582,14 @@ class Operations(pyfuse3.Operations):
         of.nopen += 1
         if flags & os.O_TRUNC and writing and (node.size or of.data):
             of.data = bytearray()
-            of.dirty = True
+            self._set_dirty(of, True)
         keep = self._last_open_sha.get(inode) == node.sha and not of.dirty
         self._last_open_sha[inode] = node.sha or ""
         return pyfuse3.FileInfo(fh=self._new_fh(inode), keep_cache=keep)
 
     async def read(self, fh, off, size):
         of = self._open[self._handles[fh]]
-        if of.data is not None:  # slice the buffer: no copy of a large temp file per read
+        if self._buffer(of) is not None:  # slice: no copy of a large temp file per read
             return bytes(of.data[off:off + size])
         data = await self._content(of.node)
         return data[off:off + size]
@@ -571,7 +605,8 @@ class Operations(pyfuse3.Operations):
         if off > len(data):
             data.extend(b"\0" * (off - len(data)))
         data[off:end] = buf
-        of.dirty = True
+        if not of.dirty:
+            self._set_dirty(of, True)
         return len(buf)
 
     async def flush(self, fh):
@@ -582,7 +617,9 @@ class Operations(pyfuse3.Operations):
     async def fsync(self, fh, datasync):
         ino = self._handles.get(fh)
         if ino is not None:
-            self._persist(self._open[ino], fsync=True)
+            of = self._open[ino]
+            self._persist(of)
+            await self._sync_to_disk(of)
 
     async def release(self, fh):
         ino = self._handles.pop(fh, None)
@@ -598,18 +635,18 @@ class Operations(pyfuse3.Operations):
             if of.node.sha:
                 self._last_open_sha[ino] = of.node.sha
 
-    # -- used by the sync tasks ----------------------------------------------------------
 
-    def is_open_dirty(self, ino: int) -> bool:
-        of = self._open.get(ino)
-        return bool(of and of.dirty)
-
-    def drop_clean_buffer(self, ino: int) -> None:
-        """The node's content changed under an open, clean file (a remote change, a
-        restored conflict): forget the buffer so reads see the new content."""
-        of = self._open.get(ino)
-        if of is not None and not of.dirty:
-            of.data = None
+def _fsync_all(files) -> None:
+    """fsync each file or directory that exists (the WAL may not yet)."""
+    for path in files:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _guarded(handler):

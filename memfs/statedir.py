@@ -392,33 +392,17 @@ def _tree_shas(conn: sqlite3.Connection) -> dict[str, str]:
 
 
 def _insert_conflicts(conn: sqlite3.Connection, db_path: Path, todo: list[tuple]) -> None:
-    """Add the rows through ``State.import_conflict`` when State has it, else by plain
-    SQL in one transaction (no daemon runs on db_path: its lock is held)."""
+    """Add the rows through `State.import_conflicts` (one transaction; no daemon runs
+    on db_path: its lock is held). `conn` is unused: State owns its tables."""
     if not todo:
         return
     from .state import State
 
-    importer = getattr(State, "import_conflict", None)
-    if importer is not None:
-        state = State(db_path)
-        try:
-            for path, memory_id, local_sha, remote_sha, reason in todo:
-                state.import_conflict(path=path, memory_id=memory_id, local_sha=local_sha,
-                                      remote_sha=remote_sha, reason=reason)
-        finally:
-            state.close()
-        return
-    now = time.time()
-    conn.execute("BEGIN IMMEDIATE")
+    state = State(db_path)
     try:
-        conn.executemany(
-            "INSERT INTO conflicts (path, memory_id, local_sha, remote_sha, reason, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            [(*t, now) for t in todo])
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
+        state.import_conflicts(todo)
+    finally:
+        state.close()
 
 
 def _repoint_known(old: Path, new: Path) -> None:

@@ -77,6 +77,8 @@ def pending(state: State, *, delete_delay: float | None = None,
         due = {}
         if write_back_delay is not None:
             due["due_at"] = (node.changed_at or 0) + write_back_delay
+        if node.error:  # refused for another reason than content: waits, then retried
+            due.update(error=node.error, retry_at=node.retry_at)
         if node.memory_id is None:
             creates.append({"path": path, **due})
             continue
@@ -90,6 +92,8 @@ def pending(state: State, *, delete_delay: float | None = None,
         item = {"path": t.base_path, "memory_id": t.memory_id, "deleted_at": t.deleted_at}
         if delete_delay is not None:
             item["due_at"] = t.deleted_at + delete_delay
+        if t.error:
+            item.update(error=t.error, retry_at=t.retry_at)
         deletes.append(item)
     return {"creates": creates, "updates": updates, "renames": renames, "deletes": deletes,
             "refused": refused, "local_only": local_only, "read_only_unpushed": read_only}

@@ -19,7 +19,7 @@ import trio.testing
 from fs_helpers import ROOT, Fields, FsEnv, attrs, ctx, fuse_errno
 
 from memfs import paths
-from memfs.cache import sha256
+from memfs.cache import BlobCache, sha256
 from memfs.fs import LOCAL_ONLY_MAX_BYTES
 from memfs.state import EMPTY_SHA
 
@@ -70,17 +70,68 @@ async def test_release_without_flush_persists(env):
     assert env.reopen_state().lookup_path("/a").sha == sha256(b"data")
 
 
-async def test_fsync_is_durability_point(env):
+def record_fsyncs(monkeypatch) -> list[str]:
+    """Every fsync(2) from now on, by the path of the file or directory synced."""
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
+async def test_fsync_is_the_power_loss_durability_point(env, monkeypatch):
+    """After fsync returns, everything a restart needs has been fsync'd: the blob,
+    its directory entries, the WAL (where the commit is) and the database."""
     fh, attr = await env.create(ROOT, "f", keep_open=True)
     await env.ops.write(fh, 0, b"synced")
+    synced = record_fsyncs(monkeypatch)
     await env.ops.fsync(fh, False)  # never ENOSYS
-    await env.ops.fsync(fh, True)
+    blob = env.cache._path(sha256(b"synced"))
+    db = env.state.db_path
+    for path in (blob, blob.parent, env.cache.root, db.with_name(db.name + "-wal"), db,
+                 db.parent):
+        assert str(path) in synced, f"{path} was not fsync'd"
     assert env.reopen_state().lookup_path("/f").sha == sha256(b"synced")
-    assert env.cache._path(sha256(b"synced")).exists()
+    synced.clear()
+    await env.ops.fsync(fh, True)  # datasync: the same
+    assert str(blob) in synced
     await env.ops.release(fh)
+    synced.clear()
     dfh = await env.ops.opendir(ROOT, ctx())
     await env.ops.fsyncdir(dfh, False)
     await env.ops.releasedir(dfh)
+    assert str(db) in synced and str(db.with_name(db.name + "-wal")) in synced
+
+
+async def test_close_is_the_crash_durability_point_without_fsync(env, monkeypatch):
+    """close() makes the content survive a killed daemon (written and committed) but
+    does not pay for fsync: that is fsync()'s job (docs/SEMANTICS.md)."""
+    synced = record_fsyncs(monkeypatch)
+    fh, attr = await env.create(ROOT, "f", b"closed", keep_open=True)
+    await env.ops.release(fh)
+    assert synced == []
+    assert env.reopen_state().lookup_path("/f").sha == sha256(b"closed")
+    assert env.cache._path(sha256(b"closed")).read_bytes() == b"closed"
+
+
+async def test_a_torn_blob_is_rewritten_not_trusted(env, monkeypatch):
+    """A blob torn by a power cut (after a close without fsync) must not be synced as
+    is when the same content is written and fsync'd again after the restart."""
+    data = b"the same content, saved twice"
+    path = env.cache._path(sha256(data))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data[:7])          # what survived the power cut
+    fresh = BlobCache(env.cache.root)   # a restarted daemon: nothing verified yet
+    fresh.put(data, fsync=True)
+    assert path.read_bytes() == data
+    path.write_bytes(b"")               # torn to nothing
+    assert BlobCache(env.cache.root).get(sha256(data)) is None   # never served torn
+    BlobCache(env.cache.root).put(data)
+    assert path.read_bytes() == data
 
 
 async def test_write_past_eof_fills_zeros_and_overwrite(env):

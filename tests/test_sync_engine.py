@@ -48,7 +48,6 @@ class Engine:
                                SyncOptions(**opts))
         self.ops = Operations(self.state, self.cache, fetch=self.ctx.fetch, kick=self.ctx.kick,
                               invalidate=self.ctx.invalidate)
-        self.ctx.fs = self.ops
         self.fs = FsEnv(tmp, self.state, self.cache, self.ops)
         self.pusher = Pusher(self.ctx)
         self.reconciler = Reconciler(self.ctx)

@@ -1,4 +1,4 @@
-"""One test per row of the merge table (DESIGN §4), on real mounts, with the
+"""One test per row of the merge table (docs/SYNC.md), on real mounts, with the
 official SDK as the second writer.
 
 "Dirty" is made deterministic with a long write-back delay on the mount

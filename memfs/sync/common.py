@@ -3,7 +3,9 @@
 `SyncContext` holds the client, the state, the blob cache, the options and
 the status the control socket reports. One trio lock (`sync_lock`) runs push
 passes and reconcile passes one at a time: a listing taken while an update is
-in flight could otherwise read our own old sha as a remote change.
+in flight could otherwise read our own old sha as a remote change. The sync
+code never reaches into the filesystem: what it needs to know about open
+files (unsaved writes) is in `State.open_dirty`.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import trio
 
 from ..api import errors as api_errors
 from ..api.client import MemoryStoresClient
-from ..api.models import Memory
 from ..cache import BlobCache, sha256
-from ..state import Node, State
+from ..nodes import Node, Remote
+from ..state import State
+from ..state_sync import Deferred
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +86,6 @@ class SyncContext:
         self.reconcile_wakeup = trio.Event()
         # Offline, probe no less often than a few poll intervals (60 s at most).
         self.backoff = Backoff(cap=min(60.0, max(10.0, 4 * options.poll_interval)))
-        self.fs = None  # the Operations, set by the daemon (open-file checks)
         self._invalidations: list[tuple] = []
         self.invalidation_ready = trio.Event()
         self.online_wakeup = trio.Event()  # set (and renewed) when we come back online
@@ -139,41 +141,46 @@ class SyncContext:
     # -- content ------------------------------------------------------------------------
 
     async def fetch(self, node: Node) -> bytes:
-        """Cache-miss content fetch for a clean file (the only network I/O a read does)."""
+        """Cache-miss content fetch for a clean file (the only network I/O a read does).
+
+        If the server moved on since the last listing and the file is still clean
+        and unchanged, this is the reconciler's "changed | clean" row applied
+        early; the base it sets is newer than any listing page already fetched
+        (State.epoch), so such a page cannot roll it back."""
         assert node.memory_id is not None
+        gen = node.gen
         memory = await self.client.get_memory(self.store_id, node.memory_id, view="full")
         data = (memory.content or "").encode("utf-8")
         sha = sha256(data)
         if sha != memory.content_sha256:
             raise OSError(f"content of {memory.id} does not match its content_sha256")
         self.cache.put(data, sha=sha)
-        if sha != node.sha and node.sha == node.base_sha and node.ino in self.state.nodes:
-            # The server moved on since the last listing and the file is clean:
-            # this is the reconciler's "changed | clean" row, applied early.
-            node.sha, node.size = sha, len(data)
-            self.state.set_base(node, memory.id, memory.path, sha)
-            self.invalidate(("inode", node.ino))
+        if sha != node.sha:
+            try:
+                self.state.remote_content(
+                    node, Remote(memory.id, memory.path, sha, len(data)), gen=gen)
+                self.invalidate(("inode", node.ino))
+            except Deferred:
+                pass
         return data
 
-    async def take_remote(self, node: Node, memory: Memory, reason: str) -> None:
-        """Conflict: the server's version wins in the tree; the local one is preserved."""
-        full = await self.client.get_memory(self.store_id, memory.id, view="full")
+    async def settle_conflict(self, node: Node, memory_id: str, reason: str, *, gen: int,
+                              tombstone_own: bool = False) -> int | None:
+        """Conflict: the server's version wins in the tree; the local one is kept.
+
+        Fetches the server's content, then `State.take_remote` applies it only if
+        the file is still at `gen` and holds no unsaved writes (else Deferred)."""
+        full = await self.client.get_memory(self.store_id, memory_id, view="full")
         data = (full.content or "").encode("utf-8")
         sha = self.cache.put(data)
-        path = self.state.path_of(node) if node.ino in self.state.nodes else full.path
-        # Only local *content* can lose: a file that was merely renamed here (its
-        # sha still the base) takes the server's content with no conflict.
-        if node.sha and node.sha != sha and node.sha != node.base_sha:
-            cid = self.state.add_conflict(path, memory.id, node.sha, sha, reason)
+        cid = self.state.take_remote(node, Remote(full.id, full.path, sha, len(data)), reason,
+                                     gen=gen, tombstone_own=tombstone_own)
+        path = self.state.path_of(node)
+        if cid is not None:
             self.status.note(f"conflict #{cid} at {path}: {reason}; the server's version is in "
                              f"the tree, yours is kept (memfs conflicts)")
-        if node.ino in self.state.nodes:
-            node.sha, node.size = sha, len(data)
-            node.mtime_ns = node.ctime_ns = time.time_ns()
-            self.state.set_base(node, full.id, full.path, sha)
-            if self.fs is not None:
-                self.fs.drop_clean_buffer(node.ino)
-            self.invalidate(("inode", node.ino))
+        self.invalidate(("inode", node.ino))
+        return cid
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,22 +1,25 @@
-"""The pusher: make the server match the mount's local state (DESIGN §3).
+"""The pusher: make the server match the mount's local state.
 
-A push pass looks at every dirty file whose write-back delay has passed and
-sends one call per file (update with the base sha as precondition, or
-create), then sends the tombstones whose delete delay has passed (at most the
-per-pass cap, each with `expected_content_sha256`). Nothing is replayed from
-a log: the pass derives its work from state, so a crash, a retry or ten saves
-in a row all come down to the same few calls.
+A push pass sends the due tombstones' deletes (each with
+`expected_content_sha256`), then one request per due dirty file (an update
+preconditioned on the base sha, or a create), at most `push_concurrency` at
+a time. Nothing is replayed from a log: the pass derives its work from state,
+so a crash, a retry or ten saves in a row come down to the same few calls.
 
-Lost responses: before each call the sha sent is recorded (`sent_sha`); a
-retried create that meets 409 with a memory holding exactly that sha, or a
-precondition failure against it, is our own earlier write and is adopted.
+Every request is a `PushTicket`; its answer is applied by `State` to whoever
+holds the identity when it arrives (docs/ARCHITECTURE.md). One file's refusal
+(403, 422, ...) is recorded against that file with its own backoff while the
+rest of the queue goes out; transient trouble (429, 5xx, network) makes the
+mount offline and the pass is retried with backoff, honouring retry-after.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import trio
@@ -24,7 +27,10 @@ import trio
 from .. import paths
 from ..api import errors as api_errors
 from ..api.models import Memory
-from ..state import Node
+from ..nodes import Node, PushTicket, Remote, Tombstone
+from ..state import PARK_DIR
+from ..state_sync import Deferred
+from . import decide
 from .common import SyncContext
 
 log = logging.getLogger(__name__)
@@ -32,73 +38,108 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PassResult:
-    pushed: int = 0
+    pushed: int = 0        # requests the server applied
+    progress: int = 0      # state transitions (landed, adopted, parked, conflicts...)
     left: int = 0
     offline: BaseException | None = None
-
-
-#: Where a memory waits on the server while a cycle of renames (a swap) goes out.
-PARK_DIR = "/.memfs-moving"
+    unreachable: bool = False  # a connection failed: start no more requests this pass
 
 
 def delete_cap(known: int) -> int:
     return max(8, min(50, known // 4))
 
 
+def remote_of(memory: Memory) -> Remote:
+    return Remote(memory.id, memory.path, memory.content_sha256, memory.content_size_bytes)
+
+
+def local_of(state, node: Node) -> decide.Local:
+    return decide.Local(node.sha or "", state.path_of(node), node.memory_id, node.base_sha,
+                        node.base_path, node.sent_sha, node.ino in state.open_dirty)
+
+
 class Pusher:
     def __init__(self, ctx: SyncContext) -> None:
         self.ctx = ctx
         self.state = ctx.state
+        self._stop = trio.Event()
+        self._stopped = trio.Event()
+        self._idle_scope: trio.CancelScope | None = None
+        self._running = False
+        self._not_before = 0.0  # trio clock: a 429's retry-after holds every request
 
     # -- the loop -------------------------------------------------------------------
 
     async def run(self) -> None:
         """Push whenever something becomes due; back off while offline."""
         idle_retry = 5.0  # after a pass that could not push what was due
-        while True:
-            delay = self.next_due_in()
-            if delay is None or delay > 0:
-                with trio.move_on_after(math.inf if delay is None else delay):
-                    await self.ctx.push_wakeup.wait()
-                self.ctx.push_wakeup = trio.Event()
-                # Every close kicks: let a burst (cp -r) land before rescanning.
-                await trio.sleep(min(0.1, self.ctx.options.write_back_delay / 2))
-                continue
-            try:
-                result = await self.push_pass()
-            except Exception as exc:  # a bug must not take the mount down
-                log.exception("push pass failed")
-                self.ctx.status.last_error = f"push: {type(exc).__name__}: {exc}"
-                result = PassResult()
-            if result.offline is not None:
-                # Back off (jitter, retry-after), but go as soon as the reconciler
-                # finds the server again.
-                with trio.move_on_after(self.ctx.went_offline(result.offline)):
-                    await self.ctx.online_wakeup.wait()
-            elif result.pushed == 0:
-                with trio.move_on_after(idle_retry):
-                    await self.ctx.push_wakeup.wait()
-                self.ctx.push_wakeup = trio.Event()
+        self._running = True
+        try:
+            while not self._stop.is_set():
+                delay = self.next_due_in()
+                if delay is None or delay > 0:
+                    await self._idle(math.inf if delay is None else delay, "push")
+                    # Every close kicks: let a burst (cp -r) land before rescanning.
+                    if not self._stop.is_set():
+                        await trio.sleep(min(0.1, self.ctx.options.write_back_delay / 2))
+                    continue
+                try:
+                    result = await self.push_pass()
+                except Exception as exc:  # a bug must not take the mount down
+                    log.exception("push pass failed")
+                    self.ctx.status.last_error = f"push: {type(exc).__name__}: {exc}"
+                    result = PassResult()
+                if result.offline is not None:
+                    # Back off (jitter, retry-after), but go as soon as the reconciler
+                    # finds the server again.
+                    await self._idle(self.ctx.went_offline(result.offline), "online")
+                elif result.pushed == 0 and result.progress == 0:
+                    await self._idle(idle_retry, "push")
+        finally:
+            self._stopped.set()
+
+    async def _idle(self, seconds: float, wake: str) -> None:
+        with trio.CancelScope() as scope:
+            self._idle_scope = scope
+            if not self._stop.is_set():
+                with trio.move_on_after(seconds):
+                    if wake == "push":
+                        await self.ctx.push_wakeup.wait()
+                    else:
+                        await self.ctx.online_wakeup.wait()
+        self._idle_scope = None
+        if wake == "push" and self.ctx.push_wakeup.is_set():
+            self.ctx.push_wakeup = trio.Event()
+
+    async def stop(self) -> None:
+        """Stop the background loop: a pass under way finishes (its requests are
+        answered and applied), no new one starts. For the unmount flush."""
+        self._stop.set()
+        if not self._running:
+            return  # never started (read-only mount, or shut down before it ran)
+        if self._idle_scope is not None:
+            self._idle_scope.cancel()
+        await self._stopped.wait()
 
     def next_due_in(self) -> float | None:
         """Seconds until the next change is due (<= 0: now), None when idle."""
         if self.ctx.options.read_only:
             return None
         now = time.time()
-        dues = [(n.changed_at or 0) + self.ctx.options.write_back_delay - now
-                for n in self._dirty()]
-        if self.ctx.options.deletes != "disabled":
-            dues += [t.deleted_at + self.ctx.options.delete_delay - now
+        wbd = self.ctx.options.write_back_delay
+        dues = [max((n.changed_at or 0) + wbd, n.retry_at or 0) - now for n in self._dirty()]
+        if self.ctx.options.deletes == "enabled":
+            dd = self.ctx.options.delete_delay
+            dues += [max(t.deleted_at + dd, t.retry_at or 0) - now
                      for t in self.state.tombstones.values()]
         return min(dues) if dues else None
 
     def _dirty(self) -> list[Node]:
         """Files with something to push: refused content waits for a new sha,
         but a refused file's memory still follows a rename."""
-        return [n for n in self.state.files()
-                if self.state.is_dirty(n)
-                and (n.refused_sha is None or n.refused_sha != n.sha
-                     or self._rename_pending(n))]
+        st = self.state
+        return [n for n in st.files()
+                if st.is_dirty(n) and (not st.is_refused(n) or self._rename_pending(n))]
 
     def _rename_pending(self, node: Node) -> bool:
         return node.memory_id is not None and self.state.path_of(node) != node.base_path
@@ -108,195 +149,330 @@ class Pusher:
 
     # -- one pass -------------------------------------------------------------------------
 
-    async def push_pass(self, *, flush: bool = False) -> PassResult:
-        """Push what is due (everything, when flushing); return what happened."""
+    async def push_pass(self, *, flush: bool = False, retry_failed: bool = False) -> PassResult:
+        """Push what is due (everything, when flushing); return what happened.
+
+        `retry_failed`: also files and deletes waiting out a refusal's backoff."""
         result = PassResult()
         if self.ctx.options.read_only:
             return result
         async with self.ctx.sync_lock:
             now = time.time()
-            due = [n for n in self._dirty()
-                   if flush or (n.changed_at or 0) + self.ctx.options.write_back_delay <= now]
+
+            def waiting(item: Node | Tombstone) -> bool:
+                return not retry_failed and item.retry_at is not None and item.retry_at > now
+
+            wbd = self.ctx.options.write_back_delay
+            files = [n for n in self._dirty()
+                     if (flush or (n.changed_at or 0) + wbd <= now) and not waiting(n)]
+            deletes = [t for t in self._due_deletes(now, flush) if not waiting(t)]
             limiter = trio.CapacityLimiter(self.ctx.options.push_concurrency)
-
-            async def one(node: Node) -> None:
-                async with limiter:
-                    if result.offline is not None:
-                        return
-                    try:
-                        if await self._push_node(node):
-                            result.pushed += 1
-                    except api_errors.TRANSIENT as exc:
-                        result.offline = exc
-                    except api_errors.AuthenticationError as exc:
-                        result.offline = exc
-                    except api_errors.APIError as exc:  # 403, 422, ...: this file waits
-                        self.ctx.status.note(f"cannot push {node.name}: {exc}")
-
-            # Due deletes first: they free paths (and store slots, at the 2,000
-            # cap) that this pass's creates and renames may need.
-            try:
-                result.pushed += await self._push_deletes(flush=flush)
-            except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
-                result.offline = exc
+            # Deletes first: they free paths (and store slots, at the 2,000 cap)
+            # that this pass's creates and renames may need.
             async with trio.open_nursery() as nursery:
-                for node in due:
-                    nursery.start_soon(one, node)
-            if result.offline is None and (due or result.pushed):
+                for tomb in deletes:
+                    nursery.start_soon(self._one, result, limiter, self._push_delete, tomb)
+            async with trio.open_nursery() as nursery:
+                for node in files:
+                    nursery.start_soon(self._one, result, limiter, self._push_node, node)
+            if result.offline is None and (files or deletes):
                 self.ctx.came_online()
                 self.ctx.status.last_push_at = time.time()
             self.ctx.status.pushed += result.pushed
             result.left = self.pending_total()
         return result
 
+    async def _one(self, result: PassResult, limiter: trio.CapacityLimiter,
+                   push: Callable[[object], Awaitable[int]], item) -> None:
+        """One file's (or delete's) turn; a failure stays with it."""
+        async with limiter:
+            if result.unreachable:
+                return
+            wait = self._not_before - trio.current_time()
+            if wait > 0:
+                await trio.sleep(wait)
+            try:
+                outcome = await push(item)
+            except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
+                result.offline = exc
+                if isinstance(exc, (api_errors.APIConnectionError,
+                                    api_errors.AuthenticationError)):
+                    result.unreachable = True
+                retry_after = getattr(exc, "retry_after", None)
+                if retry_after:
+                    self._not_before = max(self._not_before, trio.current_time() + retry_after)
+                return
+            except Exception as exc:  # a bug with one file must not stop the others
+                log.exception("push of %r failed", item)
+                self.ctx.status.last_error = f"push: {type(exc).__name__}: {exc}"
+                return
+            if outcome > 0:
+                result.pushed += 1
+            if outcome != 0:
+                result.progress += 1
+
     async def flush(self, timeout: float) -> PassResult:
-        """Push everything now (deletes too, window waived), within timeout."""
+        """Push everything now (write-back and delete delays waived) until nothing is
+        left or `timeout` passes; transient trouble is retried with backoff
+        (retry-after honoured), a refused file is tried once and reported."""
         total = PassResult()
-        with trio.move_on_after(timeout):
+        deadline = trio.current_time() + timeout
+        first = True
+        with trio.move_on_at(deadline):
             while True:
-                result = await self.push_pass(flush=True)
+                result = await self.push_pass(flush=True, retry_failed=first)
+                first = False
                 total.pushed += result.pushed
+                total.progress += result.progress
+                total.offline = result.offline
+                if result.left == 0:
+                    break
                 if result.offline is not None:
-                    total.offline = result.offline
-                    break
-                if result.pushed == 0:
-                    break
-        total.left = self.pending_total()
+                    delay = self.ctx.went_offline(result.offline)
+                    await trio.sleep(min(delay, max(0.0, deadline - trio.current_time())))
+                    continue
+                if result.progress == 0:
+                    break  # what is left waits on a refusal, a conflict or the user
+        async with self.ctx.sync_lock:
+            total.left = self.pending_total()
         return total
 
     # -- files ------------------------------------------------------------------------------
 
-    async def _push_node(self, node: Node) -> bool:
-        """Send one file's local state; True when the server now matches it."""
+    async def _push_node(self, node: Node) -> int:
+        """Send one file's local state. Returns 1 when the file's change reached the
+        server (now, or in an earlier request whose answer was lost), -1 when state
+        moved without that (conflict, refused, failed), 0 when nothing changed."""
         st, ctx = self.state, self.ctx
-        if node.ino not in st.nodes or not st.is_dirty(node):
-            return False
-        sha, path = node.sha, st.path_of(node)
-        assert sha is not None
-        renaming = self._rename_pending(node)
-        # Content refused (now or before) is never sent; the memory still moves.
-        content_refused = node.refused_sha == sha
-        if content_refused and not renaming:
-            return False
-        data = None if content_refused else ctx.cache.get(sha)
-        # A pure rename (content still the base) needs no content: a file never
-        # read (no prefetch, or offline since the mount) can still be moved.
-        rename_only = node.memory_id is not None and sha == node.base_sha
-        if data is None and not rename_only and not content_refused:
-            ctx.status.note(f"content of {path} is missing from the cache; cannot push it")
-            return False
-        problem = paths.content_error(data) if data is not None else None
-        if problem is not None:
-            st.set_refused(node, sha, problem)
-            ctx.status.note(f"{path} stays local-only: {problem}")
-            if not renaming:
-                return False
-            content_refused, data = True, None
+        if not st.in_tree(node) or not st.is_dirty(node):
+            return 0
+        local = local_of(st, node)
+        data = ctx.cache.get(node.sha) if local.content_changed else None
         try:
-            paths.validate_path(path)
+            paths.validate_path(local.path)
+            path_problem = None
         except paths.PathError as exc:
-            st.set_refused(node, sha, exc.message)
-            ctx.status.note(f"{path} stays local-only: {exc.message}")
-            return False
-        content = data.decode("utf-8") if data is not None else None
-        previous_sent = node.sent_sha
-        st.set_sent(node, sha)
+            path_problem = exc.message
+        plan = decide.push_plan(
+            local, refused_sha=node.refused_sha, have_content=data is not None,
+            content_problem=paths.content_error(data) if data is not None else None,
+            path_problem=path_problem)
+        if plan.send is decide.Send.NOTHING:
+            return 0
+        if plan.send is decide.Send.MISSING:
+            ctx.status.note(f"content of {local.path} is missing from the cache; cannot push it")
+            return 0
+        if plan.reason is not None and (plan.send is decide.Send.REFUSE or not plan.content):
+            if not st.is_refused(node):
+                st.refuse_locally(node, plan.reason)
+                ctx.status.note(f"{local.path} stays local-only: {plan.reason}")
+            if plan.send is decide.Send.REFUSE:
+                return -1
+        content = data.decode("utf-8") if plan.content and data is not None else None
+        ticket = st.begin_push(node)
         try:
-            if node.memory_id is None:
-                memory = await ctx.client.create_memory(ctx.store_id, path, content)
+            if plan.send is decide.Send.CREATE:
+                memory = await ctx.client.create_memory(ctx.store_id, ticket.path, content)
             else:
-                fields = {}
-                if sha != node.base_sha and not content_refused:
+                fields: dict = {}
+                if plan.content:
                     fields["content"] = content
-                if path != node.base_path:
-                    fields["path"] = path
+                if plan.path:
+                    fields["path"] = ticket.path
                 memory = await ctx.client.update_memory(
-                    ctx.store_id, node.memory_id, precondition_sha=node.base_sha, **fields)
+                    ctx.store_id, ticket.memory_id, precondition_sha=ticket.base_sha, **fields)
         except api_errors.PathConflictError as exc:
-            return await self._path_conflict(node, path, sha, previous_sent, exc)
+            return await self._path_conflict(ticket, exc)
         except api_errors.PreconditionFailedError:
-            return await self._precondition_failed(node, sha, previous_sent)
-        except api_errors.NotFoundError:
-            if node.memory_id is None:
-                raise
-            # Deleted remotely meanwhile: the local file is the only copy.
-            ctx.status.note(f"{path} was deleted on the server but edited here; re-creating it")
-            st.forget_memory(node)
-            ctx.kick()
-            return False
+            return await self._precondition_failed(ticket)
+        except api_errors.NotFoundError as exc:
+            if ticket.memory_id is None:  # the store itself is gone
+                return self._failed(ticket, exc)
+            return await self._gone(ticket)
         except api_errors.REFUSED as exc:
             if _store_full(exc):
-                ctx.status.note(f"{path} waits: the store holds its 2,000-memory maximum")
-                return False
-            st.set_refused(node, sha, exc.message)
-            ctx.status.note(f"the server refused {path}: {exc.message}; kept locally")
-            return False
-        self._adopt(node, memory)
-        return not content_refused
+                ctx.status.note(f"{ticket.path} waits: the store holds its 2,000-memory maximum")
+                return 0
+            st.push_refused(ticket, exc.message)
+            ctx.status.note(f"the server refused {ticket.path}: {exc.message}; kept locally")
+            return -1
+        except (*api_errors.TRANSIENT, api_errors.AuthenticationError):
+            raise
+        except api_errors.APIError as exc:  # 403, 422, an unexpected 409...
+            return self._failed(ticket, exc)
+        st.push_landed(ticket, remote_of(memory))
+        return 1
 
-    def _adopt(self, node: Node, memory: Memory) -> None:
-        """The server holds memory for node; the node may have moved on meanwhile."""
-        st = self.state
-        if node.ino in st.nodes and st.nodes[node.ino] is node:
-            st.set_base(node, memory.id, memory.path, memory.content_sha256)
-            return
-        # Unlinked while the request was in flight: the memory must go too.
-        tomb = st.tombstones.get(memory.id)
-        node.memory_id, node.base_path = memory.id, memory.path
-        node.base_sha = memory.content_sha256
-        if tomb is None:
-            with st.transaction():
-                st._tombstone(node)
-        else:
-            tomb.base_path, tomb.base_sha = memory.path, memory.content_sha256
-            st.db.execute("UPDATE tombstones SET base_path=?, base_sha=? WHERE memory_id=?",
-                          (memory.path, memory.content_sha256, memory.id))
+    def _failed(self, ticket: PushTicket, exc: api_errors.APIError) -> int:
+        """This file waits (doubling backoff) and says why; the others go on."""
+        self.state.push_failed(ticket, f"{type(exc).__name__}: {exc}", transient=False)
+        self.ctx.status.note(f"cannot push {ticket.path}: {exc}; it waits, the rest goes on")
+        return -1
 
-    async def _path_conflict(self, node: Node, path: str, sha: str, previous_sent: str | None,
-                             exc: api_errors.PathConflictError) -> bool:
+    async def _gone(self, ticket: PushTicket) -> int:
+        """An update met 404: confirm, then the local file is the only copy."""
+        ctx, st = self.ctx, self.state
+        try:
+            await ctx.client.get_memory(ctx.store_id, ticket.memory_id, view="basic")
+        except api_errors.NotFoundError:
+            node = st.holder(ticket.memory_id)
+            if node is not None:
+                ctx.status.note(f"{ticket.path} was deleted on the server but edited here; "
+                                "re-creating it")
+                st.forget_memory(node)
+                ctx.kick()
+            return -1
+        return 0  # it exists after all: the next pass tries again
+
+    async def _precondition_failed(self, ticket: PushTicket) -> int:
+        ctx, st = self.ctx, self.state
+        assert ticket.memory_id is not None
+        try:
+            remote = await ctx.client.get_memory(ctx.store_id, ticket.memory_id, view="basic")
+        except api_errors.NotFoundError:
+            remote = None
+        answer = decide.precondition_row(remote.content_sha256 if remote else None,
+                                         ticket.sha, ticket.previous_sent)
+        if answer is decide.Answer.GONE:
+            return await self._gone(ticket)
+        assert remote is not None
+        if answer is decide.Answer.OWN_WRITE:
+            st.push_landed(ticket, remote_of(remote))  # our earlier write landed unheard
+            ctx.kick()
+            return 1  # it did reach the server: counted as pushed
+        node = st.holder(ticket.memory_id)
+        if node is None:
+            return 0
+        return await self._conflict(node, ticket, remote.id,
+                                    "changed on the server and here at the same time")
+
+    async def _conflict(self, node: Node, ticket: PushTicket, memory_id: str, reason: str,
+                        *, tombstone_own: bool = False) -> int:
+        """Server wins the tree, ours is kept — unless the file changed since the
+        request went out or holds unsaved writes: then it waits for the close."""
+        try:
+            await self.ctx.settle_conflict(node, memory_id, reason, gen=ticket.gen,
+                                           tombstone_own=tombstone_own)
+        except Deferred:
+            if node.ino in self.state.open_dirty:
+                self.state.push_failed(ticket, "changed on the server while open here with "
+                                       "unsaved writes; settles after the close",
+                                       transient=False)
+            return 0
+        return -1
+
+    async def _path_conflict(self, ticket: PushTicket, exc: api_errors.PathConflictError) -> int:
         ctx, st = self.ctx, self.state
         mid = exc.conflicting_memory_id
         if not mid:
-            ctx.status.note(f"{path}: path conflict on the server ({exc.message}); will retry")
-            return False
+            return self._failed(ticket, exc)
         if mid in st.tombstones:
             # One of our own deleted files still holds the path: a local file now
             # stands there, so its delete is safe to send before the delay is out.
-            if await self._delete_early(st.tombstones[mid], path):
-                return await self._push_node(node)
-            return False
-        if mid in st.by_memory and st.by_memory[mid] != node.ino:
+            if await self._delete_early(st.tombstones[mid], ticket.path):
+                node = st.holder(ticket.memory_id) if ticket.memory_id else st._successor(
+                    ticket.ino)
+                return await self._push_node(node) if node is not None else -1
+            return 0
+        blocker = st.holder(mid)
+        node = st.holder(ticket.memory_id) if ticket.memory_id else st._successor(ticket.ino)
+        if node is None:
+            return 0
+        if blocker is not None and blocker is not node:
             # Another of our files holds the path on the server (a rename not
             # pushed yet): it moves first; a cycle (a swap) is broken by parking.
-            blocker = st.nodes[st.by_memory[mid]]
             if node.memory_id is not None and self._in_rename_cycle(node, blocker):
-                await self._park(node)
-            return False
-        if exc.conflicting_path != path:
-            ctx.status.note(f"{path}: the server has a memory at {exc.conflicting_path}, "
-                            "which overlaps this path; kept locally, will retry")
-            return False
+                return await self._park(node)
+            return 0
+        if exc.conflicting_path != ticket.path:
+            # A stranger's memory is an ancestor or descendant of the path.
+            return self._failed(ticket, exc)
         try:
             remote = await ctx.client.get_memory(ctx.store_id, mid, view="basic")
         except api_errors.NotFoundError:
-            return False  # deleted since: the next pass creates again
-        if remote.content_sha256 in (sha, previous_sent) and node.memory_id is None:
-            self._adopt(node, remote)  # our own create whose response was lost
-            return remote.content_sha256 == sha
-        if node.memory_id is None:
-            await ctx.take_remote(node, remote, "another writer created the same path")
-            return False
+            return 0  # deleted since: the next pass tries again
+        if ticket.memory_id is None and remote.content_sha256 in (ticket.sha,
+                                                                   ticket.previous_sent):
+            st.push_landed(ticket, remote_of(remote))  # our own create; its answer was lost
+            return 1
+        if ticket.memory_id is None:
+            return await self._conflict(node, ticket, mid, "another writer created the same path")
         # Our rename lands on a path another memory holds on the server (created
         # there, or changed there after we deleted it): the server's memory wins the
-        # path, our content is preserved as a conflict, and our own memory, which no
+        # path, our content is kept as a conflict, and our own memory, which no
         # local file holds any more, is deleted after the delay.
-        with st.transaction():
-            st._tombstone(node)
-            st._save(node)
-        await ctx.take_remote(node, remote, "another memory holds this path on the server")
+        return await self._conflict(node, ticket, mid,
+                                    "another memory holds this path on the server",
+                                    tombstone_own=True)
+
+    def _in_rename_cycle(self, node: Node, blocker: Node) -> bool:
+        """Whether blocker's pending move is (transitively) blocked by node itself."""
+        st = self.state
+        by_base = {n.base_path: n for n in st.files() if n.memory_id and n.base_path}
+        seen: set[int] = set()
+        cur: Node | None = blocker
+        while cur is not None and cur.ino not in seen:
+            if cur is node:
+                return True
+            seen.add(cur.ino)
+            want = st.path_of(cur) if st.in_tree(cur) else None
+            if want is None or want == cur.base_path:
+                return False
+            cur = by_base.get(want)
         return False
 
-    async def _delete_early(self, tomb, path: str) -> bool:
+    async def _park(self, node: Node) -> int:
+        """Break a rename cycle (a swap: a→b, b→a): move node's memory out of the way
+        to a fresh private path. The park is journaled before it is sent, and the
+        base follows the answer, so the real rename goes out on the next pass even
+        after a crash; a name someone already holds is simply not reused."""
+        ctx, st = self.ctx, self.state
+        assert node.memory_id is not None
+        park = f"{PARK_DIR}/{node.memory_id}.{secrets.token_hex(4)}"
+        st.begin_park(node.memory_id, park)
+        ticket = st.begin_push(node)
+        try:
+            memory = await ctx.client.update_memory(
+                ctx.store_id, node.memory_id, precondition_sha=ticket.base_sha, path=park)
+        except (api_errors.ConflictError, api_errors.NotFoundError, *api_errors.REFUSED):
+            return 0  # the next pass meets the real cause through the normal path
+        except api_errors.PermissionDeniedError as exc:
+            return self._failed(ticket, exc)
+        log.info("rename cycle: parked %s at %s", node.memory_id, park)
+        st.push_landed(ticket, remote_of(memory))
+        ctx.kick()
+        return 1
+
+    # -- deletes ------------------------------------------------------------------------------
+
+    def _due_deletes(self, now: float, flush: bool) -> list[Tombstone]:
+        ctx, st = self.ctx, self.state
+        mode = ctx.options.deletes
+        if mode == "disabled" or not st.tombstones:
+            return []
+        due = sorted((t for t in st.tombstones.values()
+                      if flush or t.deleted_at + ctx.options.delete_delay <= now),
+                     key=lambda t: t.deleted_at)
+        if mode == "log-only":
+            for tomb in due:
+                log.info("log-only: would delete %s (%s)", tomb.memory_id, tomb.base_path)
+            return []
+        cap = delete_cap(len(st.by_memory) + len(st.tombstones))
+        if len(due) > cap:
+            log.info("delete cap reached: sending %d deletes, holding %d for later passes",
+                     cap, len(due) - cap)
+        return due[:cap]
+
+    async def _push_delete(self, tomb: Tombstone) -> int:
+        st = self.state
+        if tomb.memory_id in st.by_memory:  # revived meanwhile
+            st.tombstone_settled(tomb.memory_id)
+            return -1
+        if tomb.memory_id not in st.tombstones:
+            return 0
+        return 1 if await self._send_delete(tomb) else -1
+
+    async def _delete_early(self, tomb: Tombstone, path: str) -> bool:
         """Send one tombstone's delete now because `path` needs its place; True when
         the place is free (deleted, or already gone)."""
         ctx, st = self.ctx, self.state
@@ -312,99 +488,40 @@ class Pusher:
                  path)
         return True
 
-    async def _send_delete(self, tomb) -> bool:
+    async def _send_delete(self, tomb: Tombstone) -> bool:
         """Delete tomb's memory if it still holds the sha we deleted; True when it is
-        gone. Either way the tombstone is settled: a memory changed on the server comes
-        back through the reconciler (the server's edit wins over a local delete)."""
+        gone. A memory changed on the server is not deleted: the tombstone is settled
+        and the reconciler brings the server's version back (its edit wins)."""
         ctx, st = self.ctx, self.state
+        mid = tomb.memory_id
         try:
-            await ctx.client.delete_memory(ctx.store_id, tomb.memory_id,
-                                           expected_sha=tomb.base_sha or None)
-            gone = True
+            await ctx.client.delete_memory(ctx.store_id, mid, expected_sha=tomb.base_sha or None)
         except api_errors.NotFoundError:
-            gone = True  # already gone
-        except api_errors.ConflictError:
-            ctx.status.note(f"{tomb.base_path} was deleted here but changed on the server; "
-                            "restoring the server's version")
-            ctx.kick_reconcile()
-            gone = False
-        if tomb.memory_id in st.tombstones:
-            st.drop_tombstone(tomb.memory_id)
-        return gone
-
-    def _in_rename_cycle(self, node: Node, blocker: Node) -> bool:
-        """Whether blocker's pending move is (transitively) blocked by node itself."""
-        st = self.state
-        by_base = {n.base_path: n for n in st.files() if n.memory_id and n.base_path}
-        seen: set[int] = set()
-        cur: Node | None = blocker
-        while cur is not None and cur.ino not in seen:
-            if cur is node:
-                return True
-            seen.add(cur.ino)
-            want = st.path_of(cur) if cur.ino in st.nodes else None
-            if want is None or want == cur.base_path:
+            pass  # already gone
+        except api_errors.PreconditionFailedError:
+            try:
+                remote = await ctx.client.get_memory(ctx.store_id, mid, view="basic")
+            except api_errors.NotFoundError:
+                remote = None
+            if remote is not None and remote.content_sha256 == tomb.sent_sha:
+                st.tombstone_rebased(mid, remote.content_sha256)  # our own lost update
+                return await self._send_delete(st.tombstones[mid]) if (
+                    mid in st.tombstones) else False
+            if remote is not None:
+                ctx.status.note(f"{tomb.base_path} was deleted here but changed on the "
+                                "server; restoring the server's version")
+                st.tombstone_settled(mid)
+                ctx.kick_reconcile()
                 return False
-            cur = by_base.get(want)
-        return False
-
-    async def _park(self, node: Node) -> None:
-        """Break a rename cycle (a swap: a→b, b→a): move node's memory out of the way
-        to a private path; its real rename goes out on the next pass."""
-        ctx = self.ctx
-        assert node.memory_id is not None
-        park = f"{PARK_DIR}/{node.memory_id}"
-        try:
-            memory = await ctx.client.update_memory(
-                ctx.store_id, node.memory_id, precondition_sha=node.base_sha, path=park)
-        except (api_errors.ConflictError, api_errors.NotFoundError, *api_errors.REFUSED):
-            return  # the next pass meets the real cause through the normal path
-        log.info("rename cycle: parked %s at %s", node.memory_id, park)
-        self._adopt(node, memory)
-        ctx.kick()
-
-    async def _precondition_failed(self, node: Node, sha: str, previous_sent: str | None) -> bool:
-        ctx = self.ctx
-        assert node.memory_id is not None
-        try:
-            remote = await ctx.client.get_memory(ctx.store_id, node.memory_id, view="basic")
-        except api_errors.NotFoundError:
-            self.state.forget_memory(node)
-            ctx.kick()
+        except (*api_errors.TRANSIENT, api_errors.AuthenticationError):
+            raise
+        except api_errors.APIError as exc:  # 403, an unexpected 409...
+            st.tombstone_failed(mid, f"{type(exc).__name__}: {exc}")
+            ctx.status.note(f"cannot delete {tomb.base_path}: {exc}; it waits, the rest goes on")
             return False
-        if remote.content_sha256 in (sha, previous_sent):
-            self._adopt(node, remote)  # our earlier write landed unheard
-            ctx.kick()
-            return remote.content_sha256 == sha
-        await ctx.take_remote(node, remote, "changed on the server and here at the same time")
-        return False
-
-    # -- deletes ------------------------------------------------------------------------------
-
-    async def _push_deletes(self, *, flush: bool) -> int:
-        ctx, st = self.ctx, self.state
-        mode = ctx.options.deletes
-        if mode == "disabled" or not st.tombstones:
-            return 0
-        now = time.time()
-        due = sorted((t for t in st.tombstones.values()
-                      if flush or t.deleted_at + ctx.options.delete_delay <= now),
-                     key=lambda t: t.deleted_at)
-        cap = delete_cap(len(st.by_memory) + len(st.tombstones))
-        if len(due) > cap:
-            log.info("delete cap reached: sending %d deletes, holding %d for later passes",
-                     cap, len(due) - cap)
-        sent = 0
-        for tomb in due[:cap]:
-            if tomb.memory_id in st.by_memory:  # revived meanwhile
-                st.drop_tombstone(tomb.memory_id)
-                continue
-            if mode == "log-only":
-                log.info("log-only: would delete %s (%s)", tomb.memory_id, tomb.base_path)
-                continue
-            if await self._send_delete(tomb):
-                sent += 1
-        return sent
+        if mid in st.tombstones:
+            st.tombstone_settled(mid)
+        return True
 
 
 def _store_full(exc: api_errors.APIError) -> bool:

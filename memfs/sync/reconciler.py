@@ -1,18 +1,15 @@
-"""The reconciler: move the base when the server changes (DESIGN §4).
+"""The reconciler: move the base when the server changes.
 
 Every poll interval it lists the store content-free (`view=basic`, 100 a
-page) and applies the merge table by memory id:
+page) and applies the merge table (memfs/sync/decide.py, docs/SYNC.md) by
+memory id. Two rules keep a listing from lying:
 
-| server vs base          | local vs base | action                                         |
-|-------------------------|---------------|------------------------------------------------|
-| same                    | any           | nothing                                        |
-| changed                 | clean         | move base, invalidate; content fetched lazily  |
-| changed to the local sha| dirty         | adopt: it is our own write                      |
-| changed                 | dirty         | conflict: server wins in the tree, local kept   |
-| renamed                 | not renamed   | move the node                                  |
-| deleted                 | clean         | remove the node                                |
-| deleted                 | dirty         | writable: re-create from the file; ro: keep it |
-| new                     | -             | add the node (content lazy)                    |
+- A listing is paginated by path while other clients write, so a memory
+  renamed during the pass can be on no page at all: absence is confirmed
+  with a GET (404) before anything is deleted or re-created.
+- A page is old news for any file whose base was set by an answer that
+  arrived after the listing began (a cache-miss fetch runs outside the sync
+  lock): such rows are skipped, never rolled back (`State.epoch`).
 
 Content is only fetched where a conflict needs it; the prefetcher fills the
 cache from `view=full` pages in the background. Kernel invalidations are
@@ -28,16 +25,24 @@ import trio
 
 from ..api import errors as api_errors
 from ..api.models import Memory
-from ..state import Node
+from ..nodes import Node, Remote, is_parked
+from ..state_sync import Deferred
+from . import decide
 from .common import SyncContext
+from .pusher import local_of, remote_of
 
 log = logging.getLogger(__name__)
+
+#: A memory another client parked mid-swap is left alone this long; then it is
+#: treated as abandoned and our copy's place wins (moved back by our pusher).
+PARK_PATIENCE = 300.0
 
 
 class Reconciler:
     def __init__(self, ctx: SyncContext) -> None:
         self.ctx = ctx
         self.state = ctx.state
+        self._parked_since: dict[str, float] = {}
 
     async def run(self) -> None:
         while True:
@@ -68,123 +73,168 @@ class Reconciler:
         ctx = self.ctx
         async with ctx.sync_lock:
             started = time.time()
+            since = self.state.epoch
             remote = await self.list_remote()
             ctx.came_online()
-            await self._apply(remote)
+            await self._apply(remote, since)
             ctx.status.last_sync_at = time.time()
             ctx.status.last_sync_seconds = ctx.status.last_sync_at - started
             self.state.set_meta("last_sync_at", str(ctx.status.last_sync_at))
             self.state.set_meta("last_sync_seconds", str(ctx.status.last_sync_seconds))
         ctx.kick()  # re-created or revived files may now be pushable
 
-    async def _apply(self, remote: list[Memory]) -> None:
+    async def _apply(self, remote: list[Memory], since: int) -> None:
         st = self.state
         seen: set[str] = set()
         for m in remote:
+            if m.id in seen:  # renamed forward between two pages: listed twice
+                continue
             seen.add(m.id)
-            ino = st.by_memory.get(m.id)
-            if ino is None:
-                await self._unknown(m)
-            else:
-                await self._known(st.nodes[ino], m)
-        for mid in [mid for mid in st.by_memory if mid not in seen]:
-            self._deleted_remotely(st.nodes[st.by_memory[mid]])
-        for mid in [mid for mid in st.tombstones if mid not in seen]:
-            st.drop_tombstone(mid)  # gone on the server too
+            await self._row(m, since)
+        missing = [mid for mid in st.by_memory if mid not in seen]
+        missing += [mid for mid in st.tombstones if mid not in seen]
+        if missing:
+            await self._confirm_absent(missing)
+
+    async def _row(self, m: Memory, since: int | None) -> None:
+        node = self.state.holder(m.id)
+        if node is None:
+            await self._unknown(m)
+        else:
+            await self._known(node, m, since)
+
+    async def _confirm_absent(self, missing: list[str]) -> None:
+        """A memory on no page may have moved between pages: ask for it (404 or not)."""
+        limiter = trio.CapacityLimiter(self.ctx.options.push_concurrency)
+        found: dict[str, Memory | None] = {}
+
+        async def probe(mid: str) -> None:
+            async with limiter:
+                try:
+                    found[mid] = await self.ctx.client.get_memory(self.ctx.store_id, mid,
+                                                                  view="basic")
+                except api_errors.NotFoundError:
+                    found[mid] = None
+
+        async with trio.open_nursery() as nursery:
+            for mid in missing:
+                nursery.start_soon(probe, mid)
+        for mid in missing:
+            m = found[mid]
+            if m is not None:
+                await self._row(m, None)  # fresher than the listing: applied as is
+                continue
+            node = self.state.holder(mid)
+            if node is not None:
+                self._deleted_remotely(node)
+            elif mid in self.state.tombstones:
+                self.state.tombstone_settled(mid)  # gone on the server too
 
     # -- rows of the merge table ----------------------------------------------------
 
     async def _unknown(self, m: Memory) -> None:
         st, ctx = self.state, self.ctx
         tomb = st.tombstones.get(m.id)
-        if tomb is not None:
-            if m.content_sha256 == tomb.base_sha:
-                return  # our delete is waiting out its delay
-            # Deleted here, changed there: the server's edit wins, the file returns.
-            st.drop_tombstone(m.id)
+        at_path = st.lookup_path(m.path)
+        row = decide.unknown_row(
+            m.path, m.content_sha256,
+            decide.PendingDelete(tomb.base_sha, tomb.sent_sha) if tomb else None,
+            local_of(st, at_path) if at_path is not None and not at_path.is_dir else None,
+            at_path is not None and at_path.is_dir)
+        U = decide.Unknown
+        if row in (U.HIDDEN, U.DELETE_PENDING, U.WAIT):
+            return
+        if row is U.REBASE_DELETE:
+            st.tombstone_rebased(m.id, m.content_sha256)
+            return
+        if row is U.RESTORE:
             ctx.status.note(f"{m.path} was deleted here but changed on the server; "
                             "restoring the server's version")
-        local = st.lookup_path(m.path)
-        if local is None:
-            node = st.add_remote(m.id, m.path, m.content_sha256, m.content_size_bytes)
+            row = U.ADD if at_path is None else U.COLLIDE
+            if row is U.COLLIDE:
+                st.tombstone_settled(m.id)
+        if row is U.ADD:
+            node = st.add_remote(remote_of(m))
             if node is None:
                 ctx.status.note(f"the server's {m.path} overlaps a local directory or file; "
                                 "not shown until that is resolved")
                 return
             self._entry_changed(node)
             return
-        if local.is_dir or local.memory_id is not None:
+        if row is U.COLLIDE:
             ctx.status.note(f"the server's {m.path} ({m.id}) collides with a local "
-                            f"{'directory' if local.is_dir else 'file'}; not shown")
+                            f"{'directory' if at_path and at_path.is_dir else 'file'}; not shown")
             return
-        # A local file that never reached the server sits at the same path.
-        if local.sha == m.content_sha256 or local.sent_sha == m.content_sha256:
-            st.set_base(local, m.id, m.path, m.content_sha256)  # same bytes / our create
+        assert at_path is not None
+        if row is U.ADOPT:  # same bytes, or our own create whose answer was lost
+            st.adopt_own_write(at_path, remote_of(m))
             return
-        if ctx.fs is not None and ctx.fs.is_open_dirty(local.ino):
-            return  # settle once the writer closes
-        await ctx.take_remote(local, m, "another writer created the same path")
+        try:
+            await ctx.settle_conflict(at_path, m.id, "another writer created the same path",
+                                      gen=at_path.gen)
+        except Deferred:
+            pass  # changed meanwhile: the next pass decides again
 
-    async def _known(self, node: Node, m: Memory) -> None:
+    async def _known(self, node: Node, m: Memory, since: int | None) -> None:
         st, ctx = self.state, self.ctx
-        content_changed = m.content_sha256 != node.base_sha
-        path_changed = m.path != node.base_path
-        if not content_changed and not path_changed:
-            return
-        # Whether the file was renamed here is judged against the base path as it
-        # was before this memory's row is applied (take_remote moves the base).
-        renamed_here = st.path_of(node) != node.base_path
-        if content_changed:
-            if ctx.fs is not None and ctx.fs.is_open_dirty(node.ino):
-                # A writer holds unsaved data: settle once it closes (its push then
-                # meets the precondition and becomes a proper conflict if need be).
-                return
-            if node.sha == m.content_sha256 or node.sent_sha == m.content_sha256:
-                node.base_sha = m.content_sha256  # our own write, response unheard
-                if node.sent_sha == m.content_sha256:
-                    node.sent_sha = None
-                st.save(node)
-            elif node.sha == node.base_sha:
-                node.sha, node.size = m.content_sha256, m.content_size_bytes
-                node.base_sha = m.content_sha256
-                node.mtime_ns = node.ctime_ns = time.time_ns()
-                st.save(node)
-                if ctx.fs is not None:
-                    ctx.fs.drop_clean_buffer(node.ino)
+        if since is not None and node.base_epoch > since:
+            return  # an answer newer than this page already set the base
+        local = local_of(st, node)
+        ours_parked = m.id in st.parks or self._abandoned_park(m)
+        place = decide.place_row(local, m.path, ours_parked=ours_parked)
+        content = decide.content_row(local, m.content_sha256)
+        C = decide.Content
+        if content is C.ADOPT:
+            st.adopt_own_write(node, Remote(m.id, node.base_path or m.path, m.content_sha256,
+                                            m.content_size_bytes))
+        elif content is C.TAKE:
+            try:
+                st.remote_content(node, remote_of(m), gen=node.gen)
                 ctx.invalidate(("inode", node.ino))
+            except Deferred:
+                return
+        elif content is C.CONFLICT:
+            try:
+                await ctx.settle_conflict(node, m.id, "changed on the server and here at the "
+                                          "same time", gen=node.gen)
+            except Deferred:
+                return
+        if st.holder(m.id) is not node:
+            return
+        P = decide.Place
+        if place is P.FOLLOW:
+            old_parent, old_name = node.parent, node.name
+            if st.remote_moved(node, m.path):
+                ctx.invalidate(("entry", old_parent, old_name))
+                self._entry_changed(node)
             else:
-                await ctx.take_remote(node, m, "changed on the server and here at the same time")
-        if path_changed and node.ino in st.nodes:
-            local_path = st.path_of(node)
-            if not renamed_here and local_path != m.path:  # follow the server
-                old_parent, old_name = node.parent, node.name
-                if st.move_to(node, m.path):
-                    ctx.invalidate(("entry", old_parent, old_name))
-                    self._entry_changed(node)
-                else:
-                    ctx.status.note(f"cannot move {local_path} to {m.path} (renamed on the "
-                                    "server): the place is taken locally")
-                    return
-            # Renamed here too: ours is pushed over the server's rename next.
-            node.base_path = m.path
-            st.save(node)
+                ctx.status.note(f"cannot move {local.path} to {m.path} (renamed on the "
+                                "server): the place is taken locally")
+        elif place in (P.KEEP_OURS, P.SAME):
+            st.remote_base_path(node, m.path)
+
+    def _abandoned_park(self, m: Memory) -> bool:
+        """Another client's park that never landed: after PARK_PATIENCE, ours wins."""
+        if not is_parked(m.path):
+            self._parked_since.pop(m.id, None)
+            return False
+        first = self._parked_since.setdefault(m.id, time.monotonic())
+        return time.monotonic() - first > PARK_PATIENCE
 
     def _deleted_remotely(self, node: Node) -> None:
         st, ctx = self.state, self.ctx
         path = st.path_of(node)
-        # Dirty includes a local rename: the file at its new path is kept too.
-        dirty = st.is_dirty(node) or (ctx.fs is not None and ctx.fs.is_open_dirty(node.ino))
-        if dirty:
+        parent, name = node.parent, node.name
+        row = decide.absent_row(local_of(st, node), found=False)
+        st.remote_deleted(node, keep=row is decide.Absent.KEEP_AS_NEW)
+        if row is decide.Absent.KEEP_AS_NEW:
             if ctx.options.read_only:
                 ctx.status.note(f"{path} was deleted on the server but edited here; kept "
                                 "locally, unsynced (read-only mount)")
             else:
                 ctx.status.note(f"{path} was deleted on the server but edited here; "
                                 "re-creating it from the file")
-            st.forget_memory(node)
             return
-        parent, name = node.parent, node.name
-        st.drop(node)
         ctx.invalidate(("entry", parent, name))
 
     def _entry_changed(self, node: Node) -> None:

@@ -1,0 +1,96 @@
+"""The records `State` keeps: a tree node, a pending delete, a push in flight."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ROOT_INO = 1
+EMPTY_SHA = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+#: The store-root name memfs parks a memory under while a cycle of renames goes
+#: out (memfs/sync/pusher.py). No memfs tree shows it and no user may create it.
+PARK_NAME = ".memfs-moving"
+PARK_DIR = "/" + PARK_NAME
+
+
+def is_parked(path: str) -> bool:
+    return path == PARK_DIR or path.startswith(PARK_DIR + "/")
+
+
+@dataclass(eq=False)
+class Node:
+    """One file or directory: its place, its local content and its base.
+
+    Identity is ``memory_id``; base is (``base_path``, ``base_sha``): what the
+    server held for that memory when we last heard from it. Only `State`
+    assigns these fields (open files hold references to nodes, so they are
+    updated in place, never replaced)."""
+
+    ino: int
+    parent: int
+    name: str
+    is_dir: bool
+    mode: int
+    uid: int = 0
+    gid: int = 0
+    atime_ns: int = 0
+    mtime_ns: int = 0
+    ctime_ns: int = 0
+    sha: str | None = None
+    size: int = 0
+    memory_id: str | None = None
+    base_path: str | None = None
+    base_sha: str | None = None
+    changed_at: float | None = None
+    gen: int = 0
+    sent_sha: str | None = None
+    refused_sha: str | None = None
+    refused_reason: str | None = None
+    fail_count: int = 0
+    retry_at: float | None = None
+    error: str | None = None
+    children: dict[str, int] = field(default_factory=dict, repr=False)
+    #: When the base was last set from a server answer (State.epoch; memory only).
+    #: A listing that started before it is older news for this node.
+    base_epoch: int = field(default=0, repr=False)
+
+
+@dataclass(eq=False)
+class Tombstone:
+    """A memory deleted here whose server delete waits out the delete delay."""
+
+    memory_id: str
+    base_path: str
+    base_sha: str
+    deleted_at: float
+    sent_sha: str | None = None
+    fail_count: int = 0
+    retry_at: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class PushTicket:
+    """What one create or update sent, kept until its answer comes back.
+
+    The answer is applied to whoever holds the ticket's identity *then*
+    (memory id for an update, the node or its rename-over successor for a
+    create), never to a node object that may have left the tree meanwhile."""
+
+    ino: int
+    memory_id: str | None
+    sha: str
+    path: str
+    base_sha: str | None
+    gen: int
+    previous_sent: str | None
+
+
+@dataclass(frozen=True)
+class Remote:
+    """What the server said about one memory (a response, a listing row, a GET)."""
+
+    id: str
+    path: str
+    sha: str
+    size: int = 0

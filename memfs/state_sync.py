@@ -1,0 +1,456 @@
+"""Every change the sync side makes to identity, base, tombstones and conflicts.
+
+`State` inherits these methods; nothing else in memfs writes a memory id, a
+base, a tombstone or a conflict row. Each method is one synchronous SQLite
+transaction with no checkpoint inside, so it is atomic against other trio
+tasks and against a crash (a conflict row and the base that made it are
+committed together, or neither is).
+
+The pusher and the reconciler decide (memfs/sync/decide.py); these methods
+apply the decision to whoever holds the identity *now*: an answer to a request
+sent for one node may arrive after that node was renamed, replaced by an
+editor's rename-over, unlinked, or edited again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import time
+from typing import TYPE_CHECKING
+
+from . import paths
+from .nodes import EMPTY_SHA, Node, PushTicket, Remote, Tombstone, is_parked
+
+if TYPE_CHECKING:
+    from .state import State
+
+log = logging.getLogger(__name__)
+
+#: Per-file retry after a refusal that is neither transient nor about content
+#: (403, 404 of the store, 422...): doubling from 2 s, at most this long.
+MAX_FILE_BACKOFF = 600.0
+
+
+class Deferred(Exception):
+    """The file changed locally (or holds unsaved writes) since the decision was
+    made: nothing was applied; the next pass decides again."""
+
+
+class SyncTransitions:
+    # -- helpers (inside a transaction) --------------------------------------------
+
+    def _mark_base(self: State, node: Node, remote: Remote) -> None:
+        if node.memory_id and node.memory_id != remote.id:
+            self.by_memory.pop(node.memory_id, None)
+        node.memory_id, node.base_path, node.base_sha = remote.id, remote.path, remote.sha
+        self.by_memory[remote.id] = node.ino
+        self.epoch += 1
+        node.base_epoch = self.epoch
+        if remote.id in self.parks and not is_parked(remote.path):
+            self._end_park(remote.id)
+
+    def _end_park(self: State, memory_id: str) -> None:
+        self.parks.pop(memory_id, None)
+        self.db.execute("DELETE FROM parks WHERE memory_id=?", (memory_id,))
+
+    def _successor(self: State, ino: int) -> Node | None:
+        """The node now standing for ino (itself, or whatever renamed over it)."""
+        seen = set()
+        while ino not in self.nodes and ino in self.replaced and ino not in seen:
+            seen.add(ino)
+            ino = self.replaced[ino]
+        return self.nodes.get(ino)
+
+    def _add_tombstone(self: State, remote: Remote) -> None:
+        tomb = Tombstone(remote.id, remote.path, remote.sha, time.time())
+        self.tombstones[remote.id] = tomb
+        self._save_tombstone(tomb)
+
+    def _add_conflict(self: State, path: str, memory_id: str | None, local_sha: str,
+                      remote_sha: str | None, reason: str) -> int:
+        cur = self.db.execute(
+            "INSERT INTO conflicts (path, memory_id, local_sha, remote_sha, reason, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (path, memory_id, local_sha, remote_sha, reason, time.time()),
+        )
+        if memory_id:
+            self.conflicted[memory_id] = self.conflicted.get(memory_id, 0) + 1
+        return int(cur.lastrowid)
+
+    def _remove_conflict(self: State, row: dict) -> None:
+        self.db.execute("DELETE FROM conflicts WHERE id=?", (row["id"],))
+        mid = row["memory_id"]
+        if mid and mid in self.conflicted:
+            self.conflicted[mid] -= 1
+            if self.conflicted[mid] <= 0:
+                del self.conflicted[mid]
+
+    def _set_remote_content(self: State, node: Node, remote: Remote) -> None:
+        node.sha, node.size = remote.sha, remote.size
+        node.mtime_ns = node.ctime_ns = time.time_ns()
+        node.gen += 1
+        node.refused_sha = node.refused_reason = None
+
+    @staticmethod
+    def _clear_error(item: Node | Tombstone) -> None:
+        item.fail_count, item.retry_at, item.error = 0, None, None
+
+    # -- bases set directly (tests, adoption of our own writes) ----------------------
+
+    def set_base(self: State, node: Node, memory_id: str, path: str, sha: str) -> None:
+        """The server holds `sha` at `path` as memory_id, and that is node's memory."""
+        with self.transaction():
+            self._mark_base(node, Remote(memory_id, path, sha))
+            node.sent_sha = None
+            self._save(node)
+
+    # -- pushes ---------------------------------------------------------------------
+
+    def begin_push(self: State, node: Node) -> PushTicket:
+        """Record the sha about to be sent (a lost answer is recognised by it later)."""
+        assert node.sha is not None
+        ticket = PushTicket(node.ino, node.memory_id, node.sha, self.path_of(node),
+                            node.base_sha, node.gen, node.sent_sha)
+        with self.transaction():
+            node.sent_sha = node.sha
+            self._save(node)
+        return ticket
+
+    def push_landed(self: State, ticket: PushTicket, remote: Remote) -> Node | None:
+        """The server now holds `remote` because of ticket's request.
+
+        An update settles on the memory's holder now, whoever that is; a create
+        on the node (or its rename-over successor) if it still has no memory.
+        A memory that nothing can hold any more (the file was unlinked, or its
+        successor has a memory of its own) becomes a tombstone: deleted after the
+        delay, preconditioned on exactly what we wrote."""
+        with self.transaction():
+            if ticket.memory_id is not None:
+                holder = self.holder(remote.id)
+                if holder is not None:
+                    self._mark_base(holder, remote)
+                    if holder.sent_sha in (ticket.sha, remote.sha):
+                        holder.sent_sha = None
+                    self._clear_error(holder)
+                    self._save(holder)
+                    return holder
+                tomb = self.tombstones.get(remote.id)
+                if tomb is not None:
+                    tomb.base_path, tomb.base_sha, tomb.sent_sha = remote.path, remote.sha, None
+                    self._save_tombstone(tomb)
+                else:  # nothing holds it (cannot happen under the sync lock): the
+                    log.warning("memory %s answered for no local file; the next listing "
+                                "shows it", remote.id)  # reconciler adds it back
+                return None
+            holder = self._successor(ticket.ino)
+            if (holder is not None and holder.memory_id is None
+                    and not self.is_local_only_name(holder)):
+                self._mark_base(holder, remote)
+                if holder.sent_sha in (ticket.sha, remote.sha):
+                    holder.sent_sha = None
+                self._clear_error(holder)
+                self._save(holder)
+                return holder
+            if remote.id not in self.by_memory:
+                self._add_tombstone(remote)
+            return None
+
+    def push_refused(self: State, ticket: PushTicket, reason: str) -> None:
+        """The server refused this content (400/413): retried only once it changes."""
+        with self.transaction():
+            node = self._ticket_holder(ticket)
+            if node is not None:
+                node.refused_sha, node.refused_reason = ticket.sha, reason
+                node.sent_sha = ticket.previous_sent
+                self._save(node)
+
+    def refuse_locally(self: State, node: Node, reason: str) -> None:
+        """Content or path that can never be a memory (checked before sending)."""
+        with self.transaction():
+            node.refused_sha, node.refused_reason = node.sha, reason
+            self._save(node)
+
+    def set_refused(self: State, node: Node, sha: str | None, reason: str | None) -> None:
+        with self.transaction():
+            node.refused_sha, node.refused_reason = sha, reason
+            node.sent_sha = None
+            self._save(node)
+
+    def push_failed(self: State, ticket: PushTicket, message: str, *,
+                    transient: bool) -> None:
+        """One file's request failed. A transient failure only forgets nothing (its
+        sent sha stays: the request may have landed); any other refusal also makes
+        this file wait, doubling, while every other change goes out."""
+        with self.transaction():
+            node = self._ticket_holder(ticket)
+            if node is None:
+                return
+            if not transient:
+                node.fail_count += 1
+                node.retry_at = time.time() + min(MAX_FILE_BACKOFF, 2.0 ** node.fail_count)
+                node.error = message
+            self._save(node)
+
+    def _ticket_holder(self: State, ticket: PushTicket) -> Node | None:
+        if ticket.memory_id is not None:
+            return self.holder(ticket.memory_id)
+        node = self._successor(ticket.ino)
+        return node if node is not None and node.memory_id is None else None
+
+    def forget_memory(self: State, node: Node) -> None:
+        """The server no longer has node's memory (confirmed): node becomes a new,
+        unsynced file; its next push is a create."""
+        with self.transaction():
+            if node.memory_id:
+                self.by_memory.pop(node.memory_id, None)
+            node.memory_id = node.base_path = node.base_sha = node.sent_sha = None
+            self._save(node)
+
+    def begin_park(self: State, memory_id: str, path: str) -> None:
+        """Journal a park before its request goes out (see the parks table)."""
+        with self.transaction():
+            self.parks[memory_id] = path
+            self.db.execute("INSERT OR REPLACE INTO parks VALUES (?, ?, ?)",
+                            (memory_id, path, time.time()))
+
+    # -- tombstones -------------------------------------------------------------------
+
+    def tombstone_settled(self: State, memory_id: str) -> None:
+        """The delete went out, the memory was already gone, or the server changed it
+        (then the reconciler brings the server's version back)."""
+        with self.transaction():
+            self._drop_tombstone(memory_id)
+
+    def tombstone_sent(self: State, memory_id: str, sha: str) -> None:
+        with self.transaction():
+            tomb = self.tombstones.get(memory_id)
+            if tomb is not None:
+                tomb.sent_sha = sha
+                self._save_tombstone(tomb)
+
+    def tombstone_failed(self: State, memory_id: str, message: str) -> None:
+        with self.transaction():
+            tomb = self.tombstones.get(memory_id)
+            if tomb is None:
+                return
+            tomb.fail_count += 1
+            tomb.retry_at = time.time() + min(MAX_FILE_BACKOFF, 2.0 ** tomb.fail_count)
+            tomb.error = message
+            self._save_tombstone(tomb)
+
+    def tombstone_rebased(self: State, memory_id: str, sha: str) -> None:
+        """The memory holds `sha`, which we wrote ourselves (a lost answer)."""
+        with self.transaction():
+            tomb = self.tombstones.get(memory_id)
+            if tomb is not None:
+                tomb.base_sha, tomb.sent_sha = sha, None
+                self._save_tombstone(tomb)
+
+    # -- what the server says ----------------------------------------------------------
+
+    def adopt_own_write(self: State, node: Node, remote: Remote) -> None:
+        """The server holds what we sent (or what we hold): our answer was lost."""
+        with self.transaction():
+            self._mark_base(node, remote)
+            if node.sent_sha == remote.sha:
+                node.sent_sha = None
+            self._save(node)
+
+    def remote_content(self: State, node: Node, remote: Remote, *, gen: int | None = None) -> None:
+        """A clean file changed on the server: take the new content (lazily fetched).
+
+        Raises Deferred when the file is no longer clean, or (with `gen`) changed
+        locally since the caller looked."""
+        with self.transaction():
+            if (not self.in_tree(node) or node.ino in self.open_dirty
+                    or node.sha != node.base_sha or (gen is not None and node.gen != gen)):
+                raise Deferred
+            self._set_remote_content(node, remote)
+            self._mark_base(node, Remote(remote.id, node.base_path or remote.path, remote.sha))
+            node.sent_sha = None
+            self._save(node)
+
+    def take_remote(self: State, node: Node, remote: Remote, reason: str, *, gen: int,
+                    tombstone_own: bool = False) -> int | None:
+        """Conflict: the server's version wins in the tree, the local one is kept.
+
+        Compare-and-set on `gen`: the caller fetched `remote` at gen; if the file
+        changed since, or holds unsaved writes, nothing happens (Deferred). The
+        conflict row, the new content and the new base commit together. Returns
+        the conflict id (None when only a rename was lost: no content lost).
+        `tombstone_own`: node's own memory (a rename that lost its target path to
+        a stranger) is deleted after the delay."""
+        with self.transaction():
+            if not self.in_tree(node) or node.gen != gen or node.ino in self.open_dirty:
+                raise Deferred
+            cid = None
+            # Only local *content* can lose: a file merely renamed here (its sha
+            # still its base) takes the server's content with no conflict. Against
+            # a stranger's memory (tombstone_own) all of ours is local content.
+            ours = node.sha != node.base_sha or tombstone_own
+            if (node.sha and node.sha != remote.sha and ours
+                    and not (node.memory_id is None and node.sha == EMPTY_SHA)):
+                cid = self._add_conflict(self.path_of(node), remote.id, node.sha, remote.sha,
+                                         reason)
+            if tombstone_own:
+                self._tombstone(node)
+            self._set_remote_content(node, remote)
+            self._mark_base(node, remote)
+            node.sent_sha = None
+            self._clear_error(node)
+            self._save(node)
+            return cid
+
+    def remote_moved(self: State, node: Node, path: str) -> bool:
+        """Follow the server's rename; False when the place is taken locally.
+
+        A local file that never reached the server (and has no unsaved writes)
+        does not keep the place: the server's memory wins it, as for a create
+        that lost its path, and that file's content is kept as a conflict row in
+        the same transaction."""
+        with self.transaction():
+            dir_path, name = paths.split(path)
+            parent = self.ensure_dir(dir_path)
+            if parent is None:
+                return False
+            taker = self.child(parent, name)
+            if taker is not None:
+                if (taker.is_dir or taker.memory_id is not None or taker is node
+                        or taker.ino in self.open_dirty or self.is_local_only_name(taker)):
+                    return False
+                if taker.sha and taker.sha != EMPTY_SHA and taker.sha != node.sha:
+                    self._add_conflict(path, node.memory_id, taker.sha, node.base_sha,
+                                       "another client renamed a memory onto this path")
+                del parent.children[name]
+                del self.nodes[taker.ino]
+                self.db.execute("DELETE FROM nodes WHERE ino=?", (taker.ino,))
+            old_parent = self.nodes[node.parent]
+            del old_parent.children[node.name]
+            node.parent, node.name = parent.ino, name
+            parent.children[name] = node.ino
+            node.ctime_ns = time.time_ns()
+            node.base_path = path
+            self._save(node)
+            self.prune(old_parent)
+            return True
+
+    def remote_base_path(self: State, node: Node, path: str) -> None:
+        """Renamed on both sides: the server's path becomes the base, ours goes out."""
+        with self.transaction():
+            node.base_path = path
+            self._save(node)
+
+    def remote_deleted(self: State, node: Node, *, keep: bool) -> None:
+        """The server deleted node's memory (confirmed by a 404). `keep` (the file
+        changed here: content, a local rename or unsaved writes): the file stays
+        and becomes a create (on a read-only mount, local only); else it goes."""
+        with self.transaction():
+            if node.memory_id:
+                self.by_memory.pop(node.memory_id, None)
+            if keep:
+                node.memory_id = node.base_path = node.base_sha = node.sent_sha = None
+                self._save(node)
+                return
+            parent = self.nodes[node.parent]
+            del parent.children[node.name]
+            del self.nodes[node.ino]
+            self.db.execute("DELETE FROM nodes WHERE ino=?", (node.ino,))
+            self.prune(parent)
+
+    def add_remote(self: State, remote: Remote) -> Node | None:
+        """A memory new to this mount: add its file (content fetched lazily).
+        A tombstone of the same memory (deleted here, changed there) is cancelled."""
+        with self.transaction():
+            dir_path, name = paths.split(remote.path)
+            parent = self.ensure_dir(dir_path)
+            if parent is None or name in parent.children:
+                return None
+            self._drop_tombstone(remote.id)
+            now = time.time_ns()
+            node = Node(self._next_ino, parent.ino, name, False, stat.S_IFREG | 0o644,
+                        os.getuid(), os.getgid(), now, now, now, sha=remote.sha,
+                        size=remote.size)
+            self._next_ino += 1
+            self.nodes[node.ino] = node
+            parent.children[name] = node.ino
+            self._mark_base(node, remote)
+            self._save(node)
+            return node
+
+    # -- conflicts ------------------------------------------------------------------------
+
+    def restore_conflict(self: State, cid: int, size: int) -> tuple[Node, bool]:
+        """Put conflict cid's local content back as an ordinary local change.
+
+        A newer local edit that is not on the server is never overwritten: it
+        becomes a conflict row of its own in the same transaction. Returns
+        (node, created). Raises LookupError / ValueError with the reason."""
+        with self.transaction():
+            row = self.get_conflict(cid)
+            if row is None:
+                raise LookupError(f"no conflict #{cid}")
+            node = self.holder(row["memory_id"]) if row["memory_id"] else None
+            if node is None:
+                node = self.lookup_path(row["path"])
+            if node is not None and node.is_dir:
+                raise ValueError(f"{row['path']} is a directory now; move it away to restore "
+                                 f"conflict #{cid}")
+            if node is not None and node.ino in self.open_dirty:
+                raise ValueError(f"{self.path_of(node)} is open with unsaved changes; close "
+                                 "it and try again")
+            created = node is None
+            if node is None:
+                dir_path, name = paths.split(row["path"])
+                parent = self.ensure_dir(dir_path)
+                if parent is None:
+                    raise ValueError(f"cannot restore {row['path']}: a file stands where its "
+                                     "directory should be")
+                now = time.time_ns()
+                node = Node(self._next_ino, parent.ino, name, False, stat.S_IFREG | 0o644,
+                            parent.uid, parent.gid, now, now, now, sha=EMPTY_SHA)
+                self._next_ino += 1
+                self.nodes[node.ino] = node
+                parent.children[name] = node.ino
+                self._revive(node)
+            elif (node.sha not in (row["local_sha"], node.base_sha)
+                  and not self.is_refused(node)):
+                newer = self._add_conflict(
+                    self.path_of(node), node.memory_id, node.sha, row["local_sha"],
+                    f"your pending edit, replaced by restoring conflict #{cid}")
+                log.info("restore #%d: the pending edit of %s is kept as conflict #%d",
+                         cid, self.path_of(node), newer)
+            self._remove_conflict(row)
+            node.sha, node.size = row["local_sha"], size
+            node.mtime_ns = node.ctime_ns = time.time_ns()
+            node.refused_sha = node.refused_reason = None
+            self._touch(node)
+            self._save(node)
+            return node, created
+
+    def discard_conflict(self: State, cid: int) -> dict:
+        with self.transaction():
+            row = self.get_conflict(cid)
+            if row is None:
+                raise LookupError(f"no conflict #{cid}")
+            self._remove_conflict(row)
+            return row
+
+    def import_conflicts(self: State, rows: list[tuple]) -> None:
+        """Preserved versions carried over from another state directory (adoption):
+        (path, memory_id, local_sha, remote_sha, reason) each, in one transaction."""
+        with self.transaction():
+            for path, memory_id, local_sha, remote_sha, reason in rows:
+                self._add_conflict(path, memory_id, local_sha, remote_sha, reason)
+
+    def add_conflict(self: State, path: str, memory_id: str | None, local_sha: str,
+                     remote_sha: str | None, reason: str) -> int:
+        with self.transaction():
+            return self._add_conflict(path, memory_id, local_sha, remote_sha, reason)
+
+    def remove_conflict(self: State, cid: int) -> None:
+        row = self.get_conflict(cid)
+        if row is not None:
+            with self.transaction():
+                self._remove_conflict(row)

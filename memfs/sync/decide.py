@@ -1,0 +1,200 @@
+"""The sync decisions as pure functions over (local, base, remote, in flight).
+
+The pusher and the reconciler ask these what to do and then apply the answer
+through `State`'s transitions; nothing here does I/O or touches state, so
+each table is tested row by row (tests/test_decide.py). docs/SYNC.md prints
+the same tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from ..nodes import is_parked
+
+
+@dataclass(frozen=True)
+class Local:
+    """One file as the decision sees it."""
+
+    sha: str
+    path: str
+    memory_id: str | None
+    base_sha: str | None
+    base_path: str | None
+    sent_sha: str | None = None
+    open_dirty: bool = False
+
+    @property
+    def content_changed(self) -> bool:
+        return self.memory_id is None or self.sha != self.base_sha
+
+    @property
+    def renamed(self) -> bool:
+        return self.memory_id is not None and self.path != self.base_path
+
+
+# -- the reconciler: a memory we know (by id) as the listing shows it -----------------
+
+
+class Content(Enum):
+    NOTHING = "nothing"            # server sha is still the base
+    WAIT = "wait"                  # unsaved writes are open: settle after the close
+    ADOPT = "adopt"                # the server holds our own write (an answer was lost)
+    TAKE = "take"                  # clean file: the server's content becomes ours
+    CONFLICT = "conflict"          # both changed: server wins the tree, ours is kept
+
+
+def content_row(local: Local, remote_sha: str) -> Content:
+    if remote_sha == local.base_sha:
+        return Content.NOTHING
+    if local.open_dirty:
+        return Content.WAIT
+    if remote_sha in (local.sha, local.sent_sha):
+        return Content.ADOPT
+    if local.sha == local.base_sha:
+        return Content.TAKE
+    return Content.CONFLICT
+
+
+class Place(Enum):
+    NOTHING = "nothing"            # server path is still the base path
+    FOLLOW = "follow"              # renamed there only: move the file
+    KEEP_OURS = "keep-ours"        # renamed here too (or it is our own park): ours goes out
+    SAME = "same"                  # both sides moved it to the same path: base follows
+    IN_TRANSIT = "in-transit"      # another client parked it mid-swap: wait for it to land
+
+
+def place_row(local: Local, remote_path: str, *, ours_parked: bool) -> Place:
+    if remote_path == local.base_path:
+        return Place.NOTHING
+    if local.path == remote_path:
+        return Place.SAME
+    if local.renamed or ours_parked:
+        return Place.KEEP_OURS
+    if is_parked(remote_path):
+        return Place.IN_TRANSIT
+    return Place.FOLLOW
+
+
+class Absent(Enum):
+    DROP = "drop"                  # confirmed deleted there, clean here: remove the file
+    KEEP_AS_NEW = "keep-as-new"    # confirmed deleted there, changed here: re-create it
+    REAPPEARED = "reappeared"      # not in the listing but the GET found it: apply it
+
+
+def absent_row(local: Local, found: bool) -> Absent:
+    """A known memory missing from a listing, after the confirming GET."""
+    if found:
+        return Absent.REAPPEARED
+    if local.content_changed or local.renamed or local.open_dirty:
+        return Absent.KEEP_AS_NEW
+    return Absent.DROP
+
+
+# -- the reconciler: a memory we do not hold ---------------------------------------------
+
+
+class Unknown(Enum):
+    HIDDEN = "hidden"              # parked by a swap in progress: not shown
+    DELETE_PENDING = "delete-pending"  # our delete of it waits out its delay
+    REBASE_DELETE = "rebase-delete"    # it holds what we last sent: our delete follows it
+    RESTORE = "restore"            # deleted here, changed there: the server's edit wins
+    ADD = "add"                    # a new memory: show it
+    COLLIDE = "collide"            # a local directory or another memory holds the path
+    ADOPT = "adopt"                # a local file not pushed yet holds the same bytes
+    WAIT = "wait"                  # a local file at that path has unsaved writes
+    CONFLICT = "conflict"          # a local file not pushed yet, different bytes
+
+
+@dataclass(frozen=True)
+class PendingDelete:
+    base_sha: str
+    sent_sha: str | None
+
+
+def unknown_row(remote_path: str, remote_sha: str, tomb: PendingDelete | None,
+                at_path: Local | None, at_path_is_dir: bool) -> Unknown:
+    if is_parked(remote_path):
+        return Unknown.HIDDEN
+    if tomb is not None:
+        if remote_sha == tomb.base_sha:
+            return Unknown.DELETE_PENDING
+        if remote_sha == tomb.sent_sha:
+            return Unknown.REBASE_DELETE
+        return Unknown.RESTORE
+    if at_path is None and not at_path_is_dir:
+        return Unknown.ADD
+    if at_path_is_dir or at_path is None or at_path.memory_id is not None:
+        return Unknown.COLLIDE
+    if remote_sha in (at_path.sha, at_path.sent_sha):
+        return Unknown.ADOPT
+    if at_path.open_dirty:
+        return Unknown.WAIT
+    return Unknown.CONFLICT
+
+
+# -- the pusher: what one dirty file sends --------------------------------------------------
+
+
+class Send(Enum):
+    NOTHING = "nothing"            # clean, or refused content with no rename to carry
+    CREATE = "create"
+    UPDATE = "update"              # content and/or path, preconditioned on the base sha
+    REFUSE = "refuse"              # content or path that can never be a memory
+    MISSING = "missing"            # content not in the cache (cannot happen; reported)
+
+
+@dataclass(frozen=True)
+class PushPlan:
+    send: Send
+    content: bool = False          # the request carries content
+    path: bool = False             # the request carries a new path
+    reason: str | None = None
+
+
+def push_plan(local: Local, *, refused_sha: str | None, have_content: bool,
+              content_problem: str | None, path_problem: str | None) -> PushPlan:
+    """`content_problem`/`path_problem`: why the bytes/path can never be a memory."""
+    if local.memory_id is not None and not local.content_changed and not local.renamed:
+        return PushPlan(Send.NOTHING)
+    if path_problem is not None:
+        return PushPlan(Send.REFUSE, reason=path_problem)
+    content_refused = refused_sha == local.sha
+    wants_content = local.content_changed and not content_refused
+    if wants_content and not have_content:
+        return PushPlan(Send.MISSING)
+    if wants_content and content_problem is not None:
+        if local.renamed:  # the memory still follows the rename
+            return PushPlan(Send.UPDATE, path=True, reason=content_problem)
+        return PushPlan(Send.REFUSE, reason=content_problem)
+    if local.memory_id is None:
+        if content_refused:
+            return PushPlan(Send.NOTHING)
+        return PushPlan(Send.CREATE, content=True)
+    if not wants_content and not local.renamed:
+        return PushPlan(Send.NOTHING)
+    return PushPlan(Send.UPDATE, content=wants_content, path=local.renamed)
+
+
+# -- the pusher: what an answer means ---------------------------------------------------------
+
+
+class Answer(Enum):
+    LANDED = "landed"              # 2xx: the base becomes the answer
+    OWN_WRITE = "own-write"        # 409, but the server holds what we sent: adopt it
+    CONFLICT = "conflict"          # 409, the server moved: server wins, ours is kept
+    GONE = "gone"                  # 404 confirmed: the file becomes a create
+    REFUSED = "refused"            # 400/413: never resent until the content changes
+    FAILED = "failed"              # 403, 422, other 4xx: this file waits (backoff)
+    TRANSIENT = "transient"        # 429, 5xx, network: retried, the mount goes offline
+
+
+def precondition_row(remote_sha: str | None, sent: str, previous_sent: str | None) -> Answer:
+    """After a 409 precondition failure, the memory's current sha (None: 404)."""
+    if remote_sha is None:
+        return Answer.GONE
+    if remote_sha in (sent, previous_sent):
+        return Answer.OWN_WRITE
+    return Answer.CONFLICT

@@ -1,0 +1,187 @@
+"""The sync decisions as tables, row by row (memfs/sync/decide.py; docs/SYNC.md).
+
+Each table enumerates every combination of its inputs that matters: a base, a
+local state, what the server shows and what is in flight or open.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from memfs.sync import decide
+from memfs.sync.decide import (
+    Absent,
+    Answer,
+    Content,
+    Local,
+    PendingDelete,
+    Place,
+    Send,
+    Unknown,
+)
+
+BASE, MINE, THEIRS, SENT = "sha-base", "sha-mine", "sha-theirs", "sha-sent"
+
+
+def local(sha=BASE, path="/a", *, memory_id="mem_1", base_sha=BASE, base_path="/a",
+          sent=None, open_dirty=False) -> Local:
+    return Local(sha, path, memory_id, base_sha, base_path, sent, open_dirty)
+
+
+# -- content: a known memory's sha in a listing -------------------------------------------
+
+CONTENT_ROWS = [
+    # (local sha, sent sha, open dirty, server sha) -> action
+    (BASE, None, False, BASE, Content.NOTHING),
+    (MINE, None, False, BASE, Content.NOTHING),      # ours is pending: the pusher sends it
+    (MINE, None, True, BASE, Content.NOTHING),
+    (BASE, None, False, THEIRS, Content.TAKE),       # clean: theirs becomes ours
+    (BASE, None, True, THEIRS, Content.WAIT),        # unsaved writes: settle after close
+    (MINE, None, False, THEIRS, Content.CONFLICT),   # both changed
+    (MINE, None, True, THEIRS, Content.WAIT),        # both changed, writer still open
+    (MINE, None, False, MINE, Content.ADOPT),        # the server holds our bytes
+    (MINE, SENT, False, SENT, Content.ADOPT),        # an earlier send landed unheard
+    (MINE, SENT, False, THEIRS, Content.CONFLICT),
+]
+
+
+@pytest.mark.parametrize("sha,sent,open_dirty,remote,expected", CONTENT_ROWS)
+def test_content_row(sha, sent, open_dirty, remote, expected):
+    assert decide.content_row(local(sha, sent=sent, open_dirty=open_dirty), remote) is expected
+
+
+def test_content_table_is_total():
+    """Every combination gets exactly one answer, and the invariants hold."""
+    for sha, sent, open_dirty, remote in itertools.product(
+            (BASE, MINE, SENT), (None, SENT), (False, True), (BASE, MINE, THEIRS, SENT)):
+        row = decide.content_row(local(sha, sent=sent, open_dirty=open_dirty), remote)
+        if remote == BASE:
+            assert row is Content.NOTHING
+        elif open_dirty:
+            assert row is Content.WAIT  # never replace content under unsaved writes
+        elif row is Content.TAKE:
+            assert sha == BASE  # only a clean file takes the server's content silently
+        elif row is Content.CONFLICT:
+            assert sha != BASE and remote not in (sha, sent)
+
+
+# -- place: a known memory's path in a listing ------------------------------------------------
+
+PLACE_ROWS = [
+    # (local path, base path, server path, ours parked) -> action
+    ("/a", "/a", "/a", False, Place.NOTHING),
+    ("/b", "/a", "/a", False, Place.NOTHING),            # our rename is pending
+    ("/a", "/a", "/c", False, Place.FOLLOW),             # renamed there only
+    ("/b", "/a", "/c", False, Place.KEEP_OURS),          # renamed on both sides
+    ("/c", "/a", "/c", False, Place.SAME),               # both to the same place
+    ("/a", "/a", "/.memfs-moving/mem_1.x", False, Place.IN_TRANSIT),  # another's swap
+    ("/a", "/a", "/.memfs-moving/mem_1.x", True, Place.KEEP_OURS),    # our own park
+    ("/b", "/a", "/.memfs-moving/mem_1.x", False, Place.KEEP_OURS),   # lost park answer
+]
+
+
+@pytest.mark.parametrize("path,base_path,remote_path,ours,expected", PLACE_ROWS)
+def test_place_row(path, base_path, remote_path, ours, expected):
+    row = decide.place_row(local(path=path, base_path=base_path), remote_path, ours_parked=ours)
+    assert row is expected
+
+
+def test_a_parked_path_is_never_followed():
+    for path, ours in itertools.product(("/a", "/b"), (False, True)):
+        row = decide.place_row(local(path=path), "/.memfs-moving/m.1", ours_parked=ours)
+        assert row is not Place.FOLLOW
+
+
+# -- absent from a listing, after the confirming GET ---------------------------------------------
+
+ABSENT_ROWS = [
+    # (local, found by GET) -> action
+    (local(), True, Absent.REAPPEARED),
+    (local(MINE), True, Absent.REAPPEARED),
+    (local(), False, Absent.DROP),
+    (local(MINE), False, Absent.KEEP_AS_NEW),
+    (local(path="/b"), False, Absent.KEEP_AS_NEW),          # a local rename is a change
+    (local(open_dirty=True), False, Absent.KEEP_AS_NEW),    # unsaved writes are kept
+]
+
+
+@pytest.mark.parametrize("loc,found,expected", ABSENT_ROWS)
+def test_absent_row(loc, found, expected):
+    assert decide.absent_row(loc, found) is expected
+
+
+# -- a memory we do not hold ---------------------------------------------------------------------
+
+NEW = local(MINE, memory_id=None, base_sha=None, base_path=None)
+
+UNKNOWN_ROWS = [
+    # (server path, server sha, pending delete, local file at the path, dir there) -> action
+    ("/.memfs-moving/m.1", THEIRS, None, None, False, Unknown.HIDDEN),
+    ("/a", BASE, PendingDelete(BASE, None), None, False, Unknown.DELETE_PENDING),
+    ("/a", SENT, PendingDelete(BASE, SENT), None, False, Unknown.REBASE_DELETE),
+    ("/a", THEIRS, PendingDelete(BASE, None), None, False, Unknown.RESTORE),
+    ("/a", THEIRS, None, None, False, Unknown.ADD),
+    ("/a", THEIRS, None, None, True, Unknown.COLLIDE),
+    ("/a", THEIRS, None, local(), False, Unknown.COLLIDE),     # another memory's file
+    ("/a", MINE, None, NEW, False, Unknown.ADOPT),
+    ("/a", SENT, None, Local(MINE, "/a", None, None, None, SENT), False, Unknown.ADOPT),
+    ("/a", THEIRS, None, Local(MINE, "/a", None, None, None, None, True), False,
+     Unknown.WAIT),
+    ("/a", THEIRS, None, NEW, False, Unknown.CONFLICT),
+]
+
+
+@pytest.mark.parametrize("path,sha,tomb,at_path,is_dir,expected", UNKNOWN_ROWS)
+def test_unknown_row(path, sha, tomb, at_path, is_dir, expected):
+    assert decide.unknown_row(path, sha, tomb, at_path, is_dir) is expected
+
+
+# -- what the pusher sends -------------------------------------------------------------------------
+
+PUSH_ROWS = [
+    # (local, refused sha, have content, content problem, path problem) -> (send, content, path)
+    (local(), None, True, None, None, (Send.NOTHING, False, False)),
+    (NEW, None, True, None, None, (Send.CREATE, True, False)),
+    (NEW, None, False, None, None, (Send.MISSING, False, False)),
+    (NEW, MINE, True, None, None, (Send.NOTHING, False, False)),          # refused create
+    (NEW, None, True, "not UTF-8", None, (Send.REFUSE, False, False)),
+    (NEW, None, True, None, "too long", (Send.REFUSE, False, False)),
+    (local(MINE), None, True, None, None, (Send.UPDATE, True, False)),
+    (local(path="/b"), None, True, None, None, (Send.UPDATE, False, True)),  # pure rename
+    (local(path="/b"), None, False, None, None, (Send.UPDATE, False, True)),  # needs no bytes
+    (local(MINE, "/b"), None, True, None, None, (Send.UPDATE, True, True)),
+    (local(MINE), MINE, True, None, None, (Send.NOTHING, False, False)),   # refused update
+    (local(MINE, "/b"), MINE, True, None, None, (Send.UPDATE, False, True)),  # still moves
+    (local(MINE, "/b"), None, True, "not UTF-8", None, (Send.UPDATE, False, True)),
+    (local(MINE), None, True, "not UTF-8", None, (Send.REFUSE, False, False)),
+]
+
+
+@pytest.mark.parametrize("loc,refused,have,problem,path_problem,expected", PUSH_ROWS)
+def test_push_plan(loc, refused, have, problem, path_problem, expected):
+    plan = decide.push_plan(loc, refused_sha=refused, have_content=have,
+                            content_problem=problem, path_problem=path_problem)
+    assert (plan.send, plan.content, plan.path) == expected
+
+
+def test_every_update_is_a_real_change():
+    """The pusher never sends an update that changes nothing (a wasted version)."""
+    for sha, path, refused in itertools.product((BASE, MINE), ("/a", "/b"), (None, MINE)):
+        plan = decide.push_plan(local(sha, path), refused_sha=refused, have_content=True,
+                                content_problem=None, path_problem=None)
+        if plan.send is Send.UPDATE:
+            assert plan.content or plan.path
+
+
+# -- what a precondition failure means -------------------------------------------------------------
+
+@pytest.mark.parametrize("remote,expected", [
+    (None, Answer.GONE),
+    (MINE, Answer.OWN_WRITE),      # the request we are handling landed after all
+    (SENT, Answer.OWN_WRITE),      # an earlier one did
+    (THEIRS, Answer.CONFLICT),
+])
+def test_precondition_row(remote, expected):
+    assert decide.precondition_row(remote, MINE, SENT) is expected
