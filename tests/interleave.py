@@ -367,8 +367,8 @@ class Engine:
         self.parts = parts
         self.state, self.cache, self.ops = parts.state, parts.cache, parts.ops
         self.ctx, self.pusher, self.reconciler = parts.ctx, parts.pusher, parts.reconciler
-        # Open handles with unsaved writes, by path: (fh, ino, sha seen at open, data);
-        # data None: the file was unlinked or replaced meanwhile (its close keeps nothing).
+        # Open handles with unsaved writes, by the path they were opened at:
+        # (fh, ino, sha seen at open, data); data None: already made durable.
         self.handles: dict[str, tuple[int, int, str | None, bytes | None]] = {}
         self.labels: dict[str, str] = {EMPTY_SHA: "''"}
         # The model.
@@ -382,6 +382,7 @@ class Engine:
         self.named: dict[str, str] = {}  # "@/path" -> memory id at the action start
         self.new_names: dict[str, str] = {}
         self.held: dict[str, set[str]] = {}  # memory id -> contents its file has held
+        self.removed: set[int] = set()  # inodes the user unlinked or renamed a file over
         self.counter = 0
         self.log: list[str] = []
         self.state_errors: list[str] = []
@@ -495,15 +496,26 @@ class Engine:
 
     # local filesystem operations (through the handlers)
 
+    def _handle(self, path: str, *, by_key: bool = False) -> str | None:
+        """The open handle (its key) on the file now at path, wherever it was opened;
+        by_key: else the handle opened at path, wherever its file is now."""
+        node = self.node(path)
+        if node is not None:
+            for key, (_fh, ino, _seen, _data) in self.handles.items():
+                if ino == node.ino:
+                    return key
+        return path if by_key and path in self.handles else None
+
     async def op_write(self, path: str, content: str | None = None) -> None:
         """Open (create or truncate), write, close."""
         data = self._content(content, "w")
         replaced = self.tree_sha(path)
+        key = self._handle(path)
         await self._put(path, data)
         self._wrote(sha256(data), replaced, f"local write to {path}")
-        if path in self.handles:  # one inode, one buffer: the open handle now holds data
-            fh, ino, _seen, _old = self.handles[path]
-            self.handles[path] = (fh, ino, sha256(data), data)
+        if key is not None:  # one inode, one buffer: the open handle now holds data
+            fh, ino, _seen, _old = self.handles[key]
+            self.handles[key] = (fh, ino, sha256(data), data)
 
     async def op_save_as(self, path: str, content: str | None = None) -> None:
         """An editor's atomic save: write path.tmp, rename it over path."""
@@ -533,10 +545,8 @@ class Engine:
                               _split(dst)[1].encode(), 0, _ctx())
         if target is not None and not target.is_dir:
             self._supersede(target.sha)
+            self.removed.add(target.ino)
         self._alive_drop(gone)
-        self._orphan(dst)
-        for p in [p for p in self.handles if p == src or p.startswith(src + "/")]:
-            self.handles[dst + p[len(src):]] = self.handles.pop(p)
 
     async def op_unlink(self, path: str) -> None:
         node = self.node(path)
@@ -547,17 +557,11 @@ class Engine:
         await self.ops.unlink(self.node(d).ino, name.encode(), _ctx())
         self._supersede(sha)
         self._alive_drop(mid)
-        self._orphan(path)
-
-    def _orphan(self, path: str) -> None:
-        """An open handle whose file was unlinked or replaced: its close keeps nothing."""
-        if path in self.handles:
-            fh, ino, seen, _data = self.handles.pop(path)
-            self.handles[f"{path} (gone #{fh})"] = (fh, ino, seen, None)
+        self.removed.add(node.ino)
 
     async def op_open_write(self, path: str, content: str | None = None) -> None:
         """Open and write without closing: a dirty open buffer (closed by `close`)."""
-        if path in self.handles:
+        if self._handle(path) is not None:
             raise Skip(f"{path} already open")
         data = self._content(content, "o")
         node = self.node(path)
@@ -569,19 +573,21 @@ class Engine:
         self.handles[path] = (fi.fh, node.ino, seen, data)
 
     async def op_close(self, path: str) -> None:
-        if path not in self.handles:
+        key = self._handle(path, by_key=True)
+        if key is None:
             raise Skip(f"{path} not open")
-        fh, _ino, seen, data = self.handles.pop(path)
+        fh, ino, seen, data = self.handles.pop(key)
         try:
             await self.ops.flush(fh)
         finally:
             await self.ops.release(fh)
-        if data is not None:
-            self._wrote(sha256(data), seen, f"local write (closed buffer) to {path}")
+        # A file the user unlinked or replaced meanwhile: its close keeps nothing.
+        if data is not None and ino not in self.removed:
+            self._wrote(sha256(data), seen, f"local write (closed buffer) to {key}")
 
     async def close_all(self) -> None:
-        for path in sorted(self.handles):
-            await self.do(("close", path))
+        for key in sorted(self.handles):
+            await self.do(("close", key))
 
     async def op_read(self, path: str) -> None:
         node = self.node(path)
@@ -592,11 +598,12 @@ class Engine:
             await self.ops.read(fi.fh, 0, 1 << 20)
         finally:
             await self.ops.release(fi.fh)
-        if self.handles.get(path, (0, 0, None, None))[3] is not None:
+        key = self._handle(path)
+        if key is not None and self.handles[key][3] is not None:
             # One inode, one buffer: this close made the open handle's writes durable.
-            fh, ino, seen, data = self.handles[path]
-            self._wrote(sha256(data), seen, f"local write (buffer, made durable) to {path}")
-            self.handles[path] = (fh, ino, seen, None)
+            fh, ino, seen, data = self.handles[key]
+            self._wrote(sha256(data), seen, f"local write (buffer, made durable) to {key}")
+            self.handles[key] = (fh, ino, seen, None)
 
     async def op_mkdir(self, path: str) -> None:
         await self._parent(path + "/x")

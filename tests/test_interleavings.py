@@ -177,6 +177,11 @@ SCENARIOS = [
             "of a local file not created yet; the create meets our own memory, which "
             "cannot follow the rename because the local path is taken"),
     Scenario(
+        "local_edit_of_remotely_deleted_during_reconcile",
+        [*SWAP, ("r_delete", "/a.md")], "reconcile", [("write", "/a.md", "mine")],
+        doc="found by Hypothesis: a file deleted on the server is edited here while the "
+            "reconcile pass confirms the absence (a lost answer must mean offline)"),
+    Scenario(
         "local_edit_during_reconcile",
         [("r_create", "/x.md", "x1"), ("reconcile",), ("r_edit", "/x.md", "x2")],
         "reconcile", [("write", "/x.md", "mine")]),
