@@ -182,17 +182,29 @@ cmd_lint() {
 cmd_bench() {
   bootstrap
   check_fuse || warn "benchmarks that mount will fail"
+  # The plot of bench_network.py needs matplotlib (the `bench` extra), from PyPI on first use.
+  if ! "$VENV/bin/python" -c 'import matplotlib' 2>/dev/null; then
+    say "pip install -e '.[test,bench]' into .venv (matplotlib, for docs/benchmarks.png)"
+    "$VENV/bin/python" -m pip install -q -e '.[test,bench]' || warn "no matplotlib: no plot"
+  fi
   shopt -s nullglob
-  local files=(benchmarks/*.py) f rc=0
+  local files=(benchmarks/*.py) f rc=0 a extra quick=0
   shopt -u nullglob
   if [ ${#files[@]} -eq 0 ]; then
     say "no benchmarks/*.py yet: nothing to run"
     return 0
   fi
+  for a in "$@"; do [ "$a" = --quick ] && quick=1; done
   for f in "${files[@]}"; do
     case "$(basename "$f")" in _*|conftest.py) continue ;; esac
+    extra=()
+    # A full run of the network benchmark regenerates the plot linked from README.md and the
+    # markdown tables for docs/BENCHMARKS.md; a --quick run leaves them alone.
+    if [ "$(basename "$f")" = bench_network.py ] && [ $quick = 0 ]; then
+      extra=(--plot docs/benchmarks.png --markdown docs/benchmarks-network.md)
+    fi
     say "benchmark: $f"
-    "$VENV/bin/python" "$f" "$@" || { warn "$f failed"; rc=1; }
+    "$VENV/bin/python" "$f" "${extra[@]}" "$@" || { warn "$f failed"; rc=1; }
   done
   return $rc
 }

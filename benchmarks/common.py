@@ -72,12 +72,17 @@ def finish_args(args: argparse.Namespace) -> argparse.Namespace:
 # -- data ------------------------------------------------------------------------------------
 
 
-def make_tree(n: int, size: int, *, seed: int = 1, word_every: int = 50) -> dict[str, str]:
+def make_tree(n: int, size: int, *, seed: int = 1, word_every: int = 50,
+              size_range: tuple[int, int] | None = None, name: str = "note") -> dict[str, str]:
     """n deterministic text files of ~size bytes in 20 directories; every `word_every`-th file
-    contains SOMEWORD. Paths are relative, without a leading slash."""
+    contains SOMEWORD. Paths are relative, without a leading slash. With `size_range=(lo, hi)`
+    each file gets its own size, uniform in [lo, hi]. The first k files of make_tree(n) are
+    those of make_tree(k) (same seed and arguments)."""
     rng = random.Random(seed)
     out: dict[str, str] = {}
     for i in range(n):
+        if size_range is not None:
+            size = rng.randint(*size_range)
         words: list[str] = []
         length = 0
         while length < size:
@@ -88,7 +93,7 @@ def make_tree(n: int, size: int, *, seed: int = 1, word_every: int = 50) -> dict
             words[len(words) // 2] = SOMEWORD
         text = " ".join(words)
         lines = [text[j:j + 79] for j in range(0, len(text), 80)]
-        out[f"d{i % 20:02d}/note-{i:04d}.md"] = "\n".join(lines)[:size] + "\n"
+        out[f"d{i % 20:02d}/{name}-{i:04d}.md"] = "\n".join(lines)[:size] + "\n"
     return out
 
 

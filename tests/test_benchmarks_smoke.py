@@ -1,7 +1,8 @@
 """Smoke test for benchmarks/: each one runs in --quick mode and prints its ratio lines.
 
-Never asserts on timings: the benchmarks report numbers, they do not judge them. The three
-run at once (about 15 s in all) since each mostly waits on mounts and polls.
+Never asserts on timings: the benchmarks report numbers, they do not judge them. The four
+run at once (about a minute in all, bench_network.py the longest) since each mostly waits on
+mounts, polls and the server's injected latency.
 """
 
 from __future__ import annotations
@@ -19,20 +20,29 @@ EXPECTED = {
     "bench_writes.py": ["ratio cp memfs/native:", "ratio cp+upload memfs/sdk-sync:"],
     "bench_sync.py": ["ratio idle-poll requests memfs/sdk:",
                       "ratio local->remote latency / write-back-delay 0.1s:"],
+    # --quick: 60 memories, 0 and 50 ms per request; every phase, plot and markdown included
+    "bench_network.py": ["ratio cold-grep memfs/sdk @ 0 ms:", "ratio cold-grep memfs/sdk @ 50 ms:",
+                         "ratio mount-ls memfs/sdk-download @ 50 ms:",
+                         "ratio push memfs/sdk-finish @ 50 ms:",
+                         "ratio creates full/empty @ 0 ms:", "ratio warm-grep memfs/bindfs @ 0 ms:",
+                         "value rss daemon-peak @ 0 ms:"],
 }
 
 
 @needs_fuse
-def test_benchmarks_quick() -> None:
+def test_benchmarks_quick(tmp_path: pathlib.Path) -> None:
+    extra = {"bench_network.py": ["--markdown", str(tmp_path / "network.md"),
+                                  "--plot", str(tmp_path / "network.png")]}
     procs = {
-        name: subprocess.Popen([sys.executable, str(BENCH / name), "--quick"], cwd=str(BENCH),
+        name: subprocess.Popen([sys.executable, str(BENCH / name), "--quick",
+                                *extra.get(name, [])], cwd=str(BENCH),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for name in EXPECTED
     }
     outputs = {}
     try:
         for name, proc in procs.items():
-            outputs[name] = proc.communicate(timeout=120)[0]
+            outputs[name] = proc.communicate(timeout=200)[0]
     finally:
         for proc in procs.values():
             if proc.poll() is None:
@@ -45,3 +55,10 @@ def test_benchmarks_quick() -> None:
             assert line in out, f"{name} did not print {line!r}:\n{out[-3000:]}"
         ratios = [ln for ln in out.splitlines() if ln.startswith("ratio ")]
         assert all(ln.rstrip().endswith("x") for ln in ratios), ratios
+    md = (tmp_path / "network.md").read_text()
+    assert "| what" in md and "target" in md, md
+    try:
+        import matplotlib  # noqa: F401  (the `bench` extra; the plot is skipped without it)
+    except ImportError:
+        return
+    assert (tmp_path / "network.png").stat().st_size > 1000
