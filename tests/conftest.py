@@ -3,6 +3,9 @@
 server                      fixture: fresh server, --fault-control, api key "test-key"
 start_server(tmp_path, …)   plain function, same thing without the fixture
 ServerProc                  start/stop/kill/restart/set_faults/clear_faults/sdk
+pg_cluster                  session fixture: a throwaway PostgreSQL cluster (tests/pg.py)
+db_backend                  "sqlite" or "postgresql": the modules in BOTH_BACKENDS run every
+                            test that uses `server` on both (a fresh PostgreSQL database each)
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 import anthropic
 import httpx
 import pytest
+from pg import PgCluster, pg_bin
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 LISTEN_PREFIX = "memfs serve: listening on "
@@ -44,6 +48,7 @@ class ServerProc:
     extra_args: tuple[str, ...] = ()
     log_path: pathlib.Path | None = None
     port: int = 0
+    db_url: str | None = None  # a postgresql:// URL instead of the SQLite file `db`
     _log_file: object = field(default=None, repr=False)
 
     # -- lifecycle ---------------------------------------------------------
@@ -55,7 +60,7 @@ class ServerProc:
             "memfs",
             "serve",
             "--db",
-            str(self.db),
+            self.db_url or str(self.db),
             "--host",
             "127.0.0.1",
             "--port",
@@ -168,7 +173,12 @@ class ServerProc:
 
 
 def start_server(
-    tmp_path: pathlib.Path, *, api_key: str | None = None, extra_args: tuple[str, ...] = ()
+    tmp_path: pathlib.Path,
+    *,
+    api_key: str | None = None,
+    extra_args: tuple[str, ...] = (),
+    db_url: str | None = None,
+    log_name: str = "serve.log",
 ) -> ServerProc:
     sp = ServerProc(
         base_url="",
@@ -176,16 +186,62 @@ def start_server(
         db=pathlib.Path(tmp_path) / "serve" / "memfs.db",
         proc=None,  # type: ignore[arg-type]
         extra_args=tuple(extra_args),
-        log_path=pathlib.Path(tmp_path) / "serve.log",
+        log_path=pathlib.Path(tmp_path) / log_name,
+        db_url=db_url,
     )
     pathlib.Path(tmp_path).mkdir(parents=True, exist_ok=True)
     sp.start()
     return sp
 
 
+#: The server suite and the SDK conformance tests: every test of these modules that
+#: uses the `server` fixture runs on SQLite and on PostgreSQL.
+BOTH_BACKENDS = {
+    "test_server_http", "test_server_memories", "test_server_stores", "test_server_versions",
+    "test_server_robustness", "test_server_gate", "test_server_hostile",
+    "test_client_integration",
+}
+
+
+def pytest_generate_tests(metafunc):
+    if "db_backend" in metafunc.fixturenames and \
+            metafunc.module.__name__.rsplit(".", 1)[-1] in BOTH_BACKENDS:
+        metafunc.parametrize("db_backend", ["sqlite", "postgresql"], indirect=True)
+
+
 @pytest.fixture
-def server(tmp_path: pathlib.Path) -> Iterator[ServerProc]:
-    sp = start_server(tmp_path, api_key="test-key", extra_args=("--fault-control",))
+def db_backend(request) -> str:
+    return getattr(request, "param", "sqlite")
+
+
+@pytest.fixture(scope="session")
+def pg_cluster(tmp_path_factory) -> Iterator[PgCluster]:
+    """One PostgreSQL cluster for the whole session (each test gets its own database).
+    Skips when PostgreSQL is not installed, except under CI, which must run it."""
+    if pg_bin() is None:
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL binaries not found under CI (.ci/run installs postgresql)")
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    import tempfile
+
+    cluster = PgCluster.start(pathlib.Path(tempfile.mkdtemp(prefix="memfs-pg-")) / "cluster")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: PgCluster) -> str:
+    """A fresh, empty PostgreSQL database."""
+    return pg_cluster.new_database()
+
+
+@pytest.fixture
+def server(tmp_path: pathlib.Path, db_backend: str, request) -> Iterator[ServerProc]:
+    db_url = request.getfixturevalue("pg_url") if db_backend == "postgresql" else None
+    sp = start_server(tmp_path, api_key="test-key", extra_args=("--fault-control",),
+                      db_url=db_url)
     try:
         yield sp
     finally:

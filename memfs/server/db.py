@@ -454,10 +454,30 @@ def _version_json(row: sqlite3.Row, full: bool) -> dict[str, Any]:
 
 
 class Database:
-    """One SQLite connection behind one lock; each public method is one transaction."""
+    """The store behind `memfs serve`; each public method is one transaction.
+
+    SQLite (a file path): one connection behind one lock, every transaction
+    ``BEGIN IMMEDIATE`` — one writer at a time, in commit order.
+
+    PostgreSQL (a ``postgresql://`` URL, :class:`_Postgres`): a small pool of
+    connections, so several threads and several server processes work at once.
+    A write locks its store's row (``SELECT … FOR UPDATE``) before it reads
+    anything it decides on, so the writes to one store are serialized exactly as
+    on SQLite: occupancy, preconditions, the cap and one version per change hold
+    across processes. Reads run in ``REPEATABLE READ`` snapshots (a listing page
+    is consistent). Timestamps of a store's changes strictly increase in commit
+    order across processes (:meth:`_ts`).
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = os.fspath(path)
+        target = os.fspath(path)
+        self._pg: _Postgres | None = None
+        if target.startswith(("postgresql://", "postgres://")):
+            self._pg = _Postgres(target)
+            self.path = self._pg.display
+            self.server_id: str = self._pg.migrate()
+            return
+        self.path = target
         if self.path != ":memory:":
             parent = os.path.dirname(os.path.abspath(self.path))
             if not os.path.isdir(parent):
@@ -500,19 +520,30 @@ class Database:
                 )
             # The server's identity: made once, then read back on every start.
             self._conn.execute(
-                "INSERT OR IGNORE INTO meta (key, value) VALUES ('server_id', ?)",
+                "INSERT INTO meta (key, value) VALUES ('server_id', ?) ON CONFLICT DO NOTHING",
                 (secrets.token_hex(12),),
             )
-            self.server_id: str = self._conn.execute(
+            self.server_id = self._conn.execute(
                 "SELECT value FROM meta WHERE key = 'server_id'"
             ).fetchone()[0]
 
+    @property
+    def backend(self) -> str:
+        return "sqlite" if self._pg is None else "postgresql"
+
     def close(self) -> None:
+        if self._pg is not None:
+            self._pg.close()
+            return
         with self._lock:
             self._conn.close()
 
     @contextmanager
-    def _txn(self) -> Iterator[sqlite3.Connection]:
+    def _txn(self, *, write: bool = False) -> Iterator[Any]:
+        if self._pg is not None:
+            with self._pg.transaction(write=write) as c:
+                yield c
+            return
         with self._lock:
             c = self._conn
             c.execute("BEGIN IMMEDIATE")
@@ -524,17 +555,43 @@ class Database:
             else:
                 c.execute("COMMIT")
 
+    def _blob(self, value: str | None) -> str | bytes | None:
+        """A content/description value as stored: PostgreSQL keeps them as UTF-8
+        ``bytea`` (its ``text`` cannot hold U+0000, which the API allows)."""
+        if self._pg is None or value is None:
+            return value
+        return value.encode("utf-8")
+
+    def _ts(self, c: Any, store_id: str) -> str:
+        """The timestamp of a change in ``store_id`` (the store row is locked). On
+        PostgreSQL, later than every version of the store, whatever process wrote
+        it, so ``created_at`` order is commit order there too."""
+        ts = now()
+        if self._pg is not None:
+            last = c.execute("SELECT max(created_at) AS m FROM versions WHERE store_id = ?",
+                             (store_id,)).fetchone()["m"]
+            if last is not None and last >= ts:
+                ts = (datetime.strptime(last, _TS_FORMAT).replace(tzinfo=UTC)
+                      + timedelta(microseconds=1)).strftime(_TS_FORMAT)
+        return ts
+
     # -- helpers inside a transaction ------------------------------------
 
-    @staticmethod
-    def _store_row(c: sqlite3.Connection, store_id: str) -> sqlite3.Row:
-        row = c.execute("SELECT * FROM stores WHERE id = ?", (store_id,)).fetchone()
+    def _store_row(self, c: Any, store_id: str, *, lock: bool = False) -> sqlite3.Row:
+        """The store's row. ``lock`` (every write): on PostgreSQL, ``FOR UPDATE``, so
+        the writes to one store are serialized across every server process, exactly
+        like SQLite's single writer; the transaction's later reads then see every
+        write committed before it."""
+        sql = "SELECT * FROM stores WHERE id = ?"
+        if lock and self._pg is not None:
+            sql += " FOR UPDATE"
+        row = c.execute(sql, (store_id,)).fetchone()
         if row is None:
             raise not_found(f"memory store {store_id!r} not found")
         return row
 
     def _writable_store(self, c: sqlite3.Connection, store_id: str) -> sqlite3.Row:
-        row = self._store_row(c, store_id)
+        row = self._store_row(c, store_id, lock=True)
         if row["archived_at"] is not None:
             raise invalid(f"memory store {store_id!r} is archived and read-only")
         return row
@@ -570,9 +627,9 @@ class Database:
             (store_id, path + "/", path + "0", exclude_id or ""),
         ).fetchone()
 
-    @staticmethod
     def _add_version(
-        c: sqlite3.Connection,
+        self,
+        c: Any,
         *,
         store_id: str,
         memory_id: str,
@@ -594,7 +651,7 @@ class Database:
                 memory_id,
                 operation,
                 path,
-                content,
+                self._blob(content),
                 sha,
                 size,
                 actor.type if actor else None,
@@ -613,12 +670,12 @@ class Database:
         description = "" if description is None else check_description(description)
         metadata = {} if metadata is None else check_metadata(metadata)
         sid = new_id("memstore_")
-        with self._txn() as c:
+        with self._txn(write=True) as c:
             ts = now()
             c.execute(
                 "INSERT INTO stores (id, name, description, metadata, created_at, updated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                (sid, name, description, json.dumps(metadata), ts, ts),
+                (sid, name, self._blob(description), json.dumps(metadata), ts, ts),
             )
             return _store_json(self._store_row(c, sid))
 
@@ -638,7 +695,7 @@ class Database:
         limit = check_limit(limit, full=False)
         fp = _fingerprint("stores", include_archived, created_gte, created_lte)
         after = _key(decode_cursor(page, fp), 2)
-        sql = "SELECT * FROM stores WHERE 1"
+        sql = "SELECT * FROM stores WHERE 1 = 1"
         args: list[Any] = []
         if not include_archived:
             sql += " AND archived_at IS NULL"
@@ -682,7 +739,7 @@ class Database:
                     _check_metadata_pair(k, v)
                 elif not isinstance(k, str) or not 1 <= len(k) <= 64:
                     raise invalid("metadata keys must be 1 to 64 characters long")
-        with self._txn() as c:
+        with self._txn(write=True) as c:
             row = self._writable_store(c, store_id)
             new_name = row["name"] if name is None else name
             new_desc = row["description"] if description is None else description
@@ -699,13 +756,13 @@ class Database:
                 c.execute(
                     "UPDATE stores SET name = ?, description = ?, metadata = ?, updated_at = ?"
                     " WHERE id = ?",
-                    (new_name, new_desc, json.dumps(new_meta), now(), store_id),
+                    (new_name, self._blob(new_desc), json.dumps(new_meta), now(), store_id),
                 )
             return _store_json(self._store_row(c, store_id))
 
     def archive_store(self, store_id: str) -> dict[str, Any]:
-        with self._txn() as c:
-            row = self._store_row(c, store_id)
+        with self._txn(write=True) as c:
+            row = self._store_row(c, store_id, lock=True)
             if row["archived_at"] is None:
                 ts = now()
                 c.execute(
@@ -715,8 +772,8 @@ class Database:
             return _store_json(self._store_row(c, store_id))
 
     def delete_store(self, store_id: str) -> dict[str, Any]:
-        with self._txn() as c:
-            self._store_row(c, store_id)
+        with self._txn(write=True) as c:
+            self._store_row(c, store_id, lock=True)
             c.execute("DELETE FROM versions WHERE store_id = ?", (store_id,))
             c.execute("DELETE FROM memories WHERE store_id = ?", (store_id,))
             c.execute("DELETE FROM stores WHERE id = ?", (store_id,))
@@ -738,20 +795,20 @@ class Database:
             raise invalid('content is required; pass "" to create an empty memory')
         content = check_content(content)
         sha, size = _sha(content)
-        with self._txn() as c:
+        with self._txn(write=True) as c:
             self._writable_store(c, store_id)
             conflict = self._find_conflict(c, store_id, path, None)
             if conflict is not None:
                 raise _conflict_error(path, conflict)
-            (count,) = c.execute(
-                "SELECT COUNT(*) FROM memories WHERE store_id = ?", (store_id,)
-            ).fetchone()
+            count = c.execute(
+                "SELECT COUNT(*) AS n FROM memories WHERE store_id = ?", (store_id,)
+            ).fetchone()["n"]
             if count >= MAX_MEMORIES_PER_STORE:
                 raise invalid(
                     f"memory store {store_id!r} holds its {MAX_MEMORIES_PER_STORE:,}-memory"
                     " maximum; delete a memory before creating another"
                 )
-            ts = now()
+            ts = self._ts(c, store_id)
             mid = new_id("mem_")
             vid = self._add_version(
                 c,
@@ -767,7 +824,7 @@ class Database:
                 "INSERT INTO memories (id, store_id, path, content, content_sha256,"
                 " content_size_bytes, version_id, created_at, updated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (mid, store_id, path, content, sha, size, vid, ts, ts),
+                (mid, store_id, path, self._blob(content), sha, size, vid, ts, ts),
             )
             return _memory_json(self._memory_row(c, store_id, mid), full)
 
@@ -864,7 +921,7 @@ class Database:
             content = check_content(content)
         if precondition_sha256 is not None:
             check_sha256(precondition_sha256, name="precondition.content_sha256")
-        with self._txn() as c:
+        with self._txn(write=True) as c:
             self._writable_store(c, store_id)
             row = self._memory_row(c, store_id, memory_id)
             new_path = row["path"] if path is None else path
@@ -880,7 +937,7 @@ class Database:
                 conflict = self._find_conflict(c, store_id, new_path, memory_id)
                 if conflict is not None:
                     raise _conflict_error(new_path, conflict)
-            ts = now()
+            ts = self._ts(c, store_id)
             vid = self._add_version(
                 c,
                 store_id=store_id,
@@ -895,7 +952,7 @@ class Database:
             c.execute(
                 "UPDATE memories SET path = ?, content = ?, content_sha256 = ?,"
                 " content_size_bytes = ?, version_id = ?, updated_at = ? WHERE id = ?",
-                (new_path, new_content, sha, size, vid, ts, memory_id),
+                (new_path, self._blob(new_content), sha, size, vid, ts, memory_id),
             )
             return _memory_json(self._memory_row(c, store_id, memory_id), full)
 
@@ -909,8 +966,8 @@ class Database:
     ) -> dict[str, Any]:
         if expected_content_sha256 is not None:
             check_sha256(expected_content_sha256, name="expected_content_sha256")
-        with self._txn() as c:
-            self._store_row(c, store_id)  # deleting in an archived store is allowed
+        with self._txn(write=True) as c:
+            self._store_row(c, store_id, lock=True)  # deleting in an archived store is allowed
             row = self._memory_row(c, store_id, memory_id)
             if (
                 expected_content_sha256 is not None
@@ -928,7 +985,7 @@ class Database:
                 path=row["path"],
                 content=None,
                 actor=actor,
-                ts=now(),
+                ts=self._ts(c, store_id),
             )
             c.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
         return {"id": memory_id, "type": "memory_deleted"}
@@ -1014,8 +1071,8 @@ class Database:
             return _version_json(self._version_row(c, store_id, version_id), full)
 
     def redact_version(self, store_id: str, version_id: str, *, actor: Actor | None) -> dict:
-        with self._txn() as c:
-            self._store_row(c, store_id)  # redaction is allowed in archived stores
+        with self._txn(write=True) as c:
+            self._store_row(c, store_id, lock=True)  # redaction is allowed in archived stores
             row = self._version_row(c, store_id, version_id)
             if row["redacted_at"] is None:
                 head = c.execute(
@@ -1059,6 +1116,196 @@ def _statements(script: str) -> list[str]:
     """Split the schema into statements (no ';' inside any of them)."""
     lines = [ln.split("--", 1)[0] for ln in script.splitlines()]
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+# --------------------------------------------------------------------------
+# PostgreSQL
+
+#: Versioned migrations for PostgreSQL: version → statements, applied in order in
+#: one transaction under an advisory lock (two instances starting at once
+#: migrate once). Same tables as :data:`SCHEMA`, with two differences:
+#: ``COLLATE "C"`` on every sorted/compared text column (byte order, whatever the
+#: database's locale), and ``bytea`` for content and description (PostgreSQL
+#: ``text`` cannot hold U+0000). Never edit a released step: add a new one.
+PG_MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE stores (
+            id           TEXT COLLATE "C" PRIMARY KEY,
+            name         TEXT NOT NULL,
+            description  BYTEA NOT NULL DEFAULT ''::bytea,
+            metadata     TEXT NOT NULL DEFAULT '{}',
+            created_at   TEXT COLLATE "C" NOT NULL,
+            updated_at   TEXT NOT NULL,
+            archived_at  TEXT
+        )""",
+        "CREATE INDEX stores_by_created ON stores (created_at, id)",
+        """CREATE TABLE memories (
+            id                  TEXT COLLATE "C" PRIMARY KEY,
+            store_id            TEXT COLLATE "C" NOT NULL
+                                REFERENCES stores (id) ON DELETE CASCADE,
+            path                TEXT COLLATE "C" NOT NULL,
+            content             BYTEA NOT NULL,
+            content_sha256      TEXT NOT NULL,
+            content_size_bytes  INTEGER NOT NULL,
+            version_id          TEXT NOT NULL,
+            created_at          TEXT NOT NULL,
+            updated_at          TEXT NOT NULL,
+            UNIQUE (store_id, path)
+        )""",
+        """CREATE TABLE versions (
+            id                  TEXT COLLATE "C" PRIMARY KEY,
+            store_id            TEXT COLLATE "C" NOT NULL
+                                REFERENCES stores (id) ON DELETE CASCADE,
+            memory_id           TEXT COLLATE "C" NOT NULL,
+            operation           TEXT NOT NULL
+                                CHECK (operation IN ('created', 'modified', 'deleted')),
+            path                TEXT COLLATE "C",
+            content             BYTEA,
+            content_sha256      TEXT,
+            content_size_bytes  INTEGER,
+            actor_type          TEXT,
+            actor_id            TEXT,
+            created_at          TEXT COLLATE "C" NOT NULL,
+            redacted_at         TEXT,
+            redacted_by_type    TEXT,
+            redacted_by_id      TEXT
+        )""",
+        "CREATE INDEX versions_by_created ON versions (store_id, created_at, id)",
+        "CREATE INDEX versions_by_memory ON versions (memory_id)",
+    ],
+    2: [
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    ],
+}
+PG_SCHEMA_VERSION = max(PG_MIGRATIONS)
+_PG_MIGRATION_LOCK = 0x6D656D6673  # pg_advisory_xact_lock key ("memfs")
+
+
+class _Row(tuple):
+    """A result row readable by column name (like sqlite3.Row) and by position."""
+
+    _index: dict[str, int]
+
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._index[key])
+        return tuple.__getitem__(self, key)
+
+
+def _row_factory(cursor: Any) -> Any:
+    names = [c.name for c in cursor.description or ()]
+    index = {n: i for i, n in enumerate(names)}
+
+    def make(values: Any) -> _Row:
+        row = _Row(v.decode("utf-8") if isinstance(v, bytes) else v for v in values)
+        row._index = index
+        return row
+
+    return make
+
+
+class _PgConn:
+    """A psycopg connection speaking the SQLite dialect this module writes:
+    ``?`` placeholders, rows by column name."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, args: Any = ()) -> Any:
+        cur = self.conn.cursor(row_factory=_row_factory)
+        cur.execute(sql.replace("?", "%s"), tuple(args))
+        return cur
+
+
+class _Postgres:
+    """A bounded pool of autocommit psycopg connections; transactions are explicit
+    ``BEGIN … COMMIT`` like the SQLite path."""
+
+    POOL_SIZE = 8
+
+    def __init__(self, url: str) -> None:
+        import psycopg  # only the PostgreSQL backend needs it
+
+        self._psycopg = psycopg
+        self.url = url
+        info = psycopg.conninfo.conninfo_to_dict(url)
+        self.display = (f"postgresql://{info.get('user', '')}@{info.get('host', '')}"
+                        f":{info.get('port', '')}/{info.get('dbname', '')}")
+        self._idle: list[Any] = []
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(self.POOL_SIZE)
+        self._closed = False
+
+    def _connect(self) -> Any:
+        return self._psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        self._slots.acquire()
+        try:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None or conn.closed:
+                conn = self._connect()
+            ok = False
+            try:
+                yield conn
+                ok = True
+            finally:
+                if ok and not conn.closed and not self._closed:
+                    with self._lock:
+                        self._idle.append(conn)
+                else:
+                    conn.close()
+        finally:
+            self._slots.release()
+
+    @contextmanager
+    def transaction(self, *, write: bool) -> Iterator[_PgConn]:
+        with self._connection() as conn:
+            c = _PgConn(conn)
+            c.execute("BEGIN" if write else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                yield c
+            except BaseException:
+                if not conn.closed:
+                    try:
+                        c.execute("ROLLBACK")
+                    except self._psycopg.Error:
+                        conn.close()  # broken: not returned to the pool
+                raise
+            else:
+                c.execute("COMMIT")
+
+    def migrate(self) -> str:
+        """Bring the schema to :data:`PG_SCHEMA_VERSION`; returns the server id."""
+        with self.transaction(write=True) as c:
+            c.execute("SELECT pg_advisory_xact_lock(?)", (_PG_MIGRATION_LOCK,))
+            c.execute("CREATE TABLE IF NOT EXISTS memfs_schema (version INTEGER NOT NULL)")
+            row = c.execute("SELECT version FROM memfs_schema").fetchone()
+            version = 0 if row is None else row["version"]
+            if version > PG_SCHEMA_VERSION:
+                raise RuntimeError(f"{self.display}: schema version {version}, this memfs "
+                                   f"expects at most {PG_SCHEMA_VERSION}")
+            for step in range(version + 1, PG_SCHEMA_VERSION + 1):
+                for stmt in PG_MIGRATIONS[step]:
+                    c.execute(stmt)
+            if row is None:
+                c.execute("INSERT INTO memfs_schema (version) VALUES (?)", (PG_SCHEMA_VERSION,))
+            elif version != PG_SCHEMA_VERSION:
+                c.execute("UPDATE memfs_schema SET version = ?", (PG_SCHEMA_VERSION,))
+            c.execute("INSERT INTO meta (key, value) VALUES ('server_id', ?)"
+                      " ON CONFLICT DO NOTHING", (secrets.token_hex(12),))
+            return c.execute("SELECT value FROM meta WHERE key = 'server_id'").fetchone()["value"]
+
+    def close(self) -> None:
+        self._closed = True
+        for _ in range(self.POOL_SIZE):  # wait for every transaction in flight
+            self._slots.acquire()
+        with self._lock:
+            for conn in self._idle:
+                conn.close()
+            self._idle.clear()
 
 
 def open_database(target: str | os.PathLike[str]) -> Database:
