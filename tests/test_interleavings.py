@@ -177,6 +177,10 @@ SCENARIOS = [
             "of a local file not created yet; the create meets our own memory, which "
             "cannot follow the rename because the local path is taken"),
     Scenario(
+        "local_rename_vs_remote_rename_onto_it",
+        [*SWAP, ("rename", "/b.md", "/c.md")], "push", [("r_rename", "/a.md", "/c.md")],
+        doc="the rename form of the case above: both sides move a different memory to c.md"),
+    Scenario(
         "local_edit_of_remotely_deleted_during_reconcile",
         [*SWAP, ("r_delete", "/a.md")], "reconcile", [("write", "/a.md", "mine")],
         doc="found by Hypothesis: a file deleted on the server is edited here while the "
