@@ -47,14 +47,21 @@ def formatter(fmt: str) -> logging.Formatter:
     raise ValueError(f"log format must be one of {FORMATS}")
 
 
+class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """Every file it opens, including the new one after a rollover, is 0600."""
+
+    def _open(self):  # type: ignore[no-untyped-def]
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+
+
 def rotating_file_handler(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES,
                           backups: int = DEFAULT_BACKUPS) -> logging.Handler:
     """A size-rotating handler on ``path``, created 0600 (logs can hold store ids)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-    return logging.handlers.RotatingFileHandler(path, maxBytes=max_bytes,
-                                                backupCount=backups, encoding="utf-8")
+    return PrivateRotatingFileHandler(path, maxBytes=max_bytes, backupCount=backups,
+                                      encoding="utf-8")
 
 
 def configure(*, level: int | str, log_file: str | os.PathLike[str] | None = None,

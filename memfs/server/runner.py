@@ -82,6 +82,10 @@ class MemfsProtocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:  # h11 writes the head and the body apart: no Nagle stall
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if len(self.connections) > self.max_connections:
             log.warning("connection cap (%d) reached: closing a new connection",
                         self.max_connections)
