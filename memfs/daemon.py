@@ -263,14 +263,17 @@ class Daemon:
 
 
 def setup_logging(state_dir: Path, foreground: bool) -> None:
-    log_path = state_dir / "daemon.log"
+    """stderr in the foreground; else ``daemon.log`` (0600) rotated by size, so a
+    long-lived mount cannot fill the disk. ``MEMFS_LOG_FORMAT=json``: one JSON
+    object per line."""
+    from memfs import logs
+
     handler: logging.Handler
     if foreground:
         handler = logging.StreamHandler(sys.stderr)
     else:
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        handler = logging.StreamHandler(os.fdopen(fd, "a", buffering=1))
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler = logs.rotating_file_handler(state_dir / "daemon.log")
+    handler.setFormatter(logs.formatter(os.environ.get("MEMFS_LOG_FORMAT", "text")))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     level = os.environ.get("MEMFS_LOG_LEVEL", "INFO").upper()

@@ -3,22 +3,50 @@
 It is an ordinary `memfs serve` process on 127.0.0.1 with its database under
 ``$XDG_DATA_HOME/memfs/`` (default ``~/.local/share/memfs``), started on first
 use and left running for later mounts; ``local-server.json`` beside the
-database records its port and pid. Loopback is open to every local user, so
+database records its URL and pid. Loopback is open to every local user, so
 the server requires a random key kept in ``local-server.key`` (0600): only
 the user who owns the data directory can read the stores.
+
+Three things make this safe to share a machine with other users and with
+other memfs commands:
+
+* **The health check cannot be fooled.** Before anything is sent to the
+  recorded URL with the key, the server must answer a fresh random challenge
+  with HMAC(key, challenge) (``/_memfs/health?challenge=…``). Another local
+  process that took the port after the server died cannot answer it, so it
+  never sees the key; a new server is started instead.
+* **One start at a time.** Starting happens under an exclusive ``flock`` on
+  ``local-server.lock``, and the check is repeated once the lock is held: two
+  commands racing to start it start one.
+* **Bounded logs.** The server logs to ``local-server.log`` itself, rotated by
+  size (``--log-file``); only output from before its logging is set up goes to
+  ``local-server.stderr``, truncated at each start.
+
+``memfs serve stop`` and ``memfs serve status`` use :func:`stop` and
+:func:`status`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hmac
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
+
+START_TIMEOUT = 30.0
+LOG_MAX_BYTES = 5 * 1024 * 1024
+LOG_BACKUPS = 2
 
 
 def data_dir() -> Path:
@@ -28,36 +56,116 @@ def data_dir() -> Path:
     return path
 
 
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/_memfs/health", timeout=2.0).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def api_key() -> str:
-    """The embedded server's key, created on first use (0600, never in argv)."""
+    """The embedded server's key, created on first use (0600, never in argv). Two
+    commands creating it at once agree: the key is linked into place only if absent."""
     path = data_dir() / "local-server.key"
-    try:
-        key = path.read_text().strip()
-    except FileNotFoundError:
-        key = ""
-    if not key:
-        key = "memfs-local-" + secrets.token_urlsafe(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    for _ in range(3):
+        try:
+            key = path.read_text().strip()
+        except FileNotFoundError:
+            key = ""
+        if key:
+            return key
+        tmp = path.with_name(f".local-server.key.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(key + "\n")
-    return key
+            f.write("memfs-local-" + secrets.token_urlsafe(32) + "\n")
+        try:
+            if path.exists():  # empty: replace it
+                os.replace(tmp, path)
+            else:
+                os.link(tmp, path)  # fails if another command got there first: use theirs
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+    raise RuntimeError(f"{path}: cannot create the local server's key")
+
+
+def verify(url: str, key: str, timeout: float = 2.0) -> dict[str, Any] | None:
+    """The health document of the server at ``url`` if it proves it holds ``key``;
+    None for anything else (nothing listening, another program, a wrong proof)."""
+    from memfs.server.app import health_proof
+
+    challenge = secrets.token_hex(16)
+    try:
+        r = httpx.get(f"{url}/_memfs/health", params={"challenge": challenge}, timeout=timeout)
+        doc = r.json() if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("proof"), str):
+        return None
+    if not hmac.compare_digest(doc["proof"], health_proof(key, challenge)):
+        return None
+    return doc
+
+
+def _read_info() -> dict[str, Any] | None:
+    try:
+        info = json.loads((data_dir() / "local-server.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) and isinstance(info.get("url"), str) else None
+
+
+def _write_info(info: dict[str, Any]) -> None:
+    path = data_dir() / "local-server.json"
+    tmp = path.with_suffix(".json.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(info))
+    os.replace(tmp, path)
 
 
 def running_url() -> str | None:
-    info_path = data_dir() / "local-server.json"
-    try:
-        info = json.loads(info_path.read_text())
-    except (OSError, ValueError):
+    """URL of our running embedded server (verified), or None."""
+    info = _read_info()
+    if info is None:
         return None
-    url = info.get("url")
-    return url if url and _healthy(url) else None
+    return info["url"] if verify(info["url"], api_key()) else None
+
+
+@contextlib.contextmanager
+def _lock() -> Iterator[None]:
+    """Exclusive lock for starting and stopping (blocks while another command holds it)."""
+    fd = os.open(data_dir() / "local-server.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _start(key: str) -> str:
+    directory = data_dir()
+    stderr_path = directory / "local-server.stderr"
+    fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    err = os.fdopen(fd, "wb")
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memfs", "serve", "--db", str(directory / "local.db"),
+             "--port", "0", "--log-file", str(directory / "local-server.log"),
+             "--log-max-bytes", str(LOG_MAX_BYTES), "--log-backups", str(LOG_BACKUPS)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+            start_new_session=True, env={**os.environ, "MEMFS_SERVE_API_KEY": key},
+        )
+    finally:
+        err.close()
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode(errors="replace").strip()
+    proc.stdout.close()
+    if "listening on " not in line:
+        raise RuntimeError(f"the embedded server did not start (see {stderr_path} and "
+                           f"{directory}/local-server.log)")
+    url = line.split("listening on ", 1)[1]
+    doc = verify(url, key, timeout=START_TIMEOUT)
+    if doc is None:
+        proc.terminate()
+        raise RuntimeError(f"the embedded server at {url} did not pass its health check")
+    _write_info({"url": url, "pid": proc.pid, "server_id": doc.get("server_id"),
+                 "started_at": time.time()})
+    return url
 
 
 def ensure_local_server() -> tuple[str, str]:
@@ -66,24 +174,72 @@ def ensure_local_server() -> tuple[str, str]:
     url = running_url()
     if url:
         return url, key
+    with _lock():
+        key = api_key()
+        url = running_url()  # another command may have started it while we waited
+        if url:
+            return url, key
+        return _start(key), key
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by its parent) counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _is_our_server(pid: int) -> bool:
+    """Is ``pid`` a `memfs serve` on our database (not a reused pid)?"""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    db = str(data_dir() / "local.db").encode()
+    return b"serve" in argv and db in argv
+
+
+def stop(timeout: float = 10.0) -> str:
+    """Stop the embedded server (SIGTERM: it finishes what is in flight); what happened."""
+    with _lock():
+        info = _read_info()
+        if info is None:
+            return "not running"
+        pid = info.get("pid")
+        path = data_dir() / "local-server.json"
+        if not isinstance(pid, int) or not _alive(pid) or not _is_our_server(pid):
+            path.unlink(missing_ok=True)
+            return "not running (removed a stale record)"
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            path.unlink(missing_ok=True)
+            return f"killed pid {pid} (it did not stop within {timeout:g}s)"
+        path.unlink(missing_ok=True)
+        return f"stopped (pid {pid})"
+
+
+def status() -> dict[str, Any]:
+    """Whether the embedded server runs (verified), and where its files are."""
     directory = data_dir()
-    log = open(directory / "local-server.log", "ab")  # noqa: SIM115 - handed to the child
-    os.chmod(directory / "local-server.log", 0o600)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memfs", "serve", "--db", str(directory / "local.db"),
-         "--port", "0"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-        start_new_session=True, env={**os.environ, "MEMFS_SERVE_API_KEY": key},
-    )
-    log.close()
-    assert proc.stdout is not None
-    line = proc.stdout.readline().decode().strip()
-    proc.stdout.close()
-    if "listening on " not in line:
-        raise RuntimeError(f"the embedded server did not start (see {directory}/local-server.log)")
-    url = line.split("listening on ", 1)[1]
-    info = {"url": url, "pid": proc.pid, "started_at": time.time()}
-    info_path = directory / "local-server.json"
-    info_path.write_text(json.dumps(info))
-    os.chmod(info_path, 0o600)
-    return url, key
+    info = _read_info() or {}
+    doc = verify(info["url"], api_key()) if info.get("url") else None
+    return {
+        "running": doc is not None,
+        "url": info.get("url") if doc else None,
+        "pid": info.get("pid") if doc else None,
+        "server_id": doc.get("server_id") if doc else None,
+        "db": str(directory / "local.db"),
+        "log": str(directory / "local-server.log"),
+    }

@@ -77,3 +77,116 @@ def test_mount_on_the_embedded_server(local_env, tmp_path):
     listed = _memfs(local_env, "stores", "list", "--json").stdout
     assert [s["id"] for s in json.loads(listed)] == [store]
     assert json.loads((data / "local-server.json").read_text())["pid"] == info["pid"]
+
+
+# ----------------------------------------------------------------------------- lifecycle
+
+
+def _servers_on(db: Path) -> list[int]:
+    """Pids of `memfs serve` processes on this database."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            argv = (p / "cmdline").read_bytes().split(b"\0")
+            state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if b"serve" in argv and str(db).encode() in argv and state != "Z":
+            pids.append(int(p.name))
+    return pids
+
+
+def test_racing_starts_start_one_server(local_env, tmp_path):
+    procs = [subprocess.Popen([sys.executable, "-m", "memfs", "stores", "list", "--json"],
+                              env=local_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(4)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert json.loads(out) == []
+    data = tmp_path / "data" / "memfs"
+    assert _servers_on(data / "local.db") == [json.loads(
+        (data / "local-server.json").read_text())["pid"]]
+
+
+def test_health_check_cannot_be_fooled(local_env, tmp_path):
+    """A stranger on the recorded port answers health 200 to everything: memfs must
+    not take it for its server, and must never send it the key."""
+    import http.server
+    import threading
+
+    seen: list[dict] = []
+
+    class Impostor(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            seen.append(dict(self.headers))
+            body = b'{"ok": true, "server_id": "fake", "proof": "00", "data": []}'
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    fake = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Impostor)
+    threading.Thread(target=fake.serve_forever, daemon=True).start()
+    try:
+        data = tmp_path / "data" / "memfs"
+        data.mkdir(parents=True, mode=0o700)
+        fake_url = f"http://127.0.0.1:{fake.server_address[1]}"
+        (data / "local-server.json").write_text(json.dumps({"url": fake_url, "pid": 1}))
+        key = "memfs-local-the-real-key"
+        (data / "local-server.key").write_text(key + "\n")
+        out = _memfs(local_env, "stores", "list", "--json").stdout
+        assert json.loads(out) == []
+        info = json.loads((data / "local-server.json").read_text())
+        assert info["url"] != fake_url  # a real server was started instead
+        assert seen, "the impostor was never even asked"
+        for headers in seen:
+            assert key not in json.dumps(headers)
+            assert "x-api-key" not in {k.lower() for k in headers}
+    finally:
+        fake.shutdown()
+        fake.server_close()
+
+
+def test_serve_stop_and_status(local_env, tmp_path):
+    assert json.loads(_memfs(local_env, "serve", "status", "--json").stdout)["running"] is False
+    assert "not running" in _memfs(local_env, "serve", "stop").stdout
+    _memfs(local_env, "stores", "create", "s")
+    data = tmp_path / "data" / "memfs"
+    st = json.loads(_memfs(local_env, "serve", "status", "--json").stdout)
+    info = json.loads((data / "local-server.json").read_text())
+    assert st["running"] is True and st["pid"] == info["pid"] and st["server_id"]
+    assert st["url"] == info["url"]
+    # Its log is the rotating one, private.
+    assert stat.S_IMODE((data / "local-server.log").stat().st_mode) == 0o600
+    assert b"--log-file" in Path(f"/proc/{info['pid']}/cmdline").read_bytes()
+    out = _memfs(local_env, "serve", "stop").stdout
+    assert f"stopped (pid {info['pid']})" in out
+    assert _servers_on(data / "local.db") == []
+    assert json.loads(_memfs(local_env, "serve", "status", "--json").stdout)["running"] is False
+    # The next command starts it again, on the same database (same server id).
+    _memfs(local_env, "stores", "list")
+    st2 = json.loads(_memfs(local_env, "serve", "status", "--json").stdout)
+    assert st2["running"] and st2["server_id"] == st["server_id"]
+
+
+def test_stop_does_not_signal_a_stranger(local_env, tmp_path):
+    """A record whose pid now belongs to another program is dropped, not killed."""
+    stranger = subprocess.Popen(["sleep", "30"])
+    try:
+        data = tmp_path / "data" / "memfs"
+        data.mkdir(parents=True, mode=0o700)
+        (data / "local-server.json").write_text(json.dumps(
+            {"url": "http://127.0.0.1:9", "pid": stranger.pid}))
+        out = _memfs(local_env, "serve", "stop").stdout
+        assert "stale" in out and stranger.poll() is None
+        assert not (data / "local-server.json").exists()
+    finally:
+        stranger.kill()
+        stranger.wait()
