@@ -19,9 +19,10 @@ STAMP="$VENV/.memfs-install-stamp"
 
 # System packages: FUSE runtime and headers, the compiler for pyfuse3 (built from source), and the
 # tools the tests drive through the mount. vim-tiny gives only `vi`/`vim.tiny` on Debian 12; the
-# `vim` package gives the `vim` command the tests may call.
+# `vim` package gives the `vim` command the tests may call. postgresql: initdb/pg_ctl for the
+# throwaway cluster the server tests run on (memfs serve --db postgresql://…).
 BASE_PKGS=(fuse3 libfuse3-dev pkg-config gcc libc6-dev git rsync vim-tiny vim bindfs procps psmisc
-           ca-certificates util-linux)
+           ca-certificates util-linux postgresql)
 PY_PKGS=(python3 python3-venv python3-dev)
 
 export DEBIAN_FRONTEND=noninteractive
