@@ -44,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from common import (
+    REPO,
     SOMEWORD,
     Bench,
     async_sdk,
@@ -94,6 +95,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", type=pathlib.Path, help="write the raw samples to FILE")
     p.add_argument("--plot", type=pathlib.Path, help="write the chart (PNG) to FILE")
     p.add_argument("--keep-tmp", action="store_true", help="leave the temp directory behind")
+    p.add_argument("--from-json", type=pathlib.Path, metavar="FILE",
+                   help="measure nothing: print, --markdown and --plot the run saved by --json")
     a = p.parse_args(argv)
     q = a.quick
     for name, full, quick in (("notes", 1500, 60), ("warm_files", 2000, 80),
@@ -259,9 +262,14 @@ def no_latency(server, ms: float):
         set_latency(server, ms)
 
 
-def finished(m) -> None:
-    """`memfs unmount`, then forget the pid so the exit cleanup never signals a reused pid."""
-    m.unmount()
+def finished(m, res: Results, what: str) -> None:
+    """`memfs unmount`, then forget the pid so the exit cleanup never signals a reused pid. A
+    failed unmount is a problem of the run; the exit cleanup still ends that mount."""
+    try:
+        m.unmount()
+    except (AssertionError, subprocess.TimeoutExpired) as exc:
+        res.problem(f"{what}: memfs unmount failed: {str(exc).strip()[-500:]}")
+        return
     m.pid = None
 
 
@@ -309,6 +317,17 @@ class Results:
         print(f"# PROBLEM: {text}")
         sys.stdout.flush()
         self.problems.append(text)
+
+
+def code_version() -> str:
+    """The commit measured, and whether memfs/ had uncommitted changes."""
+    def git(*args: str) -> str:
+        r = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--", "memfs")
+    return head + (" + uncommitted changes in memfs/" if dirty else "")
 
 
 def loadavg() -> str:
@@ -386,7 +405,7 @@ def phase_cold_ls(b: Bench, server, a, res: Results, ms: float, store_id: str,
             res.add(f"memfs mount {lk}", t1 - t0)
             res.add(f"memfs cold grep {lk}", t2 - t1)
             res.add(f"memfs mount+cold grep {lk}", t2 - t0)
-            finished(m)
+            finished(m, res, f"cold grep at {lk}")
         if "ls" in a.phase_set:
             t0 = time.perf_counter()
             m = b.mount(server, store_id)
@@ -401,7 +420,7 @@ def phase_cold_ls(b: Bench, server, a, res: Results, ms: float, store_id: str,
             if n != len(tree):
                 res.problem(f"memfs ls -R at {lk}: {n} of {len(tree)} files listed")
             res.add(f"memfs mount+ls-R {lk}", t1 - t0)
-            finished(m)
+            finished(m, res, f"ls -R at {lk}")
 
 
 def sdk_finish(server, store_id: str, workdir: pathlib.Path, ch: Changes) -> float:
@@ -459,7 +478,7 @@ def phase_push(b: Bench, server, a, res: Results, ms: float, base: dict[str, str
             res.add(f"memfs push local {lk}", t_local)
             res.add(f"memfs push {lk}", done - t0)
         check_store(server, s_memfs, ch.final, res, f"memfs push at {lk}")
-        finished(m)
+        finished(m, res, f"push at {lk}")
         # the SDK: download, the same changes on disk, finish() timed
         res.add(f"sdk finish {lk}", sdk_finish(server, s_sdk, b.path("sdk-push"), ch))
         check_store(server, s_sdk, ch.final, res, f"SDK finish at {lk}")
@@ -485,10 +504,10 @@ def phase_creates(b: Bench, server, a, res: Results, ms: float, full_store: str,
         empty = new_store(server, f"creates-empty-{lk}-{rep}")
         m = b.mount(server, empty, "--no-prefetch")
         res.add(f"memfs creates/s empty {lk}", n / cp_into(m.path), "/s")
-        finished(m)
+        finished(m, res, f"creates into the empty store at {lk}")
         m = b.mount(server, full_store, "--no-prefetch")
         res.add(f"memfs creates/s full {lk}", n / cp_into(m.path), "/s")
-        finished(m)  # pushes the creates
+        finished(m, res, f"creates into the full store at {lk}")  # pushes the creates
         with no_latency(server, ms):
             gone = delete_prefix(server, full_store, "/tree/")
             if gone != n:
@@ -523,7 +542,7 @@ def phase_warm_rss(b: Bench, server, a, res: Results, store_id: str,
         else:
             res.add("daemon VmHWM", hwm / 1024, "MB")
             res.add("daemon VmRSS", (rss or 0) / 1024, "MB")
-    finished(m)
+    finished(m, res, "warm grep")
 
 
 # -- report ------------------------------------------------------------------------------------
@@ -636,12 +655,22 @@ def raw_rows(res: Results) -> list[list[str]]:
     return out
 
 
-def report(a, res: Results, rows: list[Row], machine: str, load: tuple[str, str],
-           wall: float) -> list[str]:
+DEFAULT_SIZES = {"notes": 1500, "size": 2000, "warm_files": 2000, "creates": 500,
+                 "edits": 500, "deletes": 40, "create_files": 500}
+
+
+def reduced_note(a: argparse.Namespace) -> str:
+    """A warning when the sizes are not the issue's (the ratios depend on them)."""
+    if all(getattr(a, k) == v for k, v in DEFAULT_SIZES.items()):
+        return ""
+    return "REDUCED SIZES, not comparable with the issue's targets. "
+
+
+def report(a, res: Results, rows: list[Row], run: dict) -> list[str]:
     lines = [
-        f"**Run:** {machine}; load average {load[0]} at the start, {load[1]} at the end; "
-        f"{wall / 60:.1f} min in all. Command: `benchmarks/bench_network.py"
-        f"{''.join(' ' + x for x in sys.argv[1:])}`.",
+        f"**Run:** {run['machine']}; load average {run['load'][0]} at the start, "
+        f"{run['load'][-1]} at the end; {run['wall'] / 60:.1f} min in all. "
+        f"memfs at {run.get('code', '?')}. Command: `{run['command']}`.",
         "",
         f"Store: {a.notes} memories of {a.size_range[0]}-{a.size_range[1]} bytes in 20 "
         f"top-level directories; warm grep and RSS: {a.warm_files}. Latency: the server's "
@@ -651,6 +680,8 @@ def report(a, res: Results, rows: list[Row], machine: str, load: tuple[str, str]
         "the spread is min-max over median, in the second table.",
         "",
     ]
+    if reduced_note(a):
+        lines += [f"**{reduced_note(a).strip()}**", ""]
     lines += md_table(["what", "latency", "memfs", "reference", "ratio / value", "target",
                        "target"],
                       [[r.what, r.latency, r.memfs, r.reference, r.shown, r.target, met(r)]
@@ -710,17 +741,7 @@ def plot(path: pathlib.Path, rows: list[Row], title: str) -> None:
 # -- main --------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
-    logging.basicConfig(level=logging.ERROR)  # the SDK sync logs a line per store at INFO
-    started = time.perf_counter()
-    load0 = loadavg()
-    machine = machine_line()
-    say(f"bench_network: {a.notes} memories ({a.size_range[0]}-{a.size_range[1]} B), "
-        f"latencies {a.latency} ms, phases {','.join(p for p in PHASES if p in a.phase_set)}, "
-        f"up to {a.repeat} runs per phase (budget {a.budget:g} s)")
-    print(f"# {machine}")
-    res = Results()
+def measure(a: argparse.Namespace, res: Results) -> None:
     base = make_tree(a.notes, 0, seed=11, size_range=a.size_range)
     big = make_tree(a.warm_files, 0, seed=11, size_range=a.size_range)  # base is its prefix
     with Bench("network", keep_tmp=a.keep_tmp) as b:
@@ -751,10 +772,40 @@ def main(argv: list[str] | None = None) -> int:
             extra = {k: v for k, v in big.items() if k not in base}
             seed_store(server, store_a, extra)
             phase_warm_rss(b, server, a, res, store_a, big)
-    wall = time.perf_counter() - started
-    load1 = loadavg()
+
+
+#: what --from-json takes back from a saved run
+SAVED_ARGS = ("notes", "size", "warm_files", "creates", "edits", "deletes", "create_files",
+              "latency", "latencies", "repeat", "budget", "size_range")
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)  # the SDK sync logs a line per store at INFO
+    if a.from_json:
+        doc = json.loads(a.from_json.read_text())
+        for k in SAVED_ARGS:
+            if k in doc["args"]:
+                setattr(a, k, doc["args"][k])
+        a.size_range = tuple(a.size_range)
+        res = Results(doc["samples"], doc["units"], doc["problems"])
+        run = {"machine": doc["machine"], "load": ["?", "?"], "wall": 0.0, "command": "?",
+               **doc.get("run", {})}
+    else:
+        started = time.perf_counter()
+        run = {"machine": machine_line(), "load": [loadavg()], "code": code_version(),
+               "command": " ".join(["benchmarks/bench_network.py", *sys.argv[1:]])}
+        say(f"bench_network: {a.notes} memories ({a.size_range[0]}-{a.size_range[1]} B), "
+            f"latencies {a.latency} ms, phases "
+            f"{','.join(p for p in PHASES if p in a.phase_set)}, up to {a.repeat} runs per "
+            f"phase (budget {a.budget:g} s)")
+        print(f"# {run['machine']}")
+        res = Results()
+        measure(a, res)
+        run["wall"] = time.perf_counter() - started
+        run["load"].append(loadavg())
     rows = build_rows(a, res)
-    lines = report(a, res, rows, machine, (load0, load1), wall)
+    lines = report(a, res, rows, run)
     print()
     print("\n".join(lines))
     print()
@@ -766,15 +817,17 @@ def main(argv: list[str] | None = None) -> int:
         a.markdown.parent.mkdir(parents=True, exist_ok=True)
         a.markdown.write_text("\n".join(lines) + "\n")
         print(f"# markdown written to {a.markdown}")
-    if a.json:
+    if a.json and not a.from_json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps({"machine": machine, "args": {
-            k: v for k, v in vars(a).items() if isinstance(v, (int, float, str, list))},
+        a.json.write_text(json.dumps({
+            "machine": run["machine"], "run": run,
+            "args": {k: getattr(a, k) for k in SAVED_ARGS},
             "samples": res.samples, "units": res.units, "problems": res.problems}, indent=1))
+        print(f"# raw samples written to {a.json}")
     if a.plot:
-        plot(a.plot, rows, f"memfs vs the issue 9 targets: {a.notes} memories "
-             f"({a.warm_files} for warm grep/RSS), latency {a.latency} ms per request\n"
-             f"{machine}")
+        title = (f"memfs vs the issue 9 targets: {a.notes} memories ({a.warm_files} for warm "
+                 f"grep/RSS), {a.latency.replace(',', ' and ')} ms per request\n{run['machine']}")
+        plot(a.plot, rows, reduced_note(a).strip() + "\n" * bool(reduced_note(a)) + title)
     return 1 if res.problems else 0
 
 
