@@ -226,3 +226,39 @@ def test_newer_schema_is_refused(pg_url):
         conn.execute("UPDATE memfs_schema SET version = 999")
     with pytest.raises(RuntimeError, match="schema version 999"):
         Database(pg_url)
+
+
+def test_survives_dropped_database_connections(tmp_path, pg_url):
+    """PostgreSQL restarted or a proxy cut the pooled connections: the next requests
+    reconnect instead of failing."""
+    sp = start_server(tmp_path, api_key="k", db_url=pg_url)
+    try:
+        ms = sp.sdk().beta.memory_stores
+        sid = ms.create(name="s").id
+        for i in range(10):
+            ms.memories.create(sid, path=f"/m{i}", content="x")
+        dbname = pg_url.rsplit("/", 1)[1]
+        admin = pg_url.rsplit("/", 1)[0] + "/postgres"
+        with psycopg.connect(admin, autocommit=True) as conn:
+            killed = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                                  " WHERE datname = %s", (dbname,)).fetchone()[0]
+        assert killed >= 1
+        for i in range(10):
+            assert ms.memories.create(sid, path=f"/after{i}", content="y").path == f"/after{i}"
+        assert len(list(ms.memories.list(sid, limit=100))) == 20
+    finally:
+        sp.stop()
+
+
+def test_unreachable_database_is_a_clean_error(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    r = subprocess.run([sys.executable, "-m", "memfs", "serve", "--db",
+                        "postgresql://memfs:secret-pw@127.0.0.1:1/nope"],
+                       capture_output=True, text=True, timeout=60, cwd=str(REPO))
+    assert r.returncode != 0 and r.stdout == ""
+    assert "cannot open the database" in r.stderr
+    assert "Traceback" not in r.stderr and "secret-pw" not in r.stderr

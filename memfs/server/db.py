@@ -1240,18 +1240,20 @@ class _Postgres:
         return self._psycopg.connect(self.url, autocommit=True, connect_timeout=10)
 
     @contextmanager
-    def _connection(self) -> Iterator[Any]:
+    def _connection(self) -> Iterator[list[Any]]:
+        """A pool slot: ``[conn]`` (the holder lets the caller swap a dead connection).
+        Returned to the pool after a clean exit, closed after an error."""
         self._slots.acquire()
         try:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
-            if conn is None or conn.closed:
-                conn = self._connect()
+            holder = [conn if conn is not None and not conn.closed else self._connect()]
             ok = False
             try:
-                yield conn
+                yield holder
                 ok = True
             finally:
+                conn = holder[0]
                 if ok and not conn.closed and not self._closed:
                     with self._lock:
                         self._idle.append(conn)
@@ -1262,20 +1264,35 @@ class _Postgres:
 
     @contextmanager
     def transaction(self, *, write: bool) -> Iterator[_PgConn]:
-        with self._connection() as conn:
-            c = _PgConn(conn)
-            c.execute("BEGIN" if write else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            try:
-                yield c
-            except BaseException:
-                if not conn.closed:
-                    try:
-                        c.execute("ROLLBACK")
-                    except self._psycopg.Error:
-                        conn.close()  # broken: not returned to the pool
-                raise
-            else:
-                c.execute("COMMIT")
+        """One transaction on a pooled connection. A pooled connection that died
+        (PostgreSQL restarted, a proxy dropped it) is replaced once before any work;
+        a connection failure during the work is 503 ``api_error`` (retryable)."""
+        psycopg = self._psycopg
+        begin = "BEGIN" if write else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+        try:
+            with self._connection() as holder:
+                conn = holder[0]
+                c = _PgConn(conn)
+                try:
+                    c.execute(begin)
+                except psycopg.OperationalError:
+                    conn.close()
+                    conn = holder[0] = self._connect()
+                    c = _PgConn(conn)
+                    c.execute(begin)
+                try:
+                    yield c
+                except BaseException:
+                    if not conn.closed:
+                        try:
+                            c.execute("ROLLBACK")
+                        except psycopg.Error:
+                            conn.close()  # broken: not returned to the pool
+                    raise
+                else:
+                    c.execute("COMMIT")
+        except psycopg.OperationalError:
+            raise ApiError(503, "api_error", "the database is unavailable; retry") from None
 
     def migrate(self) -> str:
         """Bring the schema to :data:`PG_SCHEMA_VERSION`; returns the server id."""
