@@ -19,8 +19,7 @@ from . import control
 from .api import errors as api_errors
 from .api.client import MemoryStoresClient
 from .api.config import ConfigError, resolve_config
-from .daemon import MountConfig
-from .state import DEFAULT_LOCAL_ONLY_PATTERNS
+from .mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS, MountConfig, SyncOptions
 from .statedir import (
     adopt,
     cache_root,
@@ -32,7 +31,6 @@ from .statedir import (
     state_dir_for,
 )
 from .status import locate, offline_status
-from .sync.common import SyncOptions
 
 
 def _server(base_url: str | None, api_key_file: str | None) -> tuple[str, str | None]:

@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import pyfuse3
@@ -31,7 +31,8 @@ from .api import errors as api_errors
 from .api.client import MemoryStoresClient
 from .cache import BlobCache
 from .fs import Operations
-from .state import DEFAULT_LOCAL_ONLY_PATTERNS, State
+from .mountconfig import MountConfig
+from .state import State
 from .statedir import (  # noqa: F401 - re-exported: where state lives (memfs/statedir.py)
     cache_root,
     canonical_mountpoint,
@@ -40,32 +41,11 @@ from .statedir import (  # noqa: F401 - re-exported: where state lives (memfs/st
     server_id,
     state_dir_for,
 )
-from .sync.common import SyncContext, SyncOptions
+from .sync.common import SyncContext
 from .sync.pusher import Pusher
-from .sync.reconciler import Reconciler, prefetch
+from .sync.reconciler import Reconciler
 
 log = logging.getLogger("memfs.daemon")
-
-
-@dataclass
-class MountConfig:
-    store_id: str
-    mountpoint: str
-    base_url: str
-    state_dir: str
-    options: SyncOptions = field(default_factory=SyncOptions)
-    flush_timeout: float = 30.0
-    local_only_patterns: list[str] = field(
-        default_factory=lambda: list(DEFAULT_LOCAL_ONLY_PATTERNS))
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> MountConfig:
-        d = json.loads(text)
-        d["options"] = SyncOptions(**d["options"])
-        return cls(**d)
 
 
 class Daemon:
@@ -109,6 +89,7 @@ class Daemon:
         unmounted_outside = False
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._fuse_main)
+            await nursery.start(self.ctx.fetcher.serve)
             await nursery.start(control.serve, self.state_dir, self.handle_control)
             nursery.start_soon(self._signals)
             nursery.start_soon(self._invalidator)
@@ -198,22 +179,23 @@ class Daemon:
                     pass  # the kernel did not know it: nothing cached to drop
 
     async def _prefetch(self) -> None:
-        """Fill the cache once; a mount that starts offline tries again when the
-        server is back (until then reads fetch on demand)."""
-        await trio.sleep(0.5)
+        """Fill the cache from each finished listing that leaves blobs missing (the
+        first one at mount), in batches, several at once; batches that failed
+        (offline, errors) are tried again later. Meanwhile reads fetch on demand,
+        their own batch first."""
         while True:
-            try:
-                n = await prefetch(self.ctx)
-            except api_errors.TRANSIENT as exc:
-                log.info("prefetch postponed until online: %s", exc)
-                self.ctx.went_offline(exc)
-                await self.ctx.online_wakeup.wait()
+            await self.ctx.listed.wait()
+            self.ctx.listed = trio.Event()
+            if not self.ctx.fetcher.wanted_batches():
                 continue
-            except Exception as exc:
-                log.warning("prefetch failed: %s", exc)
-                return
-            log.info("prefetch: %d blobs", n)
-            return
+            started = time.monotonic()
+            filled, failed = await self.ctx.fetcher.prefetch()
+            log.info("prefetch: %d blobs in %.2fs%s", filled, time.monotonic() - started,
+                     f", {failed} batch(es) to retry" if failed else "")
+            if failed:
+                with trio.move_on_after(30):
+                    await self.ctx.online_wakeup.wait()
+                self.ctx.listed.set()  # try again without waiting for the next listing
 
     # -- control socket ---------------------------------------------------------------
 

@@ -84,6 +84,14 @@ class PushTicket:
     base_sha: str | None
     gen: int
     previous_sent: str | None
+    content_sent: bool = True  # False: a rename only (the content stays the base)
+
+    def expected(self, sha: str) -> bool:
+        """Whether an answer holding `sha` is what this request (or an earlier one of
+        ours whose answer was lost) wrote; anything else is another writer's."""
+        if sha in (self.sha, self.previous_sent):
+            return True
+        return not self.content_sent and sha == self.base_sha
 
 
 @dataclass(frozen=True)

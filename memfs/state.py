@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from . import paths
+from .mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS
 from .nodes import EMPTY_SHA, PARK_DIR, PARK_NAME, ROOT_INO, Node, Tombstone, is_parked
 from .schema import CONFLICT_COLUMNS, NODE_COLUMNS, TOMBSTONE_COLUMNS, create_or_migrate
 from .state_sync import SyncTransitions
@@ -44,10 +45,6 @@ __all__ = ["DEFAULT_LOCAL_ONLY_PATTERNS", "EMPTY_SHA", "PARK_DIR", "PARK_NAME", 
 
 log = logging.getLogger(__name__)
 
-#: Editor and tool temp files: kept in the mount, never uploaded.
-DEFAULT_LOCAL_ONLY_PATTERNS = (
-    ".*.swp", ".*.swo", ".*.swx", ".*.swpx", "*~", ".#*", "#*#", "4913",
-)
 
 class State(SyncTransitions):
     """The in-memory tree backed by state.db (WAL, synchronous=NORMAL)."""
@@ -73,6 +70,9 @@ class State(SyncTransitions):
         self.replaced: dict[int, int] = {}
         #: Counter of base changes from server answers (see Node.base_epoch).
         self.epoch = 0
+        #: Inodes of files saved since the pusher last saw them clean: the pusher's
+        #: work list, so a write never costs a scan of the whole store.
+        self.maybe_dirty: set[int] = set()
         # Called with (parent_ino, name) for every directory prune() removes, so the
         # daemon can drop the kernel's cached entry (set by the SyncContext).
         self.on_pruned = None
@@ -119,6 +119,7 @@ class State(SyncTransitions):
         for (mid,) in self.db.execute("SELECT memory_id FROM conflicts WHERE memory_id NOT NULL"):
             self.conflicted[mid] = self.conflicted.get(mid, 0) + 1
         self._next_ino = max(max(self.nodes) + 1, getattr(self, "_next_ino", 0))
+        self.maybe_dirty = {ino for ino, n in self.nodes.items() if not n.is_dir}
 
     def _reload(self) -> None:
         """Bring the in-memory tree back to what state.db holds.
@@ -158,6 +159,8 @@ class State(SyncTransitions):
         return State._Txn(self)
 
     def _save(self, node: Node) -> None:
+        if not node.is_dir:
+            self.maybe_dirty.add(node.ino)
         values = [getattr(node, c) for c in NODE_COLUMNS]
         values[NODE_COLUMNS.index("is_dir")] = int(node.is_dir)
         self.db.execute(
@@ -232,6 +235,18 @@ class State(SyncTransitions):
         """The file that holds memory_id now, if any."""
         ino = self.by_memory.get(memory_id)
         return None if ino is None else self.nodes.get(ino)
+
+    def dirty_files(self) -> list[Node]:
+        """The dirty files, from `maybe_dirty` (pruned as it goes): O(pending), not
+        O(store)."""
+        out = []
+        for ino in list(self.maybe_dirty):
+            node = self.nodes.get(ino)
+            if node is not None and self.is_dirty(node):
+                out.append(node)
+            else:
+                self.maybe_dirty.discard(ino)
+        return out
 
     def files(self) -> Iterator[Node]:
         return (n for n in self.nodes.values() if not n.is_dir)

@@ -108,11 +108,12 @@ class SyncTransitions:
 
     # -- pushes ---------------------------------------------------------------------
 
-    def begin_push(self: State, node: Node) -> PushTicket:
-        """Record the sha about to be sent (a lost answer is recognised by it later)."""
+    def begin_push(self: State, node: Node, *, content: bool = True) -> PushTicket:
+        """Record the sha about to be sent (a lost answer is recognised by it later).
+        `content`: whether the request carries the content (else a rename only)."""
         assert node.sha is not None
         ticket = PushTicket(node.ino, node.memory_id, node.sha, self.path_of(node),
-                            node.base_sha, node.gen, node.sent_sha)
+                            node.base_sha, node.gen, node.sent_sha, content)
         with self.transaction():
             node.sent_sha = node.sha
             self._save(node)
@@ -127,6 +128,17 @@ class SyncTransitions:
         successor has a memory of its own) becomes a tombstone: deleted after the
         delay, preconditioned on exactly what we wrote."""
         with self.transaction():
+            if ticket.memory_id is not None and not ticket.expected(remote.sha):
+                # The answer carries content we did not write: an update that changes
+                # nothing is answered 200 without its precondition being checked (the
+                # API's no-op rule), e.g. a rename whose earlier answer was lost, after
+                # another writer edited the memory. Only the path is ours: the base sha
+                # stays what we know, so the next listing shows their change (taken, or
+                # a conflict) instead of our next push overwriting it.
+                known = self.holder(remote.id)
+                remote = Remote(remote.id, remote.path,
+                                known.base_sha if known and known.base_sha else remote.sha,
+                                remote.size)
             if ticket.memory_id is not None:
                 holder = self.holder(remote.id)
                 if holder is not None:
@@ -316,6 +328,17 @@ class SyncTransitions:
             if parent is None:
                 return False
             taker = self.child(parent, name)
+            if taker is not None and taker.memory_id is not None and not taker.is_dir \
+                    and taker is not node and taker.base_path \
+                    and self.path_of(taker) != taker.base_path:
+                # Another of our memories was renamed here locally (not pushed yet):
+                # the server gave the path to this memory first, so that local rename
+                # is undone; its content changes stay and go out at its own path.
+                if not self._move(taker, taker.base_path):
+                    return False
+                log.warning("%s: renamed here and, on the server, given to another memory; "
+                            "moved back to %s", path, taker.base_path)
+                taker = None
             if taker is not None:
                 if (taker.is_dir or taker.memory_id is not None or taker is node
                         or taker.ino in self.open_dirty or self.is_local_only_name(taker)):
@@ -326,15 +349,26 @@ class SyncTransitions:
                 del parent.children[name]
                 del self.nodes[taker.ino]
                 self.db.execute("DELETE FROM nodes WHERE ino=?", (taker.ino,))
-            old_parent = self.nodes[node.parent]
-            del old_parent.children[node.name]
-            node.parent, node.name = parent.ino, name
-            parent.children[name] = node.ino
-            node.ctime_ns = time.time_ns()
+            if not self._move(node, path):
+                return False
             node.base_path = path
             self._save(node)
-            self.prune(old_parent)
             return True
+
+    def _move(self: State, node: Node, path: str) -> bool:
+        """Move node to path if that place is free (inside a transaction)."""
+        dir_path, name = paths.split(path)
+        parent = self.ensure_dir(dir_path)
+        if parent is None or name in parent.children:
+            return False
+        old_parent = self.nodes[node.parent]
+        del old_parent.children[node.name]
+        node.parent, node.name = parent.ino, name
+        parent.children[name] = node.ino
+        node.ctime_ns = time.time_ns()
+        self._save(node)
+        self.prune(old_parent)
+        return True
 
     def remote_base_path(self: State, node: Node, path: str) -> None:
         """Renamed on both sides: the server's path becomes the base, ours goes out."""

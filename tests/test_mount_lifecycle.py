@@ -97,7 +97,8 @@ def test_restart_offline_from_cache(mounts, server):
     c = server.sdk().beta.memory_stores.memories
     c.create(store, path="/docs/a.md", content="cached a\n")
     c.create(store, path="/docs/b.md", content="cached b\n")
-    c.create(store, path="/docs/never-read.md", content="not cached\n")
+    # In another top-level directory: a read's miss pulls its own directory's batch.
+    c.create(store, path="/other/never-read.md", content="not cached\n")
     m = mounts.mount(store, "--no-prefetch")
     assert (m.path / "docs" / "a.md").read_text() == "cached a\n"
     assert (m.path / "docs" / "b.md").read_text() == "cached b\n"
@@ -111,9 +112,9 @@ def test_restart_offline_from_cache(mounts, server):
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and out.stdout == "cached a\ncached b\n", out
     # Content never fetched: listed, but reading it is EIO (not empty, not stale).
-    assert os.stat(m.path / "docs" / "never-read.md").st_size == len("not cached\n")
+    assert os.stat(m.path / "other" / "never-read.md").st_size == len("not cached\n")
     with pytest.raises(OSError) as info:
-        (m.path / "docs" / "never-read.md").read_text()
+        (m.path / "other" / "never-read.md").read_text()
     assert info.value.errno == errno.EIO
     # Writes are journaled.
     (m.path / "docs" / "new.md").write_text("written offline\n")
@@ -128,8 +129,8 @@ def test_restart_offline_from_cache(mounts, server):
     m.wait_synced(timeout=60)
     assert server_memories(server, store) == {"/docs/a.md": "edited offline\n",
                                               "/docs/new.md": "written offline\n",
-                                              "/docs/never-read.md": "not cached\n"}
-    assert (m.path / "docs" / "never-read.md").read_text() == "not cached\n"
+                                              "/other/never-read.md": "not cached\n"}
+    assert (m.path / "other" / "never-read.md").read_text() == "not cached\n"
     assert m.status()["online"]
 
 

@@ -19,23 +19,13 @@ import trio
 
 from ..api import errors as api_errors
 from ..api.client import MemoryStoresClient
-from ..cache import BlobCache, sha256
+from ..cache import BlobCache
+from ..mountconfig import SyncOptions
 from ..nodes import Node, Remote
 from ..state import State
-from ..state_sync import Deferred
+from .fetcher import Fetcher
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class SyncOptions:
-    write_back_delay: float = 1.0
-    delete_delay: float = 30.0
-    poll_interval: float = 15.0
-    deletes: str = "enabled"  # enabled | log-only | disabled
-    prefetch: bool = True
-    read_only: bool = False
-    push_concurrency: int = 8
 
 
 @dataclass
@@ -89,6 +79,8 @@ class SyncContext:
         self._invalidations: list[tuple] = []
         self.invalidation_ready = trio.Event()
         self.online_wakeup = trio.Event()  # set (and renewed) when we come back online
+        self.listed = trio.Event()  # set by every finished listing (the prefetch waits)
+        self.fetcher = Fetcher(self)
         # Directories emptied by remote changes vanish: the kernel's entry must too.
         state.on_pruned = lambda parent, name: self.invalidate(("entry", parent, name))
 
@@ -141,28 +133,9 @@ class SyncContext:
     # -- content ------------------------------------------------------------------------
 
     async def fetch(self, node: Node) -> bytes:
-        """Cache-miss content fetch for a clean file (the only network I/O a read does).
-
-        If the server moved on since the last listing and the file is still clean
-        and unchanged, this is the reconciler's "changed | clean" row applied
-        early; the base it sets is newer than any listing page already fetched
-        (State.epoch), so such a page cannot roll it back."""
-        assert node.memory_id is not None
-        gen = node.gen
-        memory = await self.client.get_memory(self.store_id, node.memory_id, view="full")
-        data = (memory.content or "").encode("utf-8")
-        sha = sha256(data)
-        if sha != memory.content_sha256:
-            raise OSError(f"content of {memory.id} does not match its content_sha256")
-        self.cache.put(data, sha=sha)
-        if sha != node.sha:
-            try:
-                self.state.remote_content(
-                    node, Remote(memory.id, memory.path, sha, len(data)), gen=gen)
-                self.invalidate(("inode", node.ino))
-            except Deferred:
-                pass
-        return data
+        """Cache-miss content fetch for a clean file (the only network I/O a read
+        does): from the file's batch, else one GET (memfs/sync/fetcher.py)."""
+        return await self.fetcher.read(node)
 
     async def settle_conflict(self, node: Node, memory_id: str, reason: str, *, gen: int,
                               tombstone_own: bool = False) -> int | None:

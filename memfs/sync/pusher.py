@@ -138,8 +138,8 @@ class Pusher:
         """Files with something to push: refused content waits for a new sha,
         but a refused file's memory still follows a rename."""
         st = self.state
-        return [n for n in st.files()
-                if st.is_dirty(n) and (not st.is_refused(n) or self._rename_pending(n))]
+        return [n for n in st.dirty_files()
+                if not st.is_refused(n) or self._rename_pending(n)]
 
     def _rename_pending(self, node: Node) -> bool:
         return node.memory_id is not None and self.state.path_of(node) != node.base_path
@@ -269,7 +269,7 @@ class Pusher:
             if plan.send is decide.Send.REFUSE:
                 return -1
         content = data.decode("utf-8") if plan.content and data is not None else None
-        ticket = st.begin_push(node)
+        ticket = st.begin_push(node, content=plan.send is decide.Send.CREATE or plan.content)
         try:
             if plan.send is decide.Send.CREATE:
                 memory = await ctx.client.create_memory(ctx.store_id, ticket.path, content)
@@ -430,7 +430,7 @@ class Pusher:
         assert node.memory_id is not None
         park = f"{PARK_DIR}/{node.memory_id}.{secrets.token_hex(4)}"
         st.begin_park(node.memory_id, park)
-        ticket = st.begin_push(node)
+        ticket = st.begin_push(node, content=False)
         try:
             memory = await ctx.client.update_memory(
                 ctx.store_id, node.memory_id, precondition_sha=ticket.base_sha, path=park)

@@ -24,7 +24,7 @@ import time
 import trio
 
 from ..api import errors as api_errors
-from ..api.models import Memory
+from ..api.models import Memory, MemoryPrefix
 from ..nodes import Node, Remote, is_parked
 from ..state_sync import Deferred
 from . import decide
@@ -66,8 +66,37 @@ class Reconciler:
             self.ctx.reconcile_wakeup = trio.Event()
 
     async def list_remote(self) -> list[Memory]:
-        return [m async for m in self.ctx.client.list_memories(
-            self.ctx.store_id, view="basic", limit=100) if isinstance(m, Memory)]
+        """The whole store, content-free: the root's own entries (`depth=1`), then
+        each top-level directory's listing, several at once (a store of 20
+        directories is listed in the time of its largest directory, not of all
+        its pages in a row). A memory that moves between two listings during the
+        pass is on neither: absence is confirmed before it counts."""
+        ctx = self.ctx
+        root = [m async for m in ctx.client.list_memories(ctx.store_id, depth=1,
+                                                          view="basic", limit=100)]
+        found = [m for m in root if isinstance(m, Memory)]
+        prefixes = [p.path for p in root if isinstance(p, MemoryPrefix)]
+        listed: dict[str, list[Memory]] = {}
+        errors: list[BaseException] = []
+        limiter = trio.CapacityLimiter(8)
+
+        async def one(prefix: str) -> None:
+            async with limiter:
+                try:
+                    listed[prefix] = [m async for m in ctx.client.list_memories(
+                        ctx.store_id, path_prefix=prefix, view="basic", limit=100)
+                        if isinstance(m, Memory)]
+                except Exception as exc:
+                    errors.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for prefix in prefixes:
+                nursery.start_soon(one, prefix)
+        if errors:
+            raise errors[0]
+        for prefix in prefixes:
+            found.extend(listed[prefix])
+        return found
 
     async def reconcile_pass(self) -> None:
         ctx = self.ctx
@@ -81,6 +110,7 @@ class Reconciler:
             ctx.status.last_sync_seconds = ctx.status.last_sync_at - started
             self.state.set_meta("last_sync_at", str(ctx.status.last_sync_at))
             self.state.set_meta("last_sync_seconds", str(ctx.status.last_sync_seconds))
+        ctx.listed.set()  # the prefetcher starts from a finished listing
         ctx.kick()  # re-created or revived files may now be pushable
 
     async def _apply(self, remote: list[Memory], since: int) -> None:
@@ -108,6 +138,8 @@ class Reconciler:
         limiter = trio.CapacityLimiter(self.ctx.options.push_concurrency)
         found: dict[str, Memory | None] = {}
 
+        errors: list[BaseException] = []
+
         async def probe(mid: str) -> None:
             async with limiter:
                 try:
@@ -115,10 +147,14 @@ class Reconciler:
                                                                   view="basic")
                 except api_errors.NotFoundError:
                     found[mid] = None
+                except Exception as exc:  # offline: nothing is decided this pass
+                    errors.append(exc)
 
         async with trio.open_nursery() as nursery:
             for mid in missing:
                 nursery.start_soon(probe, mid)
+        if errors:
+            raise errors[0]
         for mid in missing:
             m = found[mid]
             if m is not None:
@@ -240,18 +276,3 @@ class Reconciler:
     def _entry_changed(self, node: Node) -> None:
         """A name appeared: drop a cached negative entry for it."""
         self.ctx.invalidate(("entry", node.parent, node.name))
-
-
-async def prefetch(ctx: SyncContext) -> int:
-    """Fill the blob cache from `view=full` pages so reads (and offline) need no fetch."""
-    wanted = {n.sha for n in ctx.state.files() if n.sha and n.memory_id}
-    filled = 0
-    async for m in ctx.client.list_memories(ctx.store_id, view="full", limit=20):
-        if not isinstance(m, Memory) or m.content is None:
-            continue
-        if m.content_sha256 in wanted and not ctx.cache.has(m.content_sha256):
-            data = m.content.encode("utf-8")
-            ctx.cache.put(data)
-            filled += 1
-        await trio.sleep(0)
-    return filled

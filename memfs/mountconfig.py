@@ -1,0 +1,47 @@
+"""What one mount is configured with, as `memfs mount` hands it to the daemon.
+
+Kept apart from the daemon so that commands which do not mount (status,
+unmount, stores...) never import pyfuse3 or the sync machinery.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+#: Editor and tool temp files: kept in the mount, never uploaded.
+DEFAULT_LOCAL_ONLY_PATTERNS = (
+    ".*.swp", ".*.swo", ".*.swx", ".*.swpx", "*~", ".#*", "#*#", "4913",
+)
+
+
+@dataclass
+class SyncOptions:
+    write_back_delay: float = 1.0
+    delete_delay: float = 30.0
+    poll_interval: float = 15.0
+    deletes: str = "enabled"  # enabled | log-only | disabled
+    prefetch: bool = True
+    read_only: bool = False
+    push_concurrency: int = 32  # requests in flight at once (the SDK's sync uses 32)
+
+
+@dataclass
+class MountConfig:
+    store_id: str
+    mountpoint: str
+    base_url: str
+    state_dir: str
+    options: SyncOptions = field(default_factory=SyncOptions)
+    flush_timeout: float = 30.0
+    local_only_patterns: list[str] = field(
+        default_factory=lambda: list(DEFAULT_LOCAL_ONLY_PATTERNS))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> MountConfig:
+        d = json.loads(text)
+        d["options"] = SyncOptions(**d["options"])
+        return cls(**d)

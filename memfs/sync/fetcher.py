@@ -1,0 +1,220 @@
+"""Content into the blob cache in batches, what is being read first.
+
+The unit of fetching is a *batch*: the root's own files (`depth=1`) or one
+top-level directory (`path_prefix=/dir/`, recursive), read as `view=full`
+pages (20 memories a request). After the first listing the prefetcher fills
+every batch that has missing blobs, several at once. A read that misses
+starts its own batch at once if no one has (ahead of the prefetcher's queue)
+and waits only until its blob arrives, not for the whole batch. Concurrent
+misses of one memory share one request; a single GET is the fallback when a
+batch did not bring the blob (the server moved on, or the batch failed).
+
+Nothing here changes State except through `State.remote_content` (a clean
+file whose server content moved on), like the reconciler's row.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from ..api.models import Memory
+from ..cache import sha256
+from ..nodes import Node, Remote
+from ..state_sync import Deferred
+
+log = logging.getLogger(__name__)
+
+ROOT_BATCH = "/"
+#: Fewer missing blobs than this in a batch filled before: one GET each instead.
+BATCH_MIN = 5
+
+
+def batch_of(path: str) -> str:
+    """The batch a path belongs to: "/" for a root file, else "/<top-level dir>/"."""
+    head, sep, _rest = path[1:].partition("/")
+    return f"/{head}/" if sep else ROOT_BATCH
+
+
+class Fetcher:
+    def __init__(self, ctx, *, concurrency: int = 8) -> None:
+        self.ctx = ctx
+        self.limiter = trio.CapacityLimiter(concurrency)
+        self._started: dict[str, trio.Event] = {}  # batch -> done (set even on failure)
+        self._done: set[str] = set()               # batches filled successfully
+        self._arrived: dict[str, trio.Event] = {}  # sha -> set when its blob is cached
+        self._inflight: dict[str, trio.Event] = {}  # memory id -> its single GET
+        self._nursery: trio.Nursery | None = None
+        self.filled = 0
+
+    # -- batches ---------------------------------------------------------------------
+
+    async def _run_batch(self, batch: str, done: trio.Event) -> None:
+        ctx = self.ctx
+        try:
+            if batch == ROOT_BATCH:
+                pages = ctx.client.list_memories(ctx.store_id, depth=1, view="full", limit=20)
+            else:
+                pages = ctx.client.list_memories(ctx.store_id, path_prefix=batch, view="full",
+                                                 limit=20)
+            async for m in pages:
+                if isinstance(m, Memory) and m.content is not None:
+                    self._store(m.content.encode("utf-8"), m.content_sha256)
+            self._done.add(batch)
+        finally:
+            done.set()
+            if batch not in self._done:
+                del self._started[batch]  # failed: a later read or prefetch tries again
+
+    def _start(self, nursery: trio.Nursery | None, batch: str) -> trio.Event | None:
+        """Mark batch as started and return its done event (None: someone has)."""
+        if batch in self._started:
+            return None
+        done = self._started[batch] = trio.Event()
+        if nursery is not None:
+            nursery.start_soon(self._guarded, batch, done)
+        return done
+
+    async def _guarded(self, batch: str, done: trio.Event) -> None:
+        try:
+            await self._run_batch(batch, done)
+        except Exception as exc:  # offline, server error: reads fall back to single GETs
+            log.info("batch %s not fetched: %s", batch, exc)
+
+    def _store(self, data: bytes, sha: str) -> None:
+        if sha256(data) != sha:
+            log.warning("listing content does not match its sha %s; not cached", sha)
+            return
+        if not self.ctx.cache.has(sha):
+            self.ctx.cache.put(data, sha=sha)
+            self.filled += 1
+        ev = self._arrived.pop(sha, None)
+        if ev is not None:
+            ev.set()
+
+    def missing(self) -> dict[str, list[Node]]:
+        """Clean files whose blob is not cached, by batch."""
+        st, cache = self.ctx.state, self.ctx.cache
+        out: dict[str, list[Node]] = {}
+        for n in st.files():
+            if n.memory_id and n.sha and n.sha == n.base_sha and not cache.has(n.sha):
+                out.setdefault(batch_of(st.path_of(n)), []).append(n)
+        return out
+
+    def wanted_batches(self) -> set[str]:
+        return set(self.missing())
+
+    async def prefetch(self) -> tuple[int, int]:
+        """Fill the cache: a batch with many missing blobs as `view=full` pages, a
+        few stragglers (remote edits since the last fill) one GET each; `limiter`
+        at a time. Returns (blobs added, batches or files that failed)."""
+        before, failed = self.filled, 0
+        missing = self.missing()
+
+        async def batch(name: str) -> None:
+            nonlocal failed
+            async with self.limiter:
+                if name in self._done:  # filled before, blobs missing again: refill
+                    self._done.discard(name)
+                    self._started.pop(name, None)
+                done = self._start(None, name)
+                if done is None:
+                    return  # a read started it meanwhile
+                try:
+                    await self._run_batch(name, done)
+                except Exception as exc:
+                    log.info("prefetch of %s failed: %s", name, exc)
+                    failed += 1
+
+        async def single(node: Node) -> None:
+            nonlocal failed
+            async with self.limiter:
+                if node.sha and self.ctx.cache.has(node.sha):
+                    return
+                try:
+                    await self._get_one(node)
+                except Exception as exc:
+                    log.info("prefetch of %s failed: %s", node.memory_id, exc)
+                    failed += 1
+
+        async with trio.open_nursery() as nursery:
+            for name, nodes in sorted(missing.items()):
+                if len(nodes) >= BATCH_MIN or name not in self._done:
+                    nursery.start_soon(batch, name)
+                else:
+                    for node in nodes:
+                        nursery.start_soon(single, node)
+        return self.filled - before, failed
+
+    async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Own the nursery that batches started by reads run in, so a batch goes on
+        after the read that started it has its blob (the daemon runs this)."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    async def read(self, node: Node) -> bytes:
+        """A clean file's content on a cache miss: from its batch, else one GET."""
+        ctx = self.ctx
+        sha = node.sha
+        assert sha is not None and node.memory_id is not None
+        batch = batch_of(ctx.state.path_of(node)) if ctx.state.in_tree(node) else None
+        if batch is not None and batch not in self._done:
+            arrived = self._arrived.setdefault(sha, trio.Event())
+            done = self._started.get(batch)
+            if done is None:
+                done = self._start(self._nursery, batch)
+                if self._nursery is None:  # no background nursery: fill it here
+                    assert done is not None
+                    await self._guarded(batch, done)
+            if done is not None and not done.is_set():
+                async with trio.open_nursery() as waiters:
+                    async def until(event: trio.Event) -> None:
+                        await event.wait()
+                        waiters.cancel_scope.cancel()
+
+                    waiters.start_soon(until, done)
+                    waiters.start_soon(until, arrived)
+            if not arrived.is_set() and (done is None or done.is_set()):
+                self._arrived.pop(sha, None)  # the batch is over: nothing more will come
+            data = ctx.cache.get(sha)
+            if data is not None:
+                return data
+        return await self._get_one(node)
+
+    async def _get_one(self, node: Node) -> bytes:
+        """One GET for the memory, shared by concurrent misses."""
+        ctx = self.ctx
+        mid = node.memory_id
+        assert mid is not None
+        waiting = self._inflight.get(mid)
+        if waiting is not None:
+            await waiting.wait()
+            data = ctx.cache.get(node.sha) if node.sha else None
+            if data is not None:
+                return data
+        event = self._inflight[mid] = trio.Event()
+        try:
+            gen = node.gen
+            memory = await ctx.client.get_memory(ctx.store_id, mid, view="full")
+            data = (memory.content or "").encode("utf-8")
+            sha = sha256(data)
+            if sha != memory.content_sha256:
+                raise OSError(f"content of {memory.id} does not match its content_sha256")
+            self._store(data, sha)
+            if sha != node.sha:
+                # The server moved on since the last listing and the file is clean:
+                # the reconciler's "changed | clean" row, applied early (its base is
+                # newer than any listing page already fetched: State.epoch).
+                try:
+                    ctx.state.remote_content(node, Remote(memory.id, memory.path, sha,
+                                                          len(data)), gen=gen)
+                    ctx.invalidate(("inode", node.ino))
+                except Deferred:
+                    pass
+            return data
+        finally:
+            del self._inflight[mid]
+            event.set()
