@@ -108,6 +108,28 @@ def test_http09_request_line_gets_400_and_no_traceback(plain):
     assert "Traceback" not in log and len(log) < 2000, log[-2000:]
 
 
+def test_malformed_http_gets_400_envelope(plain):
+    """Request lines, framing and headers h11 refuses: 400 in the envelope, every time."""
+    h = b"host: x\r\nx-api-key: test-key\r\nanthropic-beta: " + MEM.encode() + b"\r\n"
+    inputs = [
+        b"GET /v1/memory_stores/\xff\xfe HTTP/1.1\r\n" + h + b"\r\n",  # non-ASCII target
+        b"GET /v1/memory_stores?page=\xff HTTP/1.1\r\n" + h + b"\r\n",
+        b"POST /v1/memory_stores HTTP/1.1\r\n" + h + b"content-length: -1\r\n\r\n",
+        b"POST /v1/memory_stores HTTP/1.1\r\n" + h + b"content-length: 1, 2\r\n\r\nab",
+        b"POST /v1/memory_stores HTTP/1.1\r\n" + h + b"transfer-encoding: gzip\r\n\r\n",
+        b"GET /v1/memory_stores HTTP/1.1\r\n" + h + b"x-a: a\x00b\r\n\r\n",
+        b"GET /v1/memory_stores HTTP/1.1\r\nx-api-key: test-key\r\n\r\n",  # no host
+        bytes.fromhex("160301020001") + b"\x00" * 50,  # a TLS ClientHello
+        b"GET /x\r\n\r\n",
+        b"\r\n\r\n\r\n",
+    ]
+    for data in inputs:
+        with connect(plain) as s:
+            s.sendall(data)
+            assert_envelope(*read_response(s), 400)
+    assert healthy(plain)
+
+
 @pytest.mark.parametrize("size_line", [b"-1", b"zz", b"1" * 40])
 def test_bad_chunk_sizes_get_400(plain, size_line):
     with connect(plain) as s:

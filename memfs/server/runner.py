@@ -55,7 +55,7 @@ def default_max_connections() -> int:
 def _error_bytes(status: int, reason: str, etype: str, message: str) -> bytes:
     rid = new_request_id()
     body = json.dumps({"type": "error", "error": {"type": etype, "message": message},
-                       "request_id": rid}).encode()
+                       "request_id": rid}, separators=(",", ":")).encode()
     head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\nrequest-id: {rid}\r\nconnection: close\r\n\r\n")
     return head.encode() + body
