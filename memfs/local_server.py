@@ -179,6 +179,13 @@ def ensure_local_server() -> tuple[str, str]:
         url = running_url()  # another command may have started it while we waited
         if url:
             return url, key
+        # A recorded server of ours that fails the proof (an older memfs without it,
+        # or hung) would otherwise keep running beside the new one on the same
+        # database: end it first. Only a `memfs serve` on our own database qualifies.
+        info = _read_info() or {}
+        pid = info.get("pid")
+        if isinstance(pid, int) and _alive(pid) and _is_our_server(pid):
+            _terminate(pid, 10.0)
         return _start(key), key
 
 
@@ -207,6 +214,20 @@ def _is_our_server(pid: int) -> bool:
     return b"serve" in argv and db in argv
 
 
+def _terminate(pid: int, timeout: float) -> bool:
+    """SIGTERM, wait up to ``timeout``, then SIGKILL; True if it stopped by itself."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return False
+    return True
+
+
 def stop(timeout: float = 10.0) -> str:
     """Stop the embedded server (SIGTERM: it finishes what is in flight); what happened."""
     with _lock():
@@ -218,15 +239,10 @@ def stop(timeout: float = 10.0) -> str:
         if not isinstance(pid, int) or not _alive(pid) or not _is_our_server(pid):
             path.unlink(missing_ok=True)
             return "not running (removed a stale record)"
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
-            path.unlink(missing_ok=True)
-            return f"killed pid {pid} (it did not stop within {timeout:g}s)"
+        graceful = _terminate(pid, timeout)
         path.unlink(missing_ok=True)
+        if not graceful:
+            return f"killed pid {pid} (it did not stop within {timeout:g}s)"
         return f"stopped (pid {pid})"
 
 

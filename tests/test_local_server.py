@@ -190,3 +190,26 @@ def test_stop_does_not_signal_a_stranger(local_env, tmp_path):
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_a_recorded_server_without_the_proof_is_replaced(local_env, tmp_path):
+    """Our own server that cannot answer the challenge (an older memfs, started
+    before the proof existed) is stopped, not left running beside the new one."""
+    data = tmp_path / "data" / "memfs"
+    data.mkdir(parents=True, mode=0o700)
+    env = {k: v for k, v in local_env.items() if k != "MEMFS_SERVE_API_KEY"}
+    old = subprocess.Popen([sys.executable, "-m", "memfs", "serve", "--db",
+                            str(data / "local.db"), "--port", "0"],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        url = old.stdout.readline().decode().split("listening on ", 1)[1].strip()
+        (data / "local-server.json").write_text(json.dumps({"url": url, "pid": old.pid}))
+        _memfs(local_env, "stores", "list")
+        assert old.wait(timeout=15) == 0  # stopped gracefully
+        info = json.loads((data / "local-server.json").read_text())
+        assert info["pid"] != old.pid and info["url"] != url
+        assert _servers_on(data / "local.db") == [info["pid"]]
+    finally:
+        if old.poll() is None:
+            old.kill()
+            old.wait()

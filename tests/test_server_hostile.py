@@ -407,3 +407,38 @@ def test_log_file_rotates_and_json_format(tmp_path):
     assert oct(log.stat().st_mode & 0o777) == "0o600"
     assert any("/v1/memory_stores" in json.loads(ln)["msg"]
                for ln in log.read_text().splitlines())
+
+
+def test_buffered_bodies_have_a_server_wide_budget(tmp_path):
+    """Authenticated clients together cannot make the server hold more request-body
+    bytes than its budget: the request past it gets 503, and the budget comes back
+    once the holder is answered."""
+    from memfs.server.app import Limits
+
+    db = Database(tmp_path / "m.db")
+    app = MemfsApp(db, api_key="k", fault_control=True, limits=Limits(max_buffered=MB))
+    headers = {"x-api-key": "k", "anthropic-beta": MEM}
+    big = json.dumps({"name": "x" * (700 * 1024)}).encode()
+
+    async def main() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://memfs",
+                                     headers=headers, timeout=30) as c:
+            await c.post("/_memfs/gate", json={"method": "POST", "path": "^/v1/memory_stores$",
+                                               "when": "after", "count": 1})
+            first = asyncio.create_task(c.post("/v1/memory_stores", content=big))
+            held = await c.get("/_memfs/gate", params={"min_held": 1, "timeout": 10})
+            assert len(held.json()["held"]) == 1  # its 700 kB body is still charged
+            second = await c.post("/v1/memory_stores", content=big)
+            assert second.status_code == 503
+            assert second.json()["error"]["type"] == "overloaded_error"
+            await c.post("/_memfs/gate/release", json={})
+            assert (await first).status_code == 400  # a 700 kB name: answered normally
+            third = await c.post("/v1/memory_stores", content=big)
+            assert third.status_code == 400  # the budget came back
+            assert app.budget.used == 0
+
+    try:
+        asyncio.run(main())
+    finally:
+        db.close()

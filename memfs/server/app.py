@@ -71,6 +71,26 @@ class Limits:
     max_body: int = MAX_BODY  # bytes actually received, chunked or not
     body_timeout: float = 60.0  # seconds to receive the whole body once headers are in
     max_inflight: int = 1024  # /v1/ requests being processed at once (503 beyond)
+    max_buffered: int = 256 * 1024 * 1024  # request body bytes held at once, all requests
+
+
+class BodyBudget:
+    """Request-body bytes buffered across all requests at once: authenticated
+    clients cannot together hold more than ``Limits.max_buffered`` (503 beyond).
+    Only touched on the event loop, so a plain counter is enough."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def take(self, n: int) -> None:
+        if self.used + n > self.limit:
+            raise ApiError(503, "overloaded_error", "the server is busy receiving other "
+                           "request bodies; retry", headers={"retry-after": "1"})
+        self.used += n
+
+    def give(self, n: int) -> None:
+        self.used -= n
 
 
 #: An unread body up to this size is drained before an early answer (401, 404,
@@ -99,6 +119,14 @@ class _Exchange:
         self.headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
         self.status: int | None = None
         self.body_read = False
+        self._budget: BodyBudget | None = None
+        self._charged = 0
+
+    def release_body(self) -> None:
+        """Give the body's bytes back to the server-wide budget."""
+        if self._budget is not None:
+            self._budget.give(self._charged)
+            self._charged = 0
 
     def header(self, name: bytes) -> str | None:
         for k, v in self.headers:
@@ -115,9 +143,11 @@ class _Exchange:
         cl = self.header(b"content-length")
         return bool(te) or (cl is not None and cl.strip() not in ("", "0"))
 
-    async def read_body(self, limits: Limits) -> bytes:
+    async def read_body(self, limits: Limits, budget: BodyBudget | None = None) -> bytes:
         """The whole body: 413 past the cap (counted as it streams in), 408 when
-        it does not arrive within ``body_timeout``."""
+        it does not arrive within ``body_timeout``, 503 when the server-wide
+        ``budget`` is spent. The bytes stay charged to the budget until
+        :meth:`release_body` (after the response)."""
         cl = self.header(b"content-length")
         if cl is not None:
             try:
@@ -138,6 +168,10 @@ class _Exchange:
                     total += len(chunk)
                     if total > limits.max_body:
                         raise ApiError(413, "request_too_large", "request body is too large")
+                    if budget is not None and chunk:
+                        budget.take(len(chunk))
+                        self._charged += len(chunk)
+                        self._budget = budget
                     chunks.append(chunk)
                     if not message.get("more_body", False):
                         break
@@ -227,6 +261,7 @@ class MemfsApp:
         self.verbose = verbose
         self.limits = limits or Limits()
         self.inflight = 0
+        self.budget = BodyBudget(self.limits.max_buffered)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -248,6 +283,7 @@ class MemfsApp:
             if ex.status is None:
                 await ex.send_error(ApiError(500, "api_error", "internal server error"))
         finally:
+            ex.release_body()
             if self.verbose:
                 client = scope.get("client") or ("-", 0)
                 log.info("%s %s %s %s %.1fms", client[0], ex.method, ex.path,
@@ -331,7 +367,7 @@ class MemfsApp:
                            headers={"retry-after": "1"})
         self.inflight += 1
         try:
-            body_bytes = await ex.read_body(self.limits)
+            body_bytes = await ex.read_body(self.limits, self.budget)
             op, params = resolve(ex.method, ex.raw_path)
             check_beta(ex.header_all(b"anthropic-beta"))
             query = dict(parse_qsl(ex.query_string, keep_blank_values=True))
