@@ -198,7 +198,7 @@ def start_server(
 #: uses the `server` fixture runs on SQLite and on PostgreSQL.
 BOTH_BACKENDS = {
     "test_server_http", "test_server_memories", "test_server_stores", "test_server_versions",
-    "test_server_robustness", "test_server_gate", "test_server_hostile",
+    "test_server_robustness", "test_server_gate", "test_server_hostile", "test_server_controls",
     "test_client_integration",
 }
 

@@ -420,7 +420,7 @@ class MemfsApp:
         ``"proof"``: :func:`health_proof`, so a client can tell this server from any
         other process that took the port."""
         out: dict[str, Any] = {"ok": True, "server_id": self.db.server_id}
-        challenge = dict(parse_qsl(ex.query_string)).get("challenge")
+        challenge = dict(parse_qsl(ex.query_string, keep_blank_values=True)).get("challenge")
         if challenge is not None:
             if not 1 <= len(challenge) <= 128:
                 raise invalid("challenge must be 1 to 128 characters")
