@@ -195,11 +195,11 @@ def start_server(
 
 
 #: The server suite and the SDK conformance tests: every test of these modules that
-#: uses the `server` fixture runs on SQLite and on PostgreSQL.
+#: uses the `server` fixture (or `db_backend`) runs on SQLite and on PostgreSQL.
 BOTH_BACKENDS = {
     "test_server_http", "test_server_memories", "test_server_stores", "test_server_versions",
     "test_server_robustness", "test_server_gate", "test_server_hostile", "test_server_controls",
-    "test_client_integration",
+    "test_client_integration", "test_server_db",
 }
 
 

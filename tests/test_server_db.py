@@ -11,6 +11,14 @@ from memfs.server.db import Actor, ApiError, Database
 ACTOR = Actor.for_api_key("k")
 
 
+@pytest.fixture
+def db_target(tmp_path, db_backend, request) -> str:
+    """Where a Database opens: a SQLite file, or a fresh PostgreSQL database."""
+    if db_backend == "postgresql":
+        return request.getfixturevalue("pg_url")
+    return str(tmp_path / "m.db")
+
+
 def model_list(paths, prefix, depth):
     out = {}
     for p in paths:
@@ -38,9 +46,9 @@ def walk(db, sid, prefix, depth, limit):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_listing_matches_model(tmp_path, seed):
+def test_listing_matches_model(db_target, seed):
     rng = random.Random(seed)
-    db = Database(tmp_path / "m.db")
+    db = Database(db_target)
     sid = db.create_store(name="s")["id"]
     names = ["a", "b", "a-b", "a.md", "Z", "é", "ab", "a0", "x y"]
     paths: set[str] = set()
@@ -63,10 +71,10 @@ def test_listing_matches_model(tmp_path, seed):
     db.close()
 
 
-def test_schema_version_and_reopen(tmp_path):
-    db = Database(tmp_path / "x.db")
+def test_schema_version_and_reopen(db_target):
+    db = Database(db_target)
     sid = db.create_store(name="s")["id"]
     db.close()
-    db = Database(tmp_path / "x.db")
+    db = Database(db_target)
     assert db.get_store(sid)["name"] == "s"
     db.close()
