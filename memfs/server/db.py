@@ -1263,10 +1263,11 @@ class _Postgres:
             self._slots.release()
 
     @contextmanager
-    def transaction(self, *, write: bool) -> Iterator[_PgConn]:
+    def transaction(self, *, write: bool, api_errors: bool = True) -> Iterator[_PgConn]:
         """One transaction on a pooled connection. A pooled connection that died
         (PostgreSQL restarted, a proxy dropped it) is replaced once before any work;
-        a connection failure during the work is 503 ``api_error`` (retryable)."""
+        a connection failure during the work is 503 ``api_error`` (retryable), or
+        psycopg's own error with ``api_errors=False`` (at start, for the operator)."""
         psycopg = self._psycopg
         begin = "BEGIN" if write else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
         try:
@@ -1292,11 +1293,13 @@ class _Postgres:
                 else:
                     c.execute("COMMIT")
         except psycopg.OperationalError:
+            if not api_errors:
+                raise
             raise ApiError(503, "api_error", "the database is unavailable; retry") from None
 
     def migrate(self) -> str:
         """Bring the schema to :data:`PG_SCHEMA_VERSION`; returns the server id."""
-        with self.transaction(write=True) as c:
+        with self.transaction(write=True, api_errors=False) as c:
             c.execute("SELECT pg_advisory_xact_lock(?)", (_PG_MIGRATION_LOCK,))
             c.execute("CREATE TABLE IF NOT EXISTS memfs_schema (version INTEGER NOT NULL)")
             row = c.execute("SELECT version FROM memfs_schema").fetchone()
