@@ -41,7 +41,7 @@ import pyfuse3
 import trio
 
 from . import paths
-from .cache import BlobCache
+from .cache import BlobCache, sha256
 from .state import EMPTY_SHA, ROOT_INO, Node, State, check_new_path
 
 log = logging.getLogger(__name__)
@@ -203,18 +203,22 @@ class Operations(pyfuse3.Operations):
         data = self.cache.get(node.sha)
         if data is not None:
             return data
-        if self.fetch is None or node.memory_id is None or node.sha != node.base_sha:
+        if self.fetch is None:
             log.error("content of %s (%s) is missing from the cache",
                       self.state.path_of(node) if node.ino in self.state.nodes else node.name,
                       node.sha)
             raise _err(errno.EIO)
         try:
-            return await self.fetch(node)
+            data = await self.fetch(node)
         except pyfuse3.FUSEError:
             raise
         except Exception as exc:  # offline, server error: the read fails, nothing is lost
             log.warning("cannot fetch %s: %s", node.memory_id, exc)
             raise _err(errno.EIO) from None
+        if sha256(data) != node.sha:  # never serve other bytes than the file's own
+            log.warning("fetched content of %s is not %s", node.memory_id, node.sha)
+            raise _err(errno.EIO)
+        return data
 
     def _persist(self, of: OpenFile) -> None:
         """Close's durability point: blob written, row committed (a daemon crash

@@ -23,7 +23,7 @@ class SyncOptions:
     deletes: str = "enabled"  # enabled | log-only | disabled
     prefetch: bool = True
     read_only: bool = False
-    push_concurrency: int = 32  # requests in flight at once (the SDK's sync uses 32)
+    push_concurrency: int = 32  # requests in flight at once, each kind (the SDK uses 32)
 
 
 @dataclass

@@ -85,6 +85,7 @@ class PushTicket:
     gen: int
     previous_sent: str | None
     content_sent: bool = True  # False: a rename only (the content stays the base)
+    path_sent: bool = True     # False: content only (the path stays the base path)
 
     def expected(self, sha: str) -> bool:
         """Whether an answer holding `sha` is what this request (or an earlier one of

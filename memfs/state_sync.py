@@ -55,7 +55,7 @@ class SyncTransitions:
         self.parks.pop(memory_id, None)
         self.db.execute("DELETE FROM parks WHERE memory_id=?", (memory_id,))
 
-    def _successor(self: State, ino: int) -> Node | None:
+    def successor(self: State, ino: int) -> Node | None:
         """The node now standing for ino (itself, or whatever renamed over it)."""
         seen = set()
         while ino not in self.nodes and ino in self.replaced and ino not in seen:
@@ -108,12 +108,13 @@ class SyncTransitions:
 
     # -- pushes ---------------------------------------------------------------------
 
-    def begin_push(self: State, node: Node, *, content: bool = True) -> PushTicket:
+    def begin_push(self: State, node: Node, *, content: bool = True,
+                   path: bool = True) -> PushTicket:
         """Record the sha about to be sent (a lost answer is recognised by it later).
-        `content`: whether the request carries the content (else a rename only)."""
+        `content`/`path`: whether the request carries the content / the path."""
         assert node.sha is not None
         ticket = PushTicket(node.ino, node.memory_id, node.sha, self.path_of(node),
-                            node.base_sha, node.gen, node.sent_sha, content)
+                            node.base_sha, node.gen, node.sent_sha, content, path)
         with self.transaction():
             node.sent_sha = node.sha
             self._save(node)
@@ -128,6 +129,14 @@ class SyncTransitions:
         successor has a memory of its own) becomes a tombstone: deleted after the
         delay, preconditioned on exactly what we wrote."""
         with self.transaction():
+            known = self.holder(remote.id) if ticket.memory_id is not None else None
+            if known is not None and not ticket.path_sent and known.base_path \
+                    and remote.path != known.base_path:
+                # We did not send a path, yet the memory is elsewhere: another client
+                # renamed it. That is the reconciler's row to follow (it moves the
+                # file); taking the path into the base here would turn their rename
+                # into a pending rename of ours, pushed back over theirs.
+                remote = Remote(remote.id, known.base_path, remote.sha, remote.size)
             if ticket.memory_id is not None and not ticket.expected(remote.sha):
                 # The answer carries content we did not write: an update that changes
                 # nothing is answered 200 without its precondition being checked (the
@@ -156,7 +165,7 @@ class SyncTransitions:
                     log.warning("memory %s answered for no local file; the next listing "
                                 "shows it", remote.id)  # reconciler adds it back
                 return None
-            holder = self._successor(ticket.ino)
+            holder = self.successor(ticket.ino)
             if (holder is not None and holder.memory_id is None
                     and not self.is_local_only_name(holder)):
                 self._mark_base(holder, remote)
@@ -206,10 +215,19 @@ class SyncTransitions:
             self._save(node)
 
     def _ticket_holder(self: State, ticket: PushTicket) -> Node | None:
+        """Who a failure of ticket's request belongs to: the memory's holder, or the
+        created node (or its successor) while it still has no memory."""
         if ticket.memory_id is not None:
             return self.holder(ticket.memory_id)
-        node = self._successor(ticket.ino)
+        node = self.successor(ticket.ino)
         return node if node is not None and node.memory_id is None else None
+
+    def ticket_node(self: State, ticket: PushTicket) -> Node | None:
+        """The file ticket's request was for, now: the memory's holder, or the created
+        node or the node that took its place."""
+        if ticket.memory_id is not None:
+            return self.holder(ticket.memory_id)
+        return self.successor(ticket.ino)
 
     def forget_memory(self: State, node: Node) -> None:
         """The server no longer has node's memory (confirmed): node becomes a new,

@@ -855,18 +855,20 @@ async def test_failing_fetch_is_eio_and_loses_nothing(tmp_path):
     assert node.sha == sha256(b"from server") and not env.state.is_dirty(node)
 
 
-async def test_missing_blob_of_dirty_file_is_eio_without_fetch(tmp_path):
+async def test_a_fetch_that_cannot_bring_the_content_is_eio_never_other_bytes(tmp_path):
+    """A dirty file whose blob is missing is asked of the fetcher (it may know a memory
+    that held that sha); what comes back must hash to the file's sha, else EIO."""
     calls = []
 
     async def fetch(node):
         calls.append(node)
-        return b""
+        return b"base"  # the server's content: not this file's
 
     env = FsEnv.make(tmp_path, fetch=fetch)
     ino = _remote_file(env, "r", b"base", "mem_r")
     env.state.set_content(env.node("/r"), sha256(b"lost local"), 10)  # dirty, blob missing
     assert await fuse_errno(env.read_all(ino)) == errno.EIO
-    assert calls == []  # the server does not have this content
+    assert len(calls) == 1
 
 
 async def test_keep_cache_only_when_sha_unchanged(env):

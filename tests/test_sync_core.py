@@ -458,3 +458,41 @@ async def test_a_memory_parked_by_another_client_is_not_shown(eng):
     await eng.reconcile()
     assert eng.state.lookup_path(PARK_DIR) is None
     assert eng.pusher.pending_total() == 0
+
+
+async def test_an_update_answer_does_not_adopt_their_rename_as_ours(eng):
+    """Our content update lands after another client moved the memory: its answer
+    shows the new path, which is their rename to follow, not a rename of ours."""
+    await eng.write("/a.md", b"a1\n")
+    await eng.write("/b.md", b"b1\n")
+    await eng.push()
+    mid_a = eng.fs.node("/a.md").memory_id
+    mid_b = eng.fs.node("/b.md").memory_id
+    await eng.write("/a.md", b"a2\n")
+    await eng.other.update_memory(eng.store_id, mid_a, path="/c.md")
+    await eng.other.update_memory(eng.store_id, mid_b, path="/a.md")
+    await eng.write("/c.md", b"mine\n")              # a new local file where a.md went
+    await eng.push()
+    await settle(eng)
+    assert await eng.remote() == {"/c.md": (mid_a, "a2\n"), "/a.md": (mid_b, "b1\n")}
+    [row] = eng.state.conflicts()                    # the new local file lost the path
+    assert eng.cache.get(row["local_sha"]) == b"mine\n"
+
+
+async def test_rename_over_with_content_never_read_recovers_it(eng):
+    """A clean file takes a remote edit (content not fetched), then is renamed over
+    another: its content is fetched from the memory it came from before that memory's
+    delete goes out, and the save keeps the target's id."""
+    await eng.write("/a.md", b"a1\n")
+    await eng.write("/b.md", b"b1\n")
+    await eng.push()
+    mid_a = eng.fs.node("/a.md").memory_id
+    mid_b = eng.fs.node("/b.md").memory_id
+    await eng.other.update_memory(eng.store_id, mid_a, content="a2 from elsewhere\n")
+    await eng.reconcile()                             # taken lazily: not cached
+    assert not eng.cache.has(eng.fs.node("/a.md").sha)
+    await eng.rename("/a.md", "/b.md")
+    assert await eng.read("/b.md") == b"a2 from elsewhere\n"   # readable meanwhile
+    await settle(eng)
+    assert await eng.remote() == {"/b.md": (mid_b, "a2 from elsewhere\n")}
+    assert mid_a not in eng.state.tombstones

@@ -80,7 +80,7 @@ class SyncContext:
         self.invalidation_ready = trio.Event()
         self.online_wakeup = trio.Event()  # set (and renewed) when we come back online
         self.listed = trio.Event()  # set by every finished listing (the prefetch waits)
-        self.fetcher = Fetcher(self)
+        self.fetcher = Fetcher(self, concurrency=options.push_concurrency)
         # Directories emptied by remote changes vanish: the kernel's entry must too.
         state.on_pruned = lambda parent, name: self.invalidate(("entry", parent, name))
 

@@ -19,6 +19,7 @@ import logging
 
 import trio
 
+from ..api import errors as api_errors
 from ..api.models import Memory
 from ..cache import sha256
 from ..nodes import Node, Remote
@@ -156,10 +157,17 @@ class Fetcher:
             await trio.sleep_forever()
 
     async def read(self, node: Node) -> bytes:
-        """A clean file's content on a cache miss: from its batch, else one GET."""
+        """A file's content on a cache miss: a clean file's from its batch, else one
+        GET; a changed file's (content it took from the server but never read, then
+        renamed over another file) from the memory it came from."""
         ctx = self.ctx
         sha = node.sha
-        assert sha is not None and node.memory_id is not None
+        assert sha is not None
+        if node.memory_id is None or sha != node.base_sha:
+            data = await self.recover(sha)
+            if data is None:
+                raise OSError(f"content {sha} is not cached and no memory holds it")
+            return data
         batch = batch_of(ctx.state.path_of(node)) if ctx.state.in_tree(node) else None
         if batch is not None and batch not in self._done:
             arrived = self._arrived.setdefault(sha, trio.Event())
@@ -183,6 +191,33 @@ class Fetcher:
             if data is not None:
                 return data
         return await self._get_one(node)
+
+    def sources(self, sha: str) -> list[str]:
+        """Memories we know held `sha`: files whose base it is, pending deletes."""
+        st = self.ctx.state
+        mids = [n.memory_id for n in st.files() if n.memory_id and n.base_sha == sha]
+        return mids + [t.memory_id for t in st.tombstones.values() if t.base_sha == sha]
+
+    async def recover(self, sha: str) -> bytes | None:
+        """Content known only by its sha: from a memory that holds it now, else from
+        that memory's version history. None when no memory we know ever held it."""
+        ctx = self.ctx
+        for mid in self.sources(sha):
+            try:
+                m = await ctx.client.get_memory(ctx.store_id, mid, view="full")
+            except api_errors.NotFoundError:
+                m = None
+            if m is not None and m.content_sha256 == sha and m.content is not None:
+                data = m.content.encode("utf-8")
+                self._store(data, sha)
+                return data
+            async for v in ctx.client.list_versions(ctx.store_id, memory_id=mid, view="full",
+                                                    limit=20):
+                if v.content_sha256 == sha and v.content is not None:
+                    data = v.content.encode("utf-8")
+                    self._store(data, sha)
+                    return data
+        return None
 
     async def _get_one(self, node: Node) -> bytes:
         """One GET for the memory, shared by concurrent misses."""

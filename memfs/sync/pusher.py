@@ -27,7 +27,7 @@ import trio
 from .. import paths
 from ..api import errors as api_errors
 from ..api.models import Memory
-from ..nodes import Node, PushTicket, Remote, Tombstone
+from ..nodes import EMPTY_SHA, Node, PushTicket, Remote, Tombstone
 from ..state import PARK_DIR
 from ..state_sync import Deferred
 from . import decide
@@ -248,6 +248,14 @@ class Pusher:
             return 0
         local = local_of(st, node)
         data = ctx.cache.get(node.sha) if local.content_changed else None
+        if data is None and local.content_changed and node.sha != EMPTY_SHA:
+            # Content taken from the server but never read, then renamed over another
+            # file: fetch it from the memory it came from (or its history).
+            data = await ctx.fetcher.recover(node.sha)
+            if not st.in_tree(node) or local != local_of(st, node):
+                return 0  # changed while we fetched: the next pass decides again
+        elif data is None and node.sha == EMPTY_SHA:
+            data = b""
         try:
             paths.validate_path(local.path)
             path_problem = None
@@ -269,7 +277,8 @@ class Pusher:
             if plan.send is decide.Send.REFUSE:
                 return -1
         content = data.decode("utf-8") if plan.content and data is not None else None
-        ticket = st.begin_push(node, content=plan.send is decide.Send.CREATE or plan.content)
+        create = plan.send is decide.Send.CREATE
+        ticket = st.begin_push(node, content=create or plan.content, path=create or plan.path)
         try:
             if plan.send is decide.Send.CREATE:
                 memory = await ctx.client.create_memory(ctx.store_id, ticket.path, content)
@@ -370,12 +379,11 @@ class Pusher:
             # One of our own deleted files still holds the path: a local file now
             # stands there, so its delete is safe to send before the delay is out.
             if await self._delete_early(st.tombstones[mid], ticket.path):
-                node = st.holder(ticket.memory_id) if ticket.memory_id else st._successor(
-                    ticket.ino)
+                node = st.ticket_node(ticket)
                 return await self._push_node(node) if node is not None else -1
             return 0
         blocker = st.holder(mid)
-        node = st.holder(ticket.memory_id) if ticket.memory_id else st._successor(ticket.ino)
+        node = st.ticket_node(ticket)
         if node is None:
             return 0
         if blocker is not None and blocker is not node:
@@ -457,6 +465,11 @@ class Pusher:
             for tomb in due:
                 log.info("log-only: would delete %s (%s)", tomb.memory_id, tomb.base_path)
             return []
+        # A pending delete whose memory is the only source of some file's content
+        # (not cached: taken from the server, never read, then renamed over another
+        # file) waits until that content is fetched.
+        needed = {n.sha for n in st.dirty_files() if n.sha and not self.ctx.cache.has(n.sha)}
+        due = [t for t in due if t.base_sha not in needed]
         cap = delete_cap(len(st.by_memory) + len(st.tombstones))
         if len(due) > cap:
             log.info("delete cap reached: sending %d deletes, holding %d for later passes",

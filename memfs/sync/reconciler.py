@@ -78,7 +78,7 @@ class Reconciler:
         prefixes = [p.path for p in root if isinstance(p, MemoryPrefix)]
         listed: dict[str, list[Memory]] = {}
         errors: list[BaseException] = []
-        limiter = trio.CapacityLimiter(8)
+        limiter = trio.CapacityLimiter(self.ctx.options.push_concurrency)
 
         async def one(prefix: str) -> None:
             async with limiter:
