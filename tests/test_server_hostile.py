@@ -442,3 +442,16 @@ def test_buffered_bodies_have_a_server_wide_budget(tmp_path):
         asyncio.run(main())
     finally:
         db.close()
+
+
+def test_no_log_line_injection(tmp_path):
+    sp = start_server(tmp_path, api_key="k", extra_args=("--verbose",))
+    try:
+        r = httpx.get(f"{sp.base_url}/v1/x%0D%0A2026-01-01 00:00:00 forged%0Aline",
+                      headers={"x-api-key": "k", "anthropic-beta": MEM})
+        assert r.status_code == 404
+    finally:
+        sp.stop()
+    lines = sp.log_path.read_text().splitlines()
+    assert not any(ln.startswith(("2026-01-01 00:00:00 forged", "line")) for ln in lines)
+    assert any("/v1/x%0D%0A" in ln for ln in lines)

@@ -279,14 +279,15 @@ class MemfsApp:
         except _Dropped:
             pass
         except Exception:
-            log.exception("internal error handling %s %s", ex.method, ex.path)
+            log.exception("internal error handling %s %s", ex.method, ex.raw_path)
             if ex.status is None:
                 await ex.send_error(ApiError(500, "api_error", "internal server error"))
         finally:
             ex.release_body()
             if self.verbose:
                 client = scope.get("client") or ("-", 0)
-                log.info("%s %s %s %s %.1fms", client[0], ex.method, ex.path,
+                # raw_path: still percent-encoded, so no control character reaches a log line
+                log.info("%s %s %s %s %.1fms", client[0], ex.method, ex.raw_path,
                          "dropped" if ex.status == 0 else ex.status,
                          (time.monotonic() - t0) * 1000)
 
@@ -335,7 +336,7 @@ class MemfsApp:
         except _Dropped:
             raise
         except Exception:
-            log.exception("internal error handling %s %s", ex.method, ex.path)
+            log.exception("internal error handling %s %s", ex.method, ex.raw_path)
             error = ApiError(500, "api_error", "internal server error")
         if gated:  # applied and committed (or refused); the response is not sent yet
             await self.gate.hold(ex.method, ex.path, "after",
