@@ -51,6 +51,8 @@ def main() -> None:
               help="Seconds a client has to send a complete request head (408 after).")
 @click.option("--body-timeout", type=click.FloatRange(0.1), default=60.0, show_default=True,
               help="Seconds a client has to send a request body (408 after).")
+@click.option("--send-timeout", type=click.FloatRange(0.1), default=60.0, show_default=True,
+              help="Seconds a client has to take a response (the connection is reset after).")
 @click.option("--max-connections", type=click.IntRange(1), default=None,
               help="Open connections at most (default: 1000, or fewer if the fd limit is low).")
 @click.option(
@@ -101,6 +103,7 @@ def serve(
     log_backups: int,
     header_timeout: float,
     body_timeout: float,
+    send_timeout: float,
     max_connections: int | None,
     fault_error_rate: float,
     fault_error_status: str,
@@ -159,7 +162,8 @@ def serve(
         db.close()
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
     app = MemfsApp(db, api_key=api_key, faults=faults, fault_control=fault_control,
-                   verbose=verbose, limits=Limits(body_timeout=body_timeout))
+                   verbose=verbose, limits=Limits(body_timeout=body_timeout,
+                                                 send_timeout=send_timeout))
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{sock.getsockname()[1]}"
 
@@ -169,7 +173,7 @@ def serve(
 
     try:
         run_server(app, sock, on_listening=on_listening, header_timeout=header_timeout,
-                   max_connections=max_connections)
+                   send_timeout=send_timeout, max_connections=max_connections)
     finally:
         db.close()  # waits for an in-flight transaction
 

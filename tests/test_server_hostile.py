@@ -455,3 +455,34 @@ def test_no_log_line_injection(tmp_path):
     lines = sp.log_path.read_text().splitlines()
     assert not any(ln.startswith(("2026-01-01 00:00:00 forged", "line")) for ln in lines)
     assert any("/v1/x%0D%0A" in ln for ln in lines)
+
+
+def test_a_client_that_never_reads_its_response_is_cut_off(tmp_path):
+    sp = start_server(tmp_path, api_key="k", extra_args=("--send-timeout", "1"))
+    try:
+        ms = sp.sdk().beta.memory_stores
+        sid = ms.create(name="big").id
+        for i in range(20):
+            ms.memories.create(sid, path=f"/m{i:02d}", content="x" * 100_000)
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", sp.port))
+        # Eight pipelined ~2 MB pages, never read: more than the kernel buffers hold,
+        # so the rest waits in the server, which gives up after --send-timeout.
+        s.sendall(8 * f"GET /v1/memory_stores/{sid}/memories?view=full&limit=20 HTTP/1.1\r\n"
+                  f"host: x\r\nx-api-key: k\r\nanthropic-beta: {MEM}\r\n\r\n".encode())
+        time.sleep(3)
+        assert healthy(sp)
+        got = b""
+        s.settimeout(10)
+        try:
+            while chunk := s.recv(1 << 20):
+                got += chunk
+        except ConnectionResetError:
+            pass
+        s.close()
+        assert got.startswith(b"HTTP/1.1 200 ")
+        assert len(got) < 8 * 2_000_000  # cut off: the eight pages never arrived whole
+    finally:
+        sp.stop()
+    assert "did not take its response" in sp.log_path.read_text()

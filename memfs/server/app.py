@@ -70,6 +70,7 @@ class Limits:
 
     max_body: int = MAX_BODY  # bytes actually received, chunked or not
     body_timeout: float = 60.0  # seconds to receive the whole body once headers are in
+    send_timeout: float = 60.0  # seconds for a client to take a response (slow readers)
     max_inflight: int = 1024  # /v1/ requests being processed at once (503 beyond)
     max_buffered: int = 256 * 1024 * 1024  # request body bytes held at once, all requests
 
@@ -106,8 +107,10 @@ class _Dropped(Exception):
 class _Exchange:
     """One request/response: the scope, and whether the body was consumed."""
 
-    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __init__(self, scope: Scope, receive: Receive, send: Send,
+                 send_timeout: float = 60.0) -> None:
         self.scope = scope
+        self.send_timeout = send_timeout
         self.receive = receive
         self._send = send
         self.rid = new_request_id()
@@ -219,15 +222,25 @@ class _Exchange:
             # Answered without reading a large body: close instead of reading it.
             out.append((b"connection", b"close"))
         self.status = status
-        await self._send({"type": "http.response.start", "status": status, "headers": out})
-        await self._send({"type": "http.response.body", "body": data, "more_body": False})
+        try:
+            # A client that does not read its response (the server's write buffer
+            # stays full) would hold this task and the response forever.
+            async with asyncio.timeout(self.send_timeout):
+                await self._send({"type": "http.response.start", "status": status,
+                                  "headers": out})
+                await self._send({"type": "http.response.body", "body": data,
+                                  "more_body": False})
+        except TimeoutError:
+            log.warning("a client did not take its response in %gs: connection reset",
+                        self.send_timeout)
+            await self.abort()
 
     async def send_error(self, err: ApiError) -> None:
         body = {"type": "error", "error": err.error_object(), "request_id": self.rid}
         await self.send_json(err.status, body, err.headers)
 
     async def abort(self) -> None:
-        """Reset the connection (RST) without a response."""
+        """Reset the connection (RST) without (the rest of) a response."""
         self.status = 0
         abort = self.scope.get("extensions", {}).get("memfs.abort")
         if abort is None:  # not under our uvicorn protocol (an in-process transport)
@@ -269,7 +282,7 @@ class MemfsApp:
             return
         if scope["type"] != "http":
             return
-        ex = _Exchange(scope, receive, send)
+        ex = _Exchange(scope, receive, send, self.limits.send_timeout)
         t0 = time.monotonic()
         try:
             if ex.path.startswith("/_memfs/"):

@@ -7,6 +7,9 @@ protocol:
 * **A header deadline.** A request head must be complete within
   ``header_timeout`` seconds of the connect or of its own first byte, or the
   connection gets 408 and is closed: a slowloris holds nothing for long.
+* **A send deadline.** A response the client has not taken ``send_timeout``
+  seconds after it was written (a reader that never reads keeps it in the
+  server's buffers) resets the connection.
 * **A connection cap.** Past ``max_connections`` open connections, a new one is
   closed at once instead of taking a file descriptor and memory.
 * **Errors in the API's envelope.** A request h11 cannot parse (an HTTP/0.9
@@ -66,6 +69,7 @@ class MemfsProtocol(H11Protocol):
     parse errors and an abort hook (see the module docstring)."""
 
     header_timeout: float = 10.0
+    send_timeout: float = 60.0
     max_connections: int = 1000
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -79,6 +83,7 @@ class MemfsProtocol(H11Protocol):
 
         self.app = app
         self._header_timer: asyncio.TimerHandle | None = None
+        self._send_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -97,7 +102,24 @@ class MemfsProtocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
         super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        # asyncio buffers whatever the client has not taken yet: a client that never
+        # reads would keep the response in memory forever. It gets send_timeout.
+        if self.transport.get_write_buffer_size() > 0 and self._send_timer is None:
+            self._send_timer = self.loop.call_later(self.send_timeout, self._send_deadline)
+        super().on_response_complete()
+
+    def _send_deadline(self) -> None:
+        self._send_timer = None
+        if not self.transport.is_closing() and self.transport.get_write_buffer_size() > 0:
+            log.warning("a client did not take its response in %gs: connection reset",
+                        self.send_timeout)
+            self._abort()
 
     def data_received(self, data: bytes) -> None:
         # The deadline runs from the first byte of a request head (or from the
@@ -201,11 +223,12 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def serve(app: MemfsApp, sock: socket.socket, *, on_listening: Callable[[], None],
-          header_timeout: float = 10.0, max_connections: int | None = None,
-          keep_alive: int = 75) -> None:
+          header_timeout: float = 10.0, send_timeout: float = 60.0,
+          max_connections: int | None = None, keep_alive: int = 75) -> None:
     """Serve ``app`` on ``sock`` until SIGTERM/SIGINT."""
     protocol = type("BoundMemfsProtocol", (MemfsProtocol,), {
         "header_timeout": header_timeout,
+        "send_timeout": send_timeout,
         "max_connections": max_connections or default_max_connections(),
     })
     config = uvicorn.Config(
