@@ -19,10 +19,12 @@ STAMP="$VENV/.memfs-install-stamp"
 
 # System packages: FUSE runtime and headers, the compiler for pyfuse3 (built from source), and the
 # tools the tests drive through the mount. vim-tiny gives only `vi`/`vim.tiny` on Debian 12; the
-# `vim` package gives the `vim` command the tests may call. postgresql: initdb/pg_ctl for the
-# throwaway cluster the server tests run on (memfs serve --db postgresql://…).
+# `vim` package gives the `vim` command the tests may call.
 BASE_PKGS=(fuse3 libfuse3-dev pkg-config gcc libc6-dev git rsync vim-tiny vim bindfs procps psmisc
-           ca-certificates util-linux postgresql)
+           ca-certificates util-linux)
+# Only for ./dev.sh test: initdb/pg_ctl for the throwaway cluster the server tests run on
+# (memfs serve --db postgresql://…). Installed without Debian's default `main` cluster.
+TEST_PKGS=(postgresql)
 PY_PKGS=(python3 python3-venv python3-dev)
 
 export DEBIAN_FRONTEND=noninteractive
@@ -133,6 +135,19 @@ ensure_venv() {
 
 bootstrap() { ensure_system; ensure_venv; }
 
+ensure_test_system() {
+  [ "${MEMFS_SKIP_APT:-0}" = 1 ] && return 0
+  have_apt || { warn "no apt-get: install PostgreSQL (initdb, pg_ctl) yourself, or its tests skip"; return 0; }
+  if ! pkg_installed postgresql; then
+    # Debian's postgresql would create and start a `main` cluster: the tests make their own.
+    apt_install postgresql-common
+    if is_root && [ -f /etc/postgresql-common/createcluster.conf ]; then
+      sed -ri 's/^#? *(create_main_cluster) .*$/\1 = false/' /etc/postgresql-common/createcluster.conf
+    fi
+  fi
+  apt_install "${TEST_PKGS[@]}"
+}
+
 # ---------------------------------------------------------------- FUSE
 
 check_fuse() { # returns 1 (after saying why) when FUSE mounts can't work here
@@ -159,6 +174,7 @@ check_fuse() { # returns 1 (after saying why) when FUSE mounts can't work here
 
 cmd_test() {
   bootstrap
+  ensure_test_system
   check_fuse || warn "continuing: the tests that need real mounts will fail or be skipped"
   # Run the whole tests/ folder unless a path (file, dir or node id) is given.
   local args=() a has_path=0
