@@ -86,7 +86,7 @@ def api_key() -> str:
 def verify(url: str, key: str, timeout: float = 2.0) -> dict[str, Any] | None:
     """The health document of the server at ``url`` if it proves it holds ``key``;
     None for anything else (nothing listening, another program, a wrong proof)."""
-    from memfs.server.app import health_proof
+    from memfs.healthproof import health_proof
 
     challenge = secrets.token_hex(16)
     try:

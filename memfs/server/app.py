@@ -20,7 +20,6 @@ logged and answered 500 without a trace.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import json
 import logging
@@ -32,6 +31,7 @@ from urllib.parse import parse_qsl
 
 from starlette.concurrency import run_in_threadpool
 
+from memfs.healthproof import health_proof
 from memfs.server.db import Actor, ApiError, Database, invalid, not_found
 from memfs.server.faults import Faults
 from memfs.server.gate import RESPONSES, Gate
@@ -50,19 +50,6 @@ log = logging.getLogger("memfs.server")
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-#: The health proof: HMAC-SHA256(key, HEALTH_PROOF_PREFIX + challenge), hex.
-HEALTH_PROOF_PREFIX = b"memfs-health-proof:"
-
-
-def health_proof(api_key: str, challenge: str) -> str:
-    """What a server holding ``api_key`` answers to ``challenge`` (see /_memfs/health).
-
-    Lets a client check that the process on a port really holds the key before
-    it sends the key there; the proof reveals nothing about the key."""
-    return hmac.new(api_key.encode(), HEALTH_PROOF_PREFIX + challenge.encode(),
-                    hashlib.sha256).hexdigest()
-
 
 @dataclass
 class Limits:
