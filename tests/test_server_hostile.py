@@ -486,3 +486,31 @@ def test_a_client_that_never_reads_its_response_is_cut_off(tmp_path):
     finally:
         sp.stop()
     assert "did not take its response" in sp.log_path.read_text()
+
+
+def test_nul_in_ids_filters_and_cursors(server):
+    """NUL can be sent (%00) but is in no stored id: same answers on both backends
+    (PostgreSQL text cannot even hold it), never a 500."""
+    sid = server.sdk().beta.memory_stores.create(name="n").id
+    base = server.base_url
+    h = server.headers
+    for method, path, want in [
+        ("GET", "/v1/memory_stores/memstore_%00", 404),
+        ("POST", "/v1/memory_stores/%00/archive", 404),
+        ("DELETE", "/v1/memory_stores/%00", 404),
+        ("GET", f"/v1/memory_stores/{sid}/memories/mem_%00", 404),
+        ("DELETE", f"/v1/memory_stores/{sid}/memories/%00", 404),
+        ("GET", f"/v1/memory_stores/{sid}/memory_versions/%00", 404),
+        ("POST", f"/v1/memory_stores/{sid}/memory_versions/%00/redact", 404),
+        ("GET", f"/v1/memory_stores/{sid}/memories?path_prefix=/a%00/", 400),
+    ]:
+        r = httpx.request(method, base + path, headers=h, timeout=10)
+        assert r.status_code == want, (path, r.text)
+    for name in ("memory_id", "session_id", "api_key_id", "service_account_id"):
+        r = httpx.get(f"{base}/v1/memory_stores/{sid}/memory_versions", headers=h,
+                      params={name: "x\x00"}, timeout=10)
+        assert r.status_code == 200 and r.json() == {"data": [], "next_page": None}
+    fp = _fingerprint("memories", sid, "/", 0)
+    r = httpx.get(f"{base}/v1/memory_stores/{sid}/memories", headers=h, timeout=10,
+                  params={"page": forged_cursor(fp, ["/a\\u0000"])})
+    assert r.status_code == 400

@@ -274,6 +274,8 @@ def decode_cursor(page: str | None, fingerprint: str) -> list[Any] | None:
             raise ValueError
         for k in key:
             k.encode("utf-8")  # a forged lone surrogate: UnicodeEncodeError (a ValueError)
+            if "\x00" in k:  # no path, id or timestamp holds NUL: forged
+                raise ValueError
     except (ValueError, KeyError, TypeError, RecursionError):
         raise invalid("page is not a valid page cursor") from None
     if data.get("f") != fingerprint:
@@ -582,6 +584,8 @@ class Database:
         the writes to one store are serialized across every server process, exactly
         like SQLite's single writer; the transaction's later reads then see every
         write committed before it."""
+        if "\x00" in store_id:  # stored ids never hold NUL (and PostgreSQL text cannot)
+            raise not_found(f"memory store {store_id!r} not found")
         sql = "SELECT * FROM stores WHERE id = ?"
         if lock and self._pg is not None:
             sql += " FOR UPDATE"
@@ -598,6 +602,8 @@ class Database:
 
     @staticmethod
     def _memory_row(c: sqlite3.Connection, store_id: str, memory_id: str) -> sqlite3.Row:
+        if "\x00" in memory_id:
+            raise not_found(f"memory {memory_id!r} not found in store {store_id!r}")
         row = c.execute(
             "SELECT * FROM memories WHERE id = ? AND store_id = ?", (memory_id, store_id)
         ).fetchone()
@@ -1047,9 +1053,12 @@ class Database:
             args += after[:2]
         sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
         args.append(limit + 1)
+        # A filter holding NUL matches nothing (no stored id does; PostgreSQL text
+        # cannot even compare it): the answer is the empty page, on both backends.
+        unmatchable = any(isinstance(a, str) and "\x00" in a for a in args)
         with self._txn() as c:
             self._store_row(c, store_id)
-            rows = c.execute(sql, args).fetchall()
+            rows = [] if unmatchable else c.execute(sql, args).fetchall()
         nxt = None
         if len(rows) > limit:
             rows = rows[:limit]
@@ -1058,6 +1067,8 @@ class Database:
 
     @staticmethod
     def _version_row(c: sqlite3.Connection, store_id: str, version_id: str) -> sqlite3.Row:
+        if "\x00" in version_id:
+            raise not_found(f"memory version {version_id!r} not found in store {store_id!r}")
         row = c.execute(
             "SELECT * FROM versions WHERE id = ? AND store_id = ?", (version_id, store_id)
         ).fetchone()
