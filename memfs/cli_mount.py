@@ -92,8 +92,12 @@ def _preflight(mountpoint: str) -> None:
               help="Seconds after the last close before a change is pushed.")
 @click.option("--delete-delay", type=click.FloatRange(0), default=30.0, show_default=True,
               help="Seconds a file must stay deleted before its memory is deleted.")
-@click.option("--poll-interval", type=click.FloatRange(1), default=15.0, show_default=True,
-              help="Seconds between listings of the store (remote changes).")
+@click.option("--poll-interval", type=click.FloatRange(0.2), default=2.0, show_default=True,
+              help="Seconds between polls for remote changes (a change-feed poll: one "
+              "request, an empty page when nothing changed).")
+@click.option("--full-resync", type=click.FloatRange(1), default=600.0, show_default=True,
+              help="A full listing of the store at least this often (the feed's safety net).")
+@click.option("--no-feed", is_flag=True, help="Poll with full listings only (no change feed).")
 @click.option("--deletes", type=click.Choice(["enabled", "log-only", "disabled"]),
               default="enabled", show_default=True, help="Whether local deletes reach the server.")
 @click.option("--no-prefetch", is_flag=True, help="Do not fill the cache in the background.")
@@ -103,8 +107,8 @@ def _preflight(mountpoint: str) -> None:
               help="Another file-name pattern kept local-only, never uploaded (repeatable; "
               "added to: " + " ".join(DEFAULT_LOCAL_ONLY_PATTERNS) + ").")
 def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, cache_dir,
-          write_back_delay, delete_delay, poll_interval, deletes, no_prefetch, flush_timeout,
-          local_only):
+          write_back_delay, delete_delay, poll_interval, full_resync, no_feed, deletes,
+          no_prefetch, flush_timeout, local_only):
     """Mount STORE_ID at MOUNTPOINT; returns once the mount is live."""
     mountpoint = os.path.abspath(mountpoint)
     _preflight(mountpoint)
@@ -125,6 +129,7 @@ def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, c
         store_id=store_id, mountpoint=mountpoint, base_url=url, state_dir=str(state_dir),
         options=SyncOptions(write_back_delay=write_back_delay, delete_delay=delete_delay,
                             poll_interval=poll_interval, deletes=deletes,
+                            feed=not no_feed, full_resync=full_resync,
                             prefetch=not no_prefetch, read_only=read_only),
         flush_timeout=flush_timeout,
         local_only_patterns=[*DEFAULT_LOCAL_ONLY_PATTERNS, *local_only],
@@ -304,6 +309,12 @@ def format_status(s: dict) -> str:
     secs = s.get("last_sync_seconds")
     lines.append(f"  last sync: {_ago(s.get('last_sync_at'))}"
                  + (f", took {secs:.2f}s" if secs is not None else ""))
+    if s.get("running"):
+        feed = s.get("feed") or {}
+        lines.append(f"  remote changes: {feed.get('mode', 'full')} mode"
+                     + (f", feed at {feed['position']}" if feed.get("position") else "")
+                     + f"; last full listing {_ago(feed.get('last_full_listing_at'))}"
+                     + (f"; MISSED BY THE FEED: {feed['missed']}" if feed.get("missed") else ""))
     lines.append("  pending: {} create(s), {} update(s), {} rename(s), {} delete(s)".format(
         len(p.get("creates", [])), len(p.get("updates", [])), len(p.get("renames", [])),
         len(p.get("deletes", []))))

@@ -208,7 +208,7 @@ class Daemon:
             return {"ok": True, "pushed": result.pushed, "left": result.left}
         if cmd == "sync":
             try:
-                await self.reconciler.reconcile_pass()
+                await self.reconciler.reconcile_pass(full=bool(req.get("full")))
             except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
                 self.ctx.went_offline(exc)
                 return {"ok": False, "offline": True, "error": self.ctx.status.offline_reason}

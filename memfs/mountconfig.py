@@ -19,7 +19,9 @@ DEFAULT_LOCAL_ONLY_PATTERNS = (
 class SyncOptions:
     write_back_delay: float = 1.0
     delete_delay: float = 30.0
-    poll_interval: float = 15.0
+    poll_interval: float = 2.0  # a feed poll: one request, an empty page when idle
+    feed: bool = True           # follow the change feed between full listings
+    full_resync: float = 600.0  # a full listing at least this often (the safety net)
     deletes: str = "enabled"  # enabled | log-only | disabled
     prefetch: bool = True
     read_only: bool = False

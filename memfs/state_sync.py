@@ -336,42 +336,49 @@ class SyncTransitions:
     def remote_moved(self: State, node: Node, path: str) -> bool:
         """Follow the server's rename; False when the place is taken locally.
 
-        A local file that never reached the server (and has no unsaved writes)
-        does not keep the place: the server's memory wins it, as for a create
-        that lost its path, and that file's content is kept as a conflict row in
-        the same transaction."""
+        The server decided who holds `path`, so a local claim on it yields: a file
+        that never reached the server (and has no unsaved writes) leaves the tree,
+        its content kept as a conflict row, as for a create that lost its path; one
+        of our memories renamed there locally (not pushed yet) goes back to its own
+        path (claimed the same way), its content changes kept. All in one
+        transaction."""
         with self.transaction():
-            dir_path, name = paths.split(path)
-            parent = self.ensure_dir(dir_path)
-            if parent is None:
+            if not self._claim(path, node, set()):
                 return False
-            taker = self.child(parent, name)
-            if taker is not None and taker.memory_id is not None and not taker.is_dir \
-                    and taker is not node and taker.base_path \
-                    and self.path_of(taker) != taker.base_path:
-                # Another of our memories was renamed here locally (not pushed yet):
-                # the server gave the path to this memory first, so that local rename
-                # is undone; its content changes stay and go out at its own path.
-                if not self._move(taker, taker.base_path):
-                    return False
-                log.warning("%s: renamed here and, on the server, given to another memory; "
-                            "moved back to %s", path, taker.base_path)
-                taker = None
-            if taker is not None:
-                if (taker.is_dir or taker.memory_id is not None or taker is node
-                        or taker.ino in self.open_dirty or self.is_local_only_name(taker)):
-                    return False
-                if taker.sha and taker.sha != EMPTY_SHA and taker.sha != node.sha:
-                    self._add_conflict(path, node.memory_id, taker.sha, node.base_sha,
-                                       "another client renamed a memory onto this path")
-                del parent.children[name]
-                del self.nodes[taker.ino]
-                self.db.execute("DELETE FROM nodes WHERE ino=?", (taker.ino,))
             if not self._move(node, path):
                 return False
             node.base_path = path
             self._save(node)
             return True
+
+    def _claim(self: State, path: str, winner: Node, seen: set[int]) -> bool:
+        """Free `path` for winner's memory, which the server placed there."""
+        dir_path, name = paths.split(path)
+        parent = self.ensure_dir(dir_path)
+        if parent is None:
+            return False
+        taker = self.child(parent, name)
+        if taker is None or taker is winner:
+            return True
+        if taker.is_dir or taker.ino in self.open_dirty or self.is_local_only_name(taker) \
+                or taker.ino in seen:
+            return False
+        seen.add(taker.ino)
+        if taker.memory_id is not None:
+            back = taker.base_path
+            if not back or back == path or not self._claim(back, taker, seen) \
+                    or not self._move(taker, back):
+                return False
+            log.warning("%s: renamed here, but the server gave that path to another "
+                        "memory first; moved back to %s", path, back)
+            return True
+        if taker.sha and taker.sha != EMPTY_SHA and taker.sha != winner.sha:
+            self._add_conflict(path, winner.memory_id, taker.sha, winner.base_sha,
+                               "the server gave this path to another memory")
+        del parent.children[name]
+        del self.nodes[taker.ino]
+        self.db.execute("DELETE FROM nodes WHERE ino=?", (taker.ino,))
+        return True
 
     def _move(self: State, node: Node, path: str) -> bool:
         """Move node to path if that place is free (inside a transaction)."""

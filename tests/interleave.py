@@ -705,6 +705,9 @@ class Engine:
         await self.pusher.flush(60.0)
 
     async def op_reconcile(self) -> None:
+        await self.reconciler.reconcile_pass(full=True)
+
+    async def op_poll(self) -> None:
         await self.reconciler.reconcile_pass()
 
     async def op_age(self) -> None:
@@ -879,7 +882,7 @@ Check = Callable[[Engine, "RunResult"], list[str]]
 class Scenario:
     name: str
     setup: list[Step]
-    action: str  # push | flush | reconcile
+    action: str  # push | flush | reconcile (a full listing) | poll (the change feed)
     interference: list[Step]
     after: list[Step] = field(default_factory=list)  # after the action, before settling
     faults: list[FaultRule] = field(default_factory=list)
@@ -906,9 +909,9 @@ async def _action(eng: Engine, kind: str) -> Any:
         return await eng.pusher.push_pass()
     if kind == "flush":
         return await eng.pusher.flush(60.0)
-    if kind == "reconcile":
+    if kind in ("reconcile", "poll"):  # a full listing / a change-feed poll
         try:
-            return await eng.reconciler.reconcile_pass()
+            return await eng.reconciler.reconcile_pass(full=kind == "reconcile")
         except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
             return f"offline: {type(exc).__name__}"  # Reconciler.run backs off: fine
     raise ValueError(kind)
@@ -998,7 +1001,7 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
             await interfere()
         if result.action_error is not None:
             result.violations.append(f"the {scenario.action} raised {result.action_error}")
-        if scenario.action == "reconcile":
+        if scenario.action in ("reconcile", "poll"):
             result.violations += Oracle.after_reconcile(eng)
         result.violations += Oracle.tree(eng)
         if scenario.check is not None:

@@ -88,12 +88,13 @@ class MountProc:
                 raise AssertionError(f"still pending after {timeout}s: {p}")
             time.sleep(0.1)
 
-    def sync_now(self) -> None:
-        """Ask the daemon for an immediate reconcile pass (remote changes)."""
+    def sync_now(self, *, full: bool = False) -> None:
+        """Ask the daemon for an immediate reconcile pass (remote changes): a feed poll,
+        or with `full` a full listing."""
         from memfs import control
 
         assert self.state_dir is not None
-        reply = control.request(self.state_dir, {"cmd": "sync"}, timeout=30)
+        reply = control.request(self.state_dir, {"cmd": "sync", "full": full}, timeout=30)
         assert reply.get("ok"), reply
 
     def unmount(self, *args: str) -> str:

@@ -189,6 +189,23 @@ SCENARIOS = [
         "local_edit_during_reconcile",
         [("r_create", "/x.md", "x1"), ("reconcile",), ("r_edit", "/x.md", "x2")],
         "reconcile", [("write", "/x.md", "mine")]),
+    # The change feed (issue 13): after a full listing anchors it, a poll asks for the
+    # versions since, then re-reads the memories they name.
+    Scenario(
+        "feed_remote_edit_during_poll",
+        [*SWAP, ("reconcile",), ("r_edit", "/a.md", "theirs")], "poll",
+        [("r_edit", "/b.md", "theirs b"), ("write", "/a.md", "mine")],
+        doc="remote edits before and during a feed poll, with a local edit in the window"),
+    Scenario(
+        "feed_remote_rename_and_recreate",
+        [*SWAP, ("reconcile",), ("r_rename", "/a.md", "/c.md"), ("r_create", "/a.md", "new")],
+        "poll", [("r_delete", "/b.md"), ("write", "/c.md", "mine")],
+        doc="a rename and a re-create at the same path, a delete while the poll runs"),
+    Scenario(
+        "feed_two_writes_in_one_poll",
+        [*SWAP, ("poll",), ("r_edit", "/a.md", "one"), ("r_edit", "/a.md", "two")],
+        "poll", [("r_rename", "/a.md", "/d/a.md"), ("save_as", "/b.md", "saved")],
+        doc="two writes to one memory between polls (the feed's newest wins), then more"),
 ]
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
@@ -220,7 +237,7 @@ REMOTE = st.one_of(
     st.tuples(st.just("r_delete"), _path),
     st.tuples(st.just("r_rename"), _path, _path),
 )
-SYNC = st.sampled_from([("push",), ("reconcile",), ("age",)])
+SYNC = st.sampled_from([("push",), ("reconcile",), ("poll",), ("age",)])
 
 
 @st.composite
@@ -229,7 +246,7 @@ def cases(draw) -> tuple[Scenario, tuple]:
     setup += draw(st.lists(st.one_of(LOCAL, REMOTE, SYNC), max_size=8))
     scenario = Scenario(
         "hypothesis", setup,
-        draw(st.sampled_from(["push", "flush", "reconcile"])),
+        draw(st.sampled_from(["push", "flush", "reconcile", "poll"])),
         draw(st.lists(st.one_of(LOCAL, REMOTE), min_size=1, max_size=3)),
         list_limit=draw(st.sampled_from([None, 2])))
     where = ("hold", draw(st.integers(0, 3)), draw(st.sampled_from(FAULT_POINTS)))

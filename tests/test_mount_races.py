@@ -239,7 +239,7 @@ def test_rename_between_listing_pages_is_not_a_delete(mounts, server, dirty):
         (m.path / "z.md").write_text("zed, edited here\n")
     with Gate(server) as gate:
         gate.hold("GET", rf"/memory_stores/{store}/memories$", when="after", count=1)
-        syncing = threading.Thread(target=m.sync_now)
+        syncing = threading.Thread(target=lambda: m.sync_now(full=True))
         syncing.start()
         try:
             gate.wait_held(1)                       # page 1 computed, not delivered

@@ -307,7 +307,7 @@ async def test_listing_page_older_than_a_fetch_is_skipped(eng):
         assert await eng.read("/a.md") == b"s2\n"      # cache miss: fetch moves the base
         await eng.write("/a.md", b"mine\n")            # a save over s2
 
-    await while_held(hold, eng.reconcile, interfere)
+    await while_held(hold, lambda: eng.reconciler.reconcile_pass(full=True), interfere)
     assert eng.state.conflicts() == []
     await eng.push()
     assert await eng.remote() == {"/a.md": (created.id, "mine\n")}
@@ -496,3 +496,22 @@ async def test_rename_over_with_content_never_read_recovers_it(eng):
     await settle(eng)
     assert await eng.remote() == {"/b.md": (mid_b, "a2 from elsewhere\n")}
     assert mid_a not in eng.state.tombstones
+
+
+async def test_their_rename_wins_over_our_pending_rename_and_new_file(eng):
+    """We renamed a→c (not pushed) and created a new a; they renamed b→c. The server
+    decided /c: b's memory takes it, our a goes back to /a (its memory's path), and
+    the new local /a, which never reached the server, is kept as a conflict."""
+    await eng.write("/a.md", b"a1\n")
+    await eng.write("/b.md", b"b1\n")
+    await eng.push()
+    mid_a = eng.fs.node("/a.md").memory_id
+    mid_b = eng.fs.node("/b.md").memory_id
+    await eng.rename("/a.md", "/c.md")
+    await eng.other.update_memory(eng.store_id, mid_b, path="/c.md")
+    await eng.write("/a.md", b"new a\n")
+    await eng.push()
+    await settle(eng)
+    assert await eng.remote() == {"/a.md": (mid_a, "a1\n"), "/c.md": (mid_b, "b1\n")}
+    [row] = eng.state.conflicts()
+    assert eng.cache.get(row["local_sha"]) == b"new a\n"

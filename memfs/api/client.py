@@ -663,8 +663,10 @@ class MemoryStoresClient:
         limit: int = 100,
         view: str = "basic",
         page: str | None = None,
+        created_gte: str | None = None,
     ) -> Page:
-        """One page of versions, newest first."""
+        """One page of versions, newest first; `created_gte`: only versions created at
+        or after this RFC 3339 time (the store's change feed)."""
         if operation is not None and operation not in _OPERATIONS:
             raise _refuse(f"operation must be one of {', '.join(_OPERATIONS)}")
         _check_view(view)
@@ -673,6 +675,7 @@ class MemoryStoresClient:
             "operation": operation,
             "session_id": session_id,
             "api_key_id": api_key_id,
+            "created_at[gte]": created_gte,
             "view": view,
             "limit": _check_limit(limit, view),
             "page": page,
@@ -689,6 +692,7 @@ class MemoryStoresClient:
         view: str = "basic",
         session_id: str | None = None,
         api_key_id: str | None = None,
+        created_gte: str | None = None,
     ) -> AsyncIterator[MemoryVersion]:
         """Every version matching the filters, newest first."""
         page: str | None = None
@@ -702,6 +706,7 @@ class MemoryStoresClient:
                 limit=limit,
                 view=view,
                 page=page,
+                created_gte=created_gte,
             )
             for item in p.data:
                 if isinstance(item, MemoryVersion):

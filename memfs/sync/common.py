@@ -39,6 +39,9 @@ class SyncStatus:
     last_error: str | None = None
     pushed: int = 0
     warnings: list[str] = field(default_factory=list)
+    feed_position: str | None = None          # newest version applied (feed mode)
+    last_full_listing_at: float | None = None
+    feed_missed: int = 0                      # changes a full listing found first
 
     def note(self, message: str) -> None:
         log.warning("%s", message)

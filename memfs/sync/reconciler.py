@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime
 
 import trio
 
@@ -29,6 +30,8 @@ from ..nodes import Node, Remote, is_parked
 from ..state_sync import Deferred
 from . import decide
 from .common import SyncContext
+from .feed import LOOKBACK, Change, Feed, parse_time
+from .feed import format_time as feed_time
 from .pusher import local_of, remote_of
 
 log = logging.getLogger(__name__)
@@ -43,6 +46,8 @@ class Reconciler:
         self.ctx = ctx
         self.state = ctx.state
         self._parked_since: dict[str, float] = {}
+        self.feed = Feed(ctx.client, ctx.store_id)
+        self.last_full: float | None = None  # monotonic time of the last full listing
 
     async def run(self) -> None:
         while True:
@@ -98,33 +103,96 @@ class Reconciler:
             found.extend(listed[prefix])
         return found
 
-    async def reconcile_pass(self) -> None:
+    async def reconcile_pass(self, *, full: bool = False) -> None:
+        """One pass: a feed poll when the feed can be trusted, else (or when `full`,
+        or every `full_resync` seconds) a full listing, which also re-anchors it."""
         ctx = self.ctx
         async with ctx.sync_lock:
             started = time.time()
             since = self.state.epoch
-            remote = await self.list_remote()
-            ctx.came_online()
-            await self._apply(remote, since)
+            due = (self.last_full is None
+                   or time.monotonic() - self.last_full >= ctx.options.full_resync)
+            if full or due or not ctx.options.feed or not self.feed.trusted():
+                await self._full_pass(since, safety_net=self.feed.trusted() and not full)
+            else:
+                try:
+                    changes = await self.feed.poll()
+                    ctx.came_online()
+                    if changes is None:  # a burst: one listing is cheaper
+                        await self._full_pass(since, safety_net=False)
+                    else:
+                        await self._apply_changes(changes, since)
+                except BaseException:
+                    self.feed.reset(None)  # not applied: the next pass lists everything
+                    raise
             ctx.status.last_sync_at = time.time()
             ctx.status.last_sync_seconds = ctx.status.last_sync_at - started
+            ctx.status.feed_position = (feed_time(self.feed.position)
+                                        if self.feed.trusted() else None)
             self.state.set_meta("last_sync_at", str(ctx.status.last_sync_at))
             self.state.set_meta("last_sync_seconds", str(ctx.status.last_sync_seconds))
         ctx.listed.set()  # the prefetcher starts from a finished listing
         ctx.kick()  # re-created or revived files may now be pushable
 
-    async def _apply(self, remote: list[Memory], since: int) -> None:
+    async def _full_pass(self, since: int, *, safety_net: bool) -> None:
+        """List everything and apply it; anchor the feed at the newest version read
+        just before the listing. As a safety net (the feed was trusted), a change the
+        feed should have brought is logged and counted: that count must stay 0."""
+        ctx = self.ctx
+        old_position = self.feed.position
+        position = await self.feed.head() if ctx.options.feed else None
+        remote = await self.list_remote()
+        ctx.came_online()
+        horizon = (old_position - LOOKBACK) if safety_net and old_position else None
+        await self._apply(remote, since, horizon=horizon)
+        self.feed.reset(position)
+        self.last_full = time.monotonic()
+        ctx.status.last_full_listing_at = time.time()
+
+    async def _apply_changes(self, changes: list[Change], since: int) -> None:
+        """The memories the feed names: re-read each (its head now) and apply its row;
+        a 404 is a confirmed delete. A change that is exactly our base (our own write,
+        already applied from its answer) needs no request."""
+        st = self.state
+        todo = []
+        for c in changes:
+            node, tomb = st.holder(c.memory_id), st.tombstones.get(c.memory_id)
+            if c.operation != "deleted":
+                if node is not None and (c.path, c.sha) == (node.base_path, node.base_sha):
+                    continue
+                if tomb is not None and (c.path, c.sha) == (tomb.base_path, tomb.base_sha):
+                    continue
+            todo.append(c.memory_id)
+        if todo:
+            await self._confirm_absent(todo, since)
+
+    async def _apply(self, remote: list[Memory], since: int, *,
+                     horizon: datetime | None = None) -> None:
         st = self.state
         seen: set[str] = set()
-        for m in remote:
+        # Memories we hold first: their moves free the paths new memories may need.
+        for m in sorted(remote, key=lambda m: m.id not in st.by_memory):
             if m.id in seen:  # renamed forward between two pages: listed twice
                 continue
             seen.add(m.id)
+            before = self._fingerprint(m.id) if horizon is not None else None
             await self._row(m, since)
+            if horizon is not None and m.updated_at and parse_time(m.updated_at) < horizon \
+                    and self._fingerprint(m.id) != before:
+                self.ctx.status.feed_missed += 1
+                self.ctx.status.note(f"the change feed missed a change of {m.path} ({m.id}, "
+                                     f"updated {m.updated_at}); the full listing applied it")
         missing = [mid for mid in st.by_memory if mid not in seen]
         missing += [mid for mid in st.tombstones if mid not in seen]
         if missing:
-            await self._confirm_absent(missing)
+            await self._confirm_absent(missing, since)
+
+    def _fingerprint(self, mid: str) -> tuple:
+        """What a row can change about one memory here (to see whether it acted)."""
+        node, tomb = self.state.holder(mid), self.state.tombstones.get(mid)
+        return ((node.ino, node.base_path, node.base_sha, node.sha,
+                 self.state.path_of(node)) if node else None,
+                (tomb.base_path, tomb.base_sha) if tomb else None)
 
     async def _row(self, m: Memory, since: int | None) -> None:
         node = self.state.holder(m.id)
@@ -133,8 +201,10 @@ class Reconciler:
         else:
             await self._known(node, m, since)
 
-    async def _confirm_absent(self, missing: list[str]) -> None:
-        """A memory on no page may have moved between pages: ask for it (404 or not)."""
+    async def _confirm_absent(self, missing: list[str], since: int | None = None) -> None:
+        """Ask for each memory (its head now): a 404 is a confirmed delete; found, its
+        row is applied. Used for memories on no page of a listing (it may have moved
+        between pages) and for the memories the feed names."""
         limiter = trio.CapacityLimiter(self.ctx.options.push_concurrency)
         found: dict[str, Memory | None] = {}
 
@@ -155,10 +225,14 @@ class Reconciler:
                 nursery.start_soon(probe, mid)
         if errors:
             raise errors[0]
-        for mid in missing:
+        # Deletes first, then memories we hold, then new ones: each frees paths the
+        # next may need (a memory renamed away, another created at its old path).
+        order = sorted(missing, key=lambda mid: (found[mid] is not None,
+                                                 mid not in self.state.by_memory))
+        for mid in order:
             m = found[mid]
             if m is not None:
-                await self._row(m, None)  # fresher than the listing: applied as is
+                await self._row(m, since)
                 continue
             node = self.state.holder(mid)
             if node is not None:
