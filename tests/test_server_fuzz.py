@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from urllib.parse import quote
 
 import httpx
@@ -93,7 +94,9 @@ def test_random_requests_never_5xx(app_and_ids):
     app, ids = app_and_ids
     headers = {"x-api-key": "k", "anthropic-beta": MEM}
 
+    # Fixed examples under CI (a landing must not hinge on luck); random locally.
     @settings(max_examples=300, deadline=None, database=None,
+              derandomize=bool(os.environ.get("CI")),
               suppress_health_check=[HealthCheck.function_scoped_fixture,
                                      HealthCheck.too_slow])
     @given(requests(ids))
