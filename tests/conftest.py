@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import pathlib
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -225,11 +226,13 @@ def pg_cluster(tmp_path_factory) -> Iterator[PgCluster]:
         pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
     import tempfile
 
-    cluster = PgCluster.start(pathlib.Path(tempfile.mkdtemp(prefix="memfs-pg-")) / "cluster")
+    top = pathlib.Path(tempfile.mkdtemp(prefix="memfs-pg-"))
+    cluster = PgCluster.start(top / "cluster")
     try:
         yield cluster
     finally:
         cluster.stop()
+        shutil.rmtree(top, ignore_errors=True)
 
 
 @pytest.fixture
