@@ -35,16 +35,23 @@ from .status import locate, offline_status
 
 def _server(base_url: str | None, api_key_file: str | None) -> tuple[str, str | None]:
     """(base_url, api_key); the embedded local server when nothing is configured."""
+    url, key, _embedded = _server_info(base_url, api_key_file)
+    return url, key
+
+
+def _server_info(base_url: str | None, api_key_file: str | None,
+                 ) -> tuple[str, str | None, bool]:
+    """(base_url, api_key, whether it is the embedded local server)."""
     try:
         cfg = resolve_config(base_url, None, api_key_file)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     if cfg.base_url:
-        return cfg.base_url, cfg.api_key
+        return cfg.base_url, cfg.api_key, False
     from .local_server import ensure_local_server
 
     try:
-        return ensure_local_server()
+        return (*ensure_local_server(), True)
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -112,7 +119,7 @@ def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, c
     """Mount STORE_ID at MOUNTPOINT; returns once the mount is live."""
     mountpoint = os.path.abspath(mountpoint)
     _preflight(mountpoint)
-    url, api_key = _server(base_url, api_key_file)
+    url, api_key, embedded = _server_info(base_url, api_key_file)
     state_dir = _state_dir(url, store_id, cache_dir)
     try:
         _call(url, api_key, lambda c: c.get_store(store_id))
@@ -131,7 +138,7 @@ def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, c
                             poll_interval=poll_interval, deletes=deletes,
                             feed=not no_feed, full_resync=full_resync,
                             prefetch=not no_prefetch, read_only=read_only),
-        flush_timeout=flush_timeout,
+        flush_timeout=flush_timeout, embedded=embedded,
         local_only_patterns=[*DEFAULT_LOCAL_ONLY_PATTERNS, *local_only],
     )
     if foreground:

@@ -105,6 +105,8 @@ class Daemon:
                         tasks.start_soon(self.reconciler.run)
                         if self.cfg.options.prefetch:
                             tasks.start_soon(self._prefetch)
+                        if self.cfg.embedded:
+                            tasks.start_soon(self._follow_embedded_server)
 
             nursery.start_soon(run_background)
             if self.state.get_meta("last_sync_at") is None:
@@ -196,6 +198,27 @@ class Daemon:
                 with trio.move_on_after(30):
                     await self.ctx.online_wakeup.wait()
                 self.ctx.listed.set()  # try again without waiting for the next listing
+
+    async def _follow_embedded_server(self) -> None:
+        """The embedded local server restarted on another port (it picks a free port
+        each start): while offline, look where it runs now and switch to it, so
+        pending changes go out without a remount. Only a server that proves it holds
+        our key (local_server.running_url) is followed."""
+        from . import local_server
+
+        while True:
+            await trio.sleep(2.0)
+            if self.ctx.status.online:
+                continue
+            url = await trio.to_thread.run_sync(local_server.running_url)
+            if url is None or url == self.client.base_url:
+                continue
+            log.info("the embedded server moved from %s to %s; following it",
+                     self.client.base_url, url)
+            self.client.base_url = url.rstrip("/")
+            self.cfg.base_url = self.client.base_url
+            self.state.set_meta("base_url", self.client.base_url)
+            self.ctx.kick_reconcile()
 
     # -- control socket ---------------------------------------------------------------
 

@@ -36,6 +36,9 @@ class MountConfig:
     state_dir: str
     options: SyncOptions = field(default_factory=SyncOptions)
     flush_timeout: float = 30.0
+    #: The server is memfs's embedded local server: if it comes back on another
+    #: port while we are mounted, the daemon follows it (local-server.json).
+    embedded: bool = False
     local_only_patterns: list[str] = field(
         default_factory=lambda: list(DEFAULT_LOCAL_ONLY_PATTERNS))
 

@@ -136,6 +136,36 @@ def test_pending_change_survives_embedded_server_restart_on_a_new_port(embedded,
         m.cleanup()
 
 
+def test_a_live_mount_follows_the_embedded_server_to_its_new_port(embedded, tmp_path):
+    """The embedded server dies and another memfs command starts it again on a new
+    port: the mounted daemon finds it (it proves it holds our key) and pushes what was
+    written meanwhile, with no remount."""
+    path = tmp_path / "mnt"
+    path.mkdir()
+    m = MountProc(path, "", embedded.env, FAST)
+    try:
+        store = m.memfs("stores", "create", "emb").stdout.strip().splitlines()[-1]
+        m.store_id = store
+        first = embedded.info()
+        m.mount()
+        (path / "a.md").write_text("one\n")
+        m.wait_synced()
+        _kill9(first["pid"])
+        (path / "b.md").write_text("written while the server was down\n")
+        _wait(lambda: m.status()["online"] is False, 30, "the mount to notice")
+        m.memfs("stores", "list")  # any command starts the embedded server again
+        second = embedded.info()
+        assert second["url"] != first["url"]
+        m.wait_synced(timeout=60)
+        st = m.status()
+        assert st["online"] and st["server"] == second["url"]
+        memories = {x.path: x.content for x in embedded.sdk().beta.memory_stores.memories.list(
+            store, view="full", limit=20)}
+        assert memories == {"/a.md": "one\n", "/b.md": "written while the server was down\n"}
+    finally:
+        m.cleanup()
+
+
 def test_url_keyed_state_of_an_older_memfs_is_adopted(mounts, server, tmp_path):
     """State kept under the URL-derived key (as memfs did before server ids) is moved into
     place at the next mount: its pending change is not stranded."""
