@@ -31,6 +31,18 @@ def _modules():
         yield rel, path.read_text()
 
 
+def _assigned(target: ast.expr):
+    """The expressions an assignment target writes (a tuple's elements, not the index
+    of a subscript: `d[node.memory_id] = x` reads the field, it does not assign it)."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        for elt in target.elts:
+            yield from _assigned(elt)
+    elif isinstance(target, ast.Starred):
+        yield from _assigned(target.value)
+    else:
+        yield target
+
+
 def test_no_module_but_state_assigns_identity_or_base():
     offenders = []
     for rel, text in _modules():
@@ -41,7 +53,7 @@ def test_no_module_but_state_assigns_identity_or_base():
             elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
                 targets = [node.target]
             for target in targets:
-                for t in ast.walk(target):
+                for t in _assigned(target):
                     if isinstance(t, ast.Attribute) and t.attr in FIELDS:
                         offenders.append(f"{rel}:{t.lineno} assigns .{t.attr}")
     assert offenders == []
@@ -60,8 +72,10 @@ def test_no_module_but_state_writes_state_tables():
 def test_the_check_sees_a_violation(tmp_path):
     """The checks above can fail: they flag a module that breaks the rule."""
     bad = "def f(node):\n    node.base_sha = 'x'\n    db.execute('DELETE FROM tombstones')\n"
+    bad += "    a, node.memory_id = 1, 2\n    seen[node.base_path] = 1\n"
     tree = ast.parse(bad)
     attrs = [t.attr for n in ast.walk(tree) if isinstance(n, ast.Assign)
-             for t in n.targets if isinstance(t, ast.Attribute)]
-    assert attrs == ["base_sha"]
+             for target in n.targets for t in _assigned(target)
+             if isinstance(t, ast.Attribute)]
+    assert attrs == ["base_sha", "memory_id"]
     assert TABLE_WRITE.search("DELETE FROM tombstones")
