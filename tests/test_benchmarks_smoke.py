@@ -18,7 +18,11 @@ EXPECTED = {
     "bench_reads.py": ["ratio warm grep memfs/bindfs:", "ratio warm cat memfs/native:",
                        "ratio warm ls memfs/bindfs:"],
     "bench_writes.py": ["ratio cp memfs/native:", "ratio cp+upload memfs/sdk-sync:"],
-    "bench_sync.py": ["ratio idle-poll requests memfs/sdk:",
+    # --quick: 100 memories, 0 and 50 ms per request; feed vs full listing vs SDK, markdown
+    "bench_sync.py": ["ratio idle-poll requests feed/full-listing @ 0 ms:",
+                      "ratio idle-poll requests memfs/sdk @ 50 ms:",
+                      "value idle-mount requests/hour feed @ 50 ms:",
+                      "ratio remote->visible feed/no-feed @ 50 ms:",
                       "ratio local->remote latency / write-back-delay 0.1s:"],
     # --quick: 60 memories, 0 and 50 ms per request; every phase, plot and markdown included
     "bench_network.py": ["ratio cold-grep memfs/sdk @ 0 ms:", "ratio cold-grep memfs/sdk @ 50 ms:",
@@ -32,7 +36,8 @@ EXPECTED = {
 @needs_fuse
 def test_benchmarks_quick(tmp_path: pathlib.Path) -> None:
     extra = {"bench_network.py": ["--markdown", str(tmp_path / "network.md"),
-                                  "--plot", str(tmp_path / "network.png")]}
+                                  "--plot", str(tmp_path / "network.png")],
+             "bench_sync.py": ["--markdown", str(tmp_path / "sync.md")]}
     procs = {
         name: subprocess.Popen([sys.executable, str(BENCH / name), "--quick",
                                 *extra.get(name, [])], cwd=str(BENCH),
@@ -57,6 +62,8 @@ def test_benchmarks_quick(tmp_path: pathlib.Path) -> None:
         assert all(ln.rstrip().endswith("x") for ln in ratios), ratios
     md = (tmp_path / "network.md").read_text()
     assert "| what" in md and "target" in md, md
+    md = (tmp_path / "sync.md").read_text()
+    assert "memfs feed poll, idle" in md and "requests per hour" in md, md
     try:
         import matplotlib  # noqa: F401  (the `bench` extra; the plot is skipped without it)
     except ImportError:
