@@ -219,3 +219,29 @@ async def test_the_safety_net_counts_what_the_feed_missed(eng, monkeypatch):
     await eng.reconcile()
     assert await eng.read("/a.md") == b"a2, never in the feed\n"
     assert eng.ctx.status.feed_missed == 1
+
+
+async def test_an_idle_poll_after_a_burst_stays_small(eng, monkeypatch):
+    """A burst of writes just before the store goes quiet: the next idle polls read at
+    most one page of versions they already applied, and once the lookback has passed
+    they ask from the newest version itself (an empty page again)."""
+    await anchored(eng)
+    for i in range(150):
+        await eng.other.create_memory(eng.store_id, f"/burst/n{i:03}.md", f"{i}\n")
+    await eng.reconcile()                     # applies the burst (2 pages of versions)
+    counts = count_requests(eng)
+    await eng.reconcile()                     # idle, inside the lookback window
+    assert counts == {"versions": 1, "list": 0, "get": 0}
+    monkeypatch.setattr(feed_module, "LOOKBACK", feed_module.timedelta(seconds=0))
+    got = []
+    orig = eng.client.list_versions_page
+
+    async def spy(*a, **kw):
+        page = await orig(*a, **kw)
+        got.append(len(page.data))
+        return page
+
+    eng.client.list_versions_page = spy
+    await eng.reconcile()                     # the lookback has passed: from the newest
+    assert got == [1]                         # only the newest version itself
+    assert len(eng.state.lookup_path("/burst").children) == 150

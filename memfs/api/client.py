@@ -682,6 +682,26 @@ class MemoryStoresClient:
         }
         return self._page(await self._request("GET", self._versions(store_id), query=query))
 
+    async def list_versions_pages(
+        self,
+        store_id: str,
+        *,
+        memory_id: str | None = None,
+        limit: int = 100,
+        view: str = "basic",
+        created_gte: str | None = None,
+    ) -> AsyncIterator[list[MemoryVersion]]:
+        """The versions matching the filters, newest first, a page at a time (so a
+        caller can stop early)."""
+        page: str | None = None
+        while True:
+            p = await self.list_versions_page(store_id, memory_id=memory_id, limit=limit,
+                                              view=view, page=page, created_gte=created_gte)
+            yield [item for item in p.data if isinstance(item, MemoryVersion)]
+            if not p.next_page:
+                return
+            page = p.next_page
+
     async def list_versions(
         self,
         store_id: str,

@@ -18,6 +18,7 @@ seconds in any case, as a safety net that also counts what the feed missed.
 from __future__ import annotations
 
 import time
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -61,6 +62,7 @@ class Feed:
     position: datetime | None = None            # None: unknown, a full listing is due
     seen: dict[str, datetime] = field(default_factory=dict)  # version id -> created_at
     last_poll: float | None = None              # monotonic, of the last good poll
+    position_seen_at: float = 0.0               # monotonic: when position last moved
 
     async def head(self) -> datetime:
         """The newest version's time (the feed position a listing starts from)."""
@@ -78,31 +80,52 @@ class Feed:
         self.position = position
         self.seen.clear()
         self.last_poll = time.monotonic() if position is not None else None
+        self.position_seen_at = time.monotonic()
 
     async def poll(self) -> list[Change] | None:
         """The memories changed since the last poll, newest version each; None when
         there are too many (a full listing is cheaper). Raises on any error (the
         caller then falls back to a full listing)."""
         assert self.position is not None
-        since = self.position - LOOKBACK
+        since = self._since()
         versions: list[MemoryVersion] = []
-        async for v in self.client.list_versions(self.store_id, created_gte=format_time(since),
-                                                 limit=100):
-            versions.append(v)
-            if len(versions) > MAX_VERSIONS:
-                return None
+        new = 0
+        pages = self.client.list_versions_pages(self.store_id, created_gte=format_time(since),
+                                                limit=100)
+        async with aclosing(pages):
+            async for page in pages:
+                fresh = [v for v in page if v.id not in self.seen]
+                versions += fresh
+                new += len(fresh)
+                if new > MAX_VERSIONS:
+                    return None
+                if page and not fresh:
+                    # Newest first: a page of versions all applied already means the
+                    # rest (older) were too, but for a write committed out of order more
+                    # than a page deep, which the safety-net listing catches and counts.
+                    break
         newest: dict[str, Change] = {}
         for v in versions:  # newest first: the first one of a memory is its newest
             when = parse_time(v.created_at)
-            if v.id in self.seen:
-                continue
             self.seen[v.id] = when
-            self.position = max(self.position, when)
+            if when > self.position:
+                self.position, self.position_seen_at = when, time.monotonic()
             if v.memory_id not in newest:
                 newest[v.memory_id] = Change(v.memory_id, v.operation, v.path,
                                              v.content_sha256, when)
-        horizon = self.position - LOOKBACK
+        horizon = self._since()
         for vid in [vid for vid, when in self.seen.items() if when < horizon]:
             del self.seen[vid]
         self.last_poll = time.monotonic()
         return list(newest.values())
+
+    def _since(self) -> datetime:
+        """Where a poll starts. Within LOOKBACK (wall time) of the newest version's
+        arrival, a write committed out of order may still show up with an older
+        time: ask from LOOKBACK before it. Once the store stayed quiet that long,
+        nothing older can come: ask from the newest version itself (an idle poll of a
+        store that just had a burst of writes is then an empty page again)."""
+        assert self.position is not None
+        if time.monotonic() - self.position_seen_at < LOOKBACK.total_seconds():
+            return self.position - LOOKBACK
+        return self.position
