@@ -245,3 +245,22 @@ async def test_an_idle_poll_after_a_burst_stays_small(eng, monkeypatch):
     await eng.reconcile()                     # the lookback has passed: from the newest
     assert got == [1]                         # only the newest version itself
     assert len(eng.state.lookup_path("/burst").children) == 150
+
+
+async def test_the_first_poll_after_a_listing_does_not_relist_a_recent_burst(eng,
+                                                                              monkeypatch):
+    """Writes made just before the full listing are in the listing; the first poll
+    sees them again in its lookback window, finds them applied, and neither re-reads
+    the memories nor falls back to another full listing (120 versions against a limit
+    of 50 that would otherwise send it back to listing at every poll)."""
+    monkeypatch.setattr(feed_module, "MAX_VERSIONS", 50)
+    for i in range(120):
+        await eng.other.create_memory(eng.store_id, f"/seed/n{i:03}.md", f"{i}\n")
+    await anchored(eng)
+    counts = count_requests(eng)
+    await eng.reconcile()
+    assert counts["list"] == 0 and counts["get"] == 0
+    assert counts["versions"] <= 2   # the 120 versions of the lookback window, once
+    counts.update(versions=0)
+    await eng.reconcile()
+    assert counts == {"versions": 1, "list": 0, "get": 0}

@@ -18,6 +18,7 @@ seconds in any case, as a safety net that also counts what the feed missed.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -82,10 +83,14 @@ class Feed:
         self.last_poll = time.monotonic() if position is not None else None
         self.position_seen_at = time.monotonic()
 
-    async def poll(self) -> list[Change] | None:
+    async def poll(self, applied: Callable[[MemoryVersion], bool] = lambda v: False,
+                   ) -> list[Change] | None:
         """The memories changed since the last poll, newest version each; None when
-        there are too many (a full listing is cheaper). Raises on any error (the
-        caller then falls back to a full listing)."""
+        there are too many (a full listing is cheaper). `applied(version)`: whether
+        the mount already holds what that version wrote (our own writes, or a burst
+        the last full listing already brought); those cost nothing and do not count
+        toward the limit. Raises on any error (the caller then falls back to a full
+        listing)."""
         assert self.position is not None
         since = self._since()
         versions: list[MemoryVersion] = []
@@ -96,7 +101,7 @@ class Feed:
             async for page in pages:
                 fresh = [v for v in page if v.id not in self.seen]
                 versions += fresh
-                new += len(fresh)
+                new += sum(1 for v in fresh if not applied(v))
                 if new > MAX_VERSIONS:
                     return None
                 if page and not fresh:

@@ -48,9 +48,16 @@ class Reconciler:
         self._parked_since: dict[str, float] = {}
         self.feed = Feed(ctx.client, ctx.store_id)
         self.last_full: float | None = None  # monotonic time of the last full listing
+        self.last_pass: float | None = None  # monotonic time of the last finished pass
 
     async def run(self) -> None:
         while True:
+            if self.last_pass is not None and \
+                    time.monotonic() - self.last_pass < self.ctx.options.poll_interval:
+                # A pass just ran (the mount's first listing, a `sync`): wait a turn.
+                with trio.move_on_after(self.ctx.options.poll_interval):
+                    await self.ctx.reconcile_wakeup.wait()
+                self.ctx.reconcile_wakeup = trio.Event()
             try:
                 await self.reconcile_pass()
                 delay = self.ctx.options.poll_interval
@@ -116,7 +123,7 @@ class Reconciler:
                 await self._full_pass(since, safety_net=self.feed.trusted() and not full)
             else:
                 try:
-                    changes = await self.feed.poll()
+                    changes = await self.feed.poll(self._applied)
                     ctx.came_online()
                     if changes is None:  # a burst: one listing is cheaper
                         await self._full_pass(since, safety_net=False)
@@ -131,6 +138,7 @@ class Reconciler:
                                         if self.feed.trusted() else None)
             self.state.set_meta("last_sync_at", str(ctx.status.last_sync_at))
             self.state.set_meta("last_sync_seconds", str(ctx.status.last_sync_seconds))
+            self.last_pass = time.monotonic()
         ctx.listed.set()  # the prefetcher starts from a finished listing
         ctx.kick()  # re-created or revived files may now be pushable
 
@@ -148,6 +156,17 @@ class Reconciler:
         self.feed.reset(position)
         self.last_full = time.monotonic()
         ctx.status.last_full_listing_at = time.time()
+
+    def _applied(self, v) -> bool:
+        """Whether the mount already holds what version v wrote."""
+        st = self.state
+        node, tomb = st.holder(v.memory_id), st.tombstones.get(v.memory_id)
+        if v.operation == "deleted":
+            return node is None and tomb is None
+        if node is not None:
+            return (v.path, v.content_sha256) == (node.base_path, node.base_sha)
+        return tomb is not None and (v.path, v.content_sha256) == (tomb.base_path,
+                                                                   tomb.base_sha)
 
     async def _apply_changes(self, changes: list[Change], since: int) -> None:
         """The memories the feed names: re-read each (its head now) and apply its row;
