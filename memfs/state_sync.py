@@ -151,12 +151,7 @@ class SyncTransitions:
             if ticket.memory_id is not None:
                 holder = self.holder(remote.id)
                 if holder is not None:
-                    self._mark_base(holder, remote)
-                    if holder.sent_sha in (ticket.sha, remote.sha):
-                        holder.sent_sha = None
-                    self._clear_error(holder)
-                    self._save(holder)
-                    return holder
+                    return self._landed_on(holder, ticket, remote)
                 tomb = self.tombstones.get(remote.id)
                 if tomb is not None:
                     tomb.base_path, tomb.base_sha, tomb.sent_sha = remote.path, remote.sha, None
@@ -168,15 +163,18 @@ class SyncTransitions:
             holder = self.successor(ticket.ino)
             if (holder is not None and holder.memory_id is None
                     and not self.is_local_only_name(holder)):
-                self._mark_base(holder, remote)
-                if holder.sent_sha in (ticket.sha, remote.sha):
-                    holder.sent_sha = None
-                self._clear_error(holder)
-                self._save(holder)
-                return holder
+                return self._landed_on(holder, ticket, remote)
             if remote.id not in self.by_memory:
                 self._add_tombstone(remote)
             return None
+
+    def _landed_on(self: State, holder: Node, ticket: PushTicket, remote: Remote) -> Node:
+        self._mark_base(holder, remote)
+        if holder.sent_sha in (ticket.sha, remote.sha):
+            holder.sent_sha = None
+        self._clear_error(holder)
+        self._save(holder)
+        return holder
 
     def push_refused(self: State, ticket: PushTicket, reason: str) -> None:
         """The server refused this content (400/413): retried only once it changes."""

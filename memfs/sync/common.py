@@ -159,6 +159,27 @@ class SyncContext:
         return cid
 
 
+async def gather_bounded(items, fn, limit: int) -> None:
+    """await fn(item) for every item, `limit` at a time; the first error is raised
+    after all have finished (a plain exception, not a trio ExceptionGroup, so callers
+    can tell "offline" from the rest)."""
+    limiter = trio.CapacityLimiter(limit)
+    errors: list[BaseException] = []
+
+    async def one(item) -> None:
+        async with limiter:
+            try:
+                await fn(item)
+            except Exception as exc:
+                errors.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        for item in items:
+            nursery.start_soon(one, item)
+    if errors:
+        raise errors[0]
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, api_errors.APIError):
         return f"{type(exc).__name__}: {exc}"  # the message, then (HTTP status, type)

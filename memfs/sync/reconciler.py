@@ -29,7 +29,7 @@ from ..api.models import Memory, MemoryPrefix
 from ..nodes import Node, Remote, is_parked
 from ..state_sync import Deferred
 from . import decide
-from .common import SyncContext
+from .common import SyncContext, gather_bounded
 from .feed import LOOKBACK, Change, Feed, parse_time
 from .feed import format_time as feed_time
 from .pusher import local_of, remote_of
@@ -89,23 +89,13 @@ class Reconciler:
         found = [m for m in root if isinstance(m, Memory)]
         prefixes = [p.path for p in root if isinstance(p, MemoryPrefix)]
         listed: dict[str, list[Memory]] = {}
-        errors: list[BaseException] = []
-        limiter = trio.CapacityLimiter(self.ctx.options.push_concurrency)
 
         async def one(prefix: str) -> None:
-            async with limiter:
-                try:
-                    listed[prefix] = [m async for m in ctx.client.list_memories(
-                        ctx.store_id, path_prefix=prefix, view="basic", limit=100)
-                        if isinstance(m, Memory)]
-                except Exception as exc:
-                    errors.append(exc)
+            listed[prefix] = [m async for m in ctx.client.list_memories(
+                ctx.store_id, path_prefix=prefix, view="basic", limit=100)
+                if isinstance(m, Memory)]
 
-        async with trio.open_nursery() as nursery:
-            for prefix in prefixes:
-                nursery.start_soon(one, prefix)
-        if errors:
-            raise errors[0]
+        await gather_bounded(prefixes, one, ctx.options.push_concurrency)
         for prefix in prefixes:
             found.extend(listed[prefix])
         return found
@@ -224,26 +214,17 @@ class Reconciler:
         """Ask for each memory (its head now): a 404 is a confirmed delete; found, its
         row is applied. Used for memories on no page of a listing (it may have moved
         between pages) and for the memories the feed names."""
-        limiter = trio.CapacityLimiter(self.ctx.options.push_concurrency)
         found: dict[str, Memory | None] = {}
 
-        errors: list[BaseException] = []
-
         async def probe(mid: str) -> None:
-            async with limiter:
-                try:
-                    found[mid] = await self.ctx.client.get_memory(self.ctx.store_id, mid,
-                                                                  view="basic")
-                except api_errors.NotFoundError:
-                    found[mid] = None
-                except Exception as exc:  # offline: nothing is decided this pass
-                    errors.append(exc)
+            try:
+                found[mid] = await self.ctx.client.get_memory(self.ctx.store_id, mid,
+                                                              view="basic")
+            except api_errors.NotFoundError:
+                found[mid] = None
 
-        async with trio.open_nursery() as nursery:
-            for mid in missing:
-                nursery.start_soon(probe, mid)
-        if errors:
-            raise errors[0]
+        # Offline (any other error): raised, nothing is decided this pass.
+        await gather_bounded(missing, probe, self.ctx.options.push_concurrency)
         # Deletes first, then memories we hold, then new ones: each frees paths the
         # next may need (a memory renamed away, another created at its old path).
         order = sorted(missing, key=lambda mid: (found[mid] is not None,
