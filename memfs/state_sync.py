@@ -251,13 +251,6 @@ class SyncTransitions:
         with self.transaction():
             self._drop_tombstone(memory_id)
 
-    def tombstone_sent(self: State, memory_id: str, sha: str) -> None:
-        with self.transaction():
-            tomb = self.tombstones.get(memory_id)
-            if tomb is not None:
-                tomb.sent_sha = sha
-                self._save_tombstone(tomb)
-
     def tombstone_failed(self: State, memory_id: str, message: str) -> None:
         with self.transaction():
             tomb = self.tombstones.get(memory_id)
@@ -503,11 +496,7 @@ class SyncTransitions:
 
     def add_conflict(self: State, path: str, memory_id: str | None, local_sha: str,
                      remote_sha: str | None, reason: str) -> int:
+        """A conflict row on its own (tools and reproductions; the sync code adds rows
+        only together with the change that made them)."""
         with self.transaction():
             return self._add_conflict(path, memory_id, local_sha, remote_sha, reason)
-
-    def remove_conflict(self: State, cid: int) -> None:
-        row = self.get_conflict(cid)
-        if row is not None:
-            with self.transaction():
-                self._remove_conflict(row)
