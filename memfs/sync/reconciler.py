@@ -30,7 +30,7 @@ from ..nodes import Node, Remote, is_parked
 from ..state_sync import Deferred
 from . import decide
 from .common import SyncContext, gather_bounded
-from .feed import LOOKBACK, Change, Feed, parse_time
+from .feed import EPOCH, LOOKBACK, Change, Feed, parse_time
 from .feed import format_time as feed_time
 from .pusher import local_of, remote_of
 
@@ -124,8 +124,9 @@ class Reconciler:
                     raise
             ctx.status.last_sync_at = time.time()
             ctx.status.last_sync_seconds = ctx.status.last_sync_at - started
-            ctx.status.feed_position = (feed_time(self.feed.position)
-                                        if self.feed.trusted() else None)
+            position = self.feed.position if self.feed.trusted() else None
+            ctx.status.feed_position = (None if position is None else "the store's start"
+                                        if position == EPOCH else feed_time(position))
             self.state.set_meta("last_sync_at", str(ctx.status.last_sync_at))
             self.state.set_meta("last_sync_seconds", str(ctx.status.last_sync_seconds))
             self.last_pass = time.monotonic()
