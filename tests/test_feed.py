@@ -264,3 +264,16 @@ async def test_the_first_poll_after_a_listing_does_not_relist_a_recent_burst(eng
     counts.update(versions=0)
     await eng.reconcile()
     assert counts == {"versions": 1, "list": 0, "get": 0}
+
+
+async def test_memories_created_and_deleted_elsewhere_cost_no_reads(eng):
+    """Another client's short-lived memories (created and deleted between two polls,
+    or before the mount) are nothing to this mount: no GET each."""
+    await anchored(eng)
+    for i in range(30):
+        m = await eng.other.create_memory(eng.store_id, f"/tmp/n{i}.md", f"{i}\n")
+        await eng.other.delete_memory(eng.store_id, m.id)
+    counts = count_requests(eng)
+    await eng.reconcile()
+    assert counts["get"] == 0 and counts["list"] == 0
+    assert eng.state.lookup_path("/tmp") is None

@@ -167,6 +167,8 @@ class Reconciler:
         todo = []
         for c in changes:
             node, tomb = st.holder(c.memory_id), st.tombstones.get(c.memory_id)
+            if c.operation == "deleted" and node is None and tomb is None:
+                continue  # created and deleted elsewhere, never here: nothing to do
             if c.operation != "deleted":
                 if node is not None and (c.path, c.sha) == (node.base_path, node.base_sha):
                     continue
