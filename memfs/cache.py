@@ -68,7 +68,7 @@ class BlobCache:
             if not intact:
                 self._write(path, sha, data)
         if fsync:
-            _fsync_paths(self.durable_files(sha))
+            fsync_paths(self.durable_files(sha))
         self._remember(sha, data)
         return sha
 
@@ -107,9 +107,16 @@ class BlobCache:
         return removed
 
 
-def _fsync_paths(paths: list[Path]) -> None:
+def fsync_paths(paths: list[Path], *, missing_ok: bool = False) -> None:
+    """fsync each file or directory (with missing_ok, skip those that do not exist:
+    the WAL appears only with the first write)."""
     for path in paths:
-        fd = os.open(path, os.O_RDONLY)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            if missing_ok:
+                continue
+            raise
         try:
             os.fsync(fd)
         finally:

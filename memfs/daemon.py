@@ -33,14 +33,7 @@ from .cache import BlobCache
 from .fs import Operations
 from .mountconfig import MountConfig
 from .state import State
-from .statedir import (  # noqa: F401 - re-exported: where state lives (memfs/statedir.py)
-    cache_root,
-    canonical_mountpoint,
-    registry_dir,
-    registry_file,
-    server_id,
-    state_dir_for,
-)
+from .statedir import canonical_mountpoint, registry_file
 from .sync.common import SyncContext
 from .sync.pusher import Pusher
 from .sync.reconciler import Reconciler
@@ -188,12 +181,12 @@ class Daemon:
         while True:
             await self.ctx.listed.wait()
             self.ctx.listed = trio.Event()
-            if not self.ctx.fetcher.wanted_batches():
-                continue
             started = time.monotonic()
             filled, failed = await self.ctx.fetcher.prefetch()
-            log.info("prefetch: %d blobs in %.2fs%s", filled, time.monotonic() - started,
-                     f", {failed} batch(es) to retry" if failed else "")
+            if filled or failed:
+                log.info("prefetch: %d blobs in %.2fs%s", filled,
+                         time.monotonic() - started,
+                         f", {failed} batch(es) to retry" if failed else "")
             if failed:
                 with trio.move_on_after(30):
                     await self.ctx.online_wakeup.wait()

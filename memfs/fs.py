@@ -36,12 +36,13 @@ import stat
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 
 import pyfuse3
 import trio
 
 from . import paths
-from .cache import BlobCache, sha256
+from .cache import BlobCache, fsync_paths, sha256
 from .state import EMPTY_SHA, ROOT_INO, Node, State, check_new_path
 
 log = logging.getLogger(__name__)
@@ -255,7 +256,7 @@ class Operations(pyfuse3.Operations):
         if sha and sha != EMPTY_SHA:
             files = [*self.cache.durable_files(sha), *files]
         try:
-            await trio.to_thread.run_sync(_fsync_all, files)
+            await trio.to_thread.run_sync(partial(fsync_paths, files, missing_ok=True))
         except OSError as exc:
             log.error("cannot fsync inode %d: %s", of.node.ino, exc)
             raise _err(exc.errno or errno.EIO) from None
@@ -319,7 +320,8 @@ class Operations(pyfuse3.Operations):
         self._dirs.pop(fh, None)
 
     async def fsyncdir(self, fh, datasync):
-        await trio.to_thread.run_sync(_fsync_all, self.state.durable_files())
+        await trio.to_thread.run_sync(
+            partial(fsync_paths, self.state.durable_files(), missing_ok=True))
 
     async def statfs(self, ctx):
         s = pyfuse3.StatvfsData()
@@ -638,19 +640,6 @@ class Operations(pyfuse3.Operations):
             del self._open[ino]
             if of.node.sha:
                 self._last_open_sha[ino] = of.node.sha
-
-
-def _fsync_all(files) -> None:
-    """fsync each file or directory that exists (the WAL may not yet)."""
-    for path in files:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _guarded(handler):

@@ -123,6 +123,8 @@ def unknown_row(remote_path: str, remote_sha: str, tomb: PendingDelete | None,
             return Unknown.DELETE_PENDING
         if remote_sha == tomb.sent_sha:
             return Unknown.REBASE_DELETE
+        if at_path is not None or at_path_is_dir:
+            return Unknown.COLLIDE  # the server's edit wins, but its path is taken here
         return Unknown.RESTORE
     if at_path is None and not at_path_is_dir:
         return Unknown.ADD

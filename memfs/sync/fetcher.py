@@ -103,9 +103,6 @@ class Fetcher:
                 out.setdefault(batch_of(st.path_of(n)), []).append(n)
         return out
 
-    def wanted_batches(self) -> set[str]:
-        return set(self.missing())
-
     async def prefetch(self) -> tuple[int, int]:
         """Fill the cache: a batch with many missing blobs as `view=full` pages, a
         few stragglers (remote edits since the last fill) one GET each; `limiter`

@@ -468,8 +468,10 @@ class Pusher:
         # A pending delete whose memory is the only source of some file's content
         # (not cached: taken from the server, never read, then renamed over another
         # file) waits until that content is fetched.
-        needed = {n.sha for n in st.dirty_files() if n.sha and not self.ctx.cache.has(n.sha)}
-        due = [t for t in due if t.base_sha not in needed]
+        if due:
+            needed = {n.sha for n in st.dirty_files()
+                      if n.sha and n.sha != n.base_sha and not self.ctx.cache.has(n.sha)}
+            due = [t for t in due if t.base_sha not in needed]
         cap = delete_cap(len(st.by_memory) + len(st.tombstones))
         if len(due) > cap:
             log.info("delete cap reached: sending %d deletes, holding %d for later passes",

@@ -263,9 +263,7 @@ class Reconciler:
         if row is U.RESTORE:
             ctx.status.note(f"{m.path} was deleted here but changed on the server; "
                             "restoring the server's version")
-            row = U.ADD if at_path is None else U.COLLIDE
-            if row is U.COLLIDE:
-                st.tombstone_settled(m.id)
+            row = U.ADD  # add_remote cancels the pending delete
         if row is U.ADD:
             node = st.add_remote(remote_of(m))
             if node is None:
@@ -275,6 +273,8 @@ class Reconciler:
             self._entry_changed(node)
             return
         if row is U.COLLIDE:
+            if tomb is not None:  # our delete no longer applies: the server changed it
+                st.tombstone_settled(m.id)
             ctx.status.note(f"the server's {m.path} ({m.id}) collides with a local "
                             f"{'directory' if at_path and at_path.is_dir else 'file'}; not shown")
             return
