@@ -110,12 +110,14 @@ def _preflight(mountpoint: str) -> None:
 @click.option("--no-prefetch", is_flag=True, help="Do not fill the cache in the background.")
 @click.option("--flush-timeout", type=click.FloatRange(0), default=30.0, show_default=True,
               help="Bound on the flush at unmount or SIGTERM.")
+@click.option("--show-meta", is_flag=True, help="List the read-only .memfs directory "
+              "(version history) in the root; it is always reachable by name.")
 @click.option("--local-only", "local_only", multiple=True, metavar="GLOB",
               help="Another file-name pattern kept local-only, never uploaded (repeatable; "
               "added to: " + " ".join(DEFAULT_LOCAL_ONLY_PATTERNS) + ").")
 def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, cache_dir,
           write_back_delay, delete_delay, poll_interval, full_resync, no_feed, deletes,
-          no_prefetch, flush_timeout, local_only):
+          no_prefetch, flush_timeout, show_meta, local_only):
     """Mount STORE_ID at MOUNTPOINT; returns once the mount is live."""
     mountpoint = os.path.abspath(mountpoint)
     _preflight(mountpoint)
@@ -137,7 +139,8 @@ def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, c
         options=SyncOptions(write_back_delay=write_back_delay, delete_delay=delete_delay,
                             poll_interval=poll_interval, deletes=deletes,
                             feed=not no_feed, full_resync=full_resync,
-                            prefetch=not no_prefetch, read_only=read_only),
+                            prefetch=not no_prefetch, read_only=read_only,
+                            show_meta=show_meta),
         flush_timeout=flush_timeout, embedded=embedded,
         local_only_patterns=[*DEFAULT_LOCAL_ONLY_PATTERNS, *local_only],
     )

@@ -31,6 +31,7 @@ from .api import errors as api_errors
 from .api.client import MemoryStoresClient
 from .cache import BlobCache
 from .fs import Operations
+from .fs_versions import VersionsTree
 from .mountconfig import MountConfig
 from .state import State
 from .statedir import canonical_mountpoint, registry_file
@@ -52,7 +53,9 @@ class Daemon:
         self.ctx = SyncContext(self.state, self.cache, self.client, cfg.store_id, cfg.options)
         self.ops = Operations(self.state, self.cache, read_only=cfg.options.read_only,
                               fetch=self.ctx.fetch, kick=self.ctx.kick,
-                              invalidate=self.ctx.invalidate)
+                              invalidate=self.ctx.invalidate,
+                              meta=VersionsTree(self.client, cfg.store_id, self.cache,
+                                                show_meta=cfg.options.show_meta))
         removed = self.cache.gc(self.state.referenced_shas())
         if removed:
             log.info("cache: removed %d unreferenced blobs", removed)

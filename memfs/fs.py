@@ -43,6 +43,7 @@ import trio
 
 from . import paths
 from .cache import BlobCache, fsync_paths, sha256
+from .fs_versions import FH_BASE, META_INO, META_NAME, VersionsTree, is_virtual
 from .state import EMPTY_SHA, ROOT_INO, Node, State, check_new_path
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,8 @@ class Operations(pyfuse3.Operations):
 
     def __init__(self, state: State, cache: BlobCache, *, read_only: bool = False,
                  fetch: Fetch | None = None, kick: Callable[[], None] | None = None,
-                 invalidate: Invalidate | None = None, timeout: float = 300.0) -> None:
+                 invalidate: Invalidate | None = None, timeout: float = 300.0,
+                 meta: VersionsTree | None = None) -> None:
         super().__init__()
         self.state = state
         self.cache = cache
@@ -101,6 +103,24 @@ class Operations(pyfuse3.Operations):
         self._dirs: dict[int, list[tuple[str, int]]] = {}  # dir fh -> snapshot
         self._next_fh = 1
         self._last_open_sha: dict[int, str] = {}
+        #: The read-only `.memfs` tree (memfs/fs_versions.py): inodes in its reserved
+        #: range and file handles from FH_BASE go there; every change there is EROFS.
+        self.meta = meta
+
+    # -- the virtual .memfs tree: small hooks ---------------------------------------
+
+    def _meta(self) -> VersionsTree:
+        if self.meta is None:
+            raise _err(errno.ENOENT)
+        return self.meta
+
+    def _refuse_virtual(self, *inodes: int) -> None:
+        """Any change inside `.memfs` (whatever the mount's mode): EROFS."""
+        if any(is_virtual(i) for i in inodes):
+            raise _err(errno.EROFS)
+
+    def _is_meta_entry(self, parent_inode: int, name: bytes) -> bool:
+        return self.meta is not None and parent_inode == ROOT_INO and name == META_NAME.encode()
 
     # -- helpers ---------------------------------------------------------------
 
@@ -273,6 +293,10 @@ class Operations(pyfuse3.Operations):
     # -- lookups -----------------------------------------------------------------
 
     async def lookup(self, parent_inode, name, ctx):
+        if is_virtual(parent_inode):
+            return await self._meta().lookup(parent_inode, self._name(name))
+        if self._is_meta_entry(parent_inode, name):
+            return self._meta().attr(META_INO)
         parent = self._dir(parent_inode)
         sname = self._name(name)
         if sname == ".":
@@ -288,38 +312,60 @@ class Operations(pyfuse3.Operations):
         return self._attr(node)
 
     async def getattr(self, inode, ctx):
+        if is_virtual(inode):
+            return self._meta().attr(inode)
         return self._attr(self._node(inode))
 
     async def forget(self, inode_list):
         return None
 
     async def access(self, inode, mode, ctx):
+        if is_virtual(inode):
+            self._meta().attr(inode)
+            if mode & os.W_OK:
+                raise _err(errno.EROFS)
+            return True
         self._node(inode)
         if mode & os.W_OK and self.read_only:
             raise _err(errno.EROFS)
         return True
 
     async def opendir(self, inode, ctx):
+        if is_virtual(inode):
+            return await self._meta().opendir(inode)
         node = self._dir(inode)
         fh = self._next_fh
         self._next_fh += 1
-        self._dirs[fh] = sorted(node.children.items())
+        entries = list(node.children.items())
+        if inode == ROOT_INO and self.meta is not None and self.meta.show_meta:
+            entries.append((META_NAME, META_INO))  # only with --show-meta
+        self._dirs[fh] = sorted(entries)
         return fh
 
     async def readdir(self, fh, start_id, token):
+        if fh >= FH_BASE:
+            return self._meta().readdir(fh, start_id, token)
         entries = self._dirs.get(fh, [])
         for i in range(start_id, len(entries)):
             name, ino = entries[i]
             node = self.state.nodes.get(ino)
-            if node is None:
+            if node is not None:
+                attr = self._attr(node)
+            elif is_virtual(ino):
+                attr = self._meta().attr(ino)
+            else:
                 continue  # removed since opendir
-            if not pyfuse3.readdir_reply(token, name.encode("utf-8"), self._attr(node), i + 1):
+            if not pyfuse3.readdir_reply(token, name.encode("utf-8"), attr, i + 1):
                 break
 
     async def releasedir(self, fh):
+        if fh >= FH_BASE:
+            return self._meta().release(fh)
         self._dirs.pop(fh, None)
 
     async def fsyncdir(self, fh, datasync):
+        if fh >= FH_BASE:
+            return
         await trio.to_thread.run_sync(
             partial(fsync_paths, self.state.durable_files(), missing_ok=True))
 
@@ -371,6 +417,9 @@ class Operations(pyfuse3.Operations):
         return None
 
     async def getxattr(self, inode, name, ctx):
+        if is_virtual(inode):
+            self._meta().attr(inode)
+            raise _err(pyfuse3.ENOATTR)
         node = self._node(inode)
         if not name.startswith(b"user.memfs."):  # ls -l asks security.*/system.* per file
             raise _err(pyfuse3.ENOATTR)
@@ -380,9 +429,13 @@ class Operations(pyfuse3.Operations):
         return value.encode("utf-8")
 
     async def listxattr(self, inode, ctx):
+        if is_virtual(inode):
+            self._meta().attr(inode)
+            return []
         return list(self._xattr_values(self._node(inode)))
 
     async def setxattr(self, inode, name, value, ctx):
+        self._refuse_virtual(inode)
         self._node(inode)
         self._writable()
         if name.startswith(b"user.memfs."):
@@ -390,6 +443,7 @@ class Operations(pyfuse3.Operations):
         raise _err(errno.ENOTSUP)
 
     async def removexattr(self, inode, name, ctx):
+        self._refuse_virtual(inode)
         self._node(inode)
         self._writable()
         if name.startswith(b"user.memfs."):
@@ -399,6 +453,7 @@ class Operations(pyfuse3.Operations):
     # -- namespace changes ---------------------------------------------------------
 
     async def mkdir(self, parent_inode, name, mode, ctx):
+        self._refuse_virtual(parent_inode)
         self._writable()
         parent = self._dir(parent_inode)
         sname = self._name(name)
@@ -411,6 +466,7 @@ class Operations(pyfuse3.Operations):
         return self._attr(node)
 
     async def _create_file(self, parent_inode, name, mode, ctx) -> Node:
+        self._refuse_virtual(parent_inode)
         self._writable()
         parent = self._dir(parent_inode)
         sname = self._name(name)
@@ -435,23 +491,31 @@ class Operations(pyfuse3.Operations):
         return pyfuse3.FileInfo(fh=fh, keep_cache=False), self._attr(node)
 
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
+        self._refuse_virtual(parent_inode)
         self._writable()
         if not stat.S_ISREG(mode):
             raise _err(errno.EPERM)  # FIFOs, sockets, devices cannot be memories
         return self._attr(await self._create_file(parent_inode, name, mode, ctx))
 
     async def symlink(self, parent_inode, name, target, ctx):
+        self._refuse_virtual(parent_inode)
         self._writable()
         raise _err(errno.EPERM)
 
     async def link(self, inode, new_parent_inode, new_name, ctx):
+        self._refuse_virtual(inode, new_parent_inode)
         self._writable()
         raise _err(errno.EPERM)
 
     async def readlink(self, inode, ctx):
+        if is_virtual(inode):
+            self._meta().attr(inode)
         raise _err(errno.EINVAL)
 
     async def unlink(self, parent_inode, name, ctx):
+        self._refuse_virtual(parent_inode)
+        if self._is_meta_entry(parent_inode, name):
+            raise _err(errno.EROFS)
         self._writable()
         parent = self._dir(parent_inode)
         node = self.state.child(parent, self._name(name))
@@ -463,6 +527,9 @@ class Operations(pyfuse3.Operations):
         self.kick()
 
     async def rmdir(self, parent_inode, name, ctx):
+        self._refuse_virtual(parent_inode)
+        if self._is_meta_entry(parent_inode, name):
+            raise _err(errno.EROFS)
         self._writable()
         parent = self._dir(parent_inode)
         node = self.state.child(parent, self._name(name))
@@ -475,6 +542,10 @@ class Operations(pyfuse3.Operations):
         self.state.remove(node)
 
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        self._refuse_virtual(parent_inode_old, parent_inode_new)
+        if (self._is_meta_entry(parent_inode_old, name_old)
+                or self._is_meta_entry(parent_inode_new, name_new)):
+            raise _err(errno.EROFS)
         self._writable()
         if flags & pyfuse3.RENAME_EXCHANGE:
             raise _err(errno.EINVAL)
@@ -527,9 +598,13 @@ class Operations(pyfuse3.Operations):
     # -- attributes ------------------------------------------------------------------
 
     async def setattr(self, inode, attr, fields, fh, ctx):
-        node = self._node(inode)
         changing = (fields.update_size or fields.update_mode or fields.update_uid
                     or fields.update_gid or fields.update_mtime or fields.update_atime)
+        if is_virtual(inode):
+            if changing:
+                raise _err(errno.EROFS)
+            return self._meta().attr(inode)
+        node = self._node(inode)
         if changing:
             self._writable()
         now = time.time_ns()
@@ -576,6 +651,8 @@ class Operations(pyfuse3.Operations):
     # -- file I/O ----------------------------------------------------------------------
 
     async def open(self, inode, flags, ctx):
+        if is_virtual(inode):
+            return self._meta().open(inode, flags)
         node = self._node(inode)
         if node.is_dir:
             raise _err(errno.EISDIR)
@@ -594,6 +671,8 @@ class Operations(pyfuse3.Operations):
         return pyfuse3.FileInfo(fh=self._new_fh(inode), keep_cache=keep)
 
     async def read(self, fh, off, size):
+        if fh >= FH_BASE:
+            return await self._meta().read(fh, off, size)
         of = self._open[self._handles[fh]]
         if self._buffer(of) is not None:  # slice: no copy of a large temp file per read
             return bytes(of.data[off:off + size])
@@ -601,6 +680,8 @@ class Operations(pyfuse3.Operations):
         return data[off:off + size]
 
     async def write(self, fh, off, buf):
+        if fh >= FH_BASE:
+            raise _err(errno.EROFS)
         of = self._open[self._handles[fh]]
         if self.read_only:
             raise _err(errno.EROFS)
@@ -616,11 +697,15 @@ class Operations(pyfuse3.Operations):
         return len(buf)
 
     async def flush(self, fh):
+        if fh >= FH_BASE:
+            return
         ino = self._handles.get(fh)
         if ino is not None:
             self._persist(self._open[ino])
 
     async def fsync(self, fh, datasync):
+        if fh >= FH_BASE:
+            return
         ino = self._handles.get(fh)
         if ino is not None:
             of = self._open[ino]
@@ -628,6 +713,8 @@ class Operations(pyfuse3.Operations):
             await self._sync_to_disk(of)
 
     async def release(self, fh):
+        if fh >= FH_BASE:
+            return self._meta().release(fh)
         ino = self._handles.pop(fh, None)
         if ino is None:
             return

@@ -26,6 +26,7 @@ class SyncOptions:
     prefetch: bool = True
     read_only: bool = False
     push_concurrency: int = 32  # requests in flight at once, each kind (the SDK uses 32)
+    show_meta: bool = False  # list the virtual `.memfs` directory in the root's readdir
 
 
 @dataclass

@@ -17,6 +17,16 @@ def is_parked(path: str) -> bool:
     return path == PARK_DIR or path.startswith(PARK_DIR + "/")
 
 
+#: The store-root name of memfs's read-only virtual tree (memfs/fs_versions.py): a
+#: memory under it is never shown in a memfs tree and no user may create it.
+META_NAME = ".memfs"
+META_DIR = "/" + META_NAME
+
+
+def is_meta(path: str) -> bool:
+    return path == META_DIR or path.startswith(META_DIR + "/")
+
+
 @dataclass(eq=False)
 class Node:
     """One file or directory: its place, its local content and its base.

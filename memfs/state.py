@@ -36,7 +36,7 @@ from pathlib import Path
 
 from . import paths
 from .mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS
-from .nodes import EMPTY_SHA, PARK_DIR, PARK_NAME, ROOT_INO, Node, Tombstone, is_parked
+from .nodes import EMPTY_SHA, META_NAME, PARK_DIR, PARK_NAME, ROOT_INO, Node, Tombstone, is_parked
 from .schema import CONFLICT_COLUMNS, NODE_COLUMNS, TOMBSTONE_COLUMNS, create_or_migrate
 from .state_sync import SyncTransitions
 
@@ -487,8 +487,8 @@ class State(SyncTransitions):
 def check_new_path(state: State, parent: Node, name: str, *, is_dir: bool) -> None:
     """Raise paths.PathError when parent/name can never be (or hold) a memory."""
     paths.validate_segment(name, where="name")
-    if parent.ino == ROOT_INO and name == PARK_NAME:
-        raise paths.PathError("invalid", f"{PARK_DIR} is reserved by memfs")
+    if parent.ino == ROOT_INO and name in (PARK_NAME, META_NAME):
+        raise paths.PathError("invalid", f"/{name} is reserved by memfs")
     path = paths.join(state.path_of(parent), name)
     # A directory must leave room for a file inside it.
     probe = path + "/x" if is_dir else path

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from ..nodes import is_parked
+from ..nodes import is_meta, is_parked
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,8 @@ def place_row(local: Local, remote_path: str, *, ours_parked: bool) -> Place:
         return Place.SAME
     if local.renamed or ours_parked:
         return Place.KEEP_OURS
-    if is_parked(remote_path):
-        return Place.IN_TRANSIT
+    if is_parked(remote_path) or is_meta(remote_path):
+        return Place.IN_TRANSIT  # a memory under /.memfs is never shown: it stays put
     return Place.FOLLOW
 
 
@@ -97,7 +97,7 @@ def absent_row(local: Local, found: bool) -> Absent:
 
 
 class Unknown(Enum):
-    HIDDEN = "hidden"              # parked by a swap in progress: not shown
+    HIDDEN = "hidden"              # parked by a swap in progress, or under /.memfs: not shown
     DELETE_PENDING = "delete-pending"  # our delete of it waits out its delay
     REBASE_DELETE = "rebase-delete"    # it holds what we last sent: our delete follows it
     RESTORE = "restore"            # deleted here, changed there: the server's edit wins
@@ -116,7 +116,7 @@ class PendingDelete:
 
 def unknown_row(remote_path: str, remote_sha: str, tomb: PendingDelete | None,
                 at_path: Local | None, at_path_is_dir: bool) -> Unknown:
-    if is_parked(remote_path):
+    if is_parked(remote_path) or is_meta(remote_path):
         return Unknown.HIDDEN
     if tomb is not None:
         if remote_sha == tomb.base_sha:
