@@ -230,3 +230,11 @@ main.add_command(conflicts)
 from memfs.cli_tool import tool  # noqa: E402
 
 main.add_command(tool)
+
+# --------------------------------------------------------------------------
+# history / show / restore: a file's versions, from the versions API (memfs/cli_history.py)
+
+from memfs.cli_history import history, restore, show  # noqa: E402
+
+for _command in (history, show, restore):
+    main.add_command(_command)
