@@ -13,9 +13,9 @@ newest memory that had that path). Everything is built on the versions API
 and shows every client's edits.
 
 `restore` writes the old content into FILE through the mount (a new file at the path
-of a deleted memory), then asks the daemon to push: the update carries the usual
+of a deleted memory), then asks the daemon to push: the push carries the usual
 `content_sha256` precondition, so a server that moved meanwhile ends as a conflict
-(`memfs conflicts`), never as a lost edit.
+(listed by `memfs conflicts`), never as a lost edit.
 """
 
 from __future__ import annotations
