@@ -240,9 +240,12 @@ def restore(file, version, no_push, timeout):
     if current == data:
         click.echo(f"{t.path} already holds version {version}'s content")
         return
-    os.makedirs(os.path.dirname(t.file), exist_ok=True)
-    with open(t.file, "wb") as f:  # open/truncate/write/close: journaled like any save
-        f.write(data)
+    try:
+        os.makedirs(os.path.dirname(t.file), exist_ok=True)
+        with open(t.file, "wb") as f:  # open/truncate/write/close: journaled like any save
+            f.write(data)
+    except OSError as exc:  # EROFS on a --read-only mount, ...
+        raise click.ClickException(f"cannot write {file}: {exc.strerror}") from None
     what = "re-created" if current is None else "restored"
     click.echo(f"{what} {t.path} from {version} ({v.created_at}, {len(data)} bytes)")
     if no_push:
