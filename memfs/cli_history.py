@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -162,8 +163,17 @@ def history(file, as_json):
     for v in versions:
         size = "-" if v.content_size_bytes is None else f"{v.content_size_bytes} B"
         op = v.operation + (" (redacted)" if v.redacted_at else "")
-        click.echo(f"{v.created_at}  {op:<19} {author(v.created_by):<28} {size:>9}  "
+        click.echo(f"{_when(v.created_at)}  {op:<19} {author(v.created_by):<28} {size:>9}  "
                    f"{v.id}  {v.path or '(redacted)'}")
+
+
+def _when(created_at: str) -> str:
+    """RFC 3339 to the millisecond, UTC (as in the .memfs/versions names)."""
+    try:
+        t = datetime.fromisoformat(created_at.replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError:
+        return created_at
+    return t.strftime("%Y-%m-%dT%H:%M:%S") + f".{t.microsecond // 1000:03d}Z"
 
 
 def _split(spec: str, version: str | None) -> tuple[str, str]:

@@ -24,7 +24,9 @@ docs/SEMANTICS.md ("The .memfs tree") is the contract. In short:
 - A version file's content is fetched when it is first read (`memory_versions`
   retrieve, `view=full`), checked against the version's sha and kept in the mount's
   sha-keyed blob cache (so a version equal to a current file costs nothing).
-- Every change is EROFS. Inode numbers live in [2**33, 2**39), which `State` never
+- Every change is EROFS. Modes are the usual 0644/0755 (owner: the daemon's user), as
+  on a file system mounted `ro`, so the owner's writes reach memfs and get EROFS
+  rather than the kernel's EACCES. Inode numbers live in [2**33, 2**39), which `State` never
   allocates; file handles in [2**48, …).
 """
 
@@ -261,12 +263,12 @@ class VersionsTree:
         if vid is None:
             if ino not in (META_INO, VERSIONS_INO) and ino not in self._dirs:
                 raise _err(errno.ENOENT)
-            e.st_mode = stat.S_IFDIR | 0o555
+            e.st_mode = stat.S_IFDIR | 0o755
             e.st_nlink = 2
             e.st_size = 4096
         else:
             v = (self.versions or {}).get(vid)
-            e.st_mode = stat.S_IFREG | 0o444
+            e.st_mode = stat.S_IFREG | 0o644
             e.st_nlink = 1
             e.st_size = (v.content_size_bytes or 0) if v and not v.redacted_at else 0
             if v is not None:
@@ -368,7 +370,8 @@ class VersionsTree:
         except Exception as exc:  # offline, server error, forgotten version
             log.warning(".memfs/versions: cannot fetch version %s: %s", vid, exc)
             raise _err(errno.EIO) from None
-        if self.versions is not None:  # it may have been redacted since the listing
+        if self.versions is not None and v is not None and bool(v.redacted_at) != bool(
+                full.redacted_at):  # redacted since the listing: its name changes
             self.versions[vid] = replace(full, content=None)
             self._rebuild()
         if full.redacted_at or full.operation == "deleted" or full.content is None:

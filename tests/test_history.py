@@ -167,7 +167,7 @@ def test_versions_tree(mounts, server):
     got = [cat(vroot / "notes" / "b.md" / n) for n in names]
     assert got == ["v1\n", "v2\n", "v2\n", "v3 by the agent\n"]
     st = os.stat(vroot / "notes" / "b.md" / names[0])
-    assert st.st_mode & 0o777 == 0o444 and st.st_size == 3
+    assert st.st_mode & 0o777 == 0o644 and st.st_size == 3
 
     # diff of two versions, grep -r under the tree.
     d = subprocess.run(["diff", str(vroot / "notes/b.md" / names[0]),
