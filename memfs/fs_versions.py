@@ -133,6 +133,7 @@ class VersionsTree:
         self.versions: dict[str, MemoryVersion] | None = None
         self.files: dict[str, dict[str, str]] = {}     # dir path -> {file name: version id}
         self.subdirs: dict[str, set[str]] = {}         # dir path -> names of subdirectories
+        self.newest: datetime | None = None  # the newest version's time: the next since
         self.fresh_at = -1e18
         self.full_at = -1e18
         self._refreshing: trio.Event | None = None
@@ -175,9 +176,8 @@ class VersionsTree:
         assert full or self.versions is not None
         got: dict[str, MemoryVersion] = {}
         since = None
-        if not full and self.versions:
-            newest = max(parse_time(v.created_at) for v in self.versions.values())
-            since = format_time(newest - LOOKBACK)
+        if not full and self.newest is not None:
+            since = format_time(self.newest - LOOKBACK)
         async for v in self.client.list_versions(self.store_id, created_gte=since, limit=100):
             got[v.id] = v
         if full:
@@ -185,6 +185,10 @@ class VersionsTree:
         else:
             assert self.versions is not None
             self.versions.update(got)
+        times = [parse_time(v.created_at) for v in got.values()]
+        if times:
+            self.newest = max(times) if full or self.newest is None else max(self.newest,
+                                                                                 *times)
         self._rebuild()
 
     async def refresh(self, *, force: bool = False) -> None:
