@@ -62,8 +62,9 @@ FH_BASE = 2**48
 
 #: A versions listing younger than this answers opendir/lookup without a request.
 LISTING_TTL = 2.0
-#: A full listing (not only what is new) at least this often.
-FULL_EVERY = 300.0
+#: A full listing (not only what is new) at least this often while the tree is used: the
+#: incremental one cannot see redactions (they add no version) or forgotten versions.
+FULL_EVERY = 60.0
 #: The longest a handler waits for a listing refresh or a version's content.
 REFRESH_TIMEOUT = 15.0
 #: The incremental refresh re-reads versions this much older than the newest one

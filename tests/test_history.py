@@ -177,6 +177,10 @@ def test_versions_tree(mounts, server):
     g = subprocess.run(["grep", "-r", "short-lived", str(vroot)], capture_output=True,
                        text=True, timeout=30)
     assert g.returncode == 0 and "x.md/" in g.stdout
+    # ... while grep -r of the mount itself never walks into the hidden tree.
+    g = subprocess.run(["grep", "-r", "short-lived", str(m.path)], capture_output=True,
+                       text=True, timeout=30)
+    assert g.returncode == 1 and g.stdout == ""
 
     # The deleted memory: its versions and its delete.
     xs = ls(vroot / "x.md")
