@@ -27,7 +27,8 @@ docs/SEMANTICS.md ("The .memfs tree") is the contract. In short:
 - Every change is EROFS. Modes are the usual 0644/0755 (owner: the daemon's user), as
   on a file system mounted `ro`, so the owner's writes reach memfs and get EROFS
   rather than the kernel's EACCES. Inode numbers live in [2**33, 2**39), which `State` never
-  allocates; file handles in [2**48, …).
+  allocates; file handles in [2**39, 2**40) (a session root, fs_group.py, keeps the
+  low 40 bits of both for the store).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ INO_MAX = 2**39
 META_INO = INO_MIN
 VERSIONS_INO = INO_MIN + 1
 _FIRST_DYNAMIC_INO = INO_MIN + 1024
-FH_BASE = 2**48
+FH_BASE = 2**39  # below 2**40: a session root (fs_group.py) numbers k << 40 | local
 
 #: A versions listing younger than this answers opendir/lookup without a request.
 LISTING_TTL = 2.0
