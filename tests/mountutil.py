@@ -214,9 +214,10 @@ class Mounts:
         return m
 
     def mount_group(self, *select: str, args: tuple = (), name: str = "root",
-                    defaults: bool = True, env: dict | None = None) -> GroupMountProc:
+                    defaults: bool = True, env: dict | None = None,
+                    path: pathlib.Path | None = None) -> GroupMountProc:
         """`memfs mount <select...> ROOT <args>`, e.g. select=("--session", sid)."""
-        path = self.tmp_path / name
+        path = path or self.tmp_path / name
         if defaults:
             args = ("--write-back-delay", "0.1", "--poll-interval", "1",
                     "--delete-delay", "1", *args)

@@ -173,3 +173,51 @@ def test_group_usage_errors(server, mounts, tmp_path, args, message):
     p = MountProc(tmp_path, "", mount_env(server, tmp_path), ())
     out = p.memfs("mount", *args, check=False)
     assert out.returncode != 0 and message in out.stderr
+
+
+def as_user(user: str, *cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["runuser", "-u", user, "--", *cmd], capture_output=True,
+                          text=True, timeout=30, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory other users can reach (pytest's tmp_path is root-only)."""
+    import shutil
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="memfs-shared-", dir="/tmp")
+    os.chmod(d, 0o755)
+    try:
+        yield d
+    finally:
+        subprocess.run(["fusermount3", "-uz", os.path.join(d, "root")], capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_allow_other_lets_an_unprivileged_user_read_and_write(server, mounts, shared_dir):
+    import pathlib
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    sdk = server.sdk()
+    sid = sdk.beta.memory_stores.create(name="Agent Notes").id
+    sdk.beta.memory_stores.memories.create(sid, path="/seed.md", content="seeded\n")
+    root = pathlib.Path(shared_dir) / "root"
+    root.mkdir()
+    # Without --allow-other, FUSE denies every other user.
+    plain = mounts.mount_group("--all", path=root)
+    denied = as_user("nobody", "cat", str(root / "agent-notes" / "seed.md"))
+    assert denied.returncode != 0 and "Permission denied" in denied.stderr
+    plain.unmount()
+    m = mounts.mount_group("--all", path=root,
+                           args=("--allow-other", "--uid", str(nobody.pw_uid)))
+    read = as_user("nobody", "cat", str(root / "agent-notes" / "seed.md"))
+    assert read.returncode == 0 and read.stdout == "seeded\n", read.stderr
+    wrote = as_user("nobody", "sh", "-c",
+                    f"echo 'from the agent' > {root / 'agent-notes' / 'agent.md'}")
+    assert wrote.returncode == 0, wrote.stderr
+    assert as_user("nobody", "touch", str(root / "x")).returncode != 0  # the root: EROFS
+    m.wait_synced()
+    assert server_memories(server, sid)["/agent.md"] == "from the agent\n"
+    assert (root / "agent-notes" / "agent.md").stat().st_uid == nobody.pw_uid
