@@ -53,12 +53,21 @@ class _Target:
             probe = parent
         self.mountpoint = probe
         self.info = info
-        self.store_id: str = info["store_id"]
-        self.state_dir = Path(info["state_dir"])
+        self.state_dir = Path(info["state_dir"])  # the daemon's control socket
         rel = os.path.relpath(self.file, self.mountpoint)
         if rel == "." or rel.startswith(".."):
             raise click.ClickException(f"{file} is the mount itself, not a file in it")
-        self.path = "/" + rel.replace(os.sep, "/")
+        parts = rel.split(os.sep)
+        if "stores" in info:  # a session root: ROOT/<store directory>/<path in the store>
+            store = next((s for s in info["stores"] if s["name"] == parts[0]), None)
+            if store is None or len(parts) < 2:
+                raise click.ClickException(
+                    f"{file} is not a file inside a store of the session root {probe}")
+            self.store_id: str = store["store_id"]
+            parts = parts[1:]
+        else:
+            self.store_id = info["store_id"]
+        self.path = "/" + "/".join(parts)
         self.base_url, self.api_key = self._server()
 
     def _server(self) -> tuple[str, str | None]:

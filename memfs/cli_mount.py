@@ -19,7 +19,7 @@ from . import control
 from .api import errors as api_errors
 from .api.client import MemoryStoresClient
 from .api.config import ConfigError, resolve_config
-from .mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS, MountConfig, SyncOptions
+from .mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS, GroupConfig, MountConfig, SyncOptions
 from .statedir import (
     adopt,
     cache_root,
@@ -85,8 +85,23 @@ def _preflight(mountpoint: str) -> None:
 
 
 @click.command()
-@click.argument("store_id")
-@click.argument("mountpoint", type=click.Path(file_okay=False))
+@click.argument("store_id", required=False)
+@click.argument("mountpoint", type=click.Path(file_okay=False), required=False)
+@click.option("--session", "session_id", default=None, metavar="SESSION_ID",
+              help="Mount every memory store attached to this session under one root "
+              "(`memfs mount --session ID [ROOT]`; ROOT defaults to the parent of the "
+              "stores' mount paths, /mnt/memory).")
+@click.option("--all", "all_stores", is_flag=True,
+              help="Mount every non-archived store of the account under ROOT "
+              "(`memfs mount --all ROOT`); new stores appear on the next poll.")
+@click.option("--allow-other", is_flag=True, help="Let other users use the mount (FUSE "
+              "allow_other, with default_permissions; non-root needs user_allow_other "
+              "in /etc/fuse.conf).")
+@click.option("--uid", type=click.IntRange(0), default=None,
+              help="Show every file as owned by this uid (default: as created).")
+@click.option("--gid", type=click.IntRange(0), default=None,
+              help="Show every file as owned by this gid (default: --uid's group, or as "
+              "created).")
 @click.option("--base-url", default=None, help="API base URL (default: $ANTHROPIC_BASE_URL, "
               "else the embedded local server).")
 @click.option("--api-key-file", default=None, help="Read the API key from this file "
@@ -115,10 +130,33 @@ def _preflight(mountpoint: str) -> None:
 @click.option("--local-only", "local_only", multiple=True, metavar="GLOB",
               help="Another file-name pattern kept local-only, never uploaded (repeatable; "
               "added to: " + " ".join(DEFAULT_LOCAL_ONLY_PATTERNS) + ").")
-def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, cache_dir,
-          write_back_delay, delete_delay, poll_interval, full_resync, no_feed, deletes,
-          no_prefetch, flush_timeout, show_meta, local_only):
-    """Mount STORE_ID at MOUNTPOINT; returns once the mount is live."""
+def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, base_url,
+          api_key_file, read_only, foreground, cache_dir, write_back_delay, delete_delay,
+          poll_interval, full_resync, no_feed, deletes, no_prefetch, flush_timeout, show_meta,
+          local_only):
+    """Mount STORE_ID at MOUNTPOINT; returns once the mount is live.
+
+    `--session ID [ROOT]` and `--all ROOT` mount several stores under ROOT instead."""
+    options = SyncOptions(write_back_delay=write_back_delay, delete_delay=delete_delay,
+                          poll_interval=poll_interval, deletes=deletes,
+                          feed=not no_feed, full_resync=full_resync,
+                          prefetch=not no_prefetch, read_only=read_only,
+                          show_meta=show_meta)
+    owner = _owner(uid, gid)
+    common = dict(flush_timeout=flush_timeout, allow_other=allow_other, owner=owner,
+                  local_only_patterns=[*DEFAULT_LOCAL_ONLY_PATTERNS, *local_only])
+    if session_id or all_stores:
+        if session_id and all_stores:
+            raise click.UsageError("--session and --all exclude each other")
+        if mountpoint is not None:
+            raise click.UsageError("with --session/--all, give only ROOT")
+        if all_stores and store_id is None:
+            raise click.UsageError("--all needs ROOT")
+        _mount_group(session_id, store_id, base_url, api_key_file, cache_dir, options,
+                     read_only, foreground, common)
+        return
+    if store_id is None or mountpoint is None:
+        raise click.UsageError("give STORE_ID and MOUNTPOINT (or --session / --all)")
     mountpoint = os.path.abspath(mountpoint)
     _preflight(mountpoint)
     url, api_key, embedded = _server_info(base_url, api_key_file)
@@ -134,16 +172,8 @@ def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, c
             raise click.ClickException(
                 f"cannot reach {url} ({exc.message}) and nothing of {store_id} is cached") from None
         click.echo(f"memfs: {url} is unreachable; mounting from the cache (offline)", err=True)
-    cfg = MountConfig(
-        store_id=store_id, mountpoint=mountpoint, base_url=url, state_dir=str(state_dir),
-        options=SyncOptions(write_back_delay=write_back_delay, delete_delay=delete_delay,
-                            poll_interval=poll_interval, deletes=deletes,
-                            feed=not no_feed, full_resync=full_resync,
-                            prefetch=not no_prefetch, read_only=read_only,
-                            show_meta=show_meta),
-        flush_timeout=flush_timeout, embedded=embedded,
-        local_only_patterns=[*DEFAULT_LOCAL_ONLY_PATTERNS, *local_only],
-    )
+    cfg = MountConfig(store_id=store_id, mountpoint=mountpoint, base_url=url,
+                      state_dir=str(state_dir), options=options, embedded=embedded, **common)
     if foreground:
         from .daemon import run
 
@@ -152,6 +182,81 @@ def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, c
     _spawn(cfg, api_key)
     remember(mountpoint, state_dir, store_id, url)  # status/conflicts find it after unmount
     click.echo(f"mounted {store_id} at {mountpoint}" + (" (read-only)" if read_only else ""))
+
+
+def _owner(uid: int | None, gid: int | None) -> list[int] | None:
+    if uid is None and gid is None:
+        return None
+    if uid is None:
+        uid = os.getuid()
+    if gid is None:
+        import pwd
+
+        try:
+            gid = pwd.getpwuid(uid).pw_gid
+        except KeyError:
+            gid = uid
+    return [uid, gid]
+
+
+def _mount_group(session_id, root, base_url, api_key_file, cache_dir, options, read_only,
+                 foreground, common) -> None:
+    """`--session` / `--all`: plan the root, then start one daemon for all its stores."""
+    from .cli_group import SESSION_ROOT, cached_plan, plan_all, plan_session
+
+    url, api_key, embedded = _server_info(base_url, api_key_file)
+    key = api_key
+
+    def call(fn):
+        return _call(url, key, fn)
+
+    try:
+        if session_id:
+            cfg = plan_session(call, session_id, root, url=url, cache_dir=cache_dir,
+                               options=options, embedded=embedded, **common)
+            # Writes through a session are attributed to it: memfs serve issues a
+            # session-scoped token (the hosted API: None, and the account key is used).
+            token = call(lambda c: c.session_token(session_id))
+            if token:
+                key = token
+        else:
+            cfg = plan_all(call, root, url=url, cache_dir=cache_dir, options=options,
+                           read_only=read_only, embedded=embedded, **common)
+    except (api_errors.AuthenticationError, api_errors.PermissionDeniedError) as exc:
+        raise click.ClickException(f"bad credentials for {url}: {exc.message}") from None
+    except (*api_errors.TRANSIENT,) as exc:
+        where = os.path.abspath(root or SESSION_ROOT)
+        stores = cached_plan(where, cache_dir)
+        if stores is None:
+            raise click.ClickException(
+                f"cannot reach {url} ({exc.message}) and this root was never mounted "
+                "here before") from None
+        click.echo(f"memfs: {url} is unreachable; mounting {where} from the cache "
+                   "(offline)", err=True)
+        from .cli_group import group_dir
+        from .mountconfig import GroupConfig
+
+        cfg = GroupConfig(kind="session" if session_id else "all", root=where, base_url=url,
+                          group_dir=str(group_dir(where, cache_dir)), stores=stores,
+                          options=options, session_id=session_id, cache_dir=cache_dir,
+                          read_only=read_only, embedded=embedded, **common)
+    if not os.path.exists(cfg.root) and not _is_mounted(cfg.root):
+        try:
+            os.makedirs(cfg.root, mode=0o755)
+        except OSError as exc:
+            raise click.ClickException(f"cannot create {cfg.root}: {exc.strerror}") from None
+    _preflight(cfg.root)
+    for store in cfg.stores:
+        remember(f"{cfg.root}/{store.name}", Path(store.state_dir), store.store_id, url)
+    if foreground:
+        from .daemon import run
+
+        sys.exit(run(cfg, foreground=True, api_key=key))
+    _spawn(cfg, key)
+    what = f"session {session_id}" if session_id else "every store"
+    click.echo(f"mounted {what} at {cfg.root}: " + (", ".join(
+        f"{s.name}" + (" (read-only)" if s.read_only or cfg.read_only else "")
+        for s in cfg.stores) or "no stores"))
 
 
 def _state_dir(url: str, store_id: str, cache_dir: str | None) -> Path:
@@ -172,7 +277,7 @@ def _has_cache(state_dir: Path) -> bool:
     return db.exists() and db.stat().st_size > 0
 
 
-def _spawn(cfg: MountConfig, api_key: str | None) -> None:
+def _spawn(cfg: MountConfig | GroupConfig, api_key: str | None) -> None:
     r, w = os.pipe()
     env = dict(os.environ)
     env["MEMFS_DAEMON_CONFIG"] = cfg.to_json()
@@ -201,7 +306,7 @@ def _spawn(cfg: MountConfig, api_key: str | None) -> None:
         return
     if proc.poll() is None and not line:
         proc.terminate()
-    log = Path(cfg.state_dir) / "daemon.log"
+    log = Path(getattr(cfg, "group_dir", None) or cfg.state_dir) / "daemon.log"
     msg = line[len("ERROR "):] if line.startswith("ERROR ") else (
         f"the daemon did not start (see {log})")
     raise click.ClickException(msg)
@@ -269,6 +374,10 @@ def unmount(mountpoint, timeout):
         subprocess.run(["fusermount3", "-uz", mountpoint], check=False)
     pushed, left = reply.get("pushed", 0), reply.get("left", 0)
     click.echo(f"unmounted {mountpoint}: pushed {pushed} change(s), {left} left")
+    for store in reply.get("stores", []):
+        click.echo(f"  {store['name']} ({store['store_id']}): pushed {store['pushed']}, "
+                   f"{store['left']} left"
+                   + (f" ({store['offline']})" if store.get("offline") else ""))
     if left:
         click.echo(f"  {left} change(s) stay journaled and go out on the next mount"
                    + (f" ({reply['offline']})" if reply.get("offline") else ""))
@@ -280,6 +389,9 @@ def unmount(mountpoint, timeout):
 def mount_status(mountpoint: str) -> dict:
     found = locate(mountpoint)  # the registry, else the state.db last mounted there
     if found is None:
+        group = _offline_group_status(mountpoint)
+        if group is not None:
+            return group
         raise click.ClickException(f"{mountpoint} is not a memfs mount")
     state_dir, info = found
     if info is None:
@@ -289,6 +401,28 @@ def mount_status(mountpoint: str) -> dict:
         return reply["status"]
     except (OSError, ValueError, KeyError):
         return offline_status(state_dir)
+
+
+def _offline_group_status(root: str) -> dict | None:
+    """A session root with no daemon: each store's status from its state.db."""
+    from .cli_group import group_dir
+
+    try:
+        data = json.loads((group_dir(root, None) / "group.json").read_text())
+    except (OSError, ValueError):
+        return None
+    stores = []
+    for entry in data.get("stores", []):
+        try:
+            one = offline_status(Path(entry["state_dir"]))
+        except Exception as exc:  # a damaged state dir: say so, show the others
+            one = {"store_id": entry.get("store_id"), "running": False,
+                   "last_error": f"cannot read its state: {exc}"}
+        stores.append({**one, "name": entry.get("name")})
+    return {"running": False, "group": True, "kind": data.get("kind"),
+            "mountpoint": data.get("root", root), "session_id": data.get("session_id"),
+            "server": stores[0].get("server") if stores else None, "stores": stores,
+            "skipped": []}
 
 
 def all_mounts() -> list[str]:
@@ -363,7 +497,12 @@ def status(mountpoint, as_json):
     if not results:
         click.echo("no memfs mounts")
     for s in results:
-        click.echo(format_status(s))
+        if s.get("group"):
+            from .cli_group import format_group_status
+
+            click.echo(format_group_status(s, format_status))
+        else:
+            click.echo(format_status(s))
 
 
 # -- stores ------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""One mount's daemon: FUSE, pusher, reconciler and control socket in one trio nursery.
+"""One mount's daemon: FUSE, the stores' engines and the control socket in one trio nursery.
 
 `memfs mount` forks this as ``python -m memfs.daemon`` (or runs it in the
 foreground) with the mount's configuration as JSON in ``MEMFS_DAEMON_CONFIG``;
@@ -20,7 +20,6 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import pyfuse3
@@ -29,47 +28,56 @@ import trio
 from . import control
 from .api import errors as api_errors
 from .api.client import MemoryStoresClient
-from .cache import BlobCache
-from .fs import Operations
-from .fs_versions import VersionsTree
-from .mountconfig import MountConfig
-from .state import State
+from .engine import StoreEngine, StoreLocked
+from .fs import marker_content
+from .fs_group import GroupOperations
+from .mountconfig import GroupConfig, GroupStore, MountConfig, config_from_json
 from .statedir import canonical_mountpoint, registry_file
-from .sync.common import SyncContext
-from .sync.pusher import Pusher
-from .sync.reconciler import Reconciler
 
 log = logging.getLogger("memfs.daemon")
 
 
 class Daemon:
-    def __init__(self, cfg: MountConfig, api_key: str | None) -> None:
+    """The daemon of one mount: a plain store mount (one engine, its Operations are
+    the filesystem) or a session root (several engines under `GroupOperations`)."""
+
+    def __init__(self, cfg: MountConfig | GroupConfig, api_key: str | None) -> None:
         self.cfg = cfg
-        self.state_dir = Path(cfg.state_dir)
-        self.state = State(self.state_dir / "state.db",
-                           local_only_patterns=cfg.local_only_patterns)
-        self.cache = BlobCache(self.state_dir / "objects")
+        self.group = isinstance(cfg, GroupConfig)
+        self.control_dir = Path(cfg.group_dir if self.group else cfg.state_dir)
         self.client = MemoryStoresClient(cfg.base_url, api_key, max_retries=2, timeout=30.0)
-        self.ctx = SyncContext(self.state, self.cache, self.client, cfg.store_id, cfg.options)
-        self.ops = Operations(self.state, self.cache, read_only=cfg.options.read_only,
-                              fetch=self.ctx.fetch, kick=self.ctx.kick,
-                              invalidate=self.ctx.invalidate,
-                              meta=VersionsTree(self.client, cfg.store_id, self.cache,
-                                                show_meta=cfg.options.show_meta))
-        removed = self.cache.gc(self.state.referenced_shas())
-        if removed:
-            log.info("cache: removed %d unreferenced blobs", removed)
-        self.pusher = Pusher(self.ctx)
-        self.reconciler = Reconciler(self.ctx)
+        self.engines: list[StoreEngine] = []
+        self.skipped: list[dict] = []  # stores of a session root that could not be opened
+        if isinstance(cfg, GroupConfig):
+            owner = tuple(cfg.owner) if cfg.owner else (os.getuid(), os.getgid())
+            self.ops: pyfuse3.Operations = GroupOperations(owner=owner)
+            for store in cfg.stores:
+                self._add_store(store)
+        else:
+            engine = StoreEngine(cfg, self.client)  # StoreLocked: reported by run()
+            self.engines.append(engine)
+            self.ops = engine.ops
         self.shutdown_requested = trio.Event()
         self.fuse_done = trio.Event()
         self.flush_result: dict | None = None
         self.flush_done = trio.Event()
         self.started_at = time.time()
-        self.state.set_meta("store_id", cfg.store_id)
-        self.state.set_meta("base_url", cfg.base_url)
-        self.state.set_meta("mountpoint", cfg.mountpoint)
-        self.state.set_meta("options", json.dumps(asdict(cfg.options)))  # for offline status
+        self._nursery: trio.Nursery | None = None
+
+    def _add_store(self, store: GroupStore) -> StoreEngine | None:
+        assert isinstance(self.cfg, GroupConfig) and isinstance(self.ops, GroupOperations)
+        try:
+            engine = StoreEngine(self.cfg.store_config(store), self.client,
+                                 marker=marker_content(store.store_id), name=store.name)
+        except (StoreLocked, OSError) as exc:
+            log.error("store %s (%s) is not shown: %s", store.store_id, store.name, exc)
+            self.skipped.append({"name": store.name, "store_id": store.store_id,
+                                 "error": str(exc)})
+            return None
+        slot = self.ops.add(store.name, engine.ops)
+        engine.ino_base = slot.base
+        self.engines.append(engine)
+        return engine
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -77,36 +85,36 @@ class Daemon:
         options = set(pyfuse3.default_options)
         options.discard("default_permissions")
         options |= {"fsname=memfs", "subtype=memfs", "default_permissions"}
-        if self.cfg.options.read_only:
+        if self.cfg.allow_other:
+            options.add("allow_other")
+        if not self.group and self.cfg.options.read_only:
             options.add("ro")
         pyfuse3.init(self.ops, self.cfg.mountpoint, options)
 
     async def run(self, on_ready) -> None:
         unmounted_outside = False
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self._fuse_main)
-            await nursery.start(self.ctx.fetcher.serve)
-            await nursery.start(control.serve, self.state_dir, self.handle_control)
+            await nursery.start(control.serve, self.control_dir, self.handle_control)
             nursery.start_soon(self._signals)
-            nursery.start_soon(self._invalidator)
-            if not self.cfg.options.read_only:
-                nursery.start_soon(self.pusher.run)
-            # Listing and prefetch stop before the final flush (their own scope), so
-            # nothing but the flush talks to the server once shutdown begins.
-            background = trio.CancelScope()
+            for engine in self.engines:
+                await self._start_engine(engine)
+            watchers = trio.CancelScope()  # end before the final flush, like listing
 
-            async def run_background() -> None:
-                with background:
+            async def run_watchers() -> None:
+                with watchers:
                     async with trio.open_nursery() as tasks:
-                        tasks.start_soon(self.reconciler.run)
-                        if self.cfg.options.prefetch:
-                            tasks.start_soon(self._prefetch)
                         if self.cfg.embedded:
                             tasks.start_soon(self._follow_embedded_server)
+                        if self.group and self.cfg.kind == "all":
+                            tasks.start_soon(self._watch_stores)
 
-            nursery.start_soon(run_background)
-            if self.state.get_meta("last_sync_at") is None:
-                await self._first_listing()
+            nursery.start_soon(run_watchers)
+            async with trio.open_nursery() as first:  # every store's tree, at once
+                for engine in self.engines:
+                    first.start_soon(engine.first_listing)
+            self._save_group()
             on_ready()
             async with trio.open_nursery() as waiter:
                 async def wait_for(event: trio.Event) -> None:
@@ -116,7 +124,8 @@ class Daemon:
                 waiter.start_soon(wait_for, self.fuse_done)
             unmounted_outside = self.fuse_done.is_set()
             log.info("shutting down (%s)", "unmounted" if unmounted_outside else "requested")
-            self.flush_result = await self._final_flush(background)
+            watchers.cancel()
+            self.flush_result = await self._final_flush()
             log.info("flush: pushed %d, left %d", self.flush_result["pushed"],
                      self.flush_result["left"])
             self.flush_done.set()
@@ -127,25 +136,29 @@ class Daemon:
             nursery.cancel_scope.cancel()
         self.unmounted_outside = unmounted_outside
 
-    async def _final_flush(self, background: trio.CancelScope) -> dict:
-        """Stop the background pusher (a pass under way finishes and is applied), end
-        listing and prefetch, then push until nothing is left or the flush timeout
-        passes. What it reports is exactly what state.db still holds pending."""
-        await self.pusher.stop()
-        background.cancel()
-        result = await self.pusher.flush(self.cfg.flush_timeout)
-        return {"pushed": result.pushed, "left": result.left,
-                "offline": str(result.offline) if result.left and result.offline else None}
+    async def _start_engine(self, engine: StoreEngine) -> None:
+        assert self._nursery is not None
+        await engine.start(self._nursery)
+        self._nursery.start_soon(self._invalidator, engine)
 
-    async def _first_listing(self, timeout: float = 20.0) -> None:
-        """A store never listed in this state dir: have its tree in place before
-        `memfs mount` returns, so `mount && cat` works (bounded; on failure the
-        reconciler's loop keeps trying and the mount starts empty)."""
-        with trio.move_on_after(timeout):
-            try:
-                await self.reconciler.reconcile_pass()
-            except Exception as exc:
-                log.info("first listing failed: %s", exc)
+    async def _final_flush(self) -> dict:
+        """Every store's final flush at once, within the one flush timeout."""
+        results: dict[int, dict] = {}
+
+        async def one(i: int, engine: StoreEngine) -> None:
+            results[i] = await engine.final_flush(self.cfg.flush_timeout)
+
+        async with trio.open_nursery() as nursery:
+            for i, engine in enumerate(self.engines):
+                nursery.start_soon(one, i, engine)
+        total = {"pushed": sum(r["pushed"] for r in results.values()),
+                 "left": sum(r["left"] for r in results.values()),
+                 "offline": next((r["offline"] for r in results.values() if r["offline"]),
+                                 None)}
+        if self.group:
+            total["stores"] = [{"name": e.name, "store_id": e.cfg.store_id, **results[i]}
+                               for i, e in enumerate(self.engines)]
+        return total
 
     async def _fuse_main(self) -> None:
         try:
@@ -157,43 +170,28 @@ class Daemon:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
             async for sig in sigs:
                 if sig == signal.SIGHUP:
-                    self.ctx.kick_reconcile()
+                    for engine in self.engines:
+                        engine.ctx.kick_reconcile()
                     continue
                 log.info("signal %d: flushing and unmounting", sig)
                 self.shutdown_requested.set()
 
-    async def _invalidator(self) -> None:
-        """Kernel cache invalidation, outside every request handler (docs/ARCHITECTURE.md)."""
+    async def _invalidator(self, engine: StoreEngine) -> None:
+        """Kernel cache invalidation, outside every request handler (docs/ARCHITECTURE.md);
+        a store's inode numbers are re-based to the mount's (memfs/fs_group.py)."""
+        base = engine.ino_base
         while True:
-            await self.ctx.invalidation_ready.wait()
-            for item in self.ctx.take_invalidations():
+            await engine.ctx.invalidation_ready.wait()
+            for item in engine.ctx.take_invalidations():
                 try:
                     if item[0] == "inode":
-                        await trio.to_thread.run_sync(pyfuse3.invalidate_inode, item[1], False)
+                        await trio.to_thread.run_sync(
+                            pyfuse3.invalidate_inode, base | item[1], False)
                     else:
                         await trio.to_thread.run_sync(
-                            pyfuse3.invalidate_entry, item[1], item[2].encode("utf-8"))
+                            pyfuse3.invalidate_entry, base | item[1], item[2].encode("utf-8"))
                 except OSError:
                     pass  # the kernel did not know it: nothing cached to drop
-
-    async def _prefetch(self) -> None:
-        """Fill the cache from each finished listing that leaves blobs missing (the
-        first one at mount), in batches, several at once; batches that failed
-        (offline, errors) are tried again later. Meanwhile reads fetch on demand,
-        their own batch first."""
-        while True:
-            await self.ctx.listed.wait()
-            self.ctx.listed = trio.Event()
-            started = time.monotonic()
-            filled, failed = await self.ctx.fetcher.prefetch()
-            if filled or failed:
-                log.info("prefetch: %d blobs in %.2fs%s", filled,
-                         time.monotonic() - started,
-                         f", {failed} batch(es) to retry" if failed else "")
-            if failed:
-                with trio.move_on_after(30):
-                    await self.ctx.online_wakeup.wait()
-                self.ctx.listed.set()  # try again without waiting for the next listing
 
     async def _follow_embedded_server(self) -> None:
         """The embedded local server restarted on another port (it picks a free port
@@ -204,7 +202,7 @@ class Daemon:
 
         while True:
             await trio.sleep(2.0)
-            if self.ctx.status.online:
+            if all(e.ctx.status.online for e in self.engines):
                 continue
             url = await trio.to_thread.run_sync(local_server.running_url)
             if url is None or url == self.client.base_url:
@@ -213,27 +211,122 @@ class Daemon:
                      self.client.base_url, url)
             self.client.base_url = url.rstrip("/")
             self.cfg.base_url = self.client.base_url
-            self.state.set_meta("base_url", self.client.base_url)
-            self.ctx.kick_reconcile()
+            for engine in self.engines:
+                engine.cfg.base_url = self.client.base_url
+                engine.state.set_meta("base_url", self.client.base_url)
+                engine.ctx.kick_reconcile()
+
+    # -- `--all`: stores that appear or are archived -------------------------------------------
+
+    async def _watch_stores(self) -> None:
+        """Every poll interval, list the account's stores: a new one appears under the
+        root (its tree listed in the background), an archived one turns read-only."""
+        assert isinstance(self.cfg, GroupConfig)
+        while True:
+            await trio.sleep(self.cfg.options.poll_interval)
+            try:
+                stores = [s async for s in self.client.list_stores(include_archived=True)]
+            except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
+                log.info("listing stores failed: %s", exc)
+                continue
+            await self._apply_store_list(stores)
+
+    async def _apply_store_list(self, stores) -> None:
+        from .slug import slug as slugify
+        from .statedir import state_dir_for
+
+        assert isinstance(self.cfg, GroupConfig)
+        known = {e.cfg.store_id: e for e in self.engines}
+        skipped = {s["store_id"] for s in self.skipped}
+        listed = {s.id for s in stores}
+        for store in stores:
+            engine = known.get(store.id)
+            if engine is not None:
+                if store.archived_at and not engine.cfg.options.read_only:
+                    log.info("store %s was archived: %s is read-only now", store.id, engine.name)
+                    engine.set_read_only(True)
+                continue
+            if store.archived_at or store.id in skipped:
+                continue
+            taken = {e.name for e in self.engines} | {s["name"] for s in self.skipped}
+            name = unique_name(slugify(store.name) or slugify(store.id), taken)
+            state_dir = await trio.to_thread.run_sync(
+                lambda sid=store.id: state_dir_for(self.cfg.base_url, sid, self.cfg.cache_dir,
+                                                   key=self.cfg.state_key))
+            entry = GroupStore(store_id=store.id, name=name, state_dir=str(state_dir),
+                               display_name=store.name)
+            engine = self._add_store(entry)
+            if engine is None:
+                continue
+            self.cfg.stores.append(entry)
+            log.info("new store %s appears at %s", store.id, name)
+            await self._start_engine(engine)
+            assert self._nursery is not None
+            self._nursery.start_soon(engine.first_listing)
+            self._save_group()
+        for engine in self.engines:  # deleted stores: keep what is here, read-only
+            if engine.cfg.store_id not in listed and not engine.cfg.options.read_only:
+                log.info("store %s is gone from the server: %s is read-only now",
+                         engine.cfg.store_id, engine.name)
+                engine.set_read_only(True)
+
+    def _save_group(self) -> None:
+        """group.json: the stores of a session root, for `memfs status` without a daemon."""
+        if not isinstance(self.cfg, GroupConfig):
+            return
+        path = self.control_dir / "group.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({
+            "kind": self.cfg.kind, "root": self.cfg.root, "session_id": self.cfg.session_id,
+            "stores": [{"name": e.name, "store_id": e.cfg.store_id,
+                        "state_dir": str(e.state_dir),
+                        "read_only": e.cfg.options.read_only} for e in self.engines]}))
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
 
     # -- control socket ---------------------------------------------------------------
+
+    def _engine_for(self, req: dict) -> StoreEngine | None:
+        if not self.group:
+            return self.engines[0]
+        return next((e for e in self.engines if e.name == req.get("store")), None)
+
+    async def _each(self, fn) -> list[dict]:
+        """fn(engine) for every store at once; the replies in store order."""
+        replies: dict[int, dict] = {}
+
+        async def one(i: int, engine: StoreEngine) -> None:
+            replies[i] = await fn(engine)
+
+        async with trio.open_nursery() as nursery:
+            for i, engine in enumerate(self.engines):
+                nursery.start_soon(one, i, engine)
+        return [{"name": e.name, "store_id": e.cfg.store_id, **replies[i]}
+                for i, e in enumerate(self.engines)]
 
     async def handle_control(self, req: dict) -> dict:
         cmd = req.get("cmd")
         if cmd == "status":
             return {"ok": True, "status": self.status()}
         if cmd == "flush":
-            result = await self.pusher.flush(float(req.get("timeout", 30)))
-            return {"ok": True, "pushed": result.pushed, "left": result.left}
+            timeout = float(req.get("timeout", 30))
+            if not self.group:
+                return {"ok": True, **await self.engines[0].flush(timeout)}
+            stores = await self._each(lambda e: e.flush(timeout))
+            return {"ok": True, "pushed": sum(s["pushed"] for s in stores),
+                    "left": sum(s["left"] for s in stores), "stores": stores}
         if cmd == "sync":
-            try:
-                await self.reconciler.reconcile_pass(full=bool(req.get("full")))
-            except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
-                self.ctx.went_offline(exc)
-                return {"ok": False, "offline": True, "error": self.ctx.status.offline_reason}
-            return {"ok": True}
+            full = bool(req.get("full"))
+            if not self.group:
+                return await self.engines[0].sync(full)
+            stores = await self._each(lambda e: e.sync(full))
+            return {"ok": all(s["ok"] for s in stores), "stores": stores}
         if cmd in ("conflicts", "conflict_restore", "conflict_discard"):
-            return self._conflict_command(cmd, req)
+            engine = self._engine_for(req)
+            if engine is None:
+                return {"ok": False, "error": "name the store: a directory under "
+                        f"{self.cfg.mountpoint} ({', '.join(e.name for e in self.engines)})"}
+            return engine.conflict_command(cmd, req)
         if cmd == "unmount":
             self.cfg.flush_timeout = float(req.get("timeout", self.cfg.flush_timeout))
             self.shutdown_requested.set()
@@ -241,26 +334,28 @@ class Daemon:
             return {"ok": True, **(self.flush_result or {})}
         return {"ok": False, "error": f"unknown command {cmd!r}"}
 
-    def _conflict_command(self, cmd: str, req: dict) -> dict:
-        from . import conflicts
-
-        try:
-            if cmd == "conflicts":
-                return {"ok": True, "conflicts": conflicts.describe(self.state, self.cache)}
-            cid = int(req["id"])
-            if cmd == "conflict_discard":
-                return {"ok": True, **conflicts.discard(self.state, cid)}
-            done = conflicts.restore(self.state, self.cache, cid,
-                                     invalidate=self.ctx.invalidate)
-            self.ctx.kick()
-            return {"ok": True, **done}
-        except conflicts.ConflictError as exc:
-            return {"ok": False, "error": str(exc)}
-
     def status(self) -> dict:
-        from .status import daemon_status  # local import: status is CLI-side too
+        if not isinstance(self.cfg, GroupConfig):
+            return self.engines[0].status()
+        return {"running": True, "group": True, "kind": self.cfg.kind, "pid": os.getpid(),
+                "mountpoint": self.cfg.root, "session_id": self.cfg.session_id,
+                "server": self.cfg.base_url,
+                "stores": [e.status() for e in self.engines], "skipped": self.skipped,
+                "uptime_seconds": time.time() - self.started_at}
 
-        return daemon_status(self)
+    def close(self) -> None:
+        for engine in self.engines:
+            engine.close()
+
+
+def unique_name(name: str, taken: set[str]) -> str:
+    """`name`, or `name-2`, `name-3`... when a store already sits there."""
+    if name not in taken:
+        return name
+    n = 2
+    while f"{name}-{n}" in taken:
+        n += 1
+    return f"{name}-{n}"
 
 
 def setup_logging(state_dir: Path, foreground: bool) -> None:
@@ -283,38 +378,52 @@ def setup_logging(state_dir: Path, foreground: bool) -> None:
     logging.getLogger("httpcore").setLevel(logging.WARNING)
 
 
-def run(cfg: MountConfig, *, foreground: bool, api_key: str | None,
+def run(cfg: MountConfig | GroupConfig, *, foreground: bool, api_key: str | None,
         ready_fd: int | None = None) -> int:
     """Mount and serve until unmounted; returns the exit status."""
-    state_dir = Path(cfg.state_dir)
+    control_dir = Path(cfg.group_dir if isinstance(cfg, GroupConfig) else cfg.state_dir)
     os.umask(0o077)  # state.db-wal, blobs, logs: private (FUSE creates use the caller's umask)
-    setup_logging(state_dir, foreground)
+    setup_logging(control_dir, foreground)
 
     def report(line: str) -> None:
         if ready_fd is not None:
             os.write(ready_fd, (line + "\n").encode())
             os.close(ready_fd)
 
-    lock = open(state_dir / "lock", "a")  # noqa: SIM115 - held for the daemon's life
+    group_lock = None
+    if isinstance(cfg, GroupConfig):
+        group_lock = open(control_dir / "lock", "a")  # noqa: SIM115 - held for life
+        try:
+            fcntl.flock(group_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            report(f"ERROR {cfg.root} is already served by another memfs daemon")
+            return 1
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        report("ERROR this store is already mounted by another memfs daemon "
-               f"(state {state_dir})")
+        daemon = Daemon(cfg, api_key)
+    except StoreLocked as exc:
+        report(f"ERROR {exc}")
         return 1
-    daemon = Daemon(cfg, api_key)
     reg = registry_file(cfg.mountpoint)  # before mounting: it resolves paths
     try:
         daemon.mount()
     except Exception as exc:
+        daemon.close()
         report(f"ERROR cannot mount {cfg.mountpoint}: {exc}")
         return 1
-    reg.write_text(json.dumps({"mountpoint": canonical_mountpoint(cfg.mountpoint),
-                               "pid": os.getpid(), "state_dir": str(state_dir),
-                               "store_id": cfg.store_id, "base_url": cfg.base_url}))
+    entry = {"mountpoint": canonical_mountpoint(cfg.mountpoint), "pid": os.getpid(),
+             "state_dir": str(control_dir), "base_url": cfg.base_url}
+    if isinstance(cfg, GroupConfig):
+        entry.update(kind=cfg.kind, session_id=cfg.session_id,
+                     stores=[{"name": e.name, "store_id": e.cfg.store_id,
+                              "state_dir": str(e.state_dir)} for e in daemon.engines])
+        log.info("mounted %s root at %s: %s", cfg.kind, cfg.root,
+                 ", ".join(f"{e.name}={e.cfg.store_id}" for e in daemon.engines) or "no stores")
+    else:
+        entry["store_id"] = cfg.store_id
+        log.info("mounted store %s at %s (%s)", cfg.store_id, cfg.mountpoint,
+                 "read-only" if cfg.options.read_only else "read-write")
+    reg.write_text(json.dumps(entry))
     os.chmod(reg, 0o600)
-    log.info("mounted store %s at %s (%s)", cfg.store_id, cfg.mountpoint,
-             "read-only" if cfg.options.read_only else "read-write")
     ok = False
     try:
         trio.run(daemon.run, lambda: report("READY"))
@@ -329,13 +438,13 @@ def run(cfg: MountConfig, *, foreground: bool, api_key: str | None,
         except Exception as exc:
             log.warning("close: %s", exc)
         reg.unlink(missing_ok=True)
-        daemon.state.close()
+        daemon.close()
         log.info("daemon exit")
     return 0 if ok else 1
 
 
 def main() -> None:
-    cfg = MountConfig.from_json(os.environ.pop("MEMFS_DAEMON_CONFIG"))
+    cfg = config_from_json(os.environ.pop("MEMFS_DAEMON_CONFIG"))
     api_key = os.environ.get("ANTHROPIC_API_KEY") or None
     ready_fd = int(os.environ.pop("MEMFS_READY_FD"))
     os.set_inheritable(ready_fd, False)

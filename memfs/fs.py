@@ -51,6 +51,17 @@ log = logging.getLogger(__name__)
 #: Local-only temp files (vim swap and friends) may grow beyond a memory's limit.
 LOCAL_ONLY_MAX_BYTES = 64 * 1024 * 1024
 
+#: The store marker's name and inode. Session mounts show it at each store's root,
+#: as the SDK's folder sync writes it, so tools that check it trust the folder.
+#: State numbers its nodes upwards from 1 and never reaches this inode.
+MARKER_NAME = ".anthropic-memory-store"
+MARKER_INO = 2**32
+
+
+def marker_content(store_id: str) -> bytes:
+    """The SDK's marker format, byte for byte: no trailing newline."""
+    return f"version 1\n{store_id}".encode()
+
 Fetch = Callable[[Node], Awaitable[bytes]]
 Invalidate = Callable[[tuple], None]
 
@@ -89,9 +100,16 @@ class Operations(pyfuse3.Operations):
     def __init__(self, state: State, cache: BlobCache, *, read_only: bool = False,
                  fetch: Fetch | None = None, kick: Callable[[], None] | None = None,
                  invalidate: Invalidate | None = None, timeout: float = 300.0,
+                 marker: bytes | None = None,
+                 owner: tuple[int, int] | None = None,
                  meta: VersionsTree | None = None) -> None:
         super().__init__()
         self.state = state
+        #: content of the virtual marker file at the root, or None for no marker
+        self.marker = marker
+        #: (uid, gid) every entry is shown as owned by (`--uid`/`--gid`), or None
+        self.owner = owner
+        self._marker_fhs: set[int] = set()
         self.cache = cache
         self.read_only = read_only
         self.fetch = fetch
@@ -162,8 +180,7 @@ class Operations(pyfuse3.Operations):
         e.entry_timeout = self.timeout
         e.attr_timeout = self.timeout
         e.st_mode = node.mode
-        e.st_uid = node.uid
-        e.st_gid = node.gid
+        e.st_uid, e.st_gid = self.owner or (node.uid, node.gid)
         e.st_rdev = 0
         if node.is_dir:
             e.st_nlink = 2 + sum(1 for i in node.children.values() if self.state.nodes[i].is_dir)
@@ -178,6 +195,23 @@ class Operations(pyfuse3.Operations):
         e.st_mtime_ns = node.mtime_ns
         e.st_ctime_ns = node.ctime_ns
         return e
+
+    def _marker_attr(self) -> pyfuse3.EntryAttributes:
+        root = self.state.nodes[ROOT_INO]
+        e = pyfuse3.EntryAttributes()
+        e.st_ino = MARKER_INO
+        e.entry_timeout = e.attr_timeout = self.timeout
+        e.st_mode = stat.S_IFREG | 0o444
+        e.st_uid, e.st_gid = self.owner or (root.uid, root.gid)
+        e.st_nlink = 1
+        e.st_size = len(self.marker or b"")
+        e.st_blksize = 4096
+        e.st_blocks = (e.st_size + 511) // 512
+        e.st_atime_ns = e.st_mtime_ns = e.st_ctime_ns = root.ctime_ns
+        return e
+
+    def _is_marker(self, parent: Node, name: str) -> bool:
+        return self.marker is not None and parent.ino == ROOT_INO and name == MARKER_NAME
 
     def _check_new(self, parent: Node, name: str, *, is_dir: bool) -> None:
         try:
@@ -303,6 +337,8 @@ class Operations(pyfuse3.Operations):
             return self._attr(parent)
         if sname == "..":
             return self._attr(self._node(parent.parent or ROOT_INO))
+        if self._is_marker(parent, sname):
+            return self._marker_attr()
         node = self.state.child(parent, sname)
         if node is None:
             e = pyfuse3.EntryAttributes()  # negative entry, cached briefly
@@ -312,6 +348,8 @@ class Operations(pyfuse3.Operations):
         return self._attr(node)
 
     async def getattr(self, inode, ctx):
+        if inode == MARKER_INO and self.marker is not None:
+            return self._marker_attr()
         if is_virtual(inode):
             return self._meta().attr(inode)
         return self._attr(self._node(inode))
@@ -320,6 +358,10 @@ class Operations(pyfuse3.Operations):
         return None
 
     async def access(self, inode, mode, ctx):
+        if inode == MARKER_INO and self.marker is not None:
+            if mode & os.W_OK:
+                raise _err(errno.EROFS)
+            return True
         if is_virtual(inode):
             self._meta().attr(inode)
             if mode & os.W_OK:
@@ -339,23 +381,36 @@ class Operations(pyfuse3.Operations):
         entries = list(node.children.items())
         if inode == ROOT_INO and self.meta is not None and self.meta.show_meta:
             entries.append((META_NAME, META_INO))  # only with --show-meta
-        self._dirs[fh] = sorted(entries)
+        entries.sort()
+        if self.marker is not None and inode == ROOT_INO:
+            entries = [(MARKER_NAME, MARKER_INO),
+                       *(e for e in entries if e[0] != MARKER_NAME)]
+        self._dirs[fh] = entries
         return fh
 
-    async def readdir(self, fh, start_id, token):
+    def dir_entries(self, fh: int, start_id: int):
+        """(name, attributes, next id) of an open directory from `start_id` on; the
+        session root (fs_group) re-numbers the inodes before replying."""
         if fh >= FH_BASE:
-            return self._meta().readdir(fh, start_id, token)
+            yield from self._meta().dir_entries(fh, start_id)
+            return
         entries = self._dirs.get(fh, [])
         for i in range(start_id, len(entries)):
             name, ino = entries[i]
+            if ino == MARKER_INO:
+                yield name.encode("utf-8"), self._marker_attr(), i + 1
+                continue
+            if is_virtual(ino):
+                yield name.encode("utf-8"), self._meta().attr(ino), i + 1
+                continue
             node = self.state.nodes.get(ino)
-            if node is not None:
-                attr = self._attr(node)
-            elif is_virtual(ino):
-                attr = self._meta().attr(ino)
-            else:
+            if node is None:
                 continue  # removed since opendir
-            if not pyfuse3.readdir_reply(token, name.encode("utf-8"), attr, i + 1):
+            yield name.encode("utf-8"), self._attr(node), i + 1
+
+    async def readdir(self, fh, start_id, token):
+        for name, attr, next_id in self.dir_entries(fh, start_id):
+            if not pyfuse3.readdir_reply(token, name, attr, next_id):
                 break
 
     async def releasedir(self, fh):
@@ -417,6 +472,8 @@ class Operations(pyfuse3.Operations):
         return None
 
     async def getxattr(self, inode, name, ctx):
+        if inode == MARKER_INO:
+            raise _err(pyfuse3.ENOATTR)
         if is_virtual(inode):
             self._meta().attr(inode)
             raise _err(pyfuse3.ENOATTR)
@@ -429,12 +486,16 @@ class Operations(pyfuse3.Operations):
         return value.encode("utf-8")
 
     async def listxattr(self, inode, ctx):
+        if inode == MARKER_INO:
+            return []
         if is_virtual(inode):
             self._meta().attr(inode)
             return []
         return list(self._xattr_values(self._node(inode)))
 
     async def setxattr(self, inode, name, value, ctx):
+        if inode == MARKER_INO:
+            raise _err(errno.EROFS)
         self._refuse_virtual(inode)
         self._node(inode)
         self._writable()
@@ -443,6 +504,8 @@ class Operations(pyfuse3.Operations):
         raise _err(errno.ENOTSUP)
 
     async def removexattr(self, inode, name, ctx):
+        if inode == MARKER_INO:
+            raise _err(errno.EROFS)
         self._refuse_virtual(inode)
         self._node(inode)
         self._writable()
@@ -457,7 +520,7 @@ class Operations(pyfuse3.Operations):
         self._writable()
         parent = self._dir(parent_inode)
         sname = self._name(name)
-        if self.state.child(parent, sname) is not None:
+        if self.state.child(parent, sname) is not None or self._is_marker(parent, sname):
             raise _err(errno.EEXIST)
         self._check_new(parent, sname, is_dir=True)
         node = self.state.new_node(parent, sname, is_dir=True,
@@ -470,7 +533,7 @@ class Operations(pyfuse3.Operations):
         self._writable()
         parent = self._dir(parent_inode)
         sname = self._name(name)
-        if self.state.child(parent, sname) is not None:
+        if self.state.child(parent, sname) is not None or self._is_marker(parent, sname):
             raise _err(errno.EEXIST)
         self._check_new(parent, sname, is_dir=False)
         if not self._is_temp_name(sname):
@@ -518,7 +581,10 @@ class Operations(pyfuse3.Operations):
             raise _err(errno.EROFS)
         self._writable()
         parent = self._dir(parent_inode)
-        node = self.state.child(parent, self._name(name))
+        sname = self._name(name)
+        if self._is_marker(parent, sname):
+            raise _err(errno.EROFS)
+        node = self.state.child(parent, sname)
         if node is None:
             raise _err(errno.ENOENT)
         if node.is_dir:
@@ -552,6 +618,8 @@ class Operations(pyfuse3.Operations):
         old_parent = self._dir(parent_inode_old)
         new_parent = self._dir(parent_inode_new)
         sold, snew = self._name(name_old), self._name(name_new)
+        if self._is_marker(old_parent, sold) or self._is_marker(new_parent, snew):
+            raise _err(errno.EROFS)
         node = self.state.child(old_parent, sold)
         if node is None:
             raise _err(errno.ENOENT)
@@ -600,7 +668,12 @@ class Operations(pyfuse3.Operations):
     async def setattr(self, inode, attr, fields, fh, ctx):
         changing = (fields.update_size or fields.update_mode or fields.update_uid
                     or fields.update_gid or fields.update_mtime or fields.update_atime)
+        if inode == MARKER_INO and self.marker is not None:
+            if changing:
+                raise _err(errno.EROFS)
+            return self._marker_attr()
         if is_virtual(inode):
+            self._meta().attr(inode)
             if changing:
                 raise _err(errno.EROFS)
             return self._meta().attr(inode)
@@ -653,6 +726,13 @@ class Operations(pyfuse3.Operations):
     async def open(self, inode, flags, ctx):
         if is_virtual(inode):
             return self._meta().open(inode, flags)
+        if inode == MARKER_INO and self.marker is not None:
+            if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
+                raise _err(errno.EROFS)
+            fh = self._next_fh
+            self._next_fh += 1
+            self._marker_fhs.add(fh)
+            return pyfuse3.FileInfo(fh=fh, keep_cache=True)
         node = self._node(inode)
         if node.is_dir:
             raise _err(errno.EISDIR)
@@ -673,6 +753,8 @@ class Operations(pyfuse3.Operations):
     async def read(self, fh, off, size):
         if fh >= FH_BASE:
             return await self._meta().read(fh, off, size)
+        if fh in self._marker_fhs:
+            return (self.marker or b"")[off:off + size]
         of = self._open[self._handles[fh]]
         if self._buffer(of) is not None:  # slice: no copy of a large temp file per read
             return bytes(of.data[off:off + size])
@@ -715,6 +797,7 @@ class Operations(pyfuse3.Operations):
     async def release(self, fh):
         if fh >= FH_BASE:
             return self._meta().release(fh)
+        self._marker_fhs.discard(fh)
         ino = self._handles.pop(fh, None)
         if ino is None:
             return

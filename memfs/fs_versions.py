@@ -328,14 +328,14 @@ class VersionsTree:
         self._fh[fh] = entries
         return fh
 
-    def readdir(self, fh: int, start_id: int, token) -> None:
+    def dir_entries(self, fh: int, start_id: int):
+        """(name, attributes, next id) of an open directory from `start_id` on."""
         entries = self._fh.get(fh)
         if not isinstance(entries, list):
             return
         for i in range(start_id, len(entries)):
             name, ino = entries[i]
-            if not pyfuse3.readdir_reply(token, name.encode("utf-8"), self.attr(ino), i + 1):
-                break
+            yield name.encode("utf-8"), self.attr(ino), i + 1
 
     def release(self, fh: int) -> None:
         self._fh.pop(fh, None)

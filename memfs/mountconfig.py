@@ -7,7 +7,7 @@ unmount, stores...) never import pyfuse3 or the sync machinery.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 #: Editor and tool temp files: kept in the mount, never uploaded.
 DEFAULT_LOCAL_ONLY_PATTERNS = (
@@ -42,12 +42,81 @@ class MountConfig:
     embedded: bool = False
     local_only_patterns: list[str] = field(
         default_factory=lambda: list(DEFAULT_LOCAL_ONLY_PATTERNS))
+    #: FUSE allow_other (with default_permissions): other users may use the mount
+    allow_other: bool = False
+    #: [uid, gid] every file is shown as owned by (`--uid`/`--gid`); None: as created
+    owner: list[int] | None = None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return json.dumps({"kind": "store", **asdict(self)})
 
     @classmethod
     def from_json(cls, text: str) -> MountConfig:
         d = json.loads(text)
+        d.pop("kind", None)
         d["options"] = SyncOptions(**d["options"])
         return cls(**d)
+
+
+@dataclass
+class GroupStore:
+    """One store under a session root, at ``root/name``."""
+
+    store_id: str
+    name: str
+    state_dir: str
+    read_only: bool = False
+    display_name: str = ""
+
+
+@dataclass
+class GroupConfig:
+    """`memfs mount --session ID ROOT` / `--all ROOT`: several stores, one mount."""
+
+    kind: str  # "session" | "all"
+    root: str
+    base_url: str
+    group_dir: str  # the group's own state: control socket, lock, group.json
+    stores: list[GroupStore]
+    options: SyncOptions = field(default_factory=SyncOptions)
+    flush_timeout: float = 30.0
+    embedded: bool = False
+    local_only_patterns: list[str] = field(
+        default_factory=lambda: list(DEFAULT_LOCAL_ONLY_PATTERNS))
+    allow_other: bool = False
+    owner: list[int] | None = None
+    session_id: str | None = None
+    #: --all: where the state of a store that appears later goes
+    cache_dir: str | None = None
+    state_key: str | None = None
+    read_only: bool = False  # --all --read-only: every store read-only
+
+    @property
+    def mountpoint(self) -> str:
+        return self.root
+
+    def store_config(self, store: GroupStore) -> MountConfig:
+        return MountConfig(
+            store_id=store.store_id, mountpoint=f"{self.root.rstrip('/')}/{store.name}",
+            base_url=self.base_url, state_dir=store.state_dir,
+            options=replace(self.options, read_only=store.read_only or self.read_only),
+            flush_timeout=self.flush_timeout, embedded=self.embedded,
+            local_only_patterns=list(self.local_only_patterns),
+            allow_other=self.allow_other, owner=self.owner)
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "kind": self.kind, "group": True})
+
+    @classmethod
+    def from_json(cls, text: str) -> GroupConfig:
+        d = json.loads(text)
+        d.pop("group", None)
+        d["options"] = SyncOptions(**d["options"])
+        d["stores"] = [GroupStore(**s) for s in d["stores"]]
+        return cls(**d)
+
+
+def config_from_json(text: str) -> MountConfig | GroupConfig:
+    if json.loads(text).get("group"):
+        return GroupConfig.from_json(text)
+    return MountConfig.from_json(text)

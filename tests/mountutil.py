@@ -144,6 +144,39 @@ class MountProc:
         self._sigkill()
 
 
+@dataclass
+class GroupMountProc(MountProc):
+    """A session root: `memfs mount --session ID ROOT` or `--all ROOT` (store_id holds
+    the selecting flags, e.g. ("--session", sid))."""
+
+    select: tuple = ()
+
+    def mount(self) -> subprocess.CompletedProcess:
+        proc = self.memfs("mount", *self.select, str(self.path), *self.args)
+        reg = self.registry()
+        self.pid, self.state_dir = int(reg["pid"]), pathlib.Path(reg["state_dir"])
+        return proc
+
+    def pending_total(self) -> int:
+        total = 0
+        for store in self.status()["stores"]:
+            p = store["pending"]
+            total += sum(len(p[k]) for k in ("creates", "updates", "renames", "deletes"))
+        return total
+
+    def wait_synced(self, timeout: float = 30.0, *, deletes: bool = True) -> None:
+        deadline = time.monotonic() + timeout
+        kinds = ("creates", "updates", "renames") + (("deletes",) if deletes else ())
+        while True:
+            left = [(s["name"], k) for s in self.status()["stores"]
+                    for k in kinds if s["pending"][k]]
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"still pending after {timeout}s: {left}")
+            time.sleep(0.1)
+
+
 def mount_env(server, tmp_path: pathlib.Path) -> dict:
     env = dict(os.environ)
     env.update({
@@ -176,6 +209,20 @@ class Mounts:
             args = ("--write-back-delay", "0.1", "--poll-interval", "1",
                     "--delete-delay", "1", *args)
         m = MountProc(path, store_id, mount_env(self.server, self.tmp_path), args)
+        self.made.append(m)
+        m.mount()
+        return m
+
+    def mount_group(self, *select: str, args: tuple = (), name: str = "root",
+                    defaults: bool = True, env: dict | None = None,
+                    path: pathlib.Path | None = None) -> GroupMountProc:
+        """`memfs mount <select...> ROOT <args>`, e.g. select=("--session", sid)."""
+        path = path or self.tmp_path / name
+        if defaults:
+            args = ("--write-back-delay", "0.1", "--poll-interval", "1",
+                    "--delete-delay", "1", *args)
+        m = GroupMountProc(path, "", env or mount_env(self.server, self.tmp_path), args,
+                           select=select)
         self.made.append(m)
         m.mount()
         return m

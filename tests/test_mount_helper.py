@@ -133,3 +133,13 @@ def test_missing_arguments(fake_memfs: Path) -> None:
     proc = run(fake_memfs, "memstore_01")
     assert proc.returncode != 0
     assert "usage" in proc.stderr
+
+
+def test_session_and_all_sources(fake_memfs: Path) -> None:
+    proc = run(fake_memfs, "session:sesn_01", "/mnt/memory", "-o", "allow_other,uid=1000")
+    assert argv_of(proc) == ["mount", "--session", "sesn_01", "/mnt/memory",
+                             "--allow-other", "--uid", "1000"]
+    proc = run(fake_memfs, "all", "/mnt/stores", "-o", "ro,gid=7")
+    assert argv_of(proc) == ["mount", "--all", "/mnt/stores", "--read-only", "--gid", "7"]
+    bad = run(fake_memfs, "session:", "/mnt/memory")
+    assert bad.returncode == 32 and "needs a session id" in bad.stderr

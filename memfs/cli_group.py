@@ -1,0 +1,142 @@
+"""`memfs mount --session ID [ROOT]` and `memfs mount --all ROOT`: plans a session root.
+
+A session root is one FUSE mount holding several stores, each at ``ROOT/<name>``
+(memfs/fs_group.py). This module turns a session's memory-store resources, or the
+account's store list, into a `GroupConfig` for the daemon: which store goes to
+which directory, read-only or not, and where each store's own state lives (the
+same state directory a plain mount of that store uses, so nothing is stranded
+between the two ways of mounting it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+from pathlib import Path
+
+import click
+
+from .api import errors as api_errors
+from .mountconfig import GroupConfig, GroupStore, SyncOptions
+from .slug import mount_slugs
+from .statedir import cache_root, canonical_mountpoint, resolve_key, state_dir_for
+
+#: Where a session container shows its stores, and so a session root's default.
+SESSION_ROOT = "/mnt/memory"
+
+
+def group_dir(root: str, cache_dir: str | None) -> Path:
+    """The group's own state (control socket, lock, group.json, daemon.log), per root."""
+    digest = hashlib.sha256(canonical_mountpoint(root).encode()).hexdigest()[:16]
+    path = (Path(cache_dir) if cache_dir else cache_root()) / "groups" / digest
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for p in (path, path.parent):
+        os.chmod(p, 0o700)
+    return path
+
+
+def session_layout(resources: list) -> tuple[str | None, list[tuple[object, str]]]:
+    """(the root the resources' mount paths share, [(resource, directory name)]).
+
+    The service names each store's directory in `mount_path` (derived from the
+    store's name); that name is used as is. A resource without a usable mount path
+    gets the slug of its name, unique among the session's stores."""
+    stores = [r for r in resources if r.type == "memory_store"]
+    fallback = mount_slugs([(r.name or "", r.memory_store_id) for r in stores])
+    roots: set[str] = set()
+    out: list[tuple[object, str]] = []
+    taken: set[str] = set()
+    for r, fb in zip(stores, fallback, strict=True):
+        mp = (r.mount_path or "").rstrip("/")
+        name = posixpath.basename(mp) if mp.startswith("/") else ""
+        if not name or name in (".", "..") or ".." in mp.split("/"):
+            name = fb
+        else:
+            roots.add(posixpath.dirname(mp) or "/")
+        base, n = name, 2
+        while name in taken:  # never two stores in one directory
+            name, n = f"{base}-{n}", n + 1
+        taken.add(name)
+        out.append((r, name))
+    root = roots.pop() if len(roots) == 1 else None
+    return root, out
+
+
+def plan_session(client_call, session_id: str, root: str | None, *, url: str,
+                 cache_dir: str | None, options: SyncOptions, **common) -> GroupConfig:
+    """The GroupConfig of a session's memory stores (fetched from the server)."""
+    try:
+        session = client_call(lambda c: c.get_session(session_id))
+    except api_errors.NotFoundError:
+        raise click.ClickException(f"unknown session {session_id} on {url}") from None
+    shared_root, layout = session_layout(session.resources)
+    if root is None:
+        if shared_root is None:
+            raise click.ClickException(
+                f"session {session_id}: its stores' mount paths do not share one parent "
+                "directory; give ROOT")
+        root = shared_root
+    key = resolve_key(url, layout[0][0].memory_store_id if layout else "-", cache_dir)
+    stores = [GroupStore(store_id=r.memory_store_id, name=name,
+                         state_dir=str(state_dir_for(url, r.memory_store_id, cache_dir,
+                                                     key=key)),
+                         read_only=r.access == "read_only", display_name=r.name or "")
+              for r, name in layout]
+    root = os.path.abspath(root)
+    return GroupConfig(kind="session", root=root, base_url=url,
+                       group_dir=str(group_dir(root, cache_dir)), stores=stores,
+                       options=options, session_id=session_id, cache_dir=cache_dir,
+                       state_key=key, **common)
+
+
+def plan_all(client_call, root: str, *, url: str, cache_dir: str | None,
+             options: SyncOptions, read_only: bool, **common) -> GroupConfig:
+    """The GroupConfig of every non-archived store of the account, oldest first (so
+    a name's first store keeps the plain slug)."""
+
+    async def go(c):
+        return [s async for s in c.list_stores()]
+
+    listed = sorted(client_call(go), key=lambda s: (s.created_at, s.id))
+    names = mount_slugs([(s.name, s.id) for s in listed])
+    key = resolve_key(url, listed[0].id if listed else "-", cache_dir)
+    stores = [GroupStore(store_id=s.id, name=name,
+                         state_dir=str(state_dir_for(url, s.id, cache_dir, key=key)),
+                         read_only=read_only, display_name=s.name)
+              for s, name in zip(listed, names, strict=True)]
+    root = os.path.abspath(root)
+    return GroupConfig(kind="all", root=root, base_url=url,
+                       group_dir=str(group_dir(root, cache_dir)), stores=stores,
+                       options=options, cache_dir=cache_dir, state_key=key,
+                       read_only=read_only, **common)
+
+
+def cached_plan(root: str, cache_dir: str | None) -> list[GroupStore] | None:
+    """The stores the last mount of this root had (group.json), for an offline start."""
+    try:
+        data = json.loads((group_dir(root, cache_dir) / "group.json").read_text())
+        return [GroupStore(store_id=s["store_id"], name=s["name"], state_dir=s["state_dir"],
+                           read_only=bool(s.get("read_only"))) for s in data["stores"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def format_group_status(s: dict, format_store) -> str:
+    """`memfs status ROOT` of a session root: a header, then each store's own block."""
+    head = f"{s.get('mountpoint')}: {s.get('kind')} root"
+    if s.get("session_id"):
+        head += f" of session {s['session_id']}"
+    head += f" on {s.get('server')}" + ("" if s.get("running") else " (daemon not running)")
+    lines = [head]
+    for store in s.get("stores", []):
+        block = format_store(store).splitlines()
+        name = store.get("name") or store.get("store_id")
+        lines.append(f"  [{name}] " + block[0])
+        lines += ["  " + line for line in block[1:]]
+        if store.get("failure"):
+            lines.append(f"    FAILED: {store['failure']}")
+    for skipped in s.get("skipped", []):
+        lines.append(f"  [{skipped['name']}] not shown: {skipped['error']}")
+    return "\n".join(lines)

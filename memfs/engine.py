@@ -1,0 +1,199 @@
+"""One store's sync machinery: state, cache, handlers, pusher, reconciler.
+
+A daemon runs one engine (`memfs mount STORE DIR`) or several under one FUSE
+mount (`memfs mount --session|--all ROOT`, memfs/fs_group.py). Each engine keeps
+its own journal (state.db), cache, pusher and reconciler, and its background
+tasks run supervised: an engine that fails is logged, reported in its status and
+restarted, and never ends the daemon or blocks another store.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import trio
+
+from .api import errors as api_errors
+from .api.client import MemoryStoresClient
+from .cache import BlobCache
+from .fs import Operations
+from .fs_versions import VersionsTree
+from .mountconfig import MountConfig
+from .state import State
+from .sync.common import SyncContext
+from .sync.pusher import Pusher
+from .sync.reconciler import Reconciler
+
+log = logging.getLogger("memfs.engine")
+
+
+class StoreLocked(Exception):
+    """Another memfs daemon holds this store's state directory."""
+
+
+class StoreEngine:
+    def __init__(self, cfg: MountConfig, client: MemoryStoresClient, *,
+                 marker: bytes | None = None, name: str | None = None) -> None:
+        self.cfg = cfg
+        self.name = name  # the directory under a session root; None for a plain mount
+        self.ino_base = 0  # added to its inode numbers under a session root (fs_group)
+        self.state_dir = Path(cfg.state_dir)
+        self._lock = open(self.state_dir / "lock", "a")  # noqa: SIM115 - held for life
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise StoreLocked(f"store {cfg.store_id} is already mounted by another memfs "
+                              f"daemon (state {self.state_dir})") from None
+        self.state = State(self.state_dir / "state.db",
+                           local_only_patterns=cfg.local_only_patterns)
+        self.cache = BlobCache(self.state_dir / "objects")
+        self.client = client
+        self.ctx = SyncContext(self.state, self.cache, client, cfg.store_id, cfg.options)
+        owner = tuple(cfg.owner) if cfg.owner else None
+        self.ops = Operations(self.state, self.cache, read_only=cfg.options.read_only,
+                              fetch=self.ctx.fetch, kick=self.ctx.kick,
+                              invalidate=self.ctx.invalidate, marker=marker, owner=owner,
+                              meta=VersionsTree(client, cfg.store_id, self.cache,
+                                                show_meta=cfg.options.show_meta,
+                                                uid=owner[0] if owner else None,
+                                                gid=owner[1] if owner else None))
+        removed = self.cache.gc(self.state.referenced_shas())
+        if removed:
+            log.info("cache %s: removed %d unreferenced blobs", cfg.store_id, removed)
+        self.pusher = Pusher(self.ctx)
+        self.reconciler = Reconciler(self.ctx)
+        self.background = trio.CancelScope()
+        self.started_at = time.time()
+        self.failure: str | None = None  # the last unexpected error of a background task
+        self.state.set_meta("store_id", cfg.store_id)
+        self.state.set_meta("base_url", cfg.base_url)
+        self.state.set_meta("mountpoint", cfg.mountpoint)
+        self.state.set_meta("options", json.dumps(asdict(cfg.options)))  # offline status
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Start the fetcher, pusher, listing and prefetch in `nursery`. Listing and
+        prefetch run in `self.background`, which the final flush cancels first, so
+        nothing but the flush talks to the server once shutdown begins."""
+        await nursery.start(self.ctx.fetcher.serve)
+        if not self.cfg.options.read_only:
+            nursery.start_soon(self._supervised, "pusher", self.pusher.run)
+
+        async def run_background() -> None:
+            with self.background:
+                async with trio.open_nursery() as tasks:
+                    tasks.start_soon(self._supervised, "reconciler", self.reconciler.run)
+                    if self.cfg.options.prefetch:
+                        tasks.start_soon(self._supervised, "prefetch", self._prefetch)
+
+        nursery.start_soon(run_background)
+
+    async def _supervised(self, what: str, fn) -> None:
+        """Run a background loop; an unexpected error is logged, shown in status and
+        the loop restarted after a pause, so one store's bug never ends the mount."""
+        while True:
+            try:
+                await fn()
+                return
+            except Exception as exc:
+                self.failure = f"{what}: {type(exc).__name__}: {exc}"
+                log.exception("store %s: %s failed; restarting it in 5 s",
+                              self.cfg.store_id, what)
+                await trio.sleep(5.0)
+
+    async def first_listing(self, timeout: float = 20.0) -> None:
+        """A store never listed in this state dir: have its tree in place before
+        `memfs mount` returns, so `mount && cat` works (bounded; on failure the
+        reconciler's loop keeps trying and the store starts empty)."""
+        if self.state.get_meta("last_sync_at") is not None:
+            return
+        with trio.move_on_after(timeout):
+            try:
+                await self.reconciler.reconcile_pass()
+            except Exception as exc:
+                log.info("first listing of %s failed: %s", self.cfg.store_id, exc)
+
+    async def final_flush(self, timeout: float) -> dict:
+        """Stop the background pusher (a pass under way finishes and is applied), end
+        listing and prefetch, then push until nothing is left or `timeout` passes.
+        What it reports is exactly what state.db still holds pending."""
+        await self.pusher.stop()
+        self.background.cancel()
+        result = await self.pusher.flush(timeout)
+        return {"pushed": result.pushed, "left": result.left,
+                "offline": str(result.offline) if result.left and result.offline else None}
+
+    def set_read_only(self, read_only: bool) -> None:
+        """The store was archived (or vanished) under an `--all` mount."""
+        self.cfg.options.read_only = read_only
+        self.ops.read_only = read_only
+
+    def close(self) -> None:
+        self.state.close()
+        self._lock.close()
+
+    async def _prefetch(self) -> None:
+        """Fill the cache from each finished listing that leaves blobs missing (the
+        first one at mount), in batches, several at once; batches that failed
+        (offline, errors) are tried again later. Meanwhile reads fetch on demand,
+        their own batch first."""
+        while True:
+            await self.ctx.listed.wait()
+            self.ctx.listed = trio.Event()
+            started = time.monotonic()
+            filled, failed = await self.ctx.fetcher.prefetch()
+            if filled or failed:
+                log.info("prefetch %s: %d blobs in %.2fs%s", self.cfg.store_id, filled,
+                         time.monotonic() - started,
+                         f", {failed} batch(es) to retry" if failed else "")
+            if failed:
+                with trio.move_on_after(30):
+                    await self.ctx.online_wakeup.wait()
+                self.ctx.listed.set()  # try again without waiting for the next listing
+
+    # -- control requests ----------------------------------------------------------------
+
+    async def flush(self, timeout: float) -> dict:
+        result = await self.pusher.flush(timeout)
+        return {"pushed": result.pushed, "left": result.left}
+
+    async def sync(self, full: bool) -> dict:
+        try:
+            await self.reconciler.reconcile_pass(full=full)
+        except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
+            self.ctx.went_offline(exc)
+            return {"ok": False, "offline": True, "error": self.ctx.status.offline_reason}
+        return {"ok": True}
+
+    def conflict_command(self, cmd: str, req: dict) -> dict:
+        from . import conflicts
+
+        try:
+            if cmd == "conflicts":
+                return {"ok": True, "conflicts": conflicts.describe(self.state, self.cache)}
+            cid = int(req["id"])
+            if cmd == "conflict_discard":
+                return {"ok": True, **conflicts.discard(self.state, cid)}
+            done = conflicts.restore(self.state, self.cache, cid,
+                                     invalidate=self.ctx.invalidate)
+            self.ctx.kick()
+            return {"ok": True, **done}
+        except conflicts.ConflictError as exc:
+            return {"ok": False, "error": str(exc)}
+
+    def status(self) -> dict:
+        from .status import daemon_status  # local import: status is CLI-side too
+
+        s = daemon_status(self)
+        if self.name is not None:
+            s["name"] = self.name
+        if self.failure:
+            s["failure"] = self.failure
+        return s

@@ -1,0 +1,220 @@
+"""`SessionMounts`: the SDK's `SessionMemoryStores`, as one live session mount.
+
+An environment worker that syncs a session's memory stores into folders with the
+SDK switches by changing one line::
+
+    from memfs import SessionMounts as SessionMemoryStores
+
+The worker loop stays as it is (download, the tools' allowed and read-only roots,
+`sync_if_due` after each tool call, `finish` at a clean end, `flush_writes` in
+every teardown, `dispose` last), but nothing is copied or polled: `download`
+mounts every attached store under the stores' common parent with
+`memfs mount --session` (memfs/cli_group.py), reads and writes go straight to
+the mount, and the daemon pushes each change as it is closed. So:
+
+- `sync_if_due` is a status check over the daemon's control socket (no listing,
+  no request to the server); it logs when a store is offline or refusing files;
+- `finish` and `flush_writes` flush every store's pending changes, bounded like
+  the SDK's (30 s);
+- `dispose` unmounts (a last flush) and removes the root if `download` made it.
+
+Differences from the folder sync, all deliberate: the stores live under ONE
+mount, so their mount paths must share a parent directory (the service's
+``/mnt/memory/<slug>`` always do); a read-only store refuses changes with EROFS
+for every program, `bash` included; an edit that loses to a concurrent remote
+edit is kept as a conflict (`memfs conflicts`) instead of being dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+log = logging.getLogger("memfs.session_mounts")
+
+#: The SDK's bounds: each teardown pass, and the smallest sync interval.
+FLUSH_TIMEOUT = 30.0
+MIN_SYNC_INTERVAL = 5.0
+
+_DELETE_MODES = {"enabled": "enabled", "log_only": "log-only", "disabled": "disabled"}
+
+
+class SessionMountError(Exception):
+    """A session's stores cannot be mounted (the SDK raises SessionMemoryError)."""
+
+
+class SessionMounts:
+    """A session's memory stores as one memfs mount (see the module docstring)."""
+
+    def __init__(self, client: Any, *, workdir: str | os.PathLike[str],
+                 sync_interval: float = 15.0, sync_deletions: str = "enabled",
+                 mount_args: tuple[str, ...] = ()) -> None:
+        if not sync_interval >= MIN_SYNC_INTERVAL:
+            raise ValueError(f"sync interval must be at least {MIN_SYNC_INTERVAL} seconds, "
+                             f"got {sync_interval}")
+        if sync_deletions not in _DELETE_MODES:
+            raise ValueError(f"sync_deletions must be one of {sorted(_DELETE_MODES)}")
+        self._client = client
+        self._workdir = Path(workdir)
+        self._deletes = _DELETE_MODES[sync_deletions]
+        self._mount_args = tuple(mount_args)
+        self._root: Path | None = None
+        self._created_root = False
+        self._stores: list[tuple[Path, bool]] = []  # (store folder, read-only)
+        self._finished = False
+        self._disposed = False
+
+    # -- the SDK's surface -------------------------------------------------------------
+
+    @property
+    def roots(self) -> list[Path]:
+        """Every attached store's folder (the file tools' allowed roots)."""
+        return [p for p, _ in self._stores]
+
+    @property
+    def read_only_roots(self) -> list[Path]:
+        """The folders of stores attached read-only (the tools refuse writes there)."""
+        return [p for p, ro in self._stores if ro]
+
+    async def download(self, session: Any) -> None:
+        """Mount every attached store at its `mount_path` (one mount at their parent)."""
+        resources = [r for r in session.resources if r.type == "memory_store"]
+        if not resources:
+            return
+        folders = [self._store_folder(r) for r in resources]
+        parents = {str(f.parent) for f in folders}
+        if len(parents) != 1:
+            raise SessionMountError(
+                "the memory stores' mount paths do not share one parent directory "
+                f"({', '.join(sorted(parents))}); memfs mounts them together")
+        root = Path(parents.pop())
+        if root.exists() and any(root.iterdir()):
+            raise SessionMountError(
+                f"something already exists at the memory stores' path: {root}; it must be "
+                "empty when the session starts")
+        if not root.exists():
+            root.mkdir(parents=True, mode=0o755)
+            self._created_root = True
+        args = [sys.executable, "-m", "memfs", "mount", "--session", session.id, str(root),
+                "--deletes", self._deletes, *self._mount_args]
+        base_url = str(getattr(self._client, "base_url", "") or "")
+        if base_url:
+            args += ["--base-url", base_url.rstrip("/")]
+        env = dict(os.environ)
+        key = getattr(self._client, "api_key", None)
+        if key:
+            env["ANTHROPIC_API_KEY"] = key  # the environment only, never argv
+        result = await anyio.run_process(args, env=env, check=False,
+                                         stdin=subprocess.DEVNULL)
+        if result.returncode != 0:
+            if self._created_root:
+                _rmdir_quietly(root)
+                self._created_root = False
+            raise SessionMountError(
+                f"failed to mount the session's memory stores at {root}: "
+                + (result.stderr.decode(errors="replace").strip() or "memfs mount failed"))
+        self._root = root
+        self._stores = [(f, r.access == "read_only") for f, r in zip(folders, resources,
+                                                                      strict=True)]
+        for folder in self.roots:
+            if not folder.is_dir():
+                log.warning("the mount has no folder %s (see memfs status %s)", folder, root)
+        log.info("mounted %d memory store(s) at %s", len(self._stores), root)
+
+    async def sync_if_due(self) -> None:
+        """A status check, no listing: the daemon syncs continuously. Never raises."""
+        status = await self._status()
+        for store in (status or {}).get("stores", []):
+            if store.get("online") is False:
+                log.warning("memory store %s is offline: %s", store.get("store_id"),
+                            store.get("offline_reason"))
+            for item in store.get("pending", {}).get("refused", []):
+                log.warning("the server refused %s in %s: %s", item.get("path"),
+                            store.get("name"), item.get("reason"))
+
+    async def finish(self) -> None:
+        """The session's last sync, once, at a clean end: every store flushed."""
+        if self._finished:
+            raise RuntimeError("finish() was already called: it is the session's last sync "
+                               "and runs once")
+        self._finished = True
+        await self._flush()
+
+    async def flush_writes(self) -> None:
+        """Push every pending change now (bounded); never raises."""
+        await self._flush()
+
+    async def dispose(self) -> None:
+        """Unmount (a last flush) and remove the root if `download` made it."""
+        if self._root is None or self._disposed:
+            return
+        self._disposed = True
+        result = await anyio.run_process(
+            [sys.executable, "-m", "memfs", "unmount", str(self._root),
+             "--timeout", str(FLUSH_TIMEOUT)], check=False, stdin=subprocess.DEVNULL)
+        out = (result.stdout + result.stderr).decode(errors="replace").strip()
+        if result.returncode != 0:
+            log.warning("memory store unmount failed: %s", out)
+            return
+        log.info("%s", out)
+        if self._created_root:
+            _rmdir_quietly(self._root)
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _store_folder(self, resource: Any) -> Path:
+        mount_path = resource.mount_path
+        if mount_path:
+            if not mount_path.startswith("/") or ".." in mount_path.split("/"):
+                raise SessionMountError(
+                    f"memory store mount_path is not a clean absolute path: {mount_path!r} "
+                    f"(memory_store_id={resource.memory_store_id})")
+            return Path(posixpath.normpath(mount_path))
+        return self._workdir / "memory" / (resource.name or resource.memory_store_id)
+
+    async def _control(self, payload: dict, timeout: float) -> dict | None:
+        from . import control
+        from .statedir import registry_file
+
+        if self._root is None:
+            return None
+
+        def ask() -> dict:
+            import json
+
+            info = json.loads(registry_file(str(self._root)).read_text())
+            return control.request(Path(info["state_dir"]), payload, timeout=timeout)
+
+        try:
+            return await anyio.to_thread.run_sync(ask)
+        except (OSError, ValueError, KeyError) as exc:
+            log.warning("the memfs daemon of %s does not answer: %s", self._root, exc)
+            return None
+
+    async def _status(self) -> dict | None:
+        reply = await self._control({"cmd": "status"}, 10.0)
+        return (reply or {}).get("status")
+
+    async def _flush(self) -> None:
+        reply = await self._control({"cmd": "flush", "timeout": FLUSH_TIMEOUT},
+                                    FLUSH_TIMEOUT + 10)
+        if reply is None:
+            return
+        if reply.get("left"):
+            log.warning("memory flush cut off: %d change(s) not pushed yet; they stay "
+                        "journaled and go out when the server answers", reply["left"])
+
+
+def _rmdir_quietly(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass

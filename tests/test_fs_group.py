@@ -1,0 +1,116 @@
+"""Handler-level tests of the session root (memfs/fs_group.py), without the kernel:
+inode and handle numbering across stores, the marker, EROFS at the root, EXDEV
+between stores, per-store read-only. The same behaviour through a real mount is in
+test_group_mount.py and test_session_mount.py."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+import pyfuse3
+import pytest
+from fs_helpers import ctx, fuse_errno
+
+from memfs.cache import BlobCache
+from memfs.fs import MARKER_INO, MARKER_NAME, Operations, marker_content
+from memfs.fs_group import GROUP_ROOT, SHIFT, GroupOperations
+from memfs.state import ROOT_INO, State
+
+
+@pytest.fixture
+def group(tmp_path):
+    states = []
+    g = GroupOperations(owner=(1234, 5678))
+    for name, read_only in (("alpha", False), ("beta", True)):
+        d = tmp_path / name
+        d.mkdir()
+        state = State(d / "state.db")
+        states.append(state)
+        g.add(name, Operations(state, BlobCache(d / "objects"), read_only=read_only,
+                               marker=marker_content(f"memstore_{name}"),
+                               owner=(1234, 5678)))
+    yield g
+    for s in states:
+        s.close()
+
+
+async def listdir(g: GroupOperations, ino: int, monkeypatch) -> dict[str, int]:
+    got: dict[str, int] = {}
+
+    def reply(token, name, attr, next_id):
+        got[name.decode()] = attr.st_ino
+        return True
+
+    monkeypatch.setattr(pyfuse3, "readdir_reply", reply)
+    fh = await g.opendir(ino, ctx())
+    await g.readdir(fh, 0, None)
+    await g.releasedir(fh)
+    return got
+
+
+async def test_root_lists_stores_with_their_own_inode_ranges(group, monkeypatch):
+    root = await listdir(group, GROUP_ROOT, monkeypatch)
+    assert root == {"alpha": 1 << SHIFT | ROOT_INO, "beta": 2 << SHIFT | ROOT_INO}
+    attr = await group.getattr(GROUP_ROOT, ctx())
+    assert stat.S_ISDIR(attr.st_mode) and (attr.st_uid, attr.st_gid) == (1234, 5678)
+    alpha = await group.lookup(GROUP_ROOT, b"alpha", ctx())
+    assert alpha.st_ino == root["alpha"] and (alpha.st_uid, alpha.st_gid) == (1234, 5678)
+    assert (await group.lookup(GROUP_ROOT, b"nope", ctx())).st_ino == 0
+    assert (await group.lookup(root["alpha"], b"..", ctx())).st_ino == GROUP_ROOT
+
+
+async def test_files_and_handles_are_renumbered_per_store(group, monkeypatch):
+    alpha = 1 << SHIFT | ROOT_INO
+    fi, attr = await group.create(alpha, b"a.md", stat.S_IFREG | 0o644, os.O_WRONLY, ctx())
+    assert attr.st_ino >> SHIFT == 1 and fi.fh >> SHIFT == 1
+    assert await group.write(fi.fh, 0, b"hello") == 5
+    await group.flush(fi.fh)
+    await group.release(fi.fh)
+    again = await group.lookup(alpha, b"a.md", ctx())
+    assert again.st_ino == attr.st_ino and again.st_size == 5
+    fi = await group.open(attr.st_ino, os.O_RDONLY, ctx())
+    assert await group.read(fi.fh, 0, 100) == b"hello"
+    await group.release(fi.fh)
+    listing = await listdir(group, alpha, monkeypatch)
+    assert listing == {MARKER_NAME: 1 << SHIFT | MARKER_INO, "a.md": attr.st_ino}
+
+
+async def test_marker_is_read_only_virtual_file(group):
+    beta = 2 << SHIFT | ROOT_INO
+    attr = await group.lookup(beta, MARKER_NAME.encode(), ctx())
+    assert attr.st_ino == 2 << SHIFT | MARKER_INO and stat.S_IMODE(attr.st_mode) == 0o444
+    fi = await group.open(attr.st_ino, os.O_RDONLY, ctx())
+    assert await group.read(fi.fh, 0, 100) == b"version 1\nmemstore_beta"
+    await group.release(fi.fh)
+    alpha = 1 << SHIFT | ROOT_INO
+    marker = 1 << SHIFT | MARKER_INO
+    assert await fuse_errno(group.open(marker, os.O_WRONLY, ctx())) == errno.EROFS
+    assert await fuse_errno(group.unlink(alpha, MARKER_NAME.encode(), ctx())) == errno.EROFS
+    assert await fuse_errno(group.create(alpha, MARKER_NAME.encode(), 0o100644, os.O_WRONLY,
+                                         ctx())) == errno.EEXIST
+    assert await fuse_errno(group.rename(alpha, MARKER_NAME.encode(), alpha, b"m", 0,
+                                         ctx())) == errno.EROFS
+
+
+async def test_root_refuses_changes_and_stores_do_not_mix(group):
+    for call in (group.mkdir(GROUP_ROOT, b"d", 0o40755, ctx()),
+                 group.create(GROUP_ROOT, b"f", 0o100644, os.O_WRONLY, ctx()),
+                 group.unlink(GROUP_ROOT, b"alpha", ctx()),
+                 group.rmdir(GROUP_ROOT, b"alpha", ctx()),
+                 group.rename(GROUP_ROOT, b"alpha", GROUP_ROOT, b"x", 0, ctx()),
+                 group.setxattr(GROUP_ROOT, b"user.x", b"1", ctx())):
+        assert await fuse_errno(call) == errno.EROFS
+    assert await fuse_errno(group.access(GROUP_ROOT, os.W_OK, ctx())) == errno.EROFS
+    alpha, beta = 1 << SHIFT | ROOT_INO, 2 << SHIFT | ROOT_INO
+    fi, _ = await group.create(alpha, b"a.md", 0o100644, os.O_WRONLY, ctx())
+    await group.release(fi.fh)
+    assert await fuse_errno(group.rename(alpha, b"a.md", beta, b"a.md", 0,
+                                         ctx())) == errno.EXDEV
+    # beta is read-only: every change is EROFS, reads work.
+    assert await fuse_errno(group.create(beta, b"b.md", 0o100644, os.O_WRONLY,
+                                         ctx())) == errno.EROFS
+    assert await fuse_errno(group.mkdir(beta, b"d", 0o40755, ctx())) == errno.EROFS
+    # An unknown store's numbers are ENOENT, never another store's file.
+    assert await fuse_errno(group.getattr(9 << SHIFT | ROOT_INO, ctx())) == errno.ENOENT

@@ -1,0 +1,223 @@
+"""`memfs mount --all ROOT`: several stores under one FUSE mount (memfs/fs_group.py),
+through a real mount against a real `memfs serve`. Session mounts (`--session`) are
+in test_session_mount.py; both share the group daemon tested here."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import time
+
+import pytest
+from mountutil import needs_fuse, server_memories
+
+pytestmark = needs_fuse
+
+
+def _wait(pred, timeout: float = 15.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _errno_of(fn) -> int:
+    try:
+        fn()
+    except OSError as exc:
+        return exc.errno
+    raise AssertionError("no error")
+
+
+def test_all_root_view_marker_and_access(server, mounts):
+    sdk = server.sdk()
+    a = sdk.beta.memory_stores.create(name="User Preferences").id
+    b = sdk.beta.memory_stores.create(name="Project Notes!").id
+    c = sdk.beta.memory_stores.create(name="user  preferences").id  # the same slug as a
+    sdk.beta.memory_stores.memories.create(a, path="/style.md", content="terse\n")
+    sdk.beta.memory_stores.memories.create(b, path="/todo/next.md", content="ship it\n")
+    archived = sdk.beta.memory_stores.create(name="Old").id
+    sdk.beta.memory_stores.archive(archived)
+
+    m = mounts.mount_group("--all")
+    root = m.path
+    # The view: one directory per non-archived store, by slug, oldest store first.
+    assert sorted(os.listdir(root)) == ["project-notes", "user-preferences",
+                                        "user-preferences-2"]
+    assert (root / "user-preferences" / "style.md").read_text() == "terse\n"
+    assert (root / "project-notes" / "todo" / "next.md").read_text() == "ship it\n"
+    # The marker: the SDK's format exactly, read-only, in every store's listing.
+    for name, sid in (("user-preferences", a), ("project-notes", b),
+                      ("user-preferences-2", c)):
+        marker = root / name / ".anthropic-memory-store"
+        assert marker.read_bytes() == f"version 1\n{sid}".encode()
+        assert ".anthropic-memory-store" in os.listdir(root / name)
+        assert _errno_of(lambda p=marker: p.write_text("x")) == errno.EROFS
+        assert _errno_of(lambda p=marker: p.unlink()) == errno.EROFS
+        assert _errno_of(lambda p=marker: os.rename(p, p.with_name("m"))) == errno.EROFS
+    # The root refuses every change.
+    assert _errno_of(lambda: (root / "new.md").write_text("x")) == errno.EROFS
+    assert _errno_of(lambda: (root / "newdir").mkdir()) == errno.EROFS
+    assert _errno_of(lambda: os.rename(root / "project-notes", root / "p")) == errno.EROFS
+    assert _errno_of(lambda: os.rmdir(root / "project-notes")) == errno.EROFS
+    # A read-write store takes writes; they reach that store only, never the marker.
+    (root / "user-preferences-2" / "note.md").write_text("third\n")
+    (root / "project-notes" / "todo" / "next.md").write_text("shipped\n")
+    m.wait_synced()
+    assert server_memories(server, c) == {"/note.md": "third\n"}
+    assert server_memories(server, b) == {"/todo/next.md": "shipped\n"}
+    assert server_memories(server, a) == {"/style.md": "terse\n"}
+    # A move between stores is a copy and a delete (EXDEV underneath), like two disks.
+    assert _errno_of(lambda: os.rename(root / "project-notes" / "todo" / "next.md",
+                                       root / "user-preferences" / "next.md")) == errno.EXDEV
+    subprocess.run(["mv", str(root / "project-notes" / "todo" / "next.md"),
+                    str(root / "user-preferences" / "next.md")], check=True,
+                   capture_output=True)
+    m.wait_synced()
+    assert server_memories(server, a)["/next.md"] == "shipped\n"
+    # Status reports each store.
+    st = m.status()
+    assert st["group"] and st["kind"] == "all"
+    assert [s["name"] for s in st["stores"]] == ["user-preferences", "project-notes",
+                                                 "user-preferences-2"]
+    assert all(s["online"] for s in st["stores"])
+    text = m.memfs("status", str(root)).stdout
+    assert "[project-notes]" in text and "[user-preferences-2]" in text
+
+
+def test_all_root_new_store_appears_archived_turns_read_only(server, mounts):
+    sdk = server.sdk()
+    first = sdk.beta.memory_stores.create(name="First").id
+    m = mounts.mount_group("--all")
+    assert os.listdir(m.path) == ["first"]
+    later = sdk.beta.memory_stores.create(name="Later On").id
+    sdk.beta.memory_stores.memories.create(later, path="/hello.md", content="hi\n")
+    _wait(lambda: "later-on" in os.listdir(m.path), what="the new store")
+    assert _wait(lambda: (m.path / "later-on" / "hello.md").exists()
+                 and (m.path / "later-on" / "hello.md").read_text(), what="its memory") == "hi\n"
+    (m.path / "first" / "a.md").write_text("a\n")
+    m.wait_synced()
+    sdk.beta.memory_stores.archive(first)
+
+    def refused() -> bool:
+        try:
+            (m.path / "first" / "b.md").write_text("b\n")
+        except OSError as exc:
+            assert exc.errno == errno.EROFS
+            return True
+        os.unlink(m.path / "first" / "b.md")
+        return False
+
+    _wait(refused, what="the archived store to turn read-only")
+    assert (m.path / "first" / "a.md").read_text() == "a\n"  # still readable
+    (m.path / "later-on" / "c.md").write_text("c\n")  # the other store is untouched
+    m.wait_synced()
+    assert server_memories(server, later)["/c.md"] == "c\n"
+
+
+def test_all_read_only_and_unmount_flushes_every_store(server, mounts):
+    sdk = server.sdk()
+    ids = [sdk.beta.memory_stores.create(name=f"Store {i}").id for i in range(3)]
+    m = mounts.mount_group("--all", args=("--write-back-delay", "60"), defaults=False)
+    for i in range(3):
+        for j in range(5):
+            (m.path / f"store-{i}" / f"n{j}.md").write_text(f"{i}-{j}\n")
+    assert m.pending_total() == 15  # held by the write-back delay: the unmount flushes
+    out = m.unmount()
+    assert "pushed 15 change(s), 0 left" in out
+    for i, sid in enumerate(ids):
+        assert f"store-{i} ({sid}): pushed 5, 0 left" in out
+        assert server_memories(server, sid) == {f"/n{j}.md": f"{i}-{j}\n" for j in range(5)}
+    # Without a daemon, status still reports every store from its state.
+    st = json.loads(m.memfs("status", str(m.path), "--json").stdout)
+    assert st["group"] and not st["running"] and len(st["stores"]) == 3
+
+    ro = mounts.mount_group("--all", args=("--read-only",), name="ro")
+    assert sorted(os.listdir(ro.path)) == ["store-0", "store-1", "store-2"]
+    assert (ro.path / "store-1" / "n3.md").read_text() == "1-3\n"
+    assert _errno_of(lambda: (ro.path / "store-1" / "x.md").write_text("x")) == errno.EROFS
+    assert _errno_of(lambda: (ro.path / "store-1" / "n3.md").unlink()) == errno.EROFS
+
+
+def test_a_store_mounted_elsewhere_is_skipped_not_fatal(server, mounts):
+    sdk = server.sdk()
+    busy = sdk.beta.memory_stores.create(name="Busy").id
+    free = sdk.beta.memory_stores.create(name="Free").id
+    single = mounts.mount(busy, name="single")
+    m = mounts.mount_group("--all", env=single.env)  # the same cache: busy's state is locked
+    assert os.listdir(m.path) == ["free"]
+    st = m.status()
+    assert st["skipped"] and st["skipped"][0]["store_id"] == busy
+    assert "already mounted" in st["skipped"][0]["error"]
+    assert "not shown" in m.memfs("status", str(m.path)).stdout
+    (m.path / "free" / "ok.md").write_text("ok\n")
+    m.wait_synced()
+    assert server_memories(server, free) == {"/ok.md": "ok\n"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--all",), "--all needs ROOT"),
+    (("--all", "--session", "sesn_x", "/tmp/x"), "exclude each other"),
+    (("--all", "/tmp/x", "/tmp/y"), "give only ROOT"),
+    (("onlyone",), "give STORE_ID and MOUNTPOINT"),
+])
+def test_group_usage_errors(server, mounts, tmp_path, args, message):
+    from mountutil import MountProc, mount_env
+
+    p = MountProc(tmp_path, "", mount_env(server, tmp_path), ())
+    out = p.memfs("mount", *args, check=False)
+    assert out.returncode != 0 and message in out.stderr
+
+
+def as_user(user: str, *cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["runuser", "-u", user, "--", *cmd], capture_output=True,
+                          text=True, timeout=30, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory other users can reach (pytest's tmp_path is root-only)."""
+    import shutil
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="memfs-shared-", dir="/tmp")
+    os.chmod(d, 0o755)
+    try:
+        yield d
+    finally:
+        subprocess.run(["fusermount3", "-uz", os.path.join(d, "root")], capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_allow_other_lets_an_unprivileged_user_read_and_write(server, mounts, shared_dir):
+    import pathlib
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    sdk = server.sdk()
+    sid = sdk.beta.memory_stores.create(name="Agent Notes").id
+    sdk.beta.memory_stores.memories.create(sid, path="/seed.md", content="seeded\n")
+    root = pathlib.Path(shared_dir) / "root"
+    root.mkdir()
+    # Without --allow-other, FUSE denies every other user.
+    plain = mounts.mount_group("--all", path=root)
+    denied = as_user("nobody", "cat", str(root / "agent-notes" / "seed.md"))
+    assert denied.returncode != 0 and "Permission denied" in denied.stderr
+    plain.unmount()
+    m = mounts.mount_group("--all", path=root,
+                           args=("--allow-other", "--uid", str(nobody.pw_uid)))
+    read = as_user("nobody", "cat", str(root / "agent-notes" / "seed.md"))
+    assert read.returncode == 0 and read.stdout == "seeded\n", read.stderr
+    wrote = as_user("nobody", "sh", "-c",
+                    f"echo 'from the agent' > {root / 'agent-notes' / 'agent.md'}")
+    assert wrote.returncode == 0, wrote.stderr
+    assert as_user("nobody", "touch", str(root / "x")).returncode != 0  # the root: EROFS
+    m.wait_synced()
+    assert server_memories(server, sid)["/agent.md"] == "from the agent\n"
+    assert (root / "agent-notes" / "agent.md").stat().st_uid == nobody.pw_uid
