@@ -228,3 +228,33 @@ def test_remote_memory_under_memfs_is_hidden(mounts, server):
     assert ls(m.path / ".memfs") == ["versions"]
     # It has versions like any memory, so the versions tree shows it.
     assert "x.md" in ls(m.path / ".memfs" / "versions" / ".memfs")
+
+
+def test_session_root_history_and_tree(mounts, server):
+    """Under `memfs mount --all ROOT`: each store directory has its own `.memfs`, and
+    the commands find the store from the directory a file is in."""
+    sdk = server.sdk().beta.memory_stores
+    a = sdk.create(name="alpha").id
+    b = sdk.create(name="beta").id
+    sdk.memories.create(b, path="/same.md", content="beta's\n")
+    m = mounts.mount_group("--all")
+    f = m.path / "alpha" / "same.md"
+    f.write_text("one\n")
+    m.wait_synced()
+    f.write_text("two\n")
+    m.wait_synced()
+    rows = history(m, f)
+    assert [r["operation"] for r in rows] == ["modified", "created"]
+    assert show(m, f"{f}@{rows[-1]['id']}").stdout == b"one\n"
+    assert [r["operation"] for r in history(m, m.path / "beta" / "same.md")] == ["created"]
+    assert ".memfs" not in ls(m.path / "alpha")
+    d = m.path / "alpha" / ".memfs" / "versions" / "same.md"
+    assert [cat(d / n) for n in ls(d)] == ["one\n", "two\n"]
+    assert ls(m.path / "beta" / ".memfs" / "versions" / "same.md")[0].endswith(
+        history(m, m.path / "beta" / "same.md")[0]["id"])
+    with pytest.raises(OSError) as info:
+        (d / "x").write_text("x")
+    assert info.value.errno == errno.EROFS
+    m.memfs("restore", str(f), "--version", rows[-1]["id"])
+    assert server_memories(server, a) == {"/same.md": "one\n"}
+    assert server_memories(server, b) == {"/same.md": "beta's\n"}
