@@ -468,7 +468,12 @@ class MemfsApp:
             raise ApiError(403, "permission_error",
                            "a session token cannot mint session tokens; use the API key")
         self._check_auth(ex)
-        token = await run_in_threadpool(self.db.issue_session_token, session_id)
+        try:
+            token = await run_in_threadpool(self.db.issue_session_token, session_id)
+        except ApiError as err:
+            if err.status == 404:  # names the session: a client tells it from "no such route"
+                raise ApiError(404, err.type, err.message, session_id=session_id) from None
+            raise
         await ex.send_json(200, {"token": token})
 
     def _health(self, ex: _Exchange) -> dict[str, Any]:
