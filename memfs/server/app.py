@@ -4,8 +4,9 @@ HTTP parsing, chunked bodies, keep-alive and connection limits come from
 uvicorn/h11; the routes are Starlette path templates (``http.py``). This
 module is the request pipeline, in this order for ``/v1/…``:
 
-gate "before" → faults (latency, 429, 5xx) → auth (401) → route (404/405) →
-beta header (400) → body (413 while streaming, 408 when too slow) → JSON and
+gate "before" → faults (latency, 429, 5xx) → auth (401: the API key, or a
+session token and its grant) → body (413 while streaming, 408 when too slow) →
+route (404/405) → session token scope (404/403) → beta header (400) → JSON and
 shapes (400) → operation (in a worker thread) → gate "after" → response (or,
 for an injected drop, a connection reset after the commit).
 
