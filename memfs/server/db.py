@@ -1334,11 +1334,13 @@ class Database:
 
     # -- sessions ------------------------------------------------------------
 
-    @staticmethod
-    def _session_row(c: Any, session_id: str, *, lock: bool = False, pg: bool = False) -> Any:
+    def _session_row(self, c: Any, session_id: str, *, lock: bool = False) -> Any:
+        """The session's row; ``lock``: ``FOR UPDATE`` on PostgreSQL (like stores)."""
         if "\x00" in session_id:
             raise not_found(f"session {session_id!r} not found")
-        sql = "SELECT * FROM sessions WHERE id = ?" + (" FOR UPDATE" if lock and pg else "")
+        sql = "SELECT * FROM sessions WHERE id = ?"
+        if lock and self._pg is not None:
+            sql += " FOR UPDATE"
         row = c.execute(sql, (session_id,)).fetchone()
         if row is None:
             raise not_found(f"session {session_id!r} not found")
@@ -1499,7 +1501,7 @@ class Database:
     def archive_session(self, session_id: str) -> dict[str, Any]:
         """One-way and idempotent; the session's tokens stop working."""
         with self._txn(write=True) as c:
-            row = self._session_row(c, session_id, lock=True, pg=self._pg is not None)
+            row = self._session_row(c, session_id, lock=True)
             if row["archived_at"] is None:
                 ts = now()
                 c.execute("UPDATE sessions SET archived_at = ?, updated_at = ? WHERE id = ?",
@@ -1510,7 +1512,7 @@ class Database:
         """The session, its resources and its tokens. Memories it wrote stay, and
         their versions keep naming it."""
         with self._txn(write=True) as c:
-            self._session_row(c, session_id, lock=True, pg=self._pg is not None)
+            self._session_row(c, session_id, lock=True)
             c.execute("DELETE FROM session_tokens WHERE session_id = ?", (session_id,))
             c.execute("DELETE FROM session_resources WHERE session_id = ?", (session_id,))
             c.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
@@ -1522,7 +1524,7 @@ class Database:
         :data:`MAX_TOKENS_PER_SESSION`, issuing one revokes the oldest."""
         token = SESSION_TOKEN_PREFIX + secrets.token_urlsafe(32)
         with self._txn(write=True) as c:
-            row = self._session_row(c, session_id, lock=True, pg=self._pg is not None)
+            row = self._session_row(c, session_id, lock=True)
             if row["archived_at"] is not None:
                 raise invalid(f"session {session_id!r} is archived; it has no tokens")
             c.execute("INSERT INTO session_tokens (token_sha256, session_id, created_at)"
