@@ -201,6 +201,7 @@ def test_memory_store_resource_limits(server):
     assert (r1.access, r1.instructions) == ("read_only", None)
     assert (r2.access, r2.instructions) == ("read_write", None)
     for bad in (_res(ids[0], instructions="x" * 4097), _res(ids[0], access="write"),
+                _res(ids[0], access=""), _res(ids[0], instructions=5),
                 _res(ids[0], extra=1), {"type": "memory_store"},
                 {"type": "file", "file_id": "file_1"}):
         with pytest.raises(anthropic.BadRequestError):

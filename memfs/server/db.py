@@ -625,8 +625,10 @@ def check_session_resources(resources: object) -> list[tuple[str, str, str | Non
         if "memory_store_id" not in r:
             raise invalid(f"{where}.memory_store_id: Field required")
         store_id = _id_string(r["memory_store_id"], f"{where}.memory_store_id")
-        access = r.get("access") or "read_write"
-        if access not in _ACCESS:
+        access = r.get("access")
+        if access is None:
+            access = "read_write"
+        elif access not in _ACCESS:
             raise invalid(f"{where}.access must be 'read_write' or 'read_only'")
         instructions = r.get("instructions")
         if instructions is not None:
