@@ -323,10 +323,16 @@ def test_token_scope(server):
                  lambda: agent.beta.memory_stores.update(rw.id, name="x"),
                  lambda: agent.beta.memory_stores.archive(rw.id),
                  lambda: agent.beta.memory_stores.delete(rw.id),
-                 lambda: agent.beta.sessions.list(),
-                 lambda: agent.beta.sessions.retrieve(s.id)):
+                 lambda: agent.beta.sessions.list()):
         with pytest.raises(anthropic.PermissionDeniedError):
             call()
+    # Its own session it may read (a worker holding only the token learns its stores);
+    # another session does not exist for it.
+    assert [r.memory_store_id for r in agent.beta.sessions.retrieve(s.id).resources] == \
+        [rw.id, ro.id]
+    other = c.beta.sessions.create(agent="a", environment_id="e", resources=[_res(rw.id)])
+    with pytest.raises(anthropic.NotFoundError):
+        agent.beta.sessions.retrieve(other.id)
     assert c.beta.memory_stores.retrieve(rw.id).name == "rw"
     assert [m.path for m in c.beta.memory_stores.memories.list(ro.id)] == ["/seed.md"]
     assert mems.create(rw.id, path="/ok.md", content="ok").path == "/ok.md"

@@ -366,10 +366,16 @@ def check_beta(values: list[str], *, sessions: bool = False) -> None:
 
 
 def check_session_scope(grant: SessionGrant, op: Op, params: tuple[str, ...]) -> None:
-    """What a request made with a session token may do: read the memories and
-    versions of its session's stores, and write memories in its ``read_write``
-    ones. Another store is 404 (as if it did not exist); a write to a
-    ``read_only`` store, and every other operation, is 403 ``permission_error``."""
+    """What a request made with a session token may do: retrieve its own session
+    (a worker holding only the token learns its stores that way), read the
+    memories and versions of its session's stores, and write memories in its
+    ``read_write`` ones. Another session or store is 404 (as if it did not
+    exist); a write to a ``read_only`` store, and every other operation, is 403
+    ``permission_error``."""
+    if op is get_session:
+        if params[0] != grant.session_id:
+            raise not_found(f"session {params[0]!r} not found")
+        return
     if op not in SESSION_TOKEN_READS and op not in SESSION_TOKEN_WRITES:
         raise ApiError(
             403,
