@@ -1,28 +1,61 @@
 """Store names as directory names: the session container's ``/mnt/memory/<slug>``.
 
-The service derives a resource's ``mount_path`` from the store's name: lowercase
-ASCII, every run of other characters one hyphen, trimmed. Two decisions of ours
-where the service's behaviour is unpublished (docs/SESSIONS.md): a name with no
-ASCII letter or digit falls back to the slug of the store's id, and when two
-stores of one session (or of one `--all` root) share a slug, the first keeps it
-and later ones get ``-2``, ``-3``... in order.
+The service derives a memory-store resource's ``mount_path`` from the store's
+name: "lowercased; non-alphanumeric runs become a single hyphen", ASCII letters
+and digits only. memfs implements exactly that, and decides the cases the
+service leaves unpublished (``docs/SERVER.md``, Sessions):
+
+* leading and trailing hyphens are trimmed (``"  Team Notes! "`` → ``team-notes``);
+* a name with no ASCII letter or digit (all symbols, or non-ASCII only) has an
+  empty slug: the store's id is slugged instead (``memstore_01AbC`` →
+  ``memstore-01abc``);
+* two stores of one session (or of one ``--all`` root) whose slugs collide: the
+  first keeps the slug, each later one takes the first free of ``slug-2``,
+  ``slug-3``, … in order.
+
+Shared by the server (``memfs serve`` computes ``mount_path``) and the client.
 """
 
 from __future__ import annotations
 
 import re
 
+__all__ = ["MOUNT_ROOT", "slug", "mount_slugs"]
+
+#: Where a session mounts its memory stores; ``mount_path`` = MOUNT_ROOT + slug.
+MOUNT_ROOT = "/mnt/memory/"
+
 _OTHER = re.compile(r"[^a-z0-9]+")
 
 
 def slug(name: str) -> str:
-    """'User Preferences' -> 'user-preferences'; '' when nothing is left."""
+    """The filesystem-safe slug of a store name; ``''`` when nothing is left.
+
+    ASCII letters are lowercased (only those: ``str.lower`` would turn some
+    non-ASCII letters into ASCII ones), then every run of characters other than
+    ``[a-z0-9]`` becomes one hyphen, and leading/trailing hyphens are trimmed.
+
+    >>> slug("User Preferences")
+    'user-preferences'
+    >>> slug("--Ünïcode  Notes!--")
+    'n-code-notes'
+    >>> slug("???")
+    ''
+    """
     lowered = "".join(c.lower() if "A" <= c <= "Z" else c for c in name)
     return _OTHER.sub("-", lowered).strip("-")
 
 
 def mount_slugs(stores: list[tuple[str, str]]) -> list[str]:
-    """The directory of each (name, store_id) in order, unique among them."""
+    """The directory of each ``(name, store_id)`` in order, unique among them.
+
+    A name whose :func:`slug` is empty uses the slug of its store id. A slug
+    already taken by an earlier entry becomes the first free of ``slug-2``,
+    ``slug-3``, … .
+
+    >>> mount_slugs([("Notes", "memstore_a"), ("notes!", "memstore_b"), ("***", "memstore_C")])
+    ['notes', 'notes-2', 'memstore-c']
+    """
     out: list[str] = []
     taken: set[str] = set()
     for name, store_id in stores:

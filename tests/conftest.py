@@ -201,7 +201,7 @@ BOTH_BACKENDS = {
     "test_server_http", "test_server_memories", "test_server_stores", "test_server_versions",
     "test_server_robustness", "test_server_gate", "test_server_hostile", "test_server_controls",
     "test_server_fuzz",
-    "test_client_integration", "test_server_db",
+    "test_client_integration", "test_server_db", "test_server_sessions", "test_client_sessions",
 }
 
 

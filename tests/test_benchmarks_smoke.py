@@ -30,6 +30,9 @@ EXPECTED = {
                          "ratio push memfs/sdk-finish @ 50 ms:",
                          "ratio creates full/empty @ 0 ms:", "ratio warm-grep memfs/bindfs @ 0 ms:",
                          "value rss daemon-peak @ 0 ms:"],
+    # --quick: 2 stores of 40 memories in one --all daemon vs a daemon each
+    "bench_session.py": ["ratio session root RSS vs one single-store daemon:",
+                         "ratio session root RSS vs 2 single-store daemons:"],
 }
 
 

@@ -196,6 +196,7 @@ def shared_dir():
 
 
 def test_allow_other_lets_an_unprivileged_user_read_and_write(server, mounts, shared_dir):
+    """A session mount made by root, used by the agent's user (nobody) as in a worker."""
     import pathlib
     import pwd
 
@@ -203,14 +204,16 @@ def test_allow_other_lets_an_unprivileged_user_read_and_write(server, mounts, sh
     sdk = server.sdk()
     sid = sdk.beta.memory_stores.create(name="Agent Notes").id
     sdk.beta.memory_stores.memories.create(sid, path="/seed.md", content="seeded\n")
+    session = sdk.beta.sessions.create(agent="a", environment_id="e", resources=[
+        {"type": "memory_store", "memory_store_id": sid}]).id
     root = pathlib.Path(shared_dir) / "root"
     root.mkdir()
     # Without --allow-other, FUSE denies every other user.
-    plain = mounts.mount_group("--all", path=root)
+    plain = mounts.mount_group("--session", session, path=root)
     denied = as_user("nobody", "cat", str(root / "agent-notes" / "seed.md"))
     assert denied.returncode != 0 and "Permission denied" in denied.stderr
     plain.unmount()
-    m = mounts.mount_group("--all", path=root,
+    m = mounts.mount_group("--session", session, path=root,
                            args=("--allow-other", "--uid", str(nobody.pw_uid)))
     read = as_user("nobody", "cat", str(root / "agent-notes" / "seed.md"))
     assert read.returncode == 0 and read.stdout == "seeded\n", read.stderr

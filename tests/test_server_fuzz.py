@@ -61,8 +61,11 @@ def app_and_ids(tmp_path, db_backend, request):
     store = db.create_store(name="s")["id"]
     mem = db.create_memory(store, path="/a/b", content="x", actor=Actor.for_api_key("k"))
     versions = db.list_versions(store)["data"]
+    session = db.create_session(agent="a", environment_id="e", resources=[
+        {"type": "memory_store", "memory_store_id": store, "access": "read_only"}])["id"]
     ids = {"s": [store, "memstore_x"], "m": [mem["id"], "mem_x"],
-           "v": [versions[0]["id"], "memver_x"]}
+           "v": [versions[0]["id"], "memver_x"], "n": [session, "sesn_x"],
+           "token": db.issue_session_token(session)}
     try:
         yield app, ids
     finally:
@@ -70,10 +73,10 @@ def app_and_ids(tmp_path, db_backend, request):
 
 
 @st.composite
-def requests(draw, ids):
-    template = draw(st.sampled_from(TEMPLATES))
+def requests(draw, ids, templates=TEMPLATES):
+    template = draw(st.sampled_from(templates))
     parts = {}
-    for key in ("s", "m", "v"):
+    for key in ("s", "m", "v", "n"):
         parts[key] = draw(st.sampled_from(ids[key]) | st.sampled_from(NASTY_SEGMENTS)
                           | texts.filter(bool).map(lambda t: quote(t, safe="")))
     path = template.format(**parts)
@@ -118,5 +121,58 @@ def test_random_requests_never_5xx(app_and_ids):
             body = r.json()
             assert body["type"] == "error" and body["error"]["type"]
             assert body["request_id"] == r.headers["request-id"]
+
+    check()
+
+
+SESSION_TEMPLATES = ["/v1/sessions", "/v1/sessions/{n}", "/v1/sessions/{n}/archive",
+                     "/_memfs/sessions/{n}/token", *TEMPLATES[3:6]]
+
+
+@st.composite
+def session_bodies(draw, ids):
+    """Create bodies close enough to valid to reach the resource and agent checks."""
+    resource = st.dictionaries(
+        st.sampled_from(["type", "memory_store_id", "access", "instructions", "x"]),
+        st.sampled_from(["memory_store", "read_only", "read_write", *ids["s"], None, 1, []])
+        | texts, max_size=4)
+    body = draw(st.dictionaries(
+        st.sampled_from(["agent", "environment_id", "resources", "metadata", "title",
+                         "vault_ids", "budget", "initial_events"]),
+        json_values | st.lists(resource, max_size=10)
+        | st.fixed_dictionaries({"type": st.sampled_from(["agent", "agent_with_overrides"]),
+                                 "id": texts, "version": st.integers() | st.none()}),
+        max_size=6))
+    return json.dumps(body).encode()
+
+
+def test_random_session_requests_never_5xx(app_and_ids):
+    """Sessions and session tokens: random routes, bodies and credentials."""
+    app, ids = app_and_ids
+
+    @settings(max_examples=200, deadline=None, database=None,
+              derandomize=bool(os.environ.get("CI")),
+              suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                     HealthCheck.too_slow])
+    @given(requests(ids, SESSION_TEMPLATES), session_bodies(ids),
+           st.sampled_from(["k", ids["token"], "memfs_sesstok_x", "memfs_sesstok_\x00"]),
+           st.sampled_from(["managed-agents-2026-04-01", MEM]), st.booleans())
+    def check(req, session_body, key, beta, use_session_body):
+        method, path, params, content = req
+        if use_session_body:
+            content = session_body
+        headers = {"x-api-key": key, "anthropic-beta": beta}
+
+        async def one() -> httpx.Response:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://memfs", headers=headers) as c:
+                return await c.request(method, path, params=params, content=content)
+
+        r = asyncio.run(one())
+        assert r.status_code < 500, (method, path, params, content, r.text)
+        assert ids["token"] not in r.text
+        if r.status_code >= 400:
+            body = r.json()
+            assert body["type"] == "error" and body["error"]["type"]
 
     check()

@@ -5,7 +5,13 @@ See docs/CLIENT.md. Public names are re-exported here::
     from memfs.api import MemoryStoresClient, resolve_config, PathConflictError
 """
 
-from .client import ANTHROPIC_VERSION, MEMORY_BETA, MemoryStoresClient, parse_retry_after
+from .client import (
+    ANTHROPIC_VERSION,
+    MEMORY_BETA,
+    SESSIONS_BETA,
+    MemoryStoresClient,
+    parse_retry_after,
+)
 from .config import ClientConfig, ConfigError, resolve_config
 from .errors import (
     REFUSED,
@@ -26,11 +32,21 @@ from .errors import (
     RequestTooLargeError,
     ServerError,
 )
-from .models import Memory, MemoryPrefix, MemoryStore, MemoryVersion, Page, content_sha256
+from .models import (
+    Memory,
+    MemoryPrefix,
+    MemoryStore,
+    MemoryVersion,
+    Page,
+    Session,
+    SessionResource,
+    content_sha256,
+)
 
 __all__ = [
     "ANTHROPIC_VERSION",
     "MEMORY_BETA",
+    "SESSIONS_BETA",
     "MemoryStoresClient",
     "parse_retry_after",
     "ClientConfig",
@@ -57,6 +73,8 @@ __all__ = [
     "MemoryPrefix",
     "MemoryStore",
     "MemoryVersion",
+    "Session",
+    "SessionResource",
     "Page",
     "content_sha256",
 ]

@@ -53,15 +53,17 @@ from .errors import (
     APIResponseValidationError,
     APIStatusError,
     BadRequestError,
+    NotFoundError,
     RateLimitError,
     error_for_status,
 )
-from .models import Memory, MemoryPrefix, MemoryStore, MemoryVersion, Page
+from .models import Memory, MemoryPrefix, MemoryStore, MemoryVersion, Page, Session
 
 __all__ = [
     "MemoryStoresClient",
     "ANTHROPIC_VERSION",
     "MEMORY_BETA",
+    "SESSIONS_BETA",
     "RETRY_AFTER_MAX",
     "parse_retry_after",
 ]
@@ -70,6 +72,8 @@ log = logging.getLogger("memfs.api")
 
 ANTHROPIC_VERSION = "2023-06-01"
 MEMORY_BETA = "agent-memory-2026-07-22"
+#: Session endpoints take this beta instead of the memory one.
+SESSIONS_BETA = "managed-agents-2026-04-01"
 #: Longest wait we accept from a ``retry-after`` header, in seconds.
 RETRY_AFTER_MAX = 60.0
 #: The largest page the server serves with ``view=full``.
@@ -317,17 +321,21 @@ class MemoryStoresClient:
         query: dict[str, Any] | None = None,
         body: dict[str, Any] | None = None,
         gone_ok: bool = False,
+        beta: str | None = None,
     ) -> Any:
         """Send with retries; return the decoded JSON body.
 
         ``gone_ok``: for deletes -- a 404 on a *retry* means an earlier
         attempt (whose response we lost) or someone else already deleted
-        it; return None instead of raising.
+        it; return None instead of raising. ``beta``: the ``anthropic-beta``
+        header instead of the memory beta (sessions).
         """
         q = _encode_query({"beta": True, **(query or {})})
         url = f"{self.base_url}{path}?{q}"
         content: bytes | None = None
         headers: dict[str, str] = {}
+        if beta is not None:
+            headers["anthropic-beta"] = beta
         if body is not None:
             try:
                 text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
@@ -751,3 +759,73 @@ class MemoryStoresClient:
             "POST", f"{self._versions(store_id)}/{_seg(version_id, 'version_id')}/redact"
         )
         return self._parse(MemoryVersion, data)
+
+    # -------------------------------------------------------------- sessions
+
+    async def get_session(self, session_id: str) -> Session:
+        data = await self._request(
+            "GET", f"/v1/sessions/{_seg(session_id, 'session_id')}", beta=SESSIONS_BETA
+        )
+        return self._parse(Session, data)
+
+    async def list_sessions_page(
+        self,
+        *,
+        memory_store_id: str | None = None,
+        include_archived: bool = False,
+        limit: int = 100,
+        page: str | None = None,
+    ) -> Page:
+        query = {
+            "memory_store_id": memory_store_id,
+            "include_archived": True if include_archived else None,
+            "limit": _check_limit(limit, "basic"),
+            "page": page,
+        }
+        return self._page(
+            await self._request("GET", "/v1/sessions", query=query, beta=SESSIONS_BETA)
+        )
+
+    async def list_sessions(
+        self,
+        memory_store_id: str | None = None,
+        *,
+        include_archived: bool = False,
+        limit: int = 100,
+    ) -> AsyncIterator[Session]:
+        """Every session (newest first), or those that attach ``memory_store_id``."""
+        page: str | None = None
+        while True:
+            p = await self.list_sessions_page(
+                memory_store_id=memory_store_id,
+                include_archived=include_archived,
+                limit=limit,
+                page=page,
+            )
+            for item in p.data:
+                if isinstance(item, Session):
+                    yield item
+            if not p.next_page:
+                return
+            page = p.next_page
+
+    async def session_token(self, session_id: str) -> str | None:
+        """A token scoped to the session (``memfs serve`` only): writes made with it
+        are attributed to the session and reach only its stores. Every call mints
+        a fresh one. None when the server has no such extension (the hosted API
+        answers 404 on the route); an unknown session on ``memfs serve`` raises
+        :class:`NotFoundError` (its 404 names the ``session_id``). Keep the token
+        out of logs like an API key."""
+        try:
+            data = await self._request(
+                "POST", f"/_memfs/sessions/{_seg(session_id, 'session_id')}/token"
+            )
+        except NotFoundError as exc:
+            if isinstance(exc.body, dict) and exc.body.get("session_id") == session_id:
+                raise
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("token"), str):
+            raise APIResponseValidationError(
+                "session token response has no token", type="invalid_response"
+            )
+        return data["token"]

@@ -15,6 +15,8 @@ __all__ = [
     "Memory",
     "MemoryPrefix",
     "MemoryVersion",
+    "Session",
+    "SessionResource",
     "Page",
     "parse_object",
     "content_sha256",
@@ -121,11 +123,87 @@ class MemoryVersion:
         )
 
 
+@dataclass(frozen=True)
+class SessionResource:
+    """One entry of ``session.resources``. For a ``memory_store`` resource,
+    ``name`` and ``description`` are snapshots taken when the session was
+    created, ``access`` is ``read_write`` or ``read_only`` and ``mount_path`` is
+    where the session sees the store (``/mnt/memory/<slug>``). Other resource
+    types (``file``, ``github_repository``) keep their ``type``, ``id`` and
+    ``mount_path``; their memory-store fields stay empty."""
+
+    type: str
+    memory_store_id: str | None = None
+    access: str | None = None
+    name: str = ""
+    description: str = ""
+    instructions: str | None = None
+    mount_path: str | None = None
+    id: str | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SessionResource:
+        kind = d.get("type") or ""
+        return cls(
+            type=kind,
+            memory_store_id=d.get("memory_store_id"),
+            # An omitted access means the default, read_write.
+            access=(d.get("access") or "read_write") if kind == "memory_store" else None,
+            name=d.get("name") or "",
+            description=d.get("description") or "",
+            instructions=d.get("instructions"),
+            mount_path=d.get("mount_path"),
+            id=d.get("id"),
+        )
+
+
+@dataclass(frozen=True)
+class Session:
+    """A Managed Agents session, as far as memfs cares: its identity, state and
+    resources (the agent snapshot is kept raw in ``agent``)."""
+
+    id: str
+    status: str = ""
+    environment_id: str = ""
+    title: str | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    agent: dict[str, Any] = field(default_factory=dict)
+    resources: tuple[SessionResource, ...] = ()
+    created_at: str = ""
+    updated_at: str = ""
+    archived_at: str | None = None
+
+    @property
+    def memory_stores(self) -> tuple[SessionResource, ...]:
+        """The attached memory stores, in resource order."""
+        return tuple(r for r in self.resources if r.type == "memory_store")
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Session:
+        agent = d.get("agent")
+        return cls(
+            id=d["id"],
+            status=d.get("status") or "",
+            environment_id=d.get("environment_id") or "",
+            title=d.get("title"),
+            metadata=dict(d.get("metadata") or {}),
+            agent=dict(agent) if isinstance(agent, dict) else {},
+            resources=tuple(
+                SessionResource.from_json(r) for r in d.get("resources") or []
+                if isinstance(r, dict)
+            ),
+            created_at=d.get("created_at") or "",
+            updated_at=d.get("updated_at") or "",
+            archived_at=d.get("archived_at"),
+        )
+
+
 _BY_TYPE: dict[str, Any] = {
     "memory_store": MemoryStore,
     "memory": Memory,
     "memory_prefix": MemoryPrefix,
     "memory_version": MemoryVersion,
+    "session": Session,
 }
 
 

@@ -4,8 +4,9 @@ HTTP parsing, chunked bodies, keep-alive and connection limits come from
 uvicorn/h11; the routes are Starlette path templates (``http.py``). This
 module is the request pipeline, in this order for ``/v1/…``:
 
-gate "before" → faults (latency, 429, 5xx) → auth (401) → route (404/405) →
-beta header (400) → body (413 while streaming, 408 when too slow) → JSON and
+gate "before" → faults (latency, 429, 5xx) → auth (401: the API key, or a
+session token and its grant) → body (413 while streaming, 408 when too slow) →
+route (404/405) → session token scope (404/403) → beta header (400) → JSON and
 shapes (400) → operation (in a worker thread) → gate "after" → response (or,
 for an injected drop, a connection reset after the commit).
 
@@ -23,6 +24,7 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -32,20 +34,33 @@ from urllib.parse import parse_qsl
 from starlette.concurrency import run_in_threadpool
 
 from memfs.healthproof import health_proof
-from memfs.server.db import Actor, ApiError, Database, invalid, not_found
+from memfs.server.db import (
+    SESSION_TOKEN_PREFIX,
+    Actor,
+    ApiError,
+    Database,
+    SessionGrant,
+    invalid,
+    not_found,
+)
 from memfs.server.faults import Faults
 from memfs.server.gate import RESPONSES, Gate
 from memfs.server.http import (
     _SESSION_RE,
     MAX_BODY,
     SESSION_HEADER,
+    SESSION_OPS,
     Request,
     check_beta,
+    check_session_scope,
     new_request_id,
     resolve,
 )
 
 log = logging.getLogger("memfs.server")
+
+#: POST /_memfs/sessions/{id}/token: a session token (memfs extension).
+_TOKEN_ROUTE = re.compile(r"^/_memfs/sessions/([^/]+)/token$")
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -349,36 +364,60 @@ class MemfsApp:
         assert payload is not None
         await ex.send_json(200, payload)
 
-    def _check_auth(self, ex: _Exchange) -> None:
-        if self.api_key is None:
-            return
+    @staticmethod
+    def _credential(ex: _Exchange) -> str | None:
+        """``x-api-key``, else the ``Authorization: Bearer`` value."""
         supplied = ex.header(b"x-api-key")
         if supplied is None:
             auth = ex.header(b"authorization") or ""
             if auth[:7].lower() == "bearer ":
                 supplied = auth[7:].strip()
+        return supplied
+
+    @staticmethod
+    def _is_session_token(supplied: str | None) -> bool:
+        return supplied is not None and supplied.startswith(SESSION_TOKEN_PREFIX)
+
+    def _check_auth(self, ex: _Exchange) -> None:
+        if self.api_key is None:
+            return
+        supplied = self._credential(ex)
         if supplied is None or not hmac.compare_digest(
                 supplied.encode("latin-1"), self.api_key.encode()):
             raise ApiError(401, "authentication_error", "invalid x-api-key")
 
     async def _operate(self, ex: _Exchange) -> dict[str, Any]:
-        self._check_auth(ex)  # before a single body byte is read
+        # Auth before a single body byte is read: the API key, or a session token
+        # (its grant is looked up in the database; 401 once the session is archived
+        # or deleted). The token itself is never logged or stored, only its hash.
+        supplied = self._credential(ex)
+        token = supplied if self._is_session_token(supplied) else None
+        if token is None:
+            self._check_auth(ex)
         if self.inflight >= self.limits.max_inflight:
             raise ApiError(503, "overloaded_error", "too many requests in flight; retry",
                            headers={"retry-after": "1"})
         self.inflight += 1
         try:
+            grant: SessionGrant | None = None
+            if token is not None:
+                grant = await run_in_threadpool(self.db.session_grant, token)
             body_bytes = await ex.read_body(self.limits, self.budget)
             op, params = resolve(ex.method, ex.raw_path)
-            check_beta(ex.header_all(b"anthropic-beta"))
+            if grant is not None:
+                check_session_scope(grant, op, params)  # 404 / 403
+            check_beta(ex.header_all(b"anthropic-beta"), sessions=op in SESSION_OPS)
             query = dict(parse_qsl(ex.query_string, keep_blank_values=True))
             body = _parse_json(body_bytes)
             actor: Actor | None = self.default_actor
-            session = ex.header(SESSION_HEADER.encode())
-            if session is not None:
-                if not _SESSION_RE.match(session):
-                    raise invalid(f"{SESSION_HEADER} must be a sesn_… id")
-                actor = Actor("session_actor", session)
+            if grant is not None:
+                actor = grant.actor  # the token decides; x-memfs-session-id is ignored
+            else:
+                session = ex.header(SESSION_HEADER.encode())
+                if session is not None:
+                    if not _SESSION_RE.match(session):
+                        raise invalid(f"{SESSION_HEADER} must be a sesn_… id")
+                    actor = Actor("session_actor", session)
             return await run_in_threadpool(op, self.db, Request(params, query, body, actor))
         finally:
             self.inflight -= 1
@@ -412,9 +451,31 @@ class MemfsApp:
             if path in ("/_memfs/gate", "/_memfs/gate/release") and self.fault_control:
                 await self._gate_control(ex)
                 return
+            m = _TOKEN_ROUTE.match(path)
+            if m:
+                await self._session_token(ex, m.group(1))
+                return
             raise not_found(f"no route for {method} {path}")
         except ApiError as err:
             await ex.send_error(err)
+
+    async def _session_token(self, ex: _Exchange, session_id: str) -> None:
+        """``POST /_memfs/sessions/{id}/token`` → ``{"token": …}``: a fresh token of the
+        session (every call mints another; all work until the session is archived or
+        deleted). Needs the server's API key; a session token cannot mint tokens."""
+        if ex.method != "POST":
+            raise ApiError(405, "invalid_request_error", "use POST", headers={"allow": "POST"})
+        if self._is_session_token(self._credential(ex)):
+            raise ApiError(403, "permission_error",
+                           "a session token cannot mint session tokens; use the API key")
+        self._check_auth(ex)
+        try:
+            token = await run_in_threadpool(self.db.issue_session_token, session_id)
+        except ApiError as err:
+            if err.status == 404:  # names the session: a client tells it from "no such route"
+                raise ApiError(404, err.type, err.message, session_id=session_id) from None
+            raise
+        await ex.send_json(200, {"token": token})
 
     def _health(self, ex: _Exchange) -> dict[str, Any]:
         """``{"ok", "server_id"}``; with ``?challenge=C`` (1–128 chars) and a key, also

@@ -22,6 +22,7 @@ from memfs.server.db import (
     Actor,
     ApiError,
     Database,
+    SessionGrant,
     invalid,
     not_found,
     parse_timestamp,
@@ -29,6 +30,8 @@ from memfs.server.db import (
 
 MEMORY_BETA = "agent-memory-2026-07-22"
 LEGACY_BETA = "managed-agents-2026-04-01"
+#: Session endpoints keep using the managed-agents beta (reference §1.3, §6.1).
+SESSIONS_BETA = LEGACY_BETA
 SESSION_HEADER = "x-memfs-session-id"
 MAX_BODY = 32 * 1024 * 1024
 
@@ -244,6 +247,52 @@ def redact_version(db: Database, r: Request) -> dict[str, Any]:
     return db.redact_version(r.params[0], r.params[1], actor=r.actor)
 
 
+def create_session(db: Database, r: Request) -> dict[str, Any]:
+    b = r.fields(
+        {"agent", "environment_id", "resources", "metadata", "title", "vault_ids", "budget",
+         "initial_events"},
+        {"agent", "environment_id"},
+    )
+    return db.create_session(
+        agent=b["agent"],
+        environment_id=b["environment_id"],
+        resources=b.get("resources"),
+        metadata=b.get("metadata"),
+        title=b.get("title"),
+        vault_ids=b.get("vault_ids"),
+        budget=b.get("budget"),
+        initial_events=b.get("initial_events"),
+    )
+
+
+def list_sessions(db: Database, r: Request) -> dict[str, Any]:
+    return db.list_sessions(
+        limit=r.q_int("limit"),
+        page=r.q_str("page"),
+        memory_store_id=r.q_str("memory_store_id"),
+        agent_id=r.q_str("agent_id"),
+        include_archived=r.q_bool("include_archived"),
+        order=r.q_str("order"),
+        created_gt=r.q_time("created_at[gt]"),
+        created_gte=r.q_time("created_at[gte]"),
+        created_lt=r.q_time("created_at[lt]"),
+        created_lte=r.q_time("created_at[lte]"),
+    )
+
+
+def get_session(db: Database, r: Request) -> dict[str, Any]:
+    return db.get_session(r.params[0])
+
+
+def archive_session(db: Database, r: Request) -> dict[str, Any]:
+    r.fields(set())
+    return db.archive_session(r.params[0])
+
+
+def delete_session(db: Database, r: Request) -> dict[str, Any]:
+    return db.delete_session(r.params[0])
+
+
 #: The one routing table: Starlette path templates → {method: operation}.
 ROUTE_TABLE: list[tuple[str, dict[str, Op]]] = [
     ("/v1/memory_stores", {"GET": list_stores, "POST": create_store}),
@@ -257,7 +306,19 @@ ROUTE_TABLE: list[tuple[str, dict[str, Op]]] = [
     ("/v1/memory_stores/{store_id}/memory_versions/{version_id}", {"GET": get_version}),
     ("/v1/memory_stores/{store_id}/memory_versions/{version_id}/redact",
      {"POST": redact_version}),
+    ("/v1/sessions", {"GET": list_sessions, "POST": create_session}),
+    ("/v1/sessions/{session_id}", {"GET": get_session, "DELETE": delete_session}),
+    ("/v1/sessions/{session_id}/archive", {"POST": archive_session}),
 ]
+#: The operations that take the sessions beta header instead of the memory one.
+SESSION_OPS: frozenset[Op] = frozenset(
+    {create_session, list_sessions, get_session, archive_session, delete_session}
+)
+#: What a session token may do, on its session's stores only (params[0] = store id).
+SESSION_TOKEN_READS: frozenset[Op] = frozenset(
+    {get_store, list_memories, get_memory, list_versions, get_version}
+)
+SESSION_TOKEN_WRITES: frozenset[Op] = frozenset({create_memory, update_memory, delete_memory})
 ROUTES: list[tuple[re.Pattern[str], dict[str, Op]]] = [
     (compile_path(template)[0], methods) for template, methods in ROUTE_TABLE
 ]
@@ -284,8 +345,17 @@ def resolve(method: str, path: str) -> tuple[Op, tuple[str, ...]]:
     raise not_found(f"no route for {method} {path}")
 
 
-def check_beta(values: list[str]) -> None:
+def check_beta(values: list[str], *, sessions: bool = False) -> None:
+    """The ``anthropic-beta`` header lines of a request (comma lists, any number
+    of lines). Memory store routes: exactly one of the memory and the
+    managed-agents betas. Session routes (``sessions``): the managed-agents beta."""
     betas = {b.strip() for v in values for b in v.split(",") if b.strip()}
+    if sessions:
+        if SESSIONS_BETA not in betas:
+            raise invalid(
+                f"this endpoint is in beta: send the anthropic-beta header {SESSIONS_BETA}"
+            )
+        return
     if MEMORY_BETA in betas and LEGACY_BETA in betas:
         raise invalid(
             f"do not combine {MEMORY_BETA} with {LEGACY_BETA} on memory store requests;"
@@ -293,3 +363,34 @@ def check_beta(values: list[str]) -> None:
         )
     if MEMORY_BETA not in betas and LEGACY_BETA not in betas:
         raise invalid(f"this endpoint is in beta: send the anthropic-beta header {MEMORY_BETA}")
+
+
+def check_session_scope(grant: SessionGrant, op: Op, params: tuple[str, ...]) -> None:
+    """What a request made with a session token may do: retrieve its own session
+    (a worker holding only the token learns its stores that way), read the
+    memories and versions of its session's stores, and write memories in its
+    ``read_write`` ones. Another session or store is 404 (as if it did not
+    exist); a write to a ``read_only`` store, and every other operation, is 403
+    ``permission_error``."""
+    if op is get_session:
+        if params[0] != grant.session_id:
+            raise not_found(f"session {params[0]!r} not found")
+        return
+    if op not in SESSION_TOKEN_READS and op not in SESSION_TOKEN_WRITES:
+        raise ApiError(
+            403,
+            "permission_error",
+            "a session token may only read and write the memories of its session's"
+            " memory stores",
+        )
+    store_id = params[0]
+    access = grant.access.get(store_id)
+    if access is None:
+        raise not_found(f"memory store {store_id!r} not found")
+    if op in SESSION_TOKEN_WRITES and access != "read_write":
+        raise ApiError(
+            403,
+            "permission_error",
+            f"memory store {store_id!r} is attached read_only to session"
+            f" {grant.session_id!r}",
+        )

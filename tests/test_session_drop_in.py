@@ -1,0 +1,154 @@
+"""`memfs.SessionMounts`, driven the way the SDK's environment worker drives its
+`SessionMemoryStores` (download; the tools' roots; `sync_if_due` after each tool call;
+`finish` at a clean end; `flush_writes`; `dispose`), through a real mount against a
+real `memfs serve`, with the official SDK's AsyncAnthropic as the worker's client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import anthropic
+import pytest
+from mountutil import needs_fuse, server_memories
+
+# The one line a worker changes (instead of the SDK's
+# `from anthropic.lib.tools._memories import SessionMemoryStores`):
+from memfs import SessionMounts as SessionMemoryStores
+from memfs.session_mounts import SessionMountError
+
+pytestmark = needs_fuse
+
+
+def _mounted(path: pathlib.Path) -> bool:
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == str(path) for line in f)
+
+
+@pytest.fixture
+def worker_env(server, tmp_path, monkeypatch):
+    """The worker's process environment (isolated memfs state), and a cleanup of
+    whatever the drop-in mounted, even when the test fails."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    roots: list[pathlib.Path] = []
+    yield roots
+    reg = tmp_path / "xdg-cache" / "memfs" / "mounts"
+    for root in roots:
+        if _mounted(root):
+            subprocess.run([sys.executable, "-m", "memfs", "unmount", str(root),
+                            "--timeout", "5"], capture_output=True, timeout=60)
+        for flags in ("-u", "-uz"):
+            if _mounted(root):
+                subprocess.run(["fusermount3", flags, str(root)], capture_output=True)
+    for f in reg.glob("*.json") if reg.exists() else ():
+        try:
+            os.kill(int(json.loads(f.read_text())["pid"]), signal.SIGKILL)
+        except (OSError, ValueError, KeyError):
+            pass
+
+
+def _relocated(session, base: pathlib.Path):
+    """The session with its mount paths moved from /mnt/memory to `base` (the test
+    machine's /mnt is not ours); the directory names stay the service's."""
+    resources = [r.model_copy(update={"mount_path": str(base / os.path.basename(r.mount_path))})
+                 if r.type == "memory_store" else r for r in session.resources]
+    return session.model_copy(update={"resources": resources})
+
+
+async def _worker_item(server, tmp_path, sid: str, roots_out: list) -> dict:
+    client = anthropic.AsyncAnthropic(base_url=server.base_url, api_key=server.api_key,
+                                      max_retries=0)
+    session = _relocated(await client.beta.sessions.retrieve(sid), tmp_path / "memory")
+    roots_out.append(tmp_path / "memory")
+    stores = SessionMemoryStores(client, workdir=tmp_path / "work", sync_interval=5.0)
+    await stores.download(session)
+    rw, ro = stores.roots
+    assert stores.read_only_roots == [ro]
+    assert (rw / ".anthropic-memory-store").read_text().startswith("version 1\n")
+    # The agent's tool calls, each followed by the worker's sync_if_due.
+    calls = [
+        lambda: (rw / "notes.md").write_text("first note\n"),
+        lambda: (rw / "notes.md").write_text((rw / "notes.md").read_text() + "second\n"),
+        lambda: (rw / "topics").mkdir(),
+        lambda: (rw / "topics" / "fuse.md").write_text("mounts are live\n"),
+        lambda: (ro / "guide.md").read_text(),
+    ]
+    for call in calls:
+        call()
+        await stores.sync_if_due()
+    with pytest.raises(OSError) as refused:  # a read-only store refuses every program
+        (ro / "mine.md").write_text("x")
+    await stores.finish()
+    with pytest.raises(RuntimeError, match="already called"):
+        await stores.finish()
+    await stores.flush_writes()
+    result = {"refused_errno": refused.value.errno,
+              "root_mounted_before_dispose": _mounted(tmp_path / "memory")}
+    await stores.dispose()
+    result["root_exists_after"] = (tmp_path / "memory").exists()
+    result["root_mounted_after"] = _mounted(tmp_path / "memory")
+    await client.close()
+    return result
+
+
+def test_worker_loop_on_asyncio(server, tmp_path, worker_env):
+    sdk = server.sdk()
+    mine = sdk.beta.memory_stores.create(name="Agent Memory").id
+    guide = sdk.beta.memory_stores.create(name="Team Guide").id
+    sdk.beta.memory_stores.memories.create(guide, path="/guide.md", content="be kind\n")
+    sid = sdk.beta.sessions.create(agent="agent_x", environment_id="env_x", resources=[
+        {"type": "memory_store", "memory_store_id": mine},
+        {"type": "memory_store", "memory_store_id": guide, "access": "read_only"},
+    ]).id
+    result = asyncio.run(_worker_item(server, tmp_path, sid, worker_env))
+    import errno
+
+    assert result == {"refused_errno": errno.EROFS, "root_mounted_before_dispose": True,
+                      "root_exists_after": False, "root_mounted_after": False}
+    assert server_memories(server, mine) == {"/notes.md": "first note\nsecond\n",
+                                             "/topics/fuse.md": "mounts are live\n"}
+    assert server_memories(server, guide) == {"/guide.md": "be kind\n"}
+    authors = {(v.created_by.type, getattr(v.created_by, "session_id", None))
+               for v in sdk.beta.memory_stores.memory_versions.list(mine)}
+    assert authors == {("session_actor", sid)}
+
+
+async def test_download_refusals(server, tmp_path, worker_env):
+    """What the SDK refuses, refused alike: a mount path that is not clean, a root that is
+    not empty, and (ours) stores whose mount paths do not share a parent."""
+    sdk = server.sdk()
+    a = sdk.beta.memory_stores.create(name="A").id
+    b = sdk.beta.memory_stores.create(name="B").id
+    sid = sdk.beta.sessions.create(agent="x", environment_id="e", resources=[
+        {"type": "memory_store", "memory_store_id": a},
+        {"type": "memory_store", "memory_store_id": b}]).id
+    client = anthropic.AsyncAnthropic(base_url=server.base_url, api_key=server.api_key,
+                                      max_retries=0)
+    session = await client.beta.sessions.retrieve(sid)
+    stores = SessionMemoryStores(client, workdir=tmp_path)
+
+    def with_paths(*paths):
+        rs = [r.model_copy(update={"mount_path": p}) for r, p in zip(session.resources, paths,
+                                                                      strict=True)]
+        return session.model_copy(update={"resources": rs})
+
+    with pytest.raises(SessionMountError, match="not a clean absolute path"):
+        await stores.download(with_paths("/mnt/../../etc/cron.d", "/mnt/memory/b"))
+    with pytest.raises(SessionMountError, match="share one parent"):
+        await stores.download(with_paths(str(tmp_path / "x" / "a"), str(tmp_path / "y" / "b")))
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "leftover.md").write_text("a dead run's file")
+    with pytest.raises(SessionMountError, match="already exists"):
+        await stores.download(with_paths(str(busy / "a"), str(busy / "b")))
+    assert (busy / "leftover.md").read_text() == "a dead run's file"  # left as found
+    with pytest.raises(ValueError, match="at least 5"):
+        SessionMemoryStores(client, workdir=tmp_path, sync_interval=1.0)
+    await client.close()

@@ -1,0 +1,136 @@
+"""`memfs mount --session ID ROOT`: a session's memory stores as one mount, through a real
+mount against a real `memfs serve`, the session made with the official SDK."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+
+import pytest
+from mountutil import mount_env, needs_fuse, server_memories
+
+pytestmark = needs_fuse
+
+
+def _errno_of(fn) -> int:
+    try:
+        fn()
+    except OSError as exc:
+        return exc.errno
+    raise AssertionError("no error")
+
+
+def make_session(sdk, resources) -> str:
+    return sdk.beta.sessions.create(agent="agent_test", environment_id="env_test",
+                                    resources=resources).id
+
+
+@pytest.fixture
+def two_stores(server):
+    sdk = server.sdk()
+    prefs = sdk.beta.memory_stores.create(name="User Preferences").id
+    docs = sdk.beta.memory_stores.create(name="Reference Docs",
+                                         description="read me").id
+    sdk.beta.memory_stores.memories.create(prefs, path="/style.md", content="tabs\n")
+    sdk.beta.memory_stores.memories.create(docs, path="/api/v1.md", content="GET /x\n")
+    sid = make_session(sdk, [
+        {"type": "memory_store", "memory_store_id": prefs},
+        {"type": "memory_store", "memory_store_id": docs, "access": "read_only"},
+    ])
+    return sdk, sid, prefs, docs
+
+
+def test_session_view_access_and_attribution(server, mounts, two_stores):
+    sdk, sid, prefs, docs = two_stores
+    m = mounts.mount_group("--session", sid)
+    root = m.path
+    # The view: the resources' mount_path names, the marker, the contents.
+    session = sdk.beta.sessions.retrieve(sid)
+    names = sorted(os.path.basename(r.mount_path) for r in session.resources)
+    assert names == ["reference-docs", "user-preferences"]
+    assert sorted(os.listdir(root)) == names
+    assert (root / "user-preferences" / "style.md").read_text() == "tabs\n"
+    assert (root / "reference-docs" / "api" / "v1.md").read_text() == "GET /x\n"
+    assert (root / "reference-docs" / ".anthropic-memory-store").read_bytes() == \
+        f"version 1\n{docs}".encode()
+    # Access errors: the root, the read-only store, the read-write store.
+    assert _errno_of(lambda: (root / "x.md").write_text("x")) == errno.EROFS
+    assert _errno_of(lambda: (root / "d").mkdir()) == errno.EROFS
+    ro = root / "reference-docs"
+    assert _errno_of(lambda: (ro / "new.md").write_text("x")) == errno.EROFS
+    assert _errno_of(lambda: (ro / "api" / "v1.md").write_text("x")) == errno.EROFS
+    assert _errno_of(lambda: (ro / "api" / "v1.md").unlink()) == errno.EROFS
+    assert _errno_of(lambda: os.rename(ro / "api", ro / "api2")) == errno.EROFS
+    assert _errno_of(lambda: (ro / "sub").mkdir()) == errno.EROFS
+    rw = root / "user-preferences"
+    assert _errno_of(lambda: (rw / ".anthropic-memory-store").write_text("x")) == errno.EROFS
+    (rw / "style.md").write_text("spaces\n")
+    (rw / "new" / "deep.md").parent.mkdir()
+    (rw / "new" / "deep.md").write_text("from the session\n")
+    m.wait_synced()
+    assert server_memories(server, prefs) == {"/style.md": "spaces\n",
+                                              "/new/deep.md": "from the session\n"}
+    assert server_memories(server, docs) == {"/api/v1.md": "GET /x\n"}
+    # Attribution: the session's writes are the session's versions.
+    versions = list(sdk.beta.memory_stores.memory_versions.list(prefs))
+    ours = [v for v in versions if v.operation in ("modified", "created")
+            and v.created_by.type == "session_actor"]
+    assert {v.created_by.session_id for v in ours} == {sid}
+    assert len(ours) == 2  # style.md modified, new/deep.md created; the seed was the API's
+    assert any(v.created_by.type == "api_actor" for v in versions)
+    # The key the daemon holds is the session's, never in its argv.
+    with open(f"/proc/{m.pid}/cmdline", "rb") as f:
+        argv = f.read()
+    assert b"memfs_sesstok_" not in argv and b"test-key" not in argv
+    # Status per store; unmount reports per store.
+    st = m.status()
+    assert st["session_id"] == sid and [s["name"] for s in st["stores"]] == [
+        "user-preferences", "reference-docs"]
+    assert [s["read_only"] for s in st["stores"]] == [False, True]
+
+
+def test_session_unmount_flushes_every_store(server, mounts):
+    sdk = server.sdk()
+    ids = [sdk.beta.memory_stores.create(name=f"Notes {i}").id for i in range(3)]
+    sid = make_session(sdk, [{"type": "memory_store", "memory_store_id": i} for i in ids])
+    m = mounts.mount_group("--session", sid, args=("--write-back-delay", "60"),
+                           defaults=False)
+    for i in range(3):
+        for j in range(4):
+            (m.path / f"notes-{i}" / f"f{j}.md").write_text(f"{i}.{j}\n")
+    assert m.pending_total() == 12
+    out = m.unmount()
+    assert "pushed 12 change(s), 0 left" in out
+    for i, store in enumerate(ids):
+        assert f"notes-{i} ({store}): pushed 4, 0 left" in out
+        assert server_memories(server, store) == {f"/f{j}.md": f"{i}.{j}\n" for j in range(4)}
+
+
+def test_session_same_slug_and_default_root(server, mounts, tmp_path):
+    """Two stores whose names slug alike get distinct directories; ROOT defaults to the
+    parent of the mount paths (/mnt/memory); unknown sessions are a clear error."""
+    sdk = server.sdk()
+    a = sdk.beta.memory_stores.create(name="Team Notes").id
+    b = sdk.beta.memory_stores.create(name="team notes!").id
+    sid = make_session(sdk, [{"type": "memory_store", "memory_store_id": a},
+                             {"type": "memory_store", "memory_store_id": b}])
+    m = mounts.mount_group("--session", sid)
+    assert sorted(os.listdir(m.path)) == ["team-notes", "team-notes-2"]
+    assert (m.path / "team-notes-2" / ".anthropic-memory-store").read_text().endswith(b)
+    env = mount_env(server, tmp_path)
+    bad = subprocess.run([*_memfs(), "mount", "--session", "sesn_nope", str(tmp_path / "r")],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "unknown session sesn_nope" in bad.stderr
+    # The default ROOT, checked without mounting at /mnt/memory on the test machine.
+    from memfs.cli_group import session_layout
+
+    resources = sdk.beta.sessions.retrieve(sid).resources
+    root, layout = session_layout(resources)
+    assert root == "/mnt/memory" and [n for _, n in layout] == ["team-notes", "team-notes-2"]
+
+
+def _memfs() -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "memfs"]

@@ -1,0 +1,84 @@
+"""memfs.slug: the mount slug rule shared by the server and the client."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+
+import memfs.slug
+from memfs.slug import MOUNT_ROOT, mount_slugs, slug
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("Demo Memory", "demo-memory"),
+        ("user-preferences", "user-preferences"),
+        ("User_Preferences", "user-preferences"),
+        ("  Team   Notes!  ", "team-notes"),
+        ("a--b__c..d", "a-b-c-d"),
+        ("--x--", "x"),
+        ("ABC123xyz", "abc123xyz"),
+        ("v2.0 Release", "v2-0-release"),
+        ("Café Notes", "caf-notes"),  # non-ASCII is a separator, never transliterated
+        ("İstanbul", "stanbul"),  # only ASCII letters are lowercased
+        ("KELVIN\u212a", "kelvin"),  # U+212A KELVIN SIGN is not an ASCII K
+        ("日本語", ""),
+        ("!!!", ""),
+        ("-", ""),
+        ("", ""),
+        ("a", "a"),
+        ("0", "0"),
+    ],
+)
+def test_slug(name: str, expected: str) -> None:
+    assert slug(name) == expected
+
+
+def test_slug_output_alphabet() -> None:
+    for name in ["Hello, World", "\x00\x01 tab\there", "Ω≈ç√ mixed ASCII 42", "a" * 300]:
+        s = slug(name)
+        assert all(ch in "abcdefghijklmnopqrstuvwxyz0123456789-" for ch in s)
+        assert not s.startswith("-") and not s.endswith("-") and "--" not in s
+
+
+def test_mount_slugs_plain_and_empty() -> None:
+    assert mount_slugs([]) == []
+    assert mount_slugs([("Prefs", "memstore_1")]) == ["prefs"]
+    # An empty slug uses the slug of the store id.
+    assert mount_slugs([("???", "memstore_01AbCd"), ("日本", "memstore_02x")]) == [
+        "memstore-01abcd",
+        "memstore-02x",
+    ]
+
+
+def test_mount_slugs_collisions_in_resource_order() -> None:
+    got = mount_slugs(
+        [
+            ("Notes", "memstore_a"),
+            ("notes", "memstore_b"),
+            ("NOTES!", "memstore_c"),
+            ("other", "memstore_d"),
+        ]
+    )
+    assert got == ["notes", "notes-2", "notes-3", "other"]
+    # A natural slug taken by an earlier suffix moves on to the next free one.
+    assert mount_slugs([("a", "s1"), ("a", "s2"), ("a-2", "s3")]) == ["a", "a-2", "a-2-2"]
+    # A natural "x-2" that comes first keeps it; the collider skips it.
+    assert mount_slugs([("x-2", "s1"), ("x", "s2"), ("x", "s3")]) == ["x-2", "x", "x-3"]
+    # The id fallback takes part in collisions like any slug.
+    assert mount_slugs([("memstore-1", "s1"), ("***", "memstore_1")]) == [
+        "memstore-1",
+        "memstore-1-2",
+    ]
+    assert len(set(mount_slugs([("same", f"id{i}") for i in range(8)]))) == 8
+
+
+def test_mount_root() -> None:
+    assert MOUNT_ROOT + slug("Demo Memory") == "/mnt/memory/demo-memory"
+
+
+def test_doctests() -> None:
+    failures, _ = doctest.testmod(memfs.slug)
+    assert failures == 0
