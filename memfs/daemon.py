@@ -264,11 +264,32 @@ class Daemon:
             assert self._nursery is not None
             self._nursery.start_soon(engine.first_listing)
             self._save_group()
+            self.write_registry()
         for engine in self.engines:  # deleted stores: keep what is here, read-only
             if engine.cfg.store_id not in listed and not engine.cfg.options.read_only:
                 log.info("store %s is gone from the server: %s is read-only now",
                          engine.cfg.store_id, engine.name)
                 engine.set_read_only(True)
+
+    def write_registry(self) -> None:
+        """The mount registry entry (0600, replaced atomically): how `memfs unmount`,
+        `status` and `history` find this daemon, and under a session root which store
+        sits in which directory (rewritten when `--all` adds one)."""
+        entry: dict = {"mountpoint": canonical_mountpoint(self.cfg.mountpoint),
+                       "pid": os.getpid(), "state_dir": str(self.control_dir),
+                       "base_url": self.cfg.base_url}
+        if isinstance(self.cfg, GroupConfig):
+            entry.update(kind=self.cfg.kind, session_id=self.cfg.session_id,
+                         stores=[{"name": e.name, "store_id": e.cfg.store_id,
+                                  "state_dir": str(e.state_dir)} for e in self.engines])
+        else:
+            entry["store_id"] = self.cfg.store_id
+        reg = registry_file(self.cfg.mountpoint)
+        tmp = reg.with_name(f".{reg.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(entry, f)
+        os.replace(tmp, reg)
 
     def _save_group(self) -> None:
         """group.json: the stores of a session root, for `memfs status` without a daemon."""
@@ -410,20 +431,13 @@ def run(cfg: MountConfig | GroupConfig, *, foreground: bool, api_key: str | None
         daemon.close()
         report(f"ERROR cannot mount {cfg.mountpoint}: {exc}")
         return 1
-    entry = {"mountpoint": canonical_mountpoint(cfg.mountpoint), "pid": os.getpid(),
-             "state_dir": str(control_dir), "base_url": cfg.base_url}
+    daemon.write_registry()
     if isinstance(cfg, GroupConfig):
-        entry.update(kind=cfg.kind, session_id=cfg.session_id,
-                     stores=[{"name": e.name, "store_id": e.cfg.store_id,
-                              "state_dir": str(e.state_dir)} for e in daemon.engines])
         log.info("mounted %s root at %s: %s", cfg.kind, cfg.root,
                  ", ".join(f"{e.name}={e.cfg.store_id}" for e in daemon.engines) or "no stores")
     else:
-        entry["store_id"] = cfg.store_id
         log.info("mounted store %s at %s (%s)", cfg.store_id, cfg.mountpoint,
                  "read-only" if cfg.options.read_only else "read-write")
-    reg.write_text(json.dumps(entry))
-    os.chmod(reg, 0o600)
     ok = False
     try:
         trio.run(daemon.run, lambda: report("READY"))
