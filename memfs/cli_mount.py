@@ -15,10 +15,11 @@ from pathlib import Path
 import click
 import trio
 
-from . import control
+from . import control, storenames
 from .api import errors as api_errors
 from .api.client import MemoryStoresClient
 from .api.config import ConfigError, resolve_config
+from .completion import complete_mountpoints, complete_stores
 from .mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS, MountConfig, SyncOptions
 from .statedir import (
     adopt,
@@ -85,7 +86,7 @@ def _preflight(mountpoint: str) -> None:
 
 
 @click.command()
-@click.argument("store_id")
+@click.argument("store_id", metavar="STORE", shell_complete=complete_stores)
 @click.argument("mountpoint", type=click.Path(file_okay=False))
 @click.option("--base-url", default=None, help="API base URL (default: $ANTHROPIC_BASE_URL, "
               "else the embedded local server).")
@@ -116,18 +117,24 @@ def _preflight(mountpoint: str) -> None:
 def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, cache_dir,
           write_back_delay, delete_delay, poll_interval, full_resync, no_feed, deletes,
           no_prefetch, flush_timeout, local_only):
-    """Mount STORE_ID at MOUNTPOINT; returns once the mount is live."""
+    """Mount STORE (an id, a name or a name's slug) at MOUNTPOINT; returns once the
+    mount is live."""
     mountpoint = os.path.abspath(mountpoint)
     _preflight(mountpoint)
     url, api_key, embedded = _server_info(base_url, api_key_file)
-    state_dir = _state_dir(url, store_id, cache_dir)
     try:
-        _call(url, api_key, lambda c: c.get_store(store_id))
+        found = storenames.resolve_sync(url, api_key, store_id)  # an id, a name or a slug
+        store_id = found.id
+        if found.archived:
+            click.echo(f"memfs: store {found.describe()} is archived: the server refuses "
+                       "changes to it", err=True)
+        state_dir = _state_dir(url, store_id, cache_dir)
     except api_errors.NotFoundError:
         raise click.ClickException(f"unknown store {store_id} on {url}") from None
     except (api_errors.AuthenticationError, api_errors.PermissionDeniedError) as exc:
         raise click.ClickException(f"bad credentials for {url}: {exc.message}") from None
     except (*api_errors.TRANSIENT,) as exc:
+        state_dir = _state_dir(url, store_id, cache_dir)
         if not _has_cache(state_dir):
             raise click.ClickException(
                 f"cannot reach {url} ({exc.message}) and nothing of {store_id} is cached") from None
@@ -231,7 +238,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 @click.command()
-@click.argument("mountpoint", type=click.Path())
+@click.argument("mountpoint", type=click.Path(), shell_complete=complete_mountpoints)
 @click.option("--timeout", type=click.FloatRange(0), default=30.0, show_default=True,
               help="Bound on the flush of pending changes.")
 def unmount(mountpoint, timeout):
@@ -348,7 +355,8 @@ def format_status(s: dict) -> str:
 
 
 @click.command()
-@click.argument("mountpoint", type=click.Path(), required=False)
+@click.argument("mountpoint", type=click.Path(), required=False,
+                shell_complete=complete_mountpoints)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(mountpoint, as_json):
     """Show sync status of MOUNTPOINT (or of every memfs mount)."""
@@ -409,11 +417,15 @@ def stores_create(name, description, base_url, api_key_file):
 
 
 @stores.command("archive")
-@click.argument("store_id")
+@click.argument("store_id", metavar="STORE", shell_complete=complete_stores)
 @click.option("--base-url", default=None)
 @click.option("--api-key-file", default=None)
 def stores_archive(store_id, base_url, api_key_file):
-    """Archive a store (one-way: it becomes read-only)."""
+    """Archive STORE (an id, a name or a slug; one-way: it becomes read-only)."""
     url, key = _server(base_url, api_key_file)
-    s = _call(url, key, lambda c: c.archive_store(store_id))
+    found = storenames.resolve_for_cli(url, key, store_id)
+    if found.archived:
+        click.echo(f"{found.describe()} is already archived")
+        return
+    s = _call(url, key, lambda c: c.archive_store(found.id))
     click.echo(f"archived {s.id}")

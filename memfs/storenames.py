@@ -1,0 +1,118 @@
+"""A store named on the command line: its id, its name, or its name's slug.
+
+`memfs mount notes ~/n`, `memfs stores archive "Team notes"`, `memfs tool team-notes`:
+every command that takes a store accepts any of the three. Resolution, in order:
+
+1. an exact store id (a ``get_store`` when the text looks like one);
+2. an exact name;
+3. the slug of the name (:func:`slug`: lowercase ASCII, every run of other
+   characters one hyphen, trimmed), compared with the slug of the text.
+
+Several stores at the first step that matches: a `click` error listing the candidates
+(id and name), so the user can pick the id. Archived stores resolve too (they are
+listed with ``include_archived``); the caller decides what to say about them.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+import click
+
+from .api import errors as api_errors
+from .api.models import MemoryStore
+
+ID_PREFIX = "memstore_"
+
+
+def slug(text: str) -> str:
+    """Lowercase ASCII; every run of other characters one hyphen; no hyphen at the ends.
+
+    Accents are dropped first (``Café`` → ``cafe``)."""
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    return re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")
+
+
+@dataclass
+class Resolved:
+    store: MemoryStore
+    how: str  # "id" | "name" | "slug"
+
+    @property
+    def id(self) -> str:
+        return self.store.id
+
+    @property
+    def archived(self) -> bool:
+        return bool(self.store.archived_at)
+
+    def describe(self) -> str:
+        return f"{self.store.id} ({self.store.name})"
+
+
+class StoreNotFound(click.ClickException):
+    pass
+
+
+class AmbiguousStore(click.ClickException):
+    pass
+
+
+def _line(s: MemoryStore) -> str:
+    return f"  {s.id}\t{s.name}" + ("\t(archived)" if s.archived_at else "")
+
+
+def choose(text: str, stores: list[MemoryStore], *, where: str = "") -> Resolved:
+    """Pick the store `text` names among `stores` (pure: no network)."""
+    for how, match in (("id", lambda s: s.id == text),
+                       ("name", lambda s: s.name == text),
+                       ("slug", lambda s: bool(slug(text)) and slug(s.name) == slug(text))):
+        found = [s for s in stores if match(s)]
+        if len(found) == 1:
+            return Resolved(found[0], how)
+        if len(found) > 1:
+            raise AmbiguousStore(
+                f"{text!r} matches {len(found)} stores{where} by {how}; use the id:\n"
+                + "\n".join(_line(s) for s in found))
+    raise StoreNotFound(f"no store {text!r}{where} (not an id, a name or a name's slug;"
+                        " see `memfs stores list --include-archived`)")
+
+
+async def resolve(client, text: str) -> Resolved:
+    """The store `text` names on the client's server. API errors other than "not
+    found" for an id-looking text (offline, bad key) propagate to the caller."""
+    where = f" on {client.base_url}"
+    if text.startswith(ID_PREFIX):
+        try:
+            return Resolved(await client.get_store(text), "id")
+        except (api_errors.NotFoundError, api_errors.BadRequestError, ValueError):
+            pass  # perhaps a store whose name starts with memstore_
+    stores = [s async for s in client.list_stores(include_archived=True)]
+    return choose(text, stores, where=where)
+
+
+def resolve_sync(base_url: str, api_key: str | None, text: str, *,
+                 timeout: float = 15.0) -> Resolved:
+    """:func:`resolve` for the CLI (its own short-lived client)."""
+    import trio
+
+    from .api.client import MemoryStoresClient
+
+    async def go() -> Resolved:
+        async with MemoryStoresClient(base_url, api_key, max_retries=1, timeout=timeout) as c:
+            return await resolve(c, text)
+
+    return trio.run(go)
+
+
+def resolve_for_cli(base_url: str, api_key: str | None, text: str) -> Resolved:
+    """:func:`resolve_sync` with every API failure turned into a one-line click error."""
+    try:
+        return resolve_sync(base_url, api_key, text)
+    except (api_errors.AuthenticationError, api_errors.PermissionDeniedError) as exc:
+        raise click.ClickException(f"bad credentials for {base_url}: {exc.message}") from None
+    except api_errors.APIError as exc:
+        raise click.ClickException(f"cannot resolve store {text!r} on {base_url}: "
+                                   f"{getattr(exc, 'message', exc)}") from None
