@@ -122,9 +122,10 @@ def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, c
     mountpoint = os.path.abspath(mountpoint)
     _preflight(mountpoint)
     url, api_key, embedded = _server_info(base_url, api_key_file)
+    store_name = ""
     try:
         found = storenames.resolve_sync(url, api_key, store_id)  # an id, a name or a slug
-        store_id = found.id
+        store_id, store_name = found.id, found.store.name
         if found.archived:
             click.echo(f"memfs: store {found.describe()} is archived: the server refuses "
                        "changes to it", err=True)
@@ -146,7 +147,7 @@ def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, c
                             feed=not no_feed, full_resync=full_resync,
                             prefetch=not no_prefetch, read_only=read_only),
         flush_timeout=flush_timeout, embedded=embedded,
-        local_only_patterns=[*DEFAULT_LOCAL_ONLY_PATTERNS, *local_only],
+        local_only_patterns=[*DEFAULT_LOCAL_ONLY_PATTERNS, *local_only], store_name=store_name,
     )
     if foreground:
         from .daemon import run

@@ -26,7 +26,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from . import control
+from . import control, proctitle
 from .api import errors as api_errors
 from .api.client import MemoryStoresClient
 from .cache import BlobCache
@@ -82,6 +82,7 @@ class Daemon:
         unmounted_outside = False
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._fuse_main)
+            nursery.start_soon(proctitle.follow, self)  # `ps`: store, mountpoint, state
             await nursery.start(self.ctx.fetcher.serve)
             await nursery.start(control.serve, self.state_dir, self.handle_control)
             nursery.start_soon(self._signals)

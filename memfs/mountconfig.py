@@ -41,6 +41,9 @@ class MountConfig:
     embedded: bool = False
     local_only_patterns: list[str] = field(
         default_factory=lambda: list(DEFAULT_LOCAL_ONLY_PATTERNS))
+    #: The store's name as `memfs mount` resolved it ("" when mounted offline): the
+    #: daemon's process title shows it (memfs/proctitle.py).
+    store_name: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -4,6 +4,7 @@ real `memfs serve`; the resolution rules (id, then name, then slug) on their own
 from __future__ import annotations
 
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -86,4 +87,5 @@ def test_mount_by_name_and_ambiguous(server, tmp_path, mounts) -> None:
     assert out.returncode != 0
     assert "matches 2 stores" in out.stderr
     assert one in out.stderr and two in out.stderr
-    assert not any(line.split()[1] == str(tmp_path / "amb") for line in open("/proc/mounts"))
+    mounted = pathlib.Path("/proc/mounts").read_text().splitlines()
+    assert not any(line.split()[1] == str(tmp_path / "amb") for line in mounted)
