@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 import trio
 
-from . import control, storenames
+from . import control, progress, storenames
 from .api import errors as api_errors
 from .api.client import MemoryStoresClient
 from .api.config import ConfigError, resolve_config
@@ -191,14 +191,17 @@ def _spawn(cfg: MountConfig, api_key: str | None) -> None:
     os.close(w)
     buf = b""
     deadline = time.monotonic() + 60
+    waiting = progress.live(f"mounting {cfg.store_name or cfg.store_id} at {cfg.mountpoint}",
+                            progress.mount_poller(Path(cfg.state_dir)))  # on a terminal only
     try:
-        while b"\n" not in buf and time.monotonic() < deadline:
-            ready, _, _ = select.select([r], [], [], 0.5)
-            if ready:
-                chunk = os.read(r, 4096)
-                if not chunk:
-                    break
-                buf += chunk
+        with waiting:
+            while b"\n" not in buf and time.monotonic() < deadline:
+                ready, _, _ = select.select([r], [], [], 0.5)
+                if ready:
+                    chunk = os.read(r, 4096)
+                    if not chunk:
+                        break
+                    buf += chunk
     finally:
         os.close(r)
     line = buf.decode(errors="replace").strip()
@@ -256,8 +259,9 @@ def unmount(mountpoint, timeout):
         raise click.ClickException(f"{mountpoint} is not a memfs mount")
     state_dir, pid = Path(info["state_dir"]), int(info["pid"])
     try:
-        reply = control.request(state_dir, {"cmd": "unmount", "timeout": timeout},
-                                timeout=timeout + 30)
+        with progress.live(f"flushing {mountpoint}", progress.flush_poller(state_dir)):
+            reply = control.request(state_dir, {"cmd": "unmount", "timeout": timeout},
+                                    timeout=timeout + 30)
     except (OSError, ValueError) as exc:
         if _pid_alive(pid):
             raise click.ClickException(f"the daemon (pid {pid}) does not answer: {exc}") from None
@@ -359,17 +363,27 @@ def format_status(s: dict) -> str:
 @click.argument("mountpoint", type=click.Path(), required=False,
                 shell_complete=complete_mountpoints)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(mountpoint, as_json):
+@click.option("--watch", "-w", is_flag=True, help="Refresh until Ctrl-C (in place on a terminal).")
+@click.option("--interval", type=click.FloatRange(0.1), default=1.0, show_default=True,
+              help="Seconds between refreshes with --watch.")
+def status(mountpoint, as_json, watch, interval):
     """Show sync status of MOUNTPOINT (or of every memfs mount)."""
+    if watch:
+        if as_json:
+            raise click.UsageError("--watch shows the text report; poll --json instead")
+        progress.watch(lambda: _status_text(mountpoint), interval=interval)
+        return
+    click.echo(_status_text(mountpoint, as_json))
+
+
+def _status_text(mountpoint, as_json=False) -> str:
     points = [os.path.abspath(mountpoint)] if mountpoint else all_mounts()
     results = [mount_status(m) for m in points]
     if as_json:
-        click.echo(json.dumps(results[0] if mountpoint else results, indent=2))
-        return
+        return json.dumps(results[0] if mountpoint else results, indent=2)
     if not results:
-        click.echo("no memfs mounts")
-    for s in results:
-        click.echo(format_status(s))
+        return "no memfs mounts"
+    return "\n".join(format_status(s) for s in results)
 
 
 # -- stores ------------------------------------------------------------------------------
