@@ -165,9 +165,9 @@ def documented_fstab_lines() -> list[str]:
 def test_fstab_examples_through_mount(server, mounts, tmp_path: pathlib.Path,
                                       mount_helper_installed) -> None:
     examples = documented_fstab_lines()
-    assert len(examples) >= 2, examples
+    assert len(examples) >= 3 and any(e.startswith("team-notes ") for e in examples), examples
     env = {**mount_env(server, tmp_path), "MEMFS_BIN": str(memfs_wrapper(tmp_path))}
-    store = mounts.new_store("fstab store")
+    store = mounts.new_store("Team Notes")  # docs/INSTALL.md names it by its slug
     for i, example in enumerate(examples):
         source, _point, fstype, options, _d, _p = example.split()
         assert fstype == "memfs"
@@ -178,8 +178,8 @@ def test_fstab_examples_through_mount(server, mounts, tmp_path: pathlib.Path,
         fstab = tmp_path / f"fstab{i}.txt"
         # The documented options, with this test's store and mountpoint; `mount -a` skips
         # noauto lines, so those are mounted by their mountpoint, as a user would.
-        fstab.write_text(f"# test\n{store if i % 2 == 0 else 'fstab-store'} {path} memfs "
-                         f"{options} 0 0\n")
+        named = source if source == "team-notes" else store  # an id placeholder: the id
+        fstab.write_text(f"# test\n{named} {path} memfs {options} 0 0\n")
         cmd = (["mount", "-T", str(fstab), str(path)] if "noauto" in options.split(",")
                else ["mount", "-a", "-T", str(fstab)])
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
@@ -193,7 +193,7 @@ def test_fstab_examples_through_mount(server, mounts, tmp_path: pathlib.Path,
     m = MountProc(path, store, env, ())
     mounts.made.append(m)
     fstab = tmp_path / "fstab-auto.txt"
-    fstab.write_text(f"fstab-store {path} memfs rw,_netdev,poll_interval=5 0 0\n")
+    fstab.write_text(f"Team\\040Notes {path} memfs rw,_netdev,poll_interval=5 0 0\n")
     out = subprocess.run(["mount", "-a", "-T", str(fstab)], env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
