@@ -61,6 +61,14 @@ def serve_title(db: str, address: str) -> str:
     return f"memfs serve: {safe_db(db)} on {address}"
 
 
+def is_serve_of(cmdline: bytes, db: str) -> bool:
+    """Whether /proc/PID/cmdline is a `memfs serve` on `db`: its title, or (without
+    setproctitle) its argv."""
+    argv = cmdline.split(b"\0")
+    return (cmdline.startswith(serve_title(db, "").encode())
+            or (b"serve" in argv and db.encode() in argv))
+
+
 def mount_title(name: str, mountpoint: str, state: str) -> str:
     return f"memfs: {name} on {mountpoint} ({state})"
 

@@ -76,7 +76,7 @@ def choose(text: str, stores: list[MemoryStore], *, where: str = "") -> Resolved
             raise AmbiguousStore(
                 f"{text!r} matches {len(found)} stores{where} by {how}; use the id:\n"
                 + "\n".join(_line(s) for s in found))
-    raise StoreNotFound(f"no store {text!r}{where} (not an id, a name or a name's slug;"
+    raise StoreNotFound(f"unknown store {text!r}{where} (not an id, a name or a name's slug;"
                         " see `memfs stores list --include-archived`)")
 
 

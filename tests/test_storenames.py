@@ -65,7 +65,7 @@ def test_archive_and_tool_by_name(server, tmp_path) -> None:
     assert "already archived" in out.stdout and a in out.stdout
     out = memfs(env, "stores", "archive", "no-such-store")
     assert out.returncode != 0
-    assert "no store 'no-such-store'" in out.stderr
+    assert "unknown store 'no-such-store'" in out.stderr
 
 
 @needs_fuse
