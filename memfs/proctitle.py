@@ -100,13 +100,27 @@ def store_name(daemon: Daemon) -> str:
     return name or daemon.cfg.store_id
 
 
+async def _fetch_name(daemon: Daemon) -> str | None:
+    try:
+        name = (await daemon.client.get_store(daemon.cfg.store_id)).name
+        daemon.state.set_meta("store_name", name)
+        return name or None
+    except Exception as exc:  # offline: the id it is
+        log.debug("store name: %s", exc)
+        return None
+
+
 async def follow(daemon: Daemon) -> None:
     """Keep the daemon's title in step with its state, for the daemon's whole life."""
     import trio
 
     name = store_name(daemon)
     shown = None
+    named = name != daemon.cfg.store_id
     while True:
+        if not named and daemon.ctx.status.online and daemon.ctx.status.last_sync_at:
+            named = True  # mounted offline, never named: ask the server once it answers
+            name = await _fetch_name(daemon) or name
         title = mount_title(name, daemon.cfg.mountpoint, daemon_state(daemon))
         if title != shown:
             set_title(title)

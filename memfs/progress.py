@@ -179,6 +179,26 @@ def mount_poller(state_dir: Path) -> Poll:
     return poll
 
 
+def combined(polls: list[Poll]) -> Poll:
+    """One snapshot summing several (`memfs mount --all`, an unmount of several mounts):
+    items and bytes add up; the total is unknown while any part's is; the first error."""
+
+    def poll() -> Snapshot | None:
+        snaps = [s for s in (p() for p in polls) if s]
+        if not snaps:
+            return None
+        totals = [s.get("total") for s in snaps]
+        return {"done": sum(s.get("done") or 0 for s in snaps),
+                "total": None if any(t is None for t in totals) else sum(totals),
+                "bytes_done": sum(s.get("bytes_done") or 0 for s in snaps),
+                "bytes_left": sum(s.get("bytes_left") or 0 for s in snaps),
+                "error": next((s["error"] for s in snaps if s.get("error")), None),
+                "label": f"{len(snaps)} of {len(polls)} reporting" if len(polls) > 1 else
+                snaps[0].get("label")}
+
+    return poll
+
+
 def tree_summary(state, cache) -> dict:
     """Files and bytes in the tree, and how many of them are cached (the daemon's status)."""
     files = total = cached = cached_bytes = 0

@@ -15,7 +15,7 @@ import time
 
 from mountutil import MountProc, mount_env, needs_fuse
 
-from memfs.progress import describe, human_bytes
+from memfs.progress import combined, describe, human_bytes
 
 pytestmark = needs_fuse
 
@@ -27,6 +27,16 @@ def test_describe() -> None:
     assert line == "3/10 item(s), 7 left; 2.0 kB done, 5.0 kB left | offline: connection refused"
     assert describe({"label": "listing the store", "done": 0, "total": None}).startswith(
         "listing the store; 0 item(s)")
+
+
+def test_combined() -> None:
+    a = lambda: {"done": 1, "total": 3, "bytes_done": 10, "bytes_left": 20, "error": None}  # noqa: E731
+    b = lambda: {"done": 2, "total": 2, "bytes_done": 5, "bytes_left": 0, "error": "offline: x"}  # noqa: E731
+    snap = combined([a, b, lambda: None])()
+    assert snap == {"done": 3, "total": 5, "bytes_done": 15, "bytes_left": 20,
+                    "error": "offline: x", "label": "2 of 3 reporting"}
+    assert combined([a, lambda: {"done": 0, "total": None}])()["total"] is None
+    assert combined([lambda: None])() is None
 
 
 def run_pty(env: dict, *args: str, interrupt_after: float | None = None,
@@ -149,3 +159,17 @@ def test_status_watch(server, mounts) -> None:
     assert len(blocks) >= 2
     assert blocks[0].splitlines()[0] == once.splitlines()[0]  # the same report, repeated
     assert "\x1b" not in stdout
+
+
+def test_unmount_progress_shows_the_error_offline(server, mounts) -> None:
+    m = mounts.mount(mounts.new_store("offline flush"), "--write-back-delay", "3600")
+    (m.path / "kept.md").write_text("z" * 3000)
+    server.set_faults(error_rate=1.0)
+    try:
+        code, out = run_pty(m.env, "unmount", str(m.path), "--timeout", "3")
+        m._wait_pid()
+    finally:
+        server.clear_faults()
+    assert code == 0, out
+    assert "offline:" in out  # the current error, live
+    assert "pushed 0 change(s), 1 left" in out

@@ -74,6 +74,7 @@ def test_escaped_instance_is_the_mountpoint() -> None:
 def _expand(command: str, env: dict[str, str], mountpoint: str) -> list[str]:
     """An Exec line as systemd runs it: %f the mountpoint, ${VAR} one word, $VAR split."""
     words = []
+    command = command.lstrip("-")  # "-": a failure of this command is ignored
     for word in shlex.split(command.replace("%f", mountpoint)):
         if re.fullmatch(r"\$\{\w+\}", word):
             words.append(env.get(word[2:-1], ""))

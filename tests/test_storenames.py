@@ -80,6 +80,13 @@ def test_mount_by_name_and_ambiguous(server, tmp_path, mounts) -> None:
     assert m2.registry()["store_id"] == store
     m2.unmount()
 
+    old = mounts.new_store("Old Notes")
+    server.sdk().beta.memory_stores.archive(old)
+    m3 = mounts.mount("old-notes", "--read-only", name="mnt3")
+    assert m3.registry()["store_id"] == old
+    assert f"store {old} (Old Notes) is archived" in m3.outputs[0].stderr
+    m3.unmount()
+
     one = mounts.new_store("dup")
     two = mounts.new_store("dup")
     (tmp_path / "amb").mkdir()
