@@ -135,6 +135,7 @@ def mount(store_id, mountpoint, base_url, api_key_file, read_only, foreground, c
     except (api_errors.AuthenticationError, api_errors.PermissionDeniedError) as exc:
         raise click.ClickException(f"bad credentials for {url}: {exc.message}") from None
     except (*api_errors.TRANSIENT,) as exc:
+        store_id = storenames.cached_id(store_id, url, cache_dir) or store_id  # a name, offline
         state_dir = _state_dir(url, store_id, cache_dir)
         if not _has_cache(state_dir):
             raise click.ClickException(

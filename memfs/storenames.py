@@ -93,6 +93,36 @@ async def resolve(client, text: str) -> Resolved:
     return choose(text, stores, where=where)
 
 
+def cached_id(text: str, base_url: str, cache_dir: str | None = None) -> str | None:
+    """Offline: the id of the store `text` names among the stores mounted before from
+    `base_url` (their state.db remembers id and name); None when none matches. A name
+    several cached stores share is an error, as online."""
+    import sqlite3
+    from pathlib import Path
+
+    from .statedir import cache_root
+
+    root = Path(cache_dir) if cache_dir else cache_root()
+    seen: dict[str, MemoryStore] = {}
+    for db in root.glob("*/*/state.db"):
+        try:
+            conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            try:
+                meta = dict(conn.execute("SELECT key, value FROM meta WHERE key IN "
+                                         "('store_id', 'store_name', 'base_url')").fetchall())
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            continue
+        if meta.get("base_url") == base_url and meta.get("store_id"):
+            seen[meta["store_id"]] = MemoryStore(id=meta["store_id"],
+                                                 name=meta.get("store_name") or "")
+    try:
+        return choose(text, list(seen.values()), where=f" cached from {base_url}").id
+    except StoreNotFound:
+        return None
+
+
 def resolve_sync(base_url: str, api_key: str | None, text: str, *,
                  timeout: float = 15.0) -> Resolved:
     """:func:`resolve` for the CLI (its own short-lived client)."""

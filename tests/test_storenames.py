@@ -96,3 +96,18 @@ def test_mount_by_name_and_ambiguous(server, tmp_path, mounts) -> None:
     assert one in out.stderr and two in out.stderr
     mounted = pathlib.Path("/proc/mounts").read_text().splitlines()
     assert not any(line.split()[1] == str(tmp_path / "amb") for line in mounted)
+
+
+@needs_fuse
+def test_mount_by_name_offline_from_the_cache(server, mounts) -> None:
+    store = mounts.new_store("Field Notes")
+    m = mounts.mount("field-notes")
+    (m.path / "a.md").write_text("cached")
+    m.wait_synced()
+    m.unmount()
+    server.stop()  # now only the cache knows the name
+    m2 = mounts.mount("Field Notes", name="mnt-offline")
+    assert m2.registry()["store_id"] == store
+    assert "unreachable; mounting from the cache" in m2.outputs[0].stderr
+    assert (m2.path / "a.md").read_text() == "cached"
+    m2.unmount("--timeout", "2")
