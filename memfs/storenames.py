@@ -16,7 +16,6 @@ listed with ``include_archived``); the caller decides what to say about them.
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
 
 import click
@@ -28,11 +27,11 @@ ID_PREFIX = "memstore_"
 
 
 def slug(text: str) -> str:
-    """Lowercase ASCII; every run of other characters one hyphen; no hyphen at the ends.
-
-    Accents are dropped first (``Café`` → ``cafe``)."""
-    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
-    return re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")
+    """The rule of ``memfs/slug.py`` (the session mount path): ASCII letters lowercased
+    (only those), every run of characters other than ``[a-z0-9]`` one hyphen, no hyphen
+    at the ends (``"Café Notes!"`` → ``caf-notes``). Kept local until the branches merge."""
+    lowered = "".join(c.lower() if "A" <= c <= "Z" else c for c in text)
+    return re.sub(r"[^a-z0-9]+", "-", lowered).strip("-")
 
 
 @dataclass
