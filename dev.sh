@@ -24,7 +24,9 @@ BASE_PKGS=(fuse3 libfuse3-dev pkg-config gcc libc6-dev git rsync vim-tiny vim bi
            ca-certificates util-linux)
 # Only for ./dev.sh test: initdb/pg_ctl for the throwaway cluster the server tests run on
 # (memfs serve --db postgresql://…). Installed without Debian's default `main` cluster.
-TEST_PKGS=(postgresql)
+# systemd: only its tools (systemd-analyze verify checks mount_helpers/*.service; nothing is
+# booted or enabled); without it that test skips.
+TEST_PKGS=(postgresql systemd)
 PY_PKGS=(python3 python3-venv python3-dev)
 
 export DEBIAN_FRONTEND=noninteractive

@@ -1,3 +1,3 @@
 from memfs.cli import main
 
-main()
+main(prog_name="memfs")  # `python -m memfs` too: usage, and _MEMFS_COMPLETE for completion

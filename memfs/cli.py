@@ -167,6 +167,10 @@ def serve(
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{sock.getsockname()[1]}"
 
+    from memfs.proctitle import serve_title, set_title
+
+    set_title(serve_title(db_path, url))  # `ps`: never the key, nor a database password
+
     def on_listening() -> None:
         click.echo(f"memfs serve: listening on {url}")
         sys.stdout.flush()

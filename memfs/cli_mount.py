@@ -15,10 +15,11 @@ from pathlib import Path
 import click
 import trio
 
-from . import control
+from . import control, progress, storenames
 from .api import errors as api_errors
 from .api.client import MemoryStoresClient
 from .api.config import ConfigError, resolve_config
+from .completion import complete_mountpoints, complete_stores
 from .mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS, GroupConfig, MountConfig, SyncOptions
 from .statedir import (
     adopt,
@@ -85,7 +86,8 @@ def _preflight(mountpoint: str) -> None:
 
 
 @click.command()
-@click.argument("store_id", required=False)
+@click.argument("store_id", metavar="[STORE|ROOT]", required=False,
+                shell_complete=complete_stores)
 @click.argument("mountpoint", type=click.Path(file_okay=False), required=False)
 @click.option("--session", "session_id", default=None, metavar="SESSION_ID",
               help="Mount every memory store attached to this session under one root "
@@ -134,7 +136,8 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
           api_key_file, read_only, foreground, cache_dir, write_back_delay, delete_delay,
           poll_interval, full_resync, no_feed, deletes, no_prefetch, flush_timeout, show_meta,
           local_only):
-    """Mount STORE_ID at MOUNTPOINT; returns once the mount is live.
+    """Mount STORE (an id, a name or a name's slug) at MOUNTPOINT; returns once the
+    mount is live.
 
     `--session ID [ROOT]` and `--all ROOT` mount several stores under ROOT instead."""
     options = SyncOptions(write_back_delay=write_back_delay, delete_delay=delete_delay,
@@ -156,24 +159,32 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
                      read_only, foreground, common)
         return
     if store_id is None or mountpoint is None:
-        raise click.UsageError("give STORE_ID and MOUNTPOINT (or --session / --all)")
+        raise click.UsageError("give STORE and MOUNTPOINT (or --session / --all)")
     mountpoint = os.path.abspath(mountpoint)
     _preflight(mountpoint)
     url, api_key, embedded = _server_info(base_url, api_key_file)
-    state_dir = _state_dir(url, store_id, cache_dir)
+    store_name = ""
     try:
-        _call(url, api_key, lambda c: c.get_store(store_id))
+        found = storenames.resolve_sync(url, api_key, store_id)  # an id, a name or a slug
+        store_id, store_name = found.id, found.store.name
+        if found.archived:
+            click.echo(f"memfs: store {found.describe()} is archived: the server refuses "
+                       "changes to it", err=True)
+        state_dir = _state_dir(url, store_id, cache_dir)
     except api_errors.NotFoundError:
         raise click.ClickException(f"unknown store {store_id} on {url}") from None
     except (api_errors.AuthenticationError, api_errors.PermissionDeniedError) as exc:
         raise click.ClickException(f"bad credentials for {url}: {exc.message}") from None
     except (*api_errors.TRANSIENT,) as exc:
+        store_id = storenames.cached_id(store_id, url, cache_dir) or store_id  # a name, offline
+        state_dir = _state_dir(url, store_id, cache_dir)
         if not _has_cache(state_dir):
             raise click.ClickException(
                 f"cannot reach {url} ({exc.message}) and nothing of {store_id} is cached") from None
         click.echo(f"memfs: {url} is unreachable; mounting from the cache (offline)", err=True)
     cfg = MountConfig(store_id=store_id, mountpoint=mountpoint, base_url=url,
-                      state_dir=str(state_dir), options=options, embedded=embedded, **common)
+                      state_dir=str(state_dir), options=options, embedded=embedded,
+                      store_name=store_name, **common)
     if foreground:
         from .daemon import run
 
@@ -291,14 +302,21 @@ def _spawn(cfg: MountConfig | GroupConfig, api_key: str | None) -> None:
     os.close(w)
     buf = b""
     deadline = time.monotonic() + 60
+    if isinstance(cfg, GroupConfig):
+        what, control_dir = f"{len(cfg.stores)} store(s)", Path(cfg.group_dir)
+    else:
+        what, control_dir = cfg.store_name or cfg.store_id, Path(cfg.state_dir)
+    waiting = progress.live(f"mounting {what} at {cfg.mountpoint}",
+                            progress.mount_poller(control_dir))  # on a terminal only
     try:
-        while b"\n" not in buf and time.monotonic() < deadline:
-            ready, _, _ = select.select([r], [], [], 0.5)
-            if ready:
-                chunk = os.read(r, 4096)
-                if not chunk:
-                    break
-                buf += chunk
+        with waiting:
+            while b"\n" not in buf and time.monotonic() < deadline:
+                ready, _, _ = select.select([r], [], [], 0.5)
+                if ready:
+                    chunk = os.read(r, 4096)
+                    if not chunk:
+                        break
+                    buf += chunk
     finally:
         os.close(r)
     line = buf.decode(errors="replace").strip()
@@ -339,7 +357,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 @click.command()
-@click.argument("mountpoint", type=click.Path())
+@click.argument("mountpoint", type=click.Path(), shell_complete=complete_mountpoints)
 @click.option("--timeout", type=click.FloatRange(0), default=30.0, show_default=True,
               help="Bound on the flush of pending changes.")
 def unmount(mountpoint, timeout):
@@ -356,8 +374,9 @@ def unmount(mountpoint, timeout):
         raise click.ClickException(f"{mountpoint} is not a memfs mount")
     state_dir, pid = Path(info["state_dir"]), int(info["pid"])
     try:
-        reply = control.request(state_dir, {"cmd": "unmount", "timeout": timeout},
-                                timeout=timeout + 30)
+        with progress.live(f"flushing {mountpoint}", progress.flush_poller(state_dir)):
+            reply = control.request(state_dir, {"cmd": "unmount", "timeout": timeout},
+                                    timeout=timeout + 30)
     except (OSError, ValueError) as exc:
         if _pid_alive(pid):
             raise click.ClickException(f"the daemon (pid {pid}) does not answer: {exc}") from None
@@ -485,24 +504,38 @@ def format_status(s: dict) -> str:
 
 
 @click.command()
-@click.argument("mountpoint", type=click.Path(), required=False)
+@click.argument("mountpoint", type=click.Path(), required=False,
+                shell_complete=complete_mountpoints)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(mountpoint, as_json):
+@click.option("--watch", "-w", is_flag=True, help="Refresh until Ctrl-C (in place on a terminal).")
+@click.option("--interval", type=click.FloatRange(0.1), default=1.0, show_default=True,
+              help="Seconds between refreshes with --watch.")
+def status(mountpoint, as_json, watch, interval):
     """Show sync status of MOUNTPOINT (or of every memfs mount)."""
+    if watch:
+        if as_json:
+            raise click.UsageError("--watch shows the text report; poll --json instead")
+        progress.watch(lambda: _status_text(mountpoint), interval=interval)
+        return
+    click.echo(_status_text(mountpoint, as_json))
+
+
+def _status_text(mountpoint, as_json=False) -> str:
     points = [os.path.abspath(mountpoint)] if mountpoint else all_mounts()
     results = [mount_status(m) for m in points]
     if as_json:
-        click.echo(json.dumps(results[0] if mountpoint else results, indent=2))
-        return
+        return json.dumps(results[0] if mountpoint else results, indent=2)
     if not results:
-        click.echo("no memfs mounts")
+        return "no memfs mounts"
+    out = []
     for s in results:
         if s.get("group"):
             from .cli_group import format_group_status
 
-            click.echo(format_group_status(s, format_status))
+            out.append(format_group_status(s, format_status))
         else:
-            click.echo(format_status(s))
+            out.append(format_status(s))
+    return "\n".join(out)
 
 
 # -- stores ------------------------------------------------------------------------------
@@ -551,11 +584,15 @@ def stores_create(name, description, base_url, api_key_file):
 
 
 @stores.command("archive")
-@click.argument("store_id")
+@click.argument("store_id", metavar="STORE", shell_complete=complete_stores)
 @click.option("--base-url", default=None)
 @click.option("--api-key-file", default=None)
 def stores_archive(store_id, base_url, api_key_file):
-    """Archive a store (one-way: it becomes read-only)."""
+    """Archive STORE (an id, a name or a slug; one-way: it becomes read-only)."""
     url, key = _server(base_url, api_key_file)
-    s = _call(url, key, lambda c: c.archive_store(store_id))
+    found = storenames.resolve_for_cli(url, key, store_id)
+    if found.archived:
+        click.echo(f"{found.describe()} is already archived")
+        return
+    s = _call(url, key, lambda c: c.archive_store(found.id))
     click.echo(f"archived {s.id}")

@@ -17,7 +17,10 @@ from typing import Any, TextIO
 import click
 import trio
 
+from . import storenames
+from .api import errors as api_errors
 from .api.config import ConfigError
+from .completion import complete_stores
 from .tool_store import StoreMemory, resolve_server
 from .tool_text import ToolFailure
 
@@ -49,13 +52,13 @@ def serve_lines(store: StoreMemory, lines: Any, out: TextIO) -> None:
 
 
 @click.command("tool")
-@click.argument("store_id")
+@click.argument("store_id", metavar="STORE", shell_complete=complete_stores)
 @click.option("--base-url", default=None, help="API base URL (default: $ANTHROPIC_BASE_URL, "
               "else the embedded local server).")
 @click.option("--api-key-file", default=None, help="Read the API key from this file "
               "(default: $ANTHROPIC_API_KEY).")
 def tool(store_id: str, base_url: str | None, api_key_file: str | None) -> None:
-    """Run memory tool commands (JSON, one per stdin line) on a store.
+    """Run memory tool commands (JSON, one per stdin line) on STORE (id, name or slug).
 
     Prints one JSON object per command: {"ok": TEXT} or {"error": TEXT}.
     """
@@ -63,4 +66,16 @@ def tool(store_id: str, base_url: str | None, api_key_file: str | None) -> None:
         url, key = resolve_server(base_url, None, api_key_file)
     except (ConfigError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
+    store_id = _resolve(url, key, store_id)
     serve_lines(StoreMemory(store_id, url, key), sys.stdin.buffer, sys.stdout)
+
+
+def _resolve(url: str, key: str | None, text: str) -> str:
+    """The store's id from an id, a name or a slug; unreachable server: `text` as given
+    (each tool command then reports the failure as its answer)."""
+    try:
+        return storenames.resolve_sync(url, key, text).id
+    except (*api_errors.TRANSIENT,):
+        return text
+    except (api_errors.AuthenticationError, api_errors.PermissionDeniedError):
+        return text  # every answer says the key was refused, as before

@@ -25,7 +25,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from . import control
+from . import control, proctitle
 from .api import errors as api_errors
 from .api.client import MemoryStoresClient
 from .engine import StoreEngine, StoreLocked
@@ -96,6 +96,7 @@ class Daemon:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._fuse_main)
+            nursery.start_soon(proctitle.follow, self)  # `ps`: store, mountpoint, state
             await nursery.start(control.serve, self.control_dir, self.handle_control)
             nursery.start_soon(self._signals)
             for engine in self.engines:

@@ -206,12 +206,13 @@ def _alive(pid: int) -> bool:
 
 def _is_our_server(pid: int) -> bool:
     """Is ``pid`` a `memfs serve` on our database (not a reused pid)?"""
+    from .proctitle import is_serve_of
+
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    db = str(data_dir() / "local.db").encode()
-    return b"serve" in argv and db in argv
+    return is_serve_of(cmdline, str(data_dir() / "local.db"))  # its title, or its argv
 
 
 def _terminate(pid: int, timeout: float) -> bool:

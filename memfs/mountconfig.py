@@ -46,6 +46,9 @@ class MountConfig:
     allow_other: bool = False
     #: [uid, gid] every file is shown as owned by (`--uid`/`--gid`); None: as created
     owner: list[int] | None = None
+    #: The store's name as `memfs mount` resolved it ("" when mounted offline): the
+    #: daemon's process title shows it (memfs/proctitle.py).
+    store_name: str = ""
 
     def to_json(self) -> str:
         return json.dumps({"kind": "store", **asdict(self)})
@@ -102,7 +105,7 @@ class GroupConfig:
             options=replace(self.options, read_only=store.read_only or self.read_only),
             flush_timeout=self.flush_timeout, embedded=self.embedded,
             local_only_patterns=list(self.local_only_patterns),
-            allow_other=self.allow_other, owner=self.owner)
+            allow_other=self.allow_other, owner=self.owner, store_name=store.display_name)
 
     def to_json(self) -> str:
         return json.dumps({**asdict(self), "kind": self.kind, "group": True})

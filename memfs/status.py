@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .progress import tree_summary
 from .state import State
 
 STATE_DB = "state.db"
@@ -80,10 +81,11 @@ def pending(state: State, *, delete_delay: float | None = None,
         if node.error:  # refused for another reason than content: waits, then retried
             due.update(error=node.error, retry_at=node.retry_at)
         if node.memory_id is None:
-            creates.append({"path": path, **due})
+            creates.append({"path": path, "size": node.size, **due})
             continue
         if node.sha != node.base_sha:
-            updates.append({"path": path, "memory_id": node.memory_id, **due})
+            updates.append({"path": path, "memory_id": node.memory_id, "size": node.size,
+                            **due})
         if path != node.base_path:
             renames.append({"from": node.base_path, "to": path, "memory_id": node.memory_id,
                             **due})
@@ -125,6 +127,7 @@ def daemon_status(daemon: Daemon) -> dict:
                            read_only=cfg.options.read_only,
                            write_back_delay=cfg.options.write_back_delay),
         "conflicts": daemon.state.conflicts(),
+        "tree": tree_summary(daemon.state, daemon.cache),  # files, bytes, cached (progress)
         "uptime_seconds": time.time() - daemon.started_at,
     }
 

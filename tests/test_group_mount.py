@@ -165,7 +165,7 @@ def test_a_store_mounted_elsewhere_is_skipped_not_fatal(server, mounts):
     (("--all",), "--all needs ROOT"),
     (("--all", "--session", "sesn_x", "/tmp/x"), "exclude each other"),
     (("--all", "/tmp/x", "/tmp/y"), "give only ROOT"),
-    (("onlyone",), "give STORE_ID and MOUNTPOINT"),
+    (("onlyone",), "give STORE and MOUNTPOINT"),
 ])
 def test_group_usage_errors(server, mounts, tmp_path, args, message):
     from mountutil import MountProc, mount_env

@@ -15,6 +15,8 @@ import httpx
 import pytest
 from mountutil import needs_fuse
 
+from memfs.proctitle import is_serve_of
+
 
 def _memfs(env, *args, check=True):
     proc = subprocess.run([sys.executable, "-m", "memfs", *args], env=env, capture_output=True,
@@ -89,11 +91,11 @@ def _servers_on(db: Path) -> list[int]:
         if not p.name.isdigit():
             continue
         try:
-            argv = (p / "cmdline").read_bytes().split(b"\0")
+            cmdline = (p / "cmdline").read_bytes()
             state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if b"serve" in argv and str(db).encode() in argv and state != "Z":
+        if is_serve_of(cmdline, str(db)) and state != "Z":  # its title (or argv)
             pids.append(int(p.name))
     return pids
 
@@ -165,7 +167,9 @@ def test_serve_stop_and_status(local_env, tmp_path):
     assert st["url"] == info["url"]
     # Its log is the rotating one, private.
     assert stat.S_IMODE((data / "local-server.log").stat().st_mode) == 0o600
-    assert b"--log-file" in Path(f"/proc/{info['pid']}/cmdline").read_bytes()
+    # `ps` shows what it is (memfs/proctitle.py): its database and URL, never its key.
+    title = Path(f"/proc/{info['pid']}/cmdline").read_bytes().rstrip(b"\0").decode()
+    assert title == f"memfs serve: {data / 'local.db'} on {info['url']}"
     out = _memfs(local_env, "serve", "stop").stdout
     assert f"stopped (pid {info['pid']})" in out
     assert _servers_on(data / "local.db") == []

@@ -1,0 +1,114 @@
+"""Store names everywhere: `memfs mount NAME`, `stores archive SLUG`, `tool NAME` against a
+real `memfs serve`; the resolution rules (id, then name, then slug) on their own."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from mountutil import mount_env, needs_fuse
+
+from memfs.api.models import MemoryStore
+from memfs.storenames import AmbiguousStore, StoreNotFound, choose, slug
+
+
+def test_slug() -> None:
+    assert slug("Team Notes") == "team-notes"
+    assert slug("  Café -- déjà vu!! ") == "caf-d-j-vu"  # memfs/slug.py's rule: ASCII only
+    assert slug("--Ünïcode  Notes!--") == "n-code-notes"
+    assert slug("a__b..c") == "a-b-c"
+    assert slug("日本") == ""
+
+
+def _s(i: str, name: str, archived: bool = False) -> MemoryStore:
+    return MemoryStore(id=i, name=name, archived_at="2026-01-01T00:00:00Z" if archived else None)
+
+
+def test_choose_order_and_errors() -> None:
+    stores = [_s("memstore_a", "Notes"), _s("memstore_b", "notes"), _s("memstore_c", "memstore_a"),
+              _s("memstore_d", "Old", archived=True)]
+    assert choose("memstore_a", stores).store.id == "memstore_a"  # an id beats a name
+    assert choose("Notes", stores).how == "name"
+    assert choose("Old", stores).archived
+    with pytest.raises(AmbiguousStore) as e:
+        choose("NOTES", stores)  # no exact name; the slug matches two
+    assert "memstore_a" in e.value.message and "memstore_b" in e.value.message
+    with pytest.raises(StoreNotFound):
+        choose("nothing", stores)
+    with pytest.raises(StoreNotFound):
+        choose("!!!", stores)  # an empty slug matches nothing
+
+
+def memfs(env: dict, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "memfs", *args], env=env, input=stdin,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_archive_and_tool_by_name(server, tmp_path) -> None:
+    env = mount_env(server, tmp_path)
+    sdk = server.sdk()
+    a = sdk.beta.memory_stores.create(name="Team Notes").id
+    out = memfs(env, "tool", "team-notes",
+                stdin=json.dumps({"command": "create", "path": "/memories/x.md",
+                                  "file_text": "hello"}) + "\n")
+    assert out.returncode == 0, out.stderr
+    assert "ok" in json.loads(out.stdout)
+    mems = list(sdk.beta.memory_stores.memories.list(a, view="full", limit=20))
+    assert [m.content for m in mems if m.type == "memory"] == ["hello"]
+    out = memfs(env, "stores", "archive", "team-notes")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"archived {a}"
+    out = memfs(env, "stores", "archive", "Team Notes")  # archived stores still resolve
+    assert out.returncode == 0, out.stderr
+    assert "already archived" in out.stdout and a in out.stdout
+    out = memfs(env, "stores", "archive", "no-such-store")
+    assert out.returncode != 0
+    assert "unknown store 'no-such-store'" in out.stderr
+
+
+@needs_fuse
+def test_mount_by_name_and_ambiguous(server, tmp_path, mounts) -> None:
+    store = mounts.new_store("Research Log")
+    m = mounts.mount("research-log")  # the slug
+    assert m.registry()["store_id"] == store
+    (m.path / "a.md").write_text("x")
+    m.wait_synced()
+    m.unmount()
+    m2 = mounts.mount("Research Log", name="mnt2")  # the exact name
+    assert m2.registry()["store_id"] == store
+    m2.unmount()
+
+    old = mounts.new_store("Old Notes")
+    server.sdk().beta.memory_stores.archive(old)
+    m3 = mounts.mount("old-notes", "--read-only", name="mnt3")
+    assert m3.registry()["store_id"] == old
+    assert f"store {old} (Old Notes) is archived" in m3.outputs[0].stderr
+    m3.unmount()
+
+    one = mounts.new_store("dup")
+    two = mounts.new_store("dup")
+    (tmp_path / "amb").mkdir()
+    out = memfs(mount_env(server, tmp_path), "mount", "dup", str(tmp_path / "amb"))
+    assert out.returncode != 0
+    assert "matches 2 stores" in out.stderr
+    assert one in out.stderr and two in out.stderr
+    mounted = pathlib.Path("/proc/mounts").read_text().splitlines()
+    assert not any(line.split()[1] == str(tmp_path / "amb") for line in mounted)
+
+
+@needs_fuse
+def test_mount_by_name_offline_from_the_cache(server, mounts) -> None:
+    store = mounts.new_store("Field Notes")
+    m = mounts.mount("field-notes")
+    (m.path / "a.md").write_text("cached")
+    m.wait_synced()
+    m.unmount()
+    server.stop()  # now only the cache knows the name
+    m2 = mounts.mount("Field Notes", name="mnt-offline")
+    assert m2.registry()["store_id"] == store
+    assert "unreachable; mounting from the cache" in m2.outputs[0].stderr
+    assert (m2.path / "a.md").read_text() == "cached"
+    m2.unmount("--timeout", "2")
