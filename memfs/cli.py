@@ -242,3 +242,10 @@ from memfs.cli_history import history, restore, show  # noqa: E402
 
 for _command in (history, show, restore):
     main.add_command(_command)
+
+# --------------------------------------------------------------------------
+# sessions: create / list / show sessions and their stores (memfs/cli_sessions.py)
+
+from memfs.cli_sessions import sessions  # noqa: E402
+
+main.add_command(sessions)

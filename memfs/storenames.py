@@ -15,23 +15,15 @@ listed with ``include_archived``); the caller decides what to say about them.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import click
 
 from .api import errors as api_errors
 from .api.models import MemoryStore
+from .slug import slug
 
 ID_PREFIX = "memstore_"
-
-
-def slug(text: str) -> str:
-    """The rule of ``memfs/slug.py`` (the session mount path): ASCII letters lowercased
-    (only those), every run of characters other than ``[a-z0-9]`` one hyphen, no hyphen
-    at the ends (``"Café Notes!"`` → ``caf-notes``). Kept local until the branches merge."""
-    lowered = "".join(c.lower() if "A" <= c <= "Z" else c for c in text)
-    return re.sub(r"[^a-z0-9]+", "-", lowered).strip("-")
 
 
 @dataclass

@@ -12,7 +12,8 @@ import pytest
 from mountutil import mount_env, needs_fuse
 
 from memfs.api.models import MemoryStore
-from memfs.storenames import AmbiguousStore, StoreNotFound, choose, slug
+from memfs.slug import slug
+from memfs.storenames import AmbiguousStore, StoreNotFound, choose
 
 
 def test_slug() -> None:

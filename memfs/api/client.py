@@ -762,6 +762,30 @@ class MemoryStoresClient:
 
     # -------------------------------------------------------------- sessions
 
+    async def create_session(
+        self,
+        memory_stores: list[tuple[str, str]],
+        *,
+        agent: str = "memfs",
+        environment_id: str = "memfs",
+        title: str | None = None,
+    ) -> Session:
+        """A session with these ``(memory_store_id, access)`` attached (access
+        ``read_write`` or ``read_only``). On the hosted API, agent and environment
+        must name real ones; ``memfs serve`` echoes whatever is given."""
+        body: dict[str, Any] = {
+            "agent": agent,
+            "environment_id": environment_id,
+            "resources": [
+                {"type": "memory_store", "memory_store_id": sid, "access": access}
+                for sid, access in memory_stores
+            ],
+        }
+        if title is not None:
+            body["title"] = title
+        data = await self._request("POST", "/v1/sessions", body=body, beta=SESSIONS_BETA)
+        return self._parse(Session, data)
+
     async def get_session(self, session_id: str) -> Session:
         data = await self._request(
             "GET", f"/v1/sessions/{_seg(session_id, 'session_id')}", beta=SESSIONS_BETA
