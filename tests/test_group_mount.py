@@ -224,3 +224,37 @@ def test_allow_other_lets_an_unprivileged_user_read_and_write(server, mounts, sh
     m.wait_synced()
     assert server_memories(server, sid)["/agent.md"] == "from the agent\n"
     assert (root / "agent-notes" / "agent.md").stat().st_uid == nobody.pw_uid
+
+
+from test_services import memfs_wrapper, mount_helper_installed  # noqa: E402,F401
+
+
+def test_mount_helper_session_and_all_sources(server, mounts, tmp_path, mount_helper_installed):
+    """`mount -t memfs session:ID ROOT` and an fstab `all` line, through mount(8) and
+    mount_helpers/mount.memfs, as docs/SESSIONS.md shows them."""
+    import pathlib
+
+    from mountutil import GroupMountProc, mount_env
+
+    sdk = server.sdk()
+    store = sdk.beta.memory_stores.create(name="Via Mount").id
+    sid = sdk.beta.sessions.create(agent="a", environment_id="e", resources=[
+        {"type": "memory_store", "memory_store_id": store}]).id
+    env = {**mount_env(server, tmp_path), "MEMFS_BIN": str(memfs_wrapper(tmp_path))}
+    for source, how in ((f"session:{sid}", "mount -t"), ("all", "fstab")):
+        root = pathlib.Path(tmp_path / source.split(":")[0])
+        root.mkdir()
+        m = GroupMountProc(root, "", env, ())
+        mounts.made.append(m)
+        if how == "mount -t":
+            cmd = ["mount", "-t", "memfs", source, str(root), "-o", "poll_interval=5"]
+        else:
+            fstab = tmp_path / "fstab.txt"
+            fstab.write_text(f"{source}  {root}  memfs  noauto,_netdev  0 0\n")
+            cmd = ["mount", "-T", str(fstab), str(root)]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, (cmd, out.stdout, out.stderr)
+        m.pid = int(m.registry()["pid"])
+        assert os.listdir(root) == ["via-mount"]
+        assert m.status()["kind"] == ("session" if how == "mount -t" else "all")
+        m.unmount()

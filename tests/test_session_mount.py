@@ -83,6 +83,8 @@ def test_session_view_access_and_attribution(server, mounts, two_stores):
     with open(f"/proc/{m.pid}/cmdline", "rb") as f:
         argv = f.read()
     assert b"memfs_sesstok_" not in argv and b"test-key" not in argv
+    # `ps` names the session root (memfs/proctitle.py).
+    assert argv.decode().startswith(f"memfs: session {sid} on {root} ("), argv
     # Status per store; unmount reports per store.
     st = m.status()
     assert st["session_id"] == sid and [s["name"] for s in st["stores"]] == [
