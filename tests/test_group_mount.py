@@ -12,6 +12,7 @@ import time
 
 import pytest
 from mountutil import needs_fuse, server_memories
+from test_services import memfs_wrapper, mount_helper_installed  # noqa: F401 - a fixture
 
 pytestmark = needs_fuse
 
@@ -226,10 +227,8 @@ def test_allow_other_lets_an_unprivileged_user_read_and_write(server, mounts, sh
     assert (root / "agent-notes" / "agent.md").stat().st_uid == nobody.pw_uid
 
 
-from test_services import memfs_wrapper, mount_helper_installed  # noqa: E402,F401
-
-
-def test_mount_helper_session_and_all_sources(server, mounts, tmp_path, mount_helper_installed):
+@pytest.mark.usefixtures("mount_helper_installed")
+def test_mount_helper_session_and_all_sources(server, mounts, tmp_path):
     """`mount -t memfs session:ID ROOT` and an fstab `all` line, through mount(8) and
     mount_helpers/mount.memfs, as docs/SESSIONS.md shows them."""
     import pathlib
