@@ -102,7 +102,8 @@ class GroupConfig:
         return MountConfig(
             store_id=store.store_id, mountpoint=f"{self.root.rstrip('/')}/{store.name}",
             base_url=self.base_url, state_dir=store.state_dir,
-            options=replace(self.options, read_only=store.read_only or self.read_only),
+            options=replace(self.options, read_only=(store.read_only or self.read_only
+                                                     or self.options.read_only)),
             flush_timeout=self.flush_timeout, embedded=self.embedded,
             local_only_patterns=list(self.local_only_patterns),
             allow_other=self.allow_other, owner=self.owner, store_name=store.display_name)

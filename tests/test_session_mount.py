@@ -136,3 +136,14 @@ def _memfs() -> list[str]:
     import sys
 
     return [sys.executable, "-m", "memfs"]
+
+
+def test_session_read_only_flag_covers_every_store(server, mounts):
+    sdk = server.sdk()
+    store = sdk.beta.memory_stores.create(name="Writable").id
+    sdk.beta.memory_stores.memories.create(store, path="/a.md", content="a\n")
+    sid = make_session(sdk, [{"type": "memory_store", "memory_store_id": store}])
+    m = mounts.mount_group("--session", sid, args=("--read-only",))
+    assert (m.path / "writable" / "a.md").read_text() == "a\n"
+    assert _errno_of(lambda: (m.path / "writable" / "a.md").write_text("b")) == errno.EROFS
+    assert m.status()["stores"][0]["read_only"] is True
