@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 __version__ = "0.1.0"
 
 __all__ = ["SessionMounts", "__version__"]
+
+# httpx imports its command-line client when `rich` is installed (memfs's progress
+# display installs it), and that pulls rich and pygments into every memfs process:
+# about 30 ms of each start-up (two per mount), for a tool memfs never runs.
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 
 def __getattr__(name: str) -> Any:
