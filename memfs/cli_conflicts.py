@@ -29,12 +29,39 @@ from .state import State
 from .status import locate
 
 
+def _registered(mountpoint: str) -> dict | None:
+    from .statedir import registry_file
+
+    try:
+        return json.loads(registry_file(mountpoint).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _expand(mountpoint: str) -> list[str]:
+    """A session root stands for its stores' directories (conflicts are per store)."""
+    info = _registered(mountpoint)
+    if info and "stores" in info:
+        return [os.path.join(mountpoint, s["name"]) for s in info["stores"]]
+    return [mountpoint]
+
+
+def _group_store(mountpoint: str) -> tuple[Path, str] | None:
+    """(the session root's control dir, the store's name) for ROOT/<name> of a live
+    session root (`memfs mount --session|--all`)."""
+    root, name = os.path.split(mountpoint)
+    info = _registered(root)
+    if info and any(s["name"] == name for s in info.get("stores", [])):
+        return Path(info["state_dir"]), name
+    return None
+
+
 def _mountpoints(mountpoint: str | None) -> list[str]:
     if mountpoint:
-        return [os.path.abspath(mountpoint)]
+        return _expand(os.path.abspath(mountpoint))
     from .cli_mount import all_mounts
 
-    points = all_mounts()
+    points = [p for mp in all_mounts() for p in _expand(mp)]
     if not points:
         raise click.ClickException("no memfs mounts are running; name the MOUNTPOINT")
     return points
@@ -70,6 +97,12 @@ def _offline(state_dir: Path) -> Iterator[tuple[State, BlobCache]]:
 
 def _run(mountpoint: str, request: dict, offline) -> dict:
     """Ask the daemon; with none running, do it on state.db (offline(state, cache))."""
+    group = _group_store(mountpoint)
+    if group is not None:  # a store of a live session root: its daemon owns the tree
+        try:
+            return control.request(group[0], {**request, "store": group[1]}, timeout=60)
+        except (OSError, ValueError):
+            pass  # the daemon is gone: the store's own state.db below
     state_dir, registered = _state_dir(mountpoint)
     if registered:
         try:

@@ -147,3 +147,34 @@ def test_session_read_only_flag_covers_every_store(server, mounts):
     assert (m.path / "writable" / "a.md").read_text() == "a\n"
     assert _errno_of(lambda: (m.path / "writable" / "a.md").write_text("b")) == errno.EROFS
     assert m.status()["stores"][0]["read_only"] is True
+
+
+def test_conflicts_of_a_store_under_a_session_root(server, mounts):
+    """`memfs conflicts` lists a session root's stores and restores through its daemon."""
+    import json
+    import time
+
+    sdk = server.sdk()
+    store = sdk.beta.memory_stores.create(name="Shared").id
+    mid = sdk.beta.memory_stores.memories.create(store, path="/a.md", content="base\n").id
+    sid = make_session(sdk, [{"type": "memory_store", "memory_store_id": store}])
+    m = mounts.mount_group("--session", sid, args=("--write-back-delay", "30"),
+                           defaults=False)
+    f = m.path / "shared" / "a.md"
+    (f).write_text("mine\n")
+    sdk.beta.memory_stores.memories.update(mid, memory_store_id=store, content="theirs\n")
+    from memfs import control
+
+    assert control.request(m.state_dir, {"cmd": "sync"}, timeout=30)["ok"]
+    deadline = time.monotonic() + 15
+    while f.read_text() != "theirs\n":
+        assert time.monotonic() < deadline, "the server's version never arrived"
+        time.sleep(0.1)
+    listed = json.loads(m.memfs("conflicts", "--json").stdout)  # every mount, every store
+    assert [(r["path"], r["mountpoint"]) for r in listed] == [("/a.md", str(m.path / "shared"))]
+    assert [r["id"] for r in json.loads(m.memfs("conflicts", str(m.path), "--json").stdout)] \
+        == [listed[0]["id"]]
+    out = m.memfs("conflicts", "restore", str(listed[0]["id"])).stdout
+    assert "restored conflict" in out and f.read_text() == "mine\n"
+    m.unmount()
+    assert server_memories(server, store) == {"/a.md": "mine\n"}
