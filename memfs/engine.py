@@ -65,7 +65,7 @@ class StoreEngine:
                                                 gid=owner[1] if owner else None))
         removed = self.cache.gc(self.state.referenced_shas())
         if removed:
-            log.info("cache %s: removed %d unreferenced blobs", cfg.store_id, removed)
+            log.info("cache: removed %d unreferenced blobs (store %s)", removed, cfg.store_id)
         self.pusher = Pusher(self.ctx)
         self.reconciler = Reconciler(self.ctx)
         self.background = trio.CancelScope()
@@ -118,7 +118,7 @@ class StoreEngine:
             try:
                 await self.reconciler.reconcile_pass()
             except Exception as exc:
-                log.info("first listing of %s failed: %s", self.cfg.store_id, exc)
+                log.info("first listing failed: %s (store %s)", exc, self.cfg.store_id)
 
     async def final_flush(self, timeout: float) -> dict:
         """Stop the background pusher (a pass under way finishes and is applied), end
@@ -150,9 +150,9 @@ class StoreEngine:
             started = time.monotonic()
             filled, failed = await self.ctx.fetcher.prefetch()
             if filled or failed:
-                log.info("prefetch %s: %d blobs in %.2fs%s", self.cfg.store_id, filled,
+                log.info("prefetch: %d blobs in %.2fs%s (store %s)", filled,
                          time.monotonic() - started,
-                         f", {failed} batch(es) to retry" if failed else "")
+                         f", {failed} batch(es) to retry" if failed else "", self.cfg.store_id)
             if failed:
                 with trio.move_on_after(30):
                     await self.ctx.online_wakeup.wait()
