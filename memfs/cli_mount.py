@@ -227,7 +227,10 @@ def _mount_group(session_id, root, base_url, api_key_file, cache_dir, options, r
                                options=options, embedded=embedded, **common)
             # Writes through a session are attributed to it: memfs serve issues a
             # session-scoped token (the hosted API: None, and the account key is used).
-            token = call(lambda c: c.session_token(session_id))
+            try:
+                token = call(lambda c: c.session_token(session_id))
+            except api_errors.PermissionDeniedError:
+                token = None  # the key is a session token already (a worker's)
             if token:
                 key = token
         else:

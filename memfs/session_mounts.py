@@ -5,6 +5,8 @@ SDK switches by changing one line::
 
     from memfs import SessionMounts as SessionMemoryStores
 
+(or, for the SDK's own `EnvironmentWorker`, which builds its `SessionMemoryStores`
+itself: ``anthropic.lib.environments._worker.SessionMemoryStores = SessionMounts``).
 The worker loop stays as it is (download, the tools' allowed and read-only roots,
 `sync_if_due` after each tool call, `finish` at a clean end, `flush_writes` in
 every teardown, `dispose` last), but nothing is copied or polled: `download`
@@ -109,7 +111,9 @@ class SessionMounts:
         if base_url:
             args += ["--base-url", base_url.rstrip("/")]
         env = dict(os.environ)
-        key = getattr(self._client, "api_key", None)
+        # The SDK's worker scopes its client to the work item's sessions token as a
+        # bearer token (auth_token); an account client carries an api_key.
+        key = getattr(self._client, "api_key", None) or getattr(self._client, "auth_token", None)
         if key:
             env["ANTHROPIC_API_KEY"] = key  # the environment only, never argv
         result = await anyio.run_process(args, env=env, check=False,

@@ -62,9 +62,25 @@ def _relocated(session, base: pathlib.Path):
     return session.model_copy(update={"resources": resources})
 
 
-async def _worker_item(server, tmp_path, sid: str, roots_out: list) -> dict:
-    client = anthropic.AsyncAnthropic(base_url=server.base_url, api_key=server.api_key,
-                                      max_retries=0)
+def _sessions_token(server, sid: str) -> str:
+    """What the work item's secret carries: a token scoped to the session."""
+    import httpx
+
+    r = httpx.post(f"{server.base_url}/_memfs/sessions/{sid}/token",
+                   headers={"x-api-key": server.api_key}, timeout=10)
+    r.raise_for_status()
+    return r.json()["token"]
+
+
+async def _worker_item(server, tmp_path, sid: str, roots_out: list, *,
+                       bearer: bool = False) -> dict:
+    if bearer:  # the SDK worker's sub-client: the sessions token as a bearer token
+        client = anthropic.AsyncAnthropic(base_url=server.base_url, api_key=None,
+                                          auth_token=_sessions_token(server, sid),
+                                          max_retries=0)
+    else:
+        client = anthropic.AsyncAnthropic(base_url=server.base_url, api_key=server.api_key,
+                                          max_retries=0)
     session = _relocated(await client.beta.sessions.retrieve(sid), tmp_path / "memory")
     roots_out.append(tmp_path / "memory")
     stores = SessionMemoryStores(client, workdir=tmp_path / "work", sync_interval=5.0)
@@ -98,7 +114,8 @@ async def _worker_item(server, tmp_path, sid: str, roots_out: list) -> dict:
     return result
 
 
-def test_worker_loop_on_asyncio(server, tmp_path, worker_env):
+@pytest.mark.parametrize("bearer", [False, True], ids=["account-key", "sessions-token"])
+def test_worker_loop_on_asyncio(server, tmp_path, worker_env, bearer):
     sdk = server.sdk()
     mine = sdk.beta.memory_stores.create(name="Agent Memory").id
     guide = sdk.beta.memory_stores.create(name="Team Guide").id
@@ -107,7 +124,7 @@ def test_worker_loop_on_asyncio(server, tmp_path, worker_env):
         {"type": "memory_store", "memory_store_id": mine},
         {"type": "memory_store", "memory_store_id": guide, "access": "read_only"},
     ]).id
-    result = asyncio.run(_worker_item(server, tmp_path, sid, worker_env))
+    result = asyncio.run(_worker_item(server, tmp_path, sid, worker_env, bearer=bearer))
     import errno
 
     assert result == {"refused_errno": errno.EROFS, "root_mounted_before_dispose": True,
