@@ -112,10 +112,14 @@ class SessionMounts:
             args += ["--base-url", base_url.rstrip("/")]
         env = dict(os.environ)
         # The SDK's worker scopes its client to the work item's sessions token as a
-        # bearer token (auth_token); an account client carries an api_key.
-        key = getattr(self._client, "api_key", None) or getattr(self._client, "auth_token", None)
-        if key:
-            env["ANTHROPIC_API_KEY"] = key  # the environment only, never argv
+        # bearer token (auth_token); an account client carries an api_key. Either
+        # reaches the mount through the environment only, never argv.
+        for var in ("ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY_FILE", "ANTHROPIC_AUTH_TOKEN"):
+            env.pop(var, None)
+        if getattr(self._client, "api_key", None):
+            env["ANTHROPIC_API_KEY"] = self._client.api_key
+        elif getattr(self._client, "auth_token", None):
+            env["ANTHROPIC_AUTH_TOKEN"] = self._client.auth_token
         result = await anyio.run_process(args, env=env, check=False,
                                          stdin=subprocess.DEVNULL)
         if result.returncode != 0:

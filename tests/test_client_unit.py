@@ -172,6 +172,23 @@ async def test_no_key_no_header_and_extra_headers():
     assert "content-type" not in req.headers  # GET without body
 
 
+async def test_bearer_token_goes_in_authorization_and_is_scrubbed():
+    """ANTHROPIC_AUTH_TOKEN (a worker's sessions token) is sent as a bearer token."""
+    token = "sesstok-abcdef123456"
+    cfg = resolve_config(env={"ANTHROPIC_BASE_URL": "http://x", "ANTHROPIC_AUTH_TOKEN": token})
+    assert cfg.api_key == f"Bearer {token}"
+    assert resolve_config(env={"ANTHROPIC_API_KEY": "k",
+                               "ANTHROPIC_AUTH_TOKEN": token}).api_key == "k"  # a key wins
+    rec = Recorder(httpx.Response(401, json={"type": "error", "error": {
+        "type": "authentication_error", "message": f"bad token {token}"}}))
+    async with make_client(rec, key=cfg.api_key) as c:
+        with pytest.raises(AuthenticationError) as ei:
+            await c.get_store("memstore_1")
+    req = rec.requests[0]
+    assert req.headers["authorization"] == f"Bearer {token}" and "x-api-key" not in req.headers
+    assert token not in str(ei.value) and token not in repr(c)
+
+
 async def test_query_encoding_spaces_unicode_and_ids():
     rec = Recorder(httpx.Response(200, json={"data": [], "next_page": None}))
     async with make_client(rec) as c:

@@ -72,6 +72,8 @@ log = logging.getLogger("memfs.api")
 
 ANTHROPIC_VERSION = "2023-06-01"
 MEMORY_BETA = "agent-memory-2026-07-22"
+#: A credential given as ``"Bearer <token>"`` goes in ``Authorization`` (api/config.py).
+BEARER = "Bearer "
 #: Session endpoints take this beta instead of the memory one.
 SESSIONS_BETA = "managed-agents-2026-04-01"
 #: Longest wait we accept from a ``retry-after`` header, in seconds.
@@ -221,7 +223,11 @@ class MemoryStoresClient:
         }
         for k, v in (extra_headers or {}).items():
             headers[k.lower()] = v
-        if self._api_key:
+        if self._api_key and self._api_key.startswith(BEARER):
+            # A bearer token (ANTHROPIC_AUTH_TOKEN, e.g. a work item's sessions token).
+            headers["authorization"] = self._api_key
+            self._api_key = self._api_key[len(BEARER):]  # what _scrub hides
+        elif self._api_key:
             headers["x-api-key"] = self._api_key
         self._http = httpx.AsyncClient(
             headers=headers,

@@ -7,7 +7,10 @@ Flags override the environment (the official SDKs' conventions):
   stripped.
 * API key: ``api_key`` flag, else the ``api_key_file`` flag (file contents,
   stripped), else ``ANTHROPIC_API_KEY``, else the file named by
-  ``ANTHROPIC_API_KEY_FILE``, else ``None`` (no ``x-api-key`` is sent).
+  ``ANTHROPIC_API_KEY_FILE``, else a bearer token from ``ANTHROPIC_AUTH_TOKEN``
+  (the SDK's name for it; an environment worker's sessions token), carried as
+  ``"Bearer <token>"`` and sent in ``Authorization`` instead of ``x-api-key``,
+  else ``None`` (no credential is sent).
 
 The key is never part of ``repr()`` / ``str()`` of :class:`ClientConfig`, and
 errors about an unreadable key file name the file, never its contents.
@@ -70,6 +73,8 @@ def resolve_config(
         key = env["ANTHROPIC_API_KEY"].strip() or None
     elif env.get("ANTHROPIC_API_KEY_FILE"):
         key = _read_key_file(env["ANTHROPIC_API_KEY_FILE"])
+    elif env.get("ANTHROPIC_AUTH_TOKEN", "").strip():
+        key = "Bearer " + env["ANTHROPIC_AUTH_TOKEN"].strip()
     else:
         key = None
     return ClientConfig(base_url=url, api_key=key)
