@@ -15,7 +15,7 @@ from conftest import start_server
 
 from memfs import statedir
 from memfs.cache import BlobCache, sha256
-from memfs.server.db import SCHEMA, Database, _statements
+from memfs.server.db import SCHEMA, SCHEMA_VERSION, Database, _statements
 from memfs.state import State
 
 STORE = "memstore_01TestTestTestTestTestTest"
@@ -50,8 +50,8 @@ def test_server_id_is_made_once_and_survives_restarts_and_ports(tmp_path):
 def test_schema_v1_database_is_migrated_and_keeps_its_data(tmp_path):
     path = tmp_path / "v1.db"
     conn = sqlite3.connect(path)
-    for stmt in _statements(SCHEMA):
-        if not stmt.startswith("CREATE TABLE meta "):
+    for stmt in _statements(SCHEMA):  # v1: no meta table (v2), no sessions (v3)
+        if not stmt.startswith("CREATE TABLE meta ") and "session" not in stmt:
             conn.execute(stmt)
     conn.execute("INSERT INTO stores (id, name, created_at, updated_at)"
                   " VALUES ('memstore_x', 'old', '2026-01-01T00:00:00.000000Z',"
@@ -66,7 +66,7 @@ def test_schema_v1_database_is_migrated_and_keeps_its_data(tmp_path):
     db = Database(path)
     assert db.server_id == sid
     db.close()
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
 def test_key_resolution(tmp_path, monkeypatch):
