@@ -133,9 +133,22 @@ SBIN_HELPER = pathlib.Path("/sbin/mount.memfs")
 
 @pytest.fixture
 def mount_helper_installed():
-    """/sbin/mount.memfs pointing at this checkout's helper, for the test only."""
+    """/sbin/mount.memfs pointing at this checkout's helper, for the test only. The
+    tests that use it may run at once (./dev.sh test runs two processes): an exclusive
+    lock keeps one from removing the link under another."""
     if shutil.which("mount") is None:
         pytest.skip("mount(8) is not installed")
+    import fcntl
+
+    lock = open("/tmp/memfs-tests-sbin-mount-helper.lock", "a")  # noqa: SIM115
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        yield from _helper_linked()
+    finally:
+        lock.close()
+
+
+def _helper_linked():
     made = False
     if not SBIN_HELPER.exists():
         try:
