@@ -177,6 +177,15 @@ class GroupMountProc(MountProc):
             time.sleep(0.1)
 
 
+def errno_of(fn) -> int:
+    """The errno of the OSError fn() raises (fails the test when it raises none)."""
+    try:
+        fn()
+    except OSError as exc:
+        return exc.errno
+    raise AssertionError("no error")
+
+
 def mount_env(server, tmp_path: pathlib.Path) -> dict:
     env = dict(os.environ)
     env.update({

@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from mountutil import needs_fuse, server_memories
+from mountutil import errno_of, needs_fuse, server_memories
 from test_services import memfs_wrapper, mount_helper_installed  # noqa: F401 - a fixture
 
 pytestmark = needs_fuse
@@ -27,13 +27,6 @@ def _wait(pred, timeout: float = 15.0, what: str = "condition"):
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
 
-
-def _errno_of(fn) -> int:
-    try:
-        fn()
-    except OSError as exc:
-        return exc.errno
-    raise AssertionError("no error")
 
 
 def test_all_root_view_marker_and_access(server, mounts):
@@ -59,14 +52,14 @@ def test_all_root_view_marker_and_access(server, mounts):
         marker = root / name / ".anthropic-memory-store"
         assert marker.read_bytes() == f"version 1\n{sid}".encode()
         assert ".anthropic-memory-store" in os.listdir(root / name)
-        assert _errno_of(lambda p=marker: p.write_text("x")) == errno.EROFS
-        assert _errno_of(lambda p=marker: p.unlink()) == errno.EROFS
-        assert _errno_of(lambda p=marker: os.rename(p, p.with_name("m"))) == errno.EROFS
+        assert errno_of(lambda p=marker: p.write_text("x")) == errno.EROFS
+        assert errno_of(lambda p=marker: p.unlink()) == errno.EROFS
+        assert errno_of(lambda p=marker: os.rename(p, p.with_name("m"))) == errno.EROFS
     # The root refuses every change.
-    assert _errno_of(lambda: (root / "new.md").write_text("x")) == errno.EROFS
-    assert _errno_of(lambda: (root / "newdir").mkdir()) == errno.EROFS
-    assert _errno_of(lambda: os.rename(root / "project-notes", root / "p")) == errno.EROFS
-    assert _errno_of(lambda: os.rmdir(root / "project-notes")) == errno.EROFS
+    assert errno_of(lambda: (root / "new.md").write_text("x")) == errno.EROFS
+    assert errno_of(lambda: (root / "newdir").mkdir()) == errno.EROFS
+    assert errno_of(lambda: os.rename(root / "project-notes", root / "p")) == errno.EROFS
+    assert errno_of(lambda: os.rmdir(root / "project-notes")) == errno.EROFS
     # A read-write store takes writes; they reach that store only, never the marker.
     (root / "user-preferences-2" / "note.md").write_text("third\n")
     (root / "project-notes" / "todo" / "next.md").write_text("shipped\n")
@@ -75,7 +68,7 @@ def test_all_root_view_marker_and_access(server, mounts):
     assert server_memories(server, b) == {"/todo/next.md": "shipped\n"}
     assert server_memories(server, a) == {"/style.md": "terse\n"}
     # A move between stores is a copy and a delete (EXDEV underneath), like two disks.
-    assert _errno_of(lambda: os.rename(root / "project-notes" / "todo" / "next.md",
+    assert errno_of(lambda: os.rename(root / "project-notes" / "todo" / "next.md",
                                        root / "user-preferences" / "next.md")) == errno.EXDEV
     subprocess.run(["mv", str(root / "project-notes" / "todo" / "next.md"),
                     str(root / "user-preferences" / "next.md")], check=True,
@@ -142,8 +135,8 @@ def test_all_read_only_and_unmount_flushes_every_store(server, mounts):
     ro = mounts.mount_group("--all", args=("--read-only",), name="ro")
     assert sorted(os.listdir(ro.path)) == ["store-0", "store-1", "store-2"]
     assert (ro.path / "store-1" / "n3.md").read_text() == "1-3\n"
-    assert _errno_of(lambda: (ro.path / "store-1" / "x.md").write_text("x")) == errno.EROFS
-    assert _errno_of(lambda: (ro.path / "store-1" / "n3.md").unlink()) == errno.EROFS
+    assert errno_of(lambda: (ro.path / "store-1" / "x.md").write_text("x")) == errno.EROFS
+    assert errno_of(lambda: (ro.path / "store-1" / "n3.md").unlink()) == errno.EROFS
 
 
 def test_a_store_mounted_elsewhere_is_skipped_not_fatal(server, mounts):

@@ -8,17 +8,10 @@ import os
 import subprocess
 
 import pytest
-from mountutil import mount_env, needs_fuse, server_memories
+from mountutil import errno_of, mount_env, needs_fuse, server_memories
 
 pytestmark = needs_fuse
 
-
-def _errno_of(fn) -> int:
-    try:
-        fn()
-    except OSError as exc:
-        return exc.errno
-    raise AssertionError("no error")
 
 
 def make_session(sdk, resources) -> str:
@@ -55,16 +48,16 @@ def test_session_view_access_and_attribution(server, mounts, two_stores):
     assert (root / "reference-docs" / ".anthropic-memory-store").read_bytes() == \
         f"version 1\n{docs}".encode()
     # Access errors: the root, the read-only store, the read-write store.
-    assert _errno_of(lambda: (root / "x.md").write_text("x")) == errno.EROFS
-    assert _errno_of(lambda: (root / "d").mkdir()) == errno.EROFS
+    assert errno_of(lambda: (root / "x.md").write_text("x")) == errno.EROFS
+    assert errno_of(lambda: (root / "d").mkdir()) == errno.EROFS
     ro = root / "reference-docs"
-    assert _errno_of(lambda: (ro / "new.md").write_text("x")) == errno.EROFS
-    assert _errno_of(lambda: (ro / "api" / "v1.md").write_text("x")) == errno.EROFS
-    assert _errno_of(lambda: (ro / "api" / "v1.md").unlink()) == errno.EROFS
-    assert _errno_of(lambda: os.rename(ro / "api", ro / "api2")) == errno.EROFS
-    assert _errno_of(lambda: (ro / "sub").mkdir()) == errno.EROFS
+    assert errno_of(lambda: (ro / "new.md").write_text("x")) == errno.EROFS
+    assert errno_of(lambda: (ro / "api" / "v1.md").write_text("x")) == errno.EROFS
+    assert errno_of(lambda: (ro / "api" / "v1.md").unlink()) == errno.EROFS
+    assert errno_of(lambda: os.rename(ro / "api", ro / "api2")) == errno.EROFS
+    assert errno_of(lambda: (ro / "sub").mkdir()) == errno.EROFS
     rw = root / "user-preferences"
-    assert _errno_of(lambda: (rw / ".anthropic-memory-store").write_text("x")) == errno.EROFS
+    assert errno_of(lambda: (rw / ".anthropic-memory-store").write_text("x")) == errno.EROFS
     (rw / "style.md").write_text("spaces\n")
     (rw / "new" / "deep.md").parent.mkdir()
     (rw / "new" / "deep.md").write_text("from the session\n")
@@ -145,7 +138,7 @@ def test_session_read_only_flag_covers_every_store(server, mounts):
     sid = make_session(sdk, [{"type": "memory_store", "memory_store_id": store}])
     m = mounts.mount_group("--session", sid, args=("--read-only",))
     assert (m.path / "writable" / "a.md").read_text() == "a\n"
-    assert _errno_of(lambda: (m.path / "writable" / "a.md").write_text("b")) == errno.EROFS
+    assert errno_of(lambda: (m.path / "writable" / "a.md").write_text("b")) == errno.EROFS
     assert m.status()["stores"][0]["read_only"] is True
 
 
