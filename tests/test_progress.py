@@ -173,3 +173,40 @@ def test_unmount_progress_shows_the_error_offline(server, mounts) -> None:
     assert code == 0, out
     assert "offline:" in out  # the current error, live
     assert "pushed 0 change(s), 1 left" in out
+
+
+def test_session_root_progress(server, mounts, tmp_path) -> None:
+    """`memfs mount --all` and its unmount on a terminal: progress summed over the stores."""
+    from mountutil import GroupMountProc
+
+    sdk = server.sdk()
+    for name in ("One", "Two"):
+        sid = sdk.beta.memory_stores.create(name=name).id
+        for i in range(3):
+            sdk.beta.memory_stores.memories.create(sid, path=f"/d{i}.md", content="z" * 3000)
+    env = mount_env(server, tmp_path)
+    root = tmp_path / "root"
+    root.mkdir()
+    m = GroupMountProc(root, "", env, ())
+    mounts.made.append(m)
+    server.set_faults(latency=0.5)  # the first listings take a few requests of 0.5 s
+    try:
+        code, out = run_pty(env, "mount", "--all", str(root), "--write-back-delay", "3600")
+    finally:
+        server.clear_faults()
+    assert code == 0, out
+    assert f"mounting 2 store(s) at {root}" in out
+    assert f"mounted every store at {root}: one, two" in out
+    m.pid = int(m.registry()["pid"])
+    for name in ("one", "two"):
+        for i in range(4):
+            (root / name / f"new{i}.md").write_text("w" * 4000)
+    server.set_faults(latency=0.4)  # the flush takes a few seconds
+    try:
+        code, out = run_pty(env, "unmount", str(root))
+    finally:
+        server.clear_faults()
+    m._wait_pid()
+    assert code == 0, out
+    assert f"flushing {root}" in out and "item(s)" in out
+    assert f"unmounted {root}: pushed 8 change(s), 0 left" in out
