@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -69,7 +70,7 @@ class Daemon:
         try:
             engine = StoreEngine(self.cfg.store_config(store), self.client,
                                  marker=marker_content(store.store_id), name=store.name)
-        except (StoreLocked, OSError) as exc:
+        except (StoreLocked, OSError, sqlite3.Error) as exc:  # one store's trouble only
             log.error("store %s (%s) is not shown: %s", store.store_id, store.name, exc)
             self.skipped.append({"name": store.name, "store_id": store.store_id,
                                  "error": str(exc)})

@@ -50,8 +50,12 @@ class StoreEngine:
             self._lock.close()
             raise StoreLocked(f"store {cfg.store_id} is already mounted by another memfs "
                               f"daemon (state {self.state_dir})") from None
-        self.state = State(self.state_dir / "state.db",
-                           local_only_patterns=cfg.local_only_patterns)
+        try:
+            self.state = State(self.state_dir / "state.db",
+                               local_only_patterns=cfg.local_only_patterns)
+        except BaseException:
+            self._lock.close()  # a store that cannot open stays mountable elsewhere
+            raise
         self.cache = BlobCache(self.state_dir / "objects")
         self.client = client
         self.ctx = SyncContext(self.state, self.cache, client, cfg.store_id, cfg.options)

@@ -250,3 +250,27 @@ def test_mount_helper_session_and_all_sources(server, mounts, tmp_path):
         assert os.listdir(root) == ["via-mount"]
         assert m.status()["kind"] == ("session" if how == "mount -t" else "all")
         m.unmount()
+
+
+def test_a_store_whose_state_cannot_open_is_skipped(server, mounts):
+    """A damaged state.db costs that store only: the others mount and sync."""
+    import pathlib
+
+    sdk = server.sdk()
+    bad = sdk.beta.memory_stores.create(name="Damaged").id
+    good = sdk.beta.memory_stores.create(name="Fine").id
+    m = mounts.mount_group("--all")
+    stores = {s["store_id"]: pathlib.Path(s["state_dir"]) for s in m.registry()["stores"]}
+    m.unmount()
+    db = stores[bad] / "state.db"
+    db.write_bytes(b"this is not a database" * 100)
+    for extra in ("state.db-wal", "state.db-shm"):
+        (stores[bad] / extra).unlink(missing_ok=True)
+    again = mounts.mount_group("--all", name="again")
+    assert os.listdir(again.path) == ["fine"]
+    [skipped] = again.status()["skipped"]
+    assert skipped["store_id"] == bad and "database" in skipped["error"]
+    (again.path / "fine" / "ok.md").write_text("ok\n")
+    again.wait_synced()
+    assert server_memories(server, good) == {"/ok.md": "ok\n"}
+    assert db.read_bytes().startswith(b"this is not a database")  # left as found
