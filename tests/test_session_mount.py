@@ -171,3 +171,23 @@ def test_conflicts_of_a_store_under_a_session_root(server, mounts):
     assert "restored conflict" in out and f.read_text() == "mine\n"
     m.unmount()
     assert server_memories(server, store) == {"/a.md": "mine\n"}
+
+
+def test_kill9_of_a_session_root_loses_nothing_closed(server, mounts):
+    """A session root's daemon killed with writes closed but not pushed: each store's
+    journal keeps them, and the next mount of the root pushes every one."""
+    sdk = server.sdk()
+    ids = [sdk.beta.memory_stores.create(name=f"Crash {i}").id for i in range(2)]
+    sid = make_session(sdk, [{"type": "memory_store", "memory_store_id": i} for i in ids])
+    m = mounts.mount_group("--session", sid, args=("--write-back-delay", "3600"),
+                           defaults=False)
+    for i in range(2):
+        for j in range(3):
+            (m.path / f"crash-{i}" / f"n{j}.md").write_text(f"{i}/{j}\n")
+    assert m.pending_total() == 6
+    m.kill9()
+    assert all(server_memories(server, s) == {} for s in ids)  # nothing was pushed
+    again = mounts.mount_group("--session", sid, name="root")
+    again.wait_synced()
+    for i, store in enumerate(ids):
+        assert server_memories(server, store) == {f"/n{j}.md": f"{i}/{j}\n" for j in range(3)}
