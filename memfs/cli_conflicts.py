@@ -26,21 +26,13 @@ from . import conflicts as core
 from . import control
 from .cache import BlobCache
 from .state import State
+from .statedir import read_registry
 from .status import locate
-
-
-def _registered(mountpoint: str) -> dict | None:
-    from .statedir import registry_file
-
-    try:
-        return json.loads(registry_file(mountpoint).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def _expand(mountpoint: str) -> list[str]:
     """A session root stands for its stores' directories (conflicts are per store)."""
-    info = _registered(mountpoint)
+    info = read_registry(mountpoint)
     if info and "stores" in info:
         return [os.path.join(mountpoint, s["name"]) for s in info["stores"]]
     return [mountpoint]
@@ -50,7 +42,7 @@ def _group_store(mountpoint: str) -> tuple[Path, str] | None:
     """(the session root's control dir, the store's name) for ROOT/<name> of a live
     session root (`memfs mount --session|--all`)."""
     root, name = os.path.split(mountpoint)
-    info = _registered(root)
+    info = read_registry(root)
     if info and any(s["name"] == name for s in info.get("stores", [])):
         return Path(info["state_dir"]), name
     return None

@@ -10,7 +10,6 @@ between the two ways of mounting it).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import posixpath
@@ -20,8 +19,8 @@ import click
 
 from .api import errors as api_errors
 from .mountconfig import GroupConfig, GroupStore, SyncOptions
-from .slug import mount_slugs
-from .statedir import cache_root, canonical_mountpoint, resolve_key, state_dir_for
+from .slug import mount_slugs, unique
+from .statedir import cache_root, mount_hash, resolve_key, state_dir_for
 
 #: Where a session container shows its stores, and so a session root's default.
 SESSION_ROOT = "/mnt/memory"
@@ -29,8 +28,7 @@ SESSION_ROOT = "/mnt/memory"
 
 def group_dir(root: str, cache_dir: str | None) -> Path:
     """The group's own state (control socket, lock, group.json, daemon.log), per root."""
-    digest = hashlib.sha256(canonical_mountpoint(root).encode()).hexdigest()[:16]
-    path = (Path(cache_dir) if cache_dir else cache_root()) / "groups" / digest
+    path = (Path(cache_dir) if cache_dir else cache_root()) / "groups" / mount_hash(root)
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     for p in (path, path.parent):
         os.chmod(p, 0o700)
@@ -55,9 +53,7 @@ def session_layout(resources: list) -> tuple[str | None, list[tuple[object, str]
             name = fb
         else:
             roots.add(posixpath.dirname(mp) or "/")
-        base, n = name, 2
-        while name in taken:  # never two stores in one directory
-            name, n = f"{base}-{n}", n + 1
+        name = unique(name, taken)  # never two stores in one directory
         taken.add(name)
         out.append((r, name))
     root = roots.pop() if len(roots) == 1 else None

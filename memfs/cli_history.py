@@ -34,7 +34,7 @@ from .api import errors as api_errors
 from .api.client import MemoryStoresClient
 from .api.models import MemoryVersion
 from .cache import sha256
-from .statedir import registry_file
+from .statedir import read_registry
 
 
 class _Target:
@@ -44,7 +44,7 @@ class _Target:
         self.file = os.path.abspath(file)
         probe = self.file
         while True:
-            info = _registry(probe)
+            info = read_registry(probe)
             if info is not None:
                 break
             parent = os.path.dirname(probe)
@@ -105,13 +105,6 @@ class _Target:
             return trio.run(go)
         except api_errors.APIError as exc:
             raise click.ClickException(f"{self.base_url}: {exc}") from None
-
-
-def _registry(mountpoint: str) -> dict | None:
-    try:
-        return json.loads(registry_file(mountpoint).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 async def _memory_of(c: MemoryStoresClient, t: _Target) -> str:

@@ -25,6 +25,7 @@ from .statedir import (
     adopt,
     cache_root,
     canonical_mountpoint,
+    read_registry,
     registry_dir,
     registry_file,
     remember,
@@ -336,13 +337,6 @@ def _spawn(cfg: MountConfig | GroupConfig, api_key: str | None) -> None:
 # -- unmount -----------------------------------------------------------------------------
 
 
-def _registry(mountpoint: str) -> dict | None:
-    try:
-        return json.loads(registry_file(mountpoint).read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -366,7 +360,7 @@ def _pid_alive(pid: int) -> bool:
 def unmount(mountpoint, timeout):
     """Flush pending changes, unmount MOUNTPOINT and wait for its daemon to exit."""
     mountpoint = os.path.abspath(mountpoint)
-    info = _registry(mountpoint)
+    info = read_registry(mountpoint)
     if info is None:
         if _is_mounted(mountpoint):
             subprocess.run(["fusermount3", "-u", mountpoint], check=False)

@@ -14,7 +14,6 @@ unmount. What the flush could not push stays in state.db for the next mount.
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
 import signal
@@ -33,7 +32,7 @@ from .engine import StoreEngine, StoreLocked
 from .fs import marker_content
 from .fs_group import GroupOperations
 from .mountconfig import GroupConfig, GroupStore, MountConfig, config_from_json
-from .statedir import canonical_mountpoint, registry_file
+from .statedir import canonical_mountpoint, registry_file, write_private_json
 
 log = logging.getLogger("memfs.daemon")
 
@@ -145,21 +144,12 @@ class Daemon:
 
     async def _final_flush(self) -> dict:
         """Every store's final flush at once, within the one flush timeout."""
-        results: dict[int, dict] = {}
-
-        async def one(i: int, engine: StoreEngine) -> None:
-            results[i] = await engine.final_flush(self.cfg.flush_timeout)
-
-        async with trio.open_nursery() as nursery:
-            for i, engine in enumerate(self.engines):
-                nursery.start_soon(one, i, engine)
-        total = {"pushed": sum(r["pushed"] for r in results.values()),
-                 "left": sum(r["left"] for r in results.values()),
-                 "offline": next((r["offline"] for r in results.values() if r["offline"]),
-                                 None)}
+        stores = await self._each(lambda e: e.final_flush(self.cfg.flush_timeout))
+        total = {"pushed": sum(s["pushed"] for s in stores),
+                 "left": sum(s["left"] for s in stores),
+                 "offline": next((s["offline"] for s in stores if s["offline"]), None)}
         if self.group:
-            total["stores"] = [{"name": e.name, "store_id": e.cfg.store_id, **results[i]}
-                               for i, e in enumerate(self.engines)]
+            total["stores"] = stores
         return total
 
     async def _fuse_main(self) -> None:
@@ -235,6 +225,7 @@ class Daemon:
 
     async def _apply_store_list(self, stores) -> None:
         from .slug import slug as slugify
+        from .slug import unique
         from .statedir import state_dir_for
 
         assert isinstance(self.cfg, GroupConfig)
@@ -251,7 +242,7 @@ class Daemon:
             if store.archived_at or store.id in skipped:
                 continue
             taken = {e.name for e in self.engines} | {s["name"] for s in self.skipped}
-            name = unique_name(slugify(store.name) or slugify(store.id), taken)
+            name = unique(slugify(store.name) or slugify(store.id), taken)
             state_dir = await trio.to_thread.run_sync(
                 lambda sid=store.id: state_dir_for(self.cfg.base_url, sid, self.cfg.cache_dir,
                                                    key=self.cfg.state_key))
@@ -286,26 +277,17 @@ class Daemon:
                                   "state_dir": str(e.state_dir)} for e in self.engines])
         else:
             entry["store_id"] = self.cfg.store_id
-        reg = registry_file(self.cfg.mountpoint)
-        tmp = reg.with_name(f".{reg.name}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(entry, f)
-        os.replace(tmp, reg)
+        write_private_json(registry_file(self.cfg.mountpoint), entry)
 
     def _save_group(self) -> None:
         """group.json: the stores of a session root, for `memfs status` without a daemon."""
         if not isinstance(self.cfg, GroupConfig):
             return
-        path = self.control_dir / "group.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({
+        write_private_json(self.control_dir / "group.json", {
             "kind": self.cfg.kind, "root": self.cfg.root, "session_id": self.cfg.session_id,
             "stores": [{"name": e.name, "store_id": e.cfg.store_id,
                         "state_dir": str(e.state_dir),
-                        "read_only": e.cfg.options.read_only} for e in self.engines]}))
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
+                        "read_only": e.cfg.options.read_only} for e in self.engines]})
 
     # -- control socket ---------------------------------------------------------------
 
@@ -369,16 +351,6 @@ class Daemon:
     def close(self) -> None:
         for engine in self.engines:
             engine.close()
-
-
-def unique_name(name: str, taken: set[str]) -> str:
-    """`name`, or `name-2`, `name-3`... when a store already sits there."""
-    if name not in taken:
-        return name
-    n = 2
-    while f"{name}-{n}" in taken:
-        n += 1
-    return f"{name}-{n}"
 
 
 def setup_logging(state_dir: Path, foreground: bool) -> None:

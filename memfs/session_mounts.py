@@ -190,15 +190,15 @@ class SessionMounts:
 
     async def _control(self, payload: dict, timeout: float) -> dict | None:
         from . import control
-        from .statedir import registry_file
+        from .statedir import read_registry
 
         if self._root is None:
             return None
 
         def ask() -> dict:
-            import json
-
-            info = json.loads(registry_file(str(self._root)).read_text())
+            info = read_registry(str(self._root))
+            if info is None:
+                raise FileNotFoundError(f"no memfs daemon is registered for {self._root}")
             return control.request(Path(info["state_dir"]), payload, timeout=timeout)
 
         try:

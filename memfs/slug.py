@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MOUNT_ROOT", "slug", "mount_slugs"]
+__all__ = ["MOUNT_ROOT", "slug", "mount_slugs", "unique"]
 
 #: Where a session mounts its memory stores; ``mount_path`` = MOUNT_ROOT + slug.
 MOUNT_ROOT = "/mnt/memory/"
@@ -59,11 +59,15 @@ def mount_slugs(stores: list[tuple[str, str]]) -> list[str]:
     out: list[str] = []
     taken: set[str] = set()
     for name, store_id in stores:
-        base = slug(name) or slug(store_id)
-        candidate, n = base, 2
-        while candidate in taken:
-            candidate = f"{base}-{n}"
-            n += 1
+        candidate = unique(slug(name) or slug(store_id), taken)
         taken.add(candidate)
         out.append(candidate)
     return out
+
+
+def unique(name: str, taken: set[str]) -> str:
+    """`name`, or the first free of `name-2`, `name-3`, … when `name` is taken."""
+    candidate, n = name, 2
+    while candidate in taken:
+        candidate, n = f"{name}-{n}", n + 1
+    return candidate

@@ -131,30 +131,43 @@ def canonical_mountpoint(mountpoint: str) -> str:
     return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
 
 
-def _mount_hash(mountpoint: str) -> str:
+def mount_hash(mountpoint: str) -> str:
     return hashlib.sha256(canonical_mountpoint(mountpoint).encode()).hexdigest()[:16]
 
 
 def registry_file(mountpoint: str) -> Path:
-    return registry_dir() / (_mount_hash(mountpoint) + ".json")
+    return registry_dir() / (mount_hash(mountpoint) + ".json")
+
+
+def read_registry(mountpoint: str) -> dict | None:
+    """The live daemon's registry entry for mountpoint, or None."""
+    try:
+        return json.loads(registry_file(mountpoint).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_private_json(path: Path, data: dict) -> None:
+    """Write data as JSON to path, atomically (temp file + rename) and 0600."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
 
 
 def known_file(mountpoint: str) -> Path:
     path = registry_dir() / "known"
     path.mkdir(mode=0o700, exist_ok=True)
-    return path / (_mount_hash(mountpoint) + ".json")
+    return path / (mount_hash(mountpoint) + ".json")
 
 
 def remember(mountpoint: str, state_dir: Path, store_id: str, base_url: str) -> None:
     """Record (atomically, 0600) which state directory serves mountpoint; kept after
     unmount so status and conflicts find it with any --cache-dir."""
-    path = known_file(mountpoint)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"mountpoint": canonical_mountpoint(mountpoint), "state_dir": str(state_dir),
-                   "store_id": store_id, "base_url": base_url, "at": time.time()}, f)
-    os.replace(tmp, path)
+    write_private_json(known_file(mountpoint), {
+        "mountpoint": canonical_mountpoint(mountpoint), "state_dir": str(state_dir),
+        "store_id": store_id, "base_url": base_url, "at": time.time()})
 
 
 def known_state_dir(mountpoint: str) -> Path | None:

@@ -21,13 +21,11 @@ def locate(mountpoint: str) -> tuple[Path, dict | None] | None:
     the known index `memfs mount` keeps (any --cache-dir), else the state
     directories under the default cache root are searched for the state.db that
     was last mounted there."""
-    from .statedir import cache_root, canonical_mountpoint, known_state_dir, registry_file
+    from .statedir import cache_root, canonical_mountpoint, known_state_dir, read_registry
 
-    try:
-        info = json.loads(registry_file(mountpoint).read_text())
+    info = read_registry(mountpoint)
+    if info is not None and "state_dir" in info:
         return Path(info["state_dir"]), info
-    except (OSError, ValueError, KeyError):
-        pass
     known = known_state_dir(mountpoint)
     if known is not None:
         return known, None
