@@ -27,12 +27,20 @@ class BlobCache:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
         self.lru: LRUCache[str, bytes] = LRUCache(maxsize=memory_bytes, getsizeof=len)
+        #: shas known to be on disk (written, or found there): `has` stats each blob once,
+        #: not once per status poll or prefetch scan. Only `gc` removes blobs.
+        self._on_disk: set[str] = set()
 
     def _path(self, sha: str) -> Path:
         return self.root / sha[:2] / sha
 
     def has(self, sha: str) -> bool:
-        return sha in self.lru or self._path(sha).exists()
+        if sha in self.lru or sha in self._on_disk:
+            return True
+        if self._path(sha).exists():
+            self._on_disk.add(sha)
+            return True
+        return False
 
     def get(self, sha: str) -> bytes | None:
         """The blob, from memory or disk; None when missing or corrupt."""
@@ -69,6 +77,7 @@ class BlobCache:
                 self._write(path, sha, data)
         if fsync:
             fsync_paths(self.durable_files(sha))
+        self._on_disk.add(sha)
         self._remember(sha, data)
         return sha
 
@@ -103,6 +112,7 @@ class BlobCache:
                 if blob.name not in keep:
                     blob.unlink(missing_ok=True)
                     self.lru.pop(blob.name, None)
+                    self._on_disk.discard(blob.name)
                     removed += 1
         return removed
 

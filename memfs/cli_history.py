@@ -72,21 +72,10 @@ class _Target:
 
     def _server(self) -> tuple[str, str | None]:
         """The mount's server with the key `memfs mount` would use for it."""
-        from .api.config import ConfigError, resolve_config
+        from .cli_mount import _server_info
 
-        try:
-            cfg = resolve_config(None, None, None)
-        except ConfigError as exc:
-            raise click.ClickException(str(exc)) from None
-        if cfg.base_url:
-            return self.info["base_url"], cfg.api_key
-        from .local_server import ensure_local_server
-
-        try:
-            url, key = ensure_local_server()
-        except RuntimeError as exc:
-            raise click.ClickException(str(exc)) from None
-        return url, key
+        url, key, embedded = _server_info(None, None)
+        return (url if embedded else self.info["base_url"]), key
 
     def memory_id_here(self) -> str | None:
         """The memory of the file at FILE now (None: no file, or not pushed yet)."""

@@ -249,7 +249,6 @@ def _mount_group(session_id, root, base_url, api_key_file, cache_dir, options, r
         click.echo(f"memfs: {url} is unreachable; mounting {where} from the cache "
                    "(offline)", err=True)
         from .cli_group import group_dir
-        from .mountconfig import GroupConfig
 
         cfg = GroupConfig(kind="session" if session_id else "all", root=where, base_url=url,
                           group_dir=str(group_dir(where, cache_dir)), stores=stores,

@@ -53,15 +53,21 @@ def sessions():
 def sessions_create(stores_, agent, environment, base_url, api_key_file):
     """Create a session with these stores attached; prints its id on the last line."""
     url, key = _server(base_url, api_key_file)
-    attached = []
+    wanted = []
     for spec in stores_:
         name, access = spec, "read_write"
         if ":" in spec and spec.rsplit(":", 1)[1] in ACCESS:
             name, access = spec.rsplit(":", 1)
-        attached.append((storenames.resolve_for_cli(url, key, name).id, access))
+        wanted.append((name, access))
+
+    async def go(c):  # one client, one listing for every --store
+        stores = [s async for s in c.list_stores(include_archived=True)]
+        attached = [(storenames.choose(name, stores, where=f" on {url}").id, access)
+                    for name, access in wanted]
+        return await c.create_session(attached, agent=agent, environment_id=environment)
+
     try:
-        s = _call(url, key, lambda c: c.create_session(attached, agent=agent,
-                                                       environment_id=environment))
+        s = _call(url, key, go)
     except api_errors.APIStatusError as exc:
         raise click.ClickException(exc.message) from None
     for r in s.memory_stores:

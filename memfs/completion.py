@@ -31,10 +31,7 @@ def _server(ctx) -> tuple[str, str | None] | None:
         return cfg.base_url, cfg.api_key
     from . import local_server
 
-    info = local_server._read_info()  # never start the embedded server from a completion
-    if info is None:
-        return None
-    url = local_server.running_url()
+    url = local_server.running_url()  # never start the embedded server from a completion
     return (url, local_server.api_key()) if url else None
 
 

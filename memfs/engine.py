@@ -78,6 +78,8 @@ class StoreEngine:
         self.state.set_meta("store_id", cfg.store_id)
         self.state.set_meta("base_url", cfg.base_url)
         self.state.set_meta("mountpoint", cfg.mountpoint)
+        if cfg.store_name:  # offline, `memfs mount NAME` finds the store by it
+            self.state.set_meta("store_name", cfg.store_name)
         self.state.set_meta("options", json.dumps(asdict(cfg.options)))  # offline status
 
     # -- lifecycle -------------------------------------------------------------------

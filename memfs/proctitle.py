@@ -90,16 +90,14 @@ def daemon_state(daemon: Daemon) -> str:
 
 
 def store_name(engine: StoreEngine) -> str:
-    """The name `memfs mount` resolved (kept in state.db for offline mounts), else the id."""
-    name = getattr(engine.cfg, "store_name", "") or ""
-    try:
-        if name:
-            if engine.state.get_meta("store_name") != name:
-                engine.state.set_meta("store_name", name)
-        else:
+    """The name `memfs mount` resolved, else the one state.db kept (an offline mount),
+    else the id."""
+    name = engine.cfg.store_name
+    if not name:
+        try:
             name = engine.state.get_meta("store_name") or ""
-    except Exception as exc:  # never let a title break a mount
-        log.debug("store name: %s", exc)
+        except Exception as exc:  # never let a title break a mount
+            log.debug("store name: %s", exc)
     return name or engine.cfg.store_id
 
 
@@ -125,21 +123,16 @@ async def follow(daemon: Daemon) -> None:
     """Keep the daemon's title in step with its state, for the daemon's whole life."""
     import trio
 
-    if daemon.group:
-        while True:
-            title = mount_title(group_name(daemon), daemon.cfg.mountpoint,
-                                daemon_state(daemon))
-            if title != get_title():
-                set_title(title)
-            await trio.sleep(INTERVAL)
-    engine = daemon.engines[0]
-    name = store_name(engine)
+    engine = None if daemon.group else daemon.engines[0]
+    name = group_name(daemon) if engine is None else store_name(engine)
+    named = engine is None or name != engine.cfg.store_id
     shown = None
-    named = name != engine.cfg.store_id
     while True:
         if not named and engine.ctx.status.online and engine.ctx.status.last_sync_at:
             named = True  # mounted offline, never named: ask the server once it answers
             name = await _fetch_name(engine) or name
+        elif engine is None:
+            name = group_name(daemon)  # `--all`: the count of stores changes
         title = mount_title(name, daemon.cfg.mountpoint, daemon_state(daemon))
         if title != shown:
             set_title(title)

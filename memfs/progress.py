@@ -148,9 +148,7 @@ def _per_store(state_dir: Path, one: Callable[[int, dict], Snapshot]) -> Poll:
         if status is None:
             return None
         snaps = [one(i, s) for i, s in enumerate(_stores(status))]
-        if not snaps:
-            return None
-        return combined([lambda s=s: s for s in snaps])()
+        return _sum(snaps, len(snaps)) if snaps else None
 
     return poll
 
@@ -207,18 +205,21 @@ def combined(polls: list[Poll]) -> Poll:
 
     def poll() -> Snapshot | None:
         snaps = [s for s in (p() for p in polls) if s]
-        if not snaps:
-            return None
-        totals = [s.get("total") for s in snaps]
-        return {"done": sum(s.get("done") or 0 for s in snaps),
-                "total": None if any(t is None for t in totals) else sum(totals),
-                "bytes_done": sum(s.get("bytes_done") or 0 for s in snaps),
-                "bytes_left": sum(s.get("bytes_left") or 0 for s in snaps),
-                "error": next((s["error"] for s in snaps if s.get("error")), None),
-                "label": f"{len(snaps)} of {len(polls)} reporting" if len(polls) > 1 else
-                snaps[0].get("label")}
+        return _sum(snaps, len(polls)) if snaps else None
 
     return poll
+
+
+def _sum(snaps: list[Snapshot], parts: int) -> Snapshot:
+    """Several snapshots (of `parts` asked) as one."""
+    totals = [s.get("total") for s in snaps]
+    return {"done": sum(s.get("done") or 0 for s in snaps),
+            "total": None if any(t is None for t in totals) else sum(totals),
+            "bytes_done": sum(s.get("bytes_done") or 0 for s in snaps),
+            "bytes_left": sum(s.get("bytes_left") or 0 for s in snaps),
+            "error": next((s["error"] for s in snaps if s.get("error")), None),
+            "label": f"{len(snaps)} of {parts} reporting" if parts > 1 else
+            snaps[0].get("label")}
 
 
 def tree_summary(state, cache) -> dict:

@@ -47,7 +47,7 @@ import httpx
 import trio
 
 from .. import __version__, paths
-from .config import ClientConfig
+from .config import BEARER, ClientConfig
 from .errors import (
     APIConnectionError,
     APIResponseValidationError,
@@ -72,8 +72,6 @@ log = logging.getLogger("memfs.api")
 
 ANTHROPIC_VERSION = "2023-06-01"
 MEMORY_BETA = "agent-memory-2026-07-22"
-#: A credential given as ``"Bearer <token>"`` goes in ``Authorization`` (api/config.py).
-BEARER = "Bearer "
 #: Session endpoints take this beta instead of the memory one.
 SESSIONS_BETA = "managed-agents-2026-04-01"
 #: Longest wait we accept from a ``retry-after`` header, in seconds.
@@ -851,7 +849,7 @@ class MemoryStoresClient:
                 "POST", f"/_memfs/sessions/{_seg(session_id, 'session_id')}/token"
             )
         except NotFoundError as exc:
-            if isinstance(exc.body, dict) and exc.body.get("session_id") == session_id:
+            if exc.body.get("session_id") == session_id:
                 raise
             return None
         if not isinstance(data, dict) or not isinstance(data.get("token"), str):

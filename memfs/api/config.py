@@ -25,6 +25,10 @@ from dataclasses import dataclass, field
 __all__ = ["ClientConfig", "ConfigError", "resolve_config"]
 
 
+#: A credential given as ``"Bearer <token>"`` goes in ``Authorization``, not ``x-api-key``.
+BEARER = "Bearer "
+
+
 class ConfigError(ValueError):
     """The configuration cannot be used (e.g. the key file cannot be read)."""
 
@@ -73,8 +77,8 @@ def resolve_config(
         key = env["ANTHROPIC_API_KEY"].strip() or None
     elif env.get("ANTHROPIC_API_KEY_FILE"):
         key = _read_key_file(env["ANTHROPIC_API_KEY_FILE"])
-    elif env.get("ANTHROPIC_AUTH_TOKEN", "").strip():
-        key = "Bearer " + env["ANTHROPIC_AUTH_TOKEN"].strip()
+    elif token := env.get("ANTHROPIC_AUTH_TOKEN", "").strip():
+        key = BEARER + token
     else:
         key = None
     return ClientConfig(base_url=url, api_key=key)

@@ -378,10 +378,10 @@ class MemfsApp:
     def _is_session_token(supplied: str | None) -> bool:
         return supplied is not None and supplied.startswith(SESSION_TOKEN_PREFIX)
 
-    def _check_auth(self, ex: _Exchange) -> None:
+    def _check_auth(self, supplied: str | None) -> None:
+        """The server's API key, as `_credential` read it from the request."""
         if self.api_key is None:
             return
-        supplied = self._credential(ex)
         if supplied is None or not hmac.compare_digest(
                 supplied.encode("latin-1"), self.api_key.encode()):
             raise ApiError(401, "authentication_error", "invalid x-api-key")
@@ -393,7 +393,7 @@ class MemfsApp:
         supplied = self._credential(ex)
         token = supplied if self._is_session_token(supplied) else None
         if token is None:
-            self._check_auth(ex)
+            self._check_auth(supplied)
         if self.inflight >= self.limits.max_inflight:
             raise ApiError(503, "overloaded_error", "too many requests in flight; retry",
                            headers={"retry-after": "1"})
@@ -465,10 +465,11 @@ class MemfsApp:
         deleted). Needs the server's API key; a session token cannot mint tokens."""
         if ex.method != "POST":
             raise ApiError(405, "invalid_request_error", "use POST", headers={"allow": "POST"})
-        if self._is_session_token(self._credential(ex)):
+        supplied = self._credential(ex)
+        if self._is_session_token(supplied):
             raise ApiError(403, "permission_error",
                            "a session token cannot mint session tokens; use the API key")
-        self._check_auth(ex)
+        self._check_auth(supplied)
         try:
             token = await run_in_threadpool(self.db.issue_session_token, session_id)
         except ApiError as err:

@@ -312,7 +312,8 @@ ROUTE_TABLE: list[tuple[str, dict[str, Op]]] = [
 ]
 #: The operations that take the sessions beta header instead of the memory one.
 SESSION_OPS: frozenset[Op] = frozenset(
-    {create_session, list_sessions, get_session, archive_session, delete_session}
+    op for template, methods in ROUTE_TABLE if template.startswith("/v1/sessions")
+    for op in methods.values()
 )
 #: What a session token may do, on its session's stores only (params[0] = store id).
 SESSION_TOKEN_READS: frozenset[Op] = frozenset(
