@@ -495,13 +495,22 @@ class MemoryStoresClient:
         self, *, include_archived: bool = False, limit: int = 100
     ) -> AsyncIterator[MemoryStore]:
         """Every store (newest first), fetching pages of ``limit`` as needed."""
+        async for item in self._walk(
+            lambda page: self.list_stores_page(
+                include_archived=include_archived, limit=limit, page=page
+            ),
+            MemoryStore,
+        ):
+            yield item
+
+    @staticmethod
+    async def _walk(fetch: Callable[[str | None], Awaitable[Page]], kind: type) -> AsyncIterator:
+        """The items of type ``kind`` on every page, following ``next_page``."""
         page: str | None = None
         while True:
-            p = await self.list_stores_page(
-                include_archived=include_archived, limit=limit, page=page
-            )
+            p = await fetch(page)
             for item in p.data:
-                if isinstance(item, MemoryStore):
+                if isinstance(item, kind):
                     yield item
             if not p.next_page:
                 return
@@ -727,9 +736,8 @@ class MemoryStoresClient:
         created_gte: str | None = None,
     ) -> AsyncIterator[MemoryVersion]:
         """Every version matching the filters, newest first."""
-        page: str | None = None
-        while True:
-            p = await self.list_versions_page(
+        async for item in self._walk(
+            lambda page: self.list_versions_page(
                 store_id,
                 memory_id=memory_id,
                 operation=operation,
@@ -739,13 +747,10 @@ class MemoryStoresClient:
                 view=view,
                 page=page,
                 created_gte=created_gte,
-            )
-            for item in p.data:
-                if isinstance(item, MemoryVersion):
-                    yield item
-            if not p.next_page:
-                return
-            page = p.next_page
+            ),
+            MemoryVersion,
+        ):
+            yield item
 
     async def get_version(
         self, store_id: str, version_id: str, *, view: str = "full"
@@ -822,20 +827,16 @@ class MemoryStoresClient:
         limit: int = 100,
     ) -> AsyncIterator[Session]:
         """Every session (newest first), or those that attach ``memory_store_id``."""
-        page: str | None = None
-        while True:
-            p = await self.list_sessions_page(
+        async for item in self._walk(
+            lambda page: self.list_sessions_page(
                 memory_store_id=memory_store_id,
                 include_archived=include_archived,
                 limit=limit,
                 page=page,
-            )
-            for item in p.data:
-                if isinstance(item, Session):
-                    yield item
-            if not p.next_page:
-                return
-            page = p.next_page
+            ),
+            Session,
+        ):
+            yield item
 
     async def session_token(self, session_id: str) -> str | None:
         """A token scoped to the session (``memfs serve`` only): writes made with it

@@ -470,12 +470,7 @@ class MemfsApp:
             raise ApiError(403, "permission_error",
                            "a session token cannot mint session tokens; use the API key")
         self._check_auth(supplied)
-        try:
-            token = await run_in_threadpool(self.db.issue_session_token, session_id)
-        except ApiError as err:
-            if err.status == 404:  # names the session: a client tells it from "no such route"
-                raise ApiError(404, err.type, err.message, session_id=session_id) from None
-            raise
+        token = await run_in_threadpool(self.db.issue_session_token, session_id)
         await ex.send_json(200, {"token": token})
 
     def _health(self, ex: _Exchange) -> dict[str, Any]:

@@ -62,8 +62,9 @@ def invalid(message: str) -> ApiError:
     return ApiError(400, "invalid_request_error", message)
 
 
-def not_found(message: str) -> ApiError:
-    return ApiError(404, "not_found_error", message)
+def not_found(message: str, **extra: Any) -> ApiError:
+    """404 ``not_found_error``; ``extra``: more fields of the error object."""
+    return ApiError(404, "not_found_error", message, **extra)
 
 
 _NO_RETRY = {"x-should-retry": "false"}

@@ -409,7 +409,10 @@ class SessionsMixin:
         :data:`MAX_TOKENS_PER_SESSION`, issuing one revokes the oldest."""
         token = SESSION_TOKEN_PREFIX + secrets.token_urlsafe(32)
         with self._txn(write=True) as c:
-            row = self._session_row(c, session_id, lock=True)
+            try:
+                row = self._session_row(c, session_id, lock=True)
+            except ApiError as err:  # names the session: a client tells it from "no route"
+                raise not_found(err.message, session_id=session_id) from None
             if row["archived_at"] is not None:
                 raise invalid(f"session {session_id!r} is archived; it has no tokens")
             c.execute("INSERT INTO session_tokens (token_sha256, session_id, created_at)"
