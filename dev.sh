@@ -105,8 +105,9 @@ ensure_system() {
 
 # ---------------------------------------------------------------- .venv
 
-venv_stamp() { # what the installed .venv corresponds to
-  { sha256sum pyproject.toml | cut -d' ' -f1; "$VENV/bin/python" -c 'import sys; print(sys.version)'; } 2>/dev/null
+venv_stamp() { # what the installed .venv corresponds to (setup.py builds memfs/_fastopen.c)
+  { sha256sum pyproject.toml setup.py memfs/_fastopen.c memfs/_fastopen.map | cut -d' ' -f1
+    "$VENV/bin/python" -c 'import sys; print(sys.version)'; } 2>/dev/null
 }
 
 ensure_venv() {

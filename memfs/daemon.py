@@ -22,6 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+from . import fastopen  # first: it loads the C shim that pyfuse3 must bind to
+
+# isort: split
 import pyfuse3
 import trio
 
@@ -90,6 +93,7 @@ class Daemon:
         if not self.group and self.cfg.options.read_only:
             options.add("ro")
         pyfuse3.init(self.ops, self.cfg.mountpoint, options)
+        log.info("fast opens: %s", fastopen.describe())
 
     async def run(self, on_ready) -> None:
         unmounted_outside = False
@@ -341,11 +345,12 @@ class Daemon:
 
     def status(self) -> dict:
         if not isinstance(self.cfg, GroupConfig):
-            return self.engines[0].status()
+            return {**self.engines[0].status(), "fast_opens": fastopen.stats()}
         return {"running": True, "group": True, "kind": self.cfg.kind, "pid": os.getpid(),
                 "mountpoint": self.cfg.root, "session_id": self.cfg.session_id,
                 "server": self.cfg.base_url,
                 "stores": [e.status() for e in self.engines], "skipped": self.skipped,
+                "fast_opens": fastopen.stats(),
                 "uptime_seconds": time.time() - self.started_at}
 
     def close(self) -> None:

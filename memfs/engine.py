@@ -41,7 +41,6 @@ class StoreEngine:
                  marker: bytes | None = None, name: str | None = None) -> None:
         self.cfg = cfg
         self.name = name  # the directory under a session root; None for a plain mount
-        self.ino_base = 0  # added to its inode numbers under a session root (fs_group)
         self.state_dir = Path(cfg.state_dir)
         self._lock = open(self.state_dir / "lock", "a")  # noqa: SIM115 - held for life
         try:
@@ -165,6 +164,15 @@ class StoreEngine:
                 self.ctx.listed.set()  # try again without waiting for the next listing
 
     # -- control requests ----------------------------------------------------------------
+
+    @property
+    def ino_base(self) -> int:
+        """Added to its inode numbers under a session root (memfs/fs_group.py)."""
+        return self.ops.ino_base
+
+    @ino_base.setter
+    def ino_base(self, base: int) -> None:
+        self.ops.ino_base = base
 
     async def flush(self, timeout: float) -> dict:
         result = await self.pusher.flush(timeout)

@@ -38,6 +38,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 
+from . import fastopen  # first: it loads the C shim that pyfuse3 must bind to
+
+# isort: split
 import pyfuse3
 import trio
 
@@ -121,6 +124,10 @@ class Operations(pyfuse3.Operations):
         self._dirs: dict[int, list[tuple[str, int]]] = {}  # dir fh -> snapshot
         self._next_fh = 1
         self._last_open_sha: dict[int, str] = {}
+        #: Added to this store's inode numbers in the kernel (a session root's slot,
+        #: memfs/fs_group.py): the fast-open set (memfs/fastopen.py) holds kernel numbers.
+        self.ino_base = 0
+        state.on_content = self._unfast
         #: The read-only `.memfs` tree (memfs/fs_versions.py): inodes in its reserved
         #: range and file handles from FH_BASE go there; every change there is EROFS.
         self.meta = meta
@@ -237,8 +244,18 @@ class Operations(pyfuse3.Operations):
         return fh
 
     def _set_dirty(self, of: OpenFile, dirty: bool) -> None:
+        if dirty:
+            self._unfast(of.node.ino)
         of.dirty = dirty
         self.state.set_open_dirty(of.node.ino, dirty)
+
+    def _unfast(self, ino: int | None) -> None:
+        """The file's content changed, it has a writer or it left the tree: its next
+        read-only open must come to `open` again (memfs/fastopen.py). None: every file."""
+        if ino is None:
+            fastopen.clear()
+        else:
+            fastopen.discard(self.ino_base | ino)
 
     def _buffer(self, of: OpenFile) -> bytearray | None:
         """The open buffer, unless it is clean and the node's content moved on (a
@@ -739,6 +756,7 @@ class Operations(pyfuse3.Operations):
         writing = flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC
         if writing:
             self._writable()
+            self._unfast(inode)
         of = self._open.get(inode)
         if of is None:
             of = self._open[inode] = OpenFile(node)
@@ -748,9 +766,27 @@ class Operations(pyfuse3.Operations):
             self._set_dirty(of, True)
         keep = self._last_open_sha.get(inode) == node.sha and not of.dirty
         self._last_open_sha[inode] = node.sha or ""
+        if not writing and not of.dirty:
+            # The next read-only open would keep the cache: the shim may answer it.
+            fastopen.add(self.ino_base | inode)
         return pyfuse3.FileInfo(fh=self._new_fh(inode), keep_cache=keep)
 
+    async def _read_fast(self, ino: int, off: int, size: int) -> bytes:
+        """A read on a handle the shim opened (``FAST_BIT | inode``): it comes only
+        after the kernel dropped the cached pages, and reads what `read` would."""
+        fastopen.reads += 1
+        node = self.state.nodes.get(ino)
+        if node is None:  # unlinked or replaced since that open: what it was opened on
+            sha = self._last_open_sha.get(ino)
+            data = b"" if sha == EMPTY_SHA else self.cache.get(sha) if sha else None
+            if data is None:
+                raise _err(errno.ESTALE)
+            return data[off:off + size]
+        return (await self._content(node))[off:off + size]
+
     async def read(self, fh, off, size):
+        if fh & fastopen.FAST_BIT:
+            return await self._read_fast(fh & ~fastopen.FAST_BIT, off, size)
         if fh >= FH_BASE:
             return await self._meta().read(fh, off, size)
         if fh in self._marker_fhs:
@@ -762,7 +798,7 @@ class Operations(pyfuse3.Operations):
         return data[off:off + size]
 
     async def write(self, fh, off, buf):
-        if fh >= FH_BASE:
+        if fh >= FH_BASE:  # a fast handle (FAST_BIT) is read-only: the kernel sends no write
             raise _err(errno.EROFS)
         of = self._open[self._handles[fh]]
         if self.read_only:
@@ -779,14 +815,14 @@ class Operations(pyfuse3.Operations):
         return len(buf)
 
     async def flush(self, fh):
-        if fh >= FH_BASE:
+        if fh >= FH_BASE:  # the .memfs tree, or a fast handle the shim answers itself
             return
         ino = self._handles.get(fh)
         if ino is not None:
             self._persist(self._open[ino])
 
     async def fsync(self, fh, datasync):
-        if fh >= FH_BASE:
+        if fh >= FH_BASE:  # the .memfs tree, or a fast handle the shim answers itself
             return
         ino = self._handles.get(fh)
         if ino is not None:
@@ -795,6 +831,8 @@ class Operations(pyfuse3.Operations):
             await self._sync_to_disk(of)
 
     async def release(self, fh):
+        if fh & fastopen.FAST_BIT:  # the shim answers these itself; never here in a mount
+            return None
         if fh >= FH_BASE:
             return self._meta().release(fh)
         self._marker_fhs.discard(fh)

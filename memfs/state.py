@@ -31,7 +31,7 @@ import re
 import sqlite3
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import paths
@@ -76,6 +76,10 @@ class State(SyncTransitions):
         # Called with (parent_ino, name) for every directory prune() removes, so the
         # daemon can drop the kernel's cached entry (set by the SyncContext).
         self.on_pruned = None
+        # Called with an inode whose content changed or which left the tree, and with None
+        # when the whole tree was reloaded: the handlers' fast-open set (memfs/fastopen.py)
+        # must never outlive what it promised about a file.
+        self.on_content: Callable[[int | None], None] = lambda ino: None
         self._load()
 
     # -- loading and persistence ------------------------------------------
@@ -129,6 +133,7 @@ class State(SyncTransitions):
         shows what was not made durable."""
         old = self.nodes
         self.nodes, self.by_memory, self.tombstones, self.conflicted = {}, {}, {}, {}
+        self.on_content(None)
         self._load(reuse=old)
 
     class _Txn:
@@ -366,6 +371,7 @@ class State(SyncTransitions):
     def set_content(self, node: Node, sha: str, size: int) -> None:
         """A durable content change (close, fsync or truncate)."""
         now = time.time_ns()
+        self.on_content(node.ino)
         node.sha, node.size = sha, size
         node.mtime_ns = node.ctime_ns = now
         self._touch(node)
@@ -376,6 +382,7 @@ class State(SyncTransitions):
         parent = self.nodes[node.parent]
         del parent.children[node.name]
         del self.nodes[node.ino]
+        self.on_content(node.ino)
         now = time.time_ns()
         parent.mtime_ns = parent.ctime_ns = now
         with self.transaction():
@@ -408,6 +415,7 @@ class State(SyncTransitions):
                 # identity; node's own memory (if any) is deleted after the delay.
                 del new_parent.children[new_name]
                 del self.nodes[target.ino]
+                self.on_content(target.ino)
                 self.db.execute("DELETE FROM nodes WHERE ino=?", (target.ino,))
                 self.replaced[target.ino] = node.ino
                 if not node.is_dir and target.memory_id is not None:

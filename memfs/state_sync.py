@@ -88,6 +88,7 @@ class SyncTransitions:
                 del self.conflicted[mid]
 
     def _set_remote_content(self: State, node: Node, remote: Remote) -> None:
+        self.on_content(node.ino)
         node.sha, node.size = remote.sha, remote.size
         node.mtime_ns = node.ctime_ns = time.time_ns()
         node.gen += 1
@@ -368,6 +369,7 @@ class SyncTransitions:
                                "the server gave this path to another memory")
         del parent.children[name]
         del self.nodes[taker.ino]
+        self.on_content(taker.ino)
         self.db.execute("DELETE FROM nodes WHERE ino=?", (taker.ino,))
         return True
 
@@ -406,6 +408,7 @@ class SyncTransitions:
             parent = self.nodes[node.parent]
             del parent.children[node.name]
             del self.nodes[node.ino]
+            self.on_content(node.ino)
             self.db.execute("DELETE FROM nodes WHERE ino=?", (node.ino,))
             self.prune(parent)
 

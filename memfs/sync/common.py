@@ -99,6 +99,8 @@ class SyncContext:
     # -- kernel invalidation (drained outside request handlers) ----------------------
 
     def invalidate(self, item: tuple) -> None:
+        if item[0] == "inode":
+            self.state.on_content(item[1])  # no fast open may keep the old pages (fastopen.py)
         self._invalidations.append(item)
         self.invalidation_ready.set()
 
