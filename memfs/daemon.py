@@ -51,6 +51,7 @@ class Daemon:
         self.client = MemoryStoresClient(cfg.base_url, api_key, max_retries=2, timeout=30.0)
         self.engines: list[StoreEngine] = []
         self.skipped: list[dict] = []  # stores of a session root that could not be opened
+        self._nursery: trio.Nursery | None = None  # set while run() runs
         if isinstance(cfg, GroupConfig):
             owner = tuple(cfg.owner) if cfg.owner else (os.getuid(), os.getgid())
             self.ops: pyfuse3.Operations = GroupOperations(owner=owner)
@@ -65,7 +66,6 @@ class Daemon:
         self.flush_result: dict | None = None
         self.flush_done = trio.Event()
         self.started_at = time.time()
-        self._nursery: trio.Nursery | None = None
 
     def _add_store(self, store: GroupStore) -> StoreEngine | None:
         assert isinstance(self.cfg, GroupConfig) and isinstance(self.ops, GroupOperations)
@@ -79,6 +79,8 @@ class Daemon:
             return None
         slot = self.ops.add(store.name, engine.ops)
         engine.ino_base = slot.base
+        if self._nursery is not None:  # added by the --all watch: already mounted
+            engine.ops.prime_fast_opens()
         self.engines.append(engine)
         return engine
 
@@ -94,6 +96,8 @@ class Daemon:
             options.add("ro")
         pyfuse3.init(self.ops, self.cfg.mountpoint, options)
         log.info("fast opens: %s", fastopen.describe())
+        for engine in self.engines:
+            engine.ops.prime_fast_opens()
 
     async def run(self, on_ready) -> None:
         unmounted_outside = False

@@ -128,6 +128,7 @@ class Operations(pyfuse3.Operations):
         #: memfs/fs_group.py): the fast-open set (memfs/fastopen.py) holds kernel numbers.
         self.ino_base = 0
         state.on_content = self._unfast
+        state.on_added = self._fresh
         #: The read-only `.memfs` tree (memfs/fs_versions.py): inodes in its reserved
         #: range and file handles from FH_BASE go there; every change there is EROFS.
         self.meta = meta
@@ -249,13 +250,29 @@ class Operations(pyfuse3.Operations):
         of.dirty = dirty
         self.state.set_open_dirty(of.node.ino, dirty)
 
-    def _unfast(self, ino: int | None) -> None:
+    def _unfast(self, ino: int | None, gone_sha: str | None = None) -> None:
         """The file's content changed, it has a writer or it left the tree: its next
-        read-only open must come to `open` again (memfs/fastopen.py). None: every file."""
+        read-only open must come to `open` again (memfs/fastopen.py). None: every file.
+        A file that left (`gone_sha`) may still be open through a fast handle, which
+        then reads what the file held (`_read_fast`)."""
         if ino is None:
             fastopen.clear()
-        else:
-            fastopen.discard(self.ino_base | ino)
+            return
+        if gone_sha is not None and fastopen.has(self.ino_base | ino):
+            self._last_open_sha[ino] = gone_sha
+        fastopen.discard(self.ino_base | ino)
+
+    def _fresh(self, ino: int) -> None:
+        """A file the kernel has never seen holds no pages in it: its first open may keep
+        the (empty) cache as well as any later one, so the shim may answer it. A cold
+        `grep -r` then costs Python only its lookups and reads."""
+        fastopen.add(self.ino_base | ino)
+
+    def prime_fast_opens(self) -> None:
+        """At the start of a mount every file is new to the kernel (see `_fresh`)."""
+        for node in self.state.files():
+            if node.ino not in self.state.open_dirty:
+                self._fresh(node.ino)
 
     def _buffer(self, of: OpenFile) -> bytearray | None:
         """The open buffer, unless it is clean and the node's content moved on (a

@@ -76,10 +76,13 @@ class State(SyncTransitions):
         # Called with (parent_ino, name) for every directory prune() removes, so the
         # daemon can drop the kernel's cached entry (set by the SyncContext).
         self.on_pruned = None
-        # Called with an inode whose content changed or which left the tree, and with None
-        # when the whole tree was reloaded: the handlers' fast-open set (memfs/fastopen.py)
-        # must never outlive what it promised about a file.
-        self.on_content: Callable[[int | None], None] = lambda ino: None
+        # Called with an inode whose content is about to change, or which left the tree
+        # (then with the content it had), and with None when the whole tree was reloaded:
+        # the handlers' fast-open set (memfs/fastopen.py) must never outlive what it
+        # promised about a file.
+        self.on_content: Callable[..., None] = lambda ino, gone_sha=None: None
+        # Called with the inode of a file that came from the server: new to the kernel too.
+        self.on_added: Callable[[int], None] = lambda ino: None
         self._load()
 
     # -- loading and persistence ------------------------------------------
@@ -382,7 +385,7 @@ class State(SyncTransitions):
         parent = self.nodes[node.parent]
         del parent.children[node.name]
         del self.nodes[node.ino]
-        self.on_content(node.ino)
+        self.on_content(node.ino, node.sha)
         now = time.time_ns()
         parent.mtime_ns = parent.ctime_ns = now
         with self.transaction():
@@ -415,7 +418,7 @@ class State(SyncTransitions):
                 # identity; node's own memory (if any) is deleted after the delay.
                 del new_parent.children[new_name]
                 del self.nodes[target.ino]
-                self.on_content(target.ino)
+                self.on_content(target.ino, target.sha)
                 self.db.execute("DELETE FROM nodes WHERE ino=?", (target.ino,))
                 self.replaced[target.ino] = node.ino
                 if not node.is_dir and target.memory_id is not None:

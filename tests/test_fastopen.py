@@ -252,3 +252,20 @@ def test_without_the_shim_every_open_goes_through_python(server, tmp_path):
     finally:
         m.cleanup()
     assert subprocess.run(["grep", "-qs", str(path), "/proc/mounts"]).returncode != 0
+
+
+@shim
+async def test_files_new_to_the_kernel_start_marked(env):
+    """A file the kernel never saw holds no pages: from the server, or at mount start."""
+    node = env.state.add_remote(Remote("mem_9", "/d/new.md", env.cache.put(b"new\n"), 4))
+    assert node is not None and fastopen.has(node.ino)
+    await env.create(ROOT, "local.md", b"local\n")
+    local = env.ino("/local.md")
+    assert not fastopen.has(local)  # created here: its writer's pages may be cached
+    fastopen.clear()
+    env.ops.prime_fast_opens()
+    assert fastopen.has(node.ino) and fastopen.has(local)
+    # Unlinked before any read: a handle the shim opened still reads what it held.
+    await env.ops.unlink(ROOT, b"local.md", None)
+    assert not fastopen.has(local)
+    assert await env.ops.read(FAST_BIT | local, 0, 100) == b"local\n"
