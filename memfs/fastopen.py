@@ -26,6 +26,7 @@ import ctypes
 import importlib.machinery
 import logging
 import os
+import sys
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     return lib, "loaded"
 
 
+_preimported = "pyfuse3" in sys.modules  # then pyfuse3 is bound to libfuse's own symbols
 _lib, _why = _load()
 if _lib is not None:
     add = _lib.memfs_fast_add
@@ -106,7 +108,9 @@ def describe() -> str:
         return "on"
     if _lib is None:
         return _why
-    return "off (pyfuse3 was imported before memfs.fastopen, or its op table is unknown)"
+    if _preimported:
+        return "off (pyfuse3 was imported before memfs.fastopen)"
+    return "off (no FUSE session made through it yet, or an unknown pyfuse3 op table)"
 
 
 def stats() -> dict:
