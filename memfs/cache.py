@@ -30,6 +30,8 @@ class BlobCache:
         #: shas known to be on disk (written, or found there): `has` stats each blob once,
         #: not once per status poll or prefetch scan. Only `gc` removes blobs.
         self._on_disk: set[str] = set()
+        #: subdirectories (sha[:2]) known to exist: a new blob costs no mkdir
+        self._dirs: set[str] = set()
 
     def _path(self, sha: str) -> Path:
         return self.root / sha[:2] / sha
@@ -82,9 +84,16 @@ class BlobCache:
         return sha
 
     def _write(self, path: Path, sha: str, data: bytes) -> None:
-        path.parent.mkdir(mode=0o700, exist_ok=True)
+        if sha[:2] not in self._dirs:
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            self._dirs.add(sha[:2])
         tmp = path.with_name(f".{sha}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        try:
+            fd = os.open(tmp, flags, 0o600)
+        except FileNotFoundError:  # its directory was removed under us: make it again
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            fd = os.open(tmp, flags, 0o600)
         try:
             view = memoryview(data)
             while view:

@@ -178,20 +178,16 @@ class Daemon:
 
     async def _invalidator(self, engine: StoreEngine) -> None:
         """Kernel cache invalidation, outside every request handler (docs/ARCHITECTURE.md);
-        a store's inode numbers are re-based to the mount's (memfs/fs_group.py)."""
+        a store's inode numbers are re-based to the mount's (memfs/fs_group.py). What
+        is queued goes out in one worker-thread call, not one thread round trip per
+        item: a first listing queues one per file, and 1,500 round trips took the
+        trio thread away from FUSE requests for a good part of a second."""
         base = engine.ino_base
         while True:
             await engine.ctx.invalidation_ready.wait()
-            for item in engine.ctx.take_invalidations():
-                try:
-                    if item[0] == "inode":
-                        await trio.to_thread.run_sync(
-                            pyfuse3.invalidate_inode, base | item[1], False)
-                    else:
-                        await trio.to_thread.run_sync(
-                            pyfuse3.invalidate_entry, base | item[1], item[2].encode("utf-8"))
-                except OSError:
-                    pass  # the kernel did not know it: nothing cached to drop
+            items = engine.ctx.take_invalidations()
+            if items:
+                await trio.to_thread.run_sync(_invalidate, base, items)
 
     async def _follow_embedded_server(self) -> None:
         """The embedded local server restarted on another port (it picks a free port
@@ -438,6 +434,19 @@ def run(cfg: MountConfig | GroupConfig, *, foreground: bool, api_key: str | None
         daemon.close()
         log.info("daemon exit")
     return 0 if ok else 1
+
+
+def _invalidate(base: int, items: list[tuple]) -> None:
+    """Send the kernel's invalidations, in order (a worker thread: the kernel may
+    wait on a request the trio thread must answer)."""
+    for item in items:
+        try:
+            if item[0] == "inode":
+                pyfuse3.invalidate_inode(base | item[1], False)
+            else:
+                pyfuse3.invalidate_entry(base | item[1], item[2].encode("utf-8"))
+        except OSError:
+            pass  # the kernel did not know it: nothing cached to drop
 
 
 def main() -> None:

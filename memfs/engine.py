@@ -121,7 +121,7 @@ class StoreEngine:
             return
         with trio.move_on_after(timeout):
             try:
-                await self.reconciler.reconcile_pass()
+                await self.reconciler.reconcile_pass(coalesce=True)
             except Exception as exc:
                 log.info("first listing failed: %s (store %s)", exc, self.cfg.store_id)
 

@@ -229,9 +229,7 @@ class Operations(pyfuse3.Operations):
 
     def _check_capacity(self) -> None:
         """ENOSPC when one more memory would pass the store's 2,000 cap."""
-        if len(self.state.nodes) <= paths.MAX_MEMORIES_PER_STORE:
-            return  # cannot be full: cheap path for the common case
-        if self.state.memory_count() >= paths.MAX_MEMORIES_PER_STORE:
+        if self.state.at_capacity():
             raise _err(errno.ENOSPC)
 
     def _is_temp_name(self, name: str) -> bool:

@@ -127,6 +127,7 @@ class State(SyncTransitions):
             self.conflicted[mid] = self.conflicted.get(mid, 0) + 1
         self._next_ino = max(max(self.nodes) + 1, getattr(self, "_next_ino", 0))
         self.maybe_dirty = {ino for ino, n in self.nodes.items() if not n.is_dir}
+        self._recount()
 
     def _reload(self) -> None:
         """Bring the in-memory tree back to what state.db holds.
@@ -169,6 +170,12 @@ class State(SyncTransitions):
     def _save(self, node: Node) -> None:
         if not node.is_dir:
             self.maybe_dirty.add(node.ino)
+            # Whatever makes a file count against the cap (its name, refusal,
+            # memory id, sha) is a column of its row: it changes only with a save.
+            if self._counts(node):
+                self._counted.add(node.ino)
+            else:
+                self._counted.discard(node.ino)
         values = [getattr(node, c) for c in NODE_COLUMNS]
         values[NODE_COLUMNS.index("is_dir")] = int(node.is_dir)
         self.db.execute(
@@ -301,13 +308,30 @@ class State(SyncTransitions):
             return True
         return node.sha != node.base_sha or self.path_of(node) != node.base_path
 
+    def _counts(self, node: Node) -> bool:
+        """Whether a file is (or will be) a memory: counted against the 2,000 cap."""
+        return not (node.is_dir or self.is_local_only_name(node)
+                    or (self.is_refused(node) and node.memory_id is None))
+
     def memory_count(self) -> int:
         """Files that are (or will be) memories: what counts against the 2,000 cap."""
-        return sum(
-            1 for n in self.files()
-            if not self.is_local_only_name(n)
-            and not (self.is_refused(n) and n.memory_id is None)
-        )
+        return sum(1 for n in self.files() if self._counts(n))
+
+    def _recount(self) -> None:
+        self._counted = {ino for ino, n in self.nodes.items() if self._counts(n)}
+        self._counted_for = self.local_only_patterns
+
+    def at_capacity(self) -> bool:
+        """memory_count() >= MAX_MEMORIES_PER_STORE, without a scan of the store
+        unless it is close to full. `_counted` holds every counted file (each save
+        adds or drops the saved file) and maybe files gone since (a removal leaves
+        its inode), so its size bounds the count from above; near the cap it is
+        rebuilt by a scan."""
+        if (self._counted_for == self.local_only_patterns
+                and len(self._counted) < paths.MAX_MEMORIES_PER_STORE):
+            return False
+        self._recount()
+        return len(self._counted) >= paths.MAX_MEMORIES_PER_STORE
 
     def conflicts(self) -> list[dict]:
         rows = self.db.execute(f"SELECT {', '.join(CONFLICT_COLUMNS)} FROM conflicts ORDER BY id")

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import random
 import time
+from functools import partial
+
+import pytest
+import trio
+import trio.testing
 
 # ruff: noqa: F811  (pytest fixtures imported from test_sync_engine are arguments here)
 from test_sync_engine import Engine, eng, make_engine  # noqa: F401
@@ -277,3 +282,37 @@ async def test_memories_created_and_deleted_elsewhere_cost_no_reads(eng):
     await eng.reconcile()
     assert counts["get"] == 0 and counts["list"] == 0
     assert eng.state.lookup_path("/tmp") is None
+
+
+@pytest.mark.parametrize("first", ["loop", "first listing"])
+async def test_mount_start_is_one_listing_and_the_poll_waits_its_turn(eng, first):
+    """At mount the reconciler's loop and the first listing (StoreEngine.first_listing)
+    start together and queue on the sync lock. Whichever gets it lists the store; the
+    other finds that pass done and does nothing, so the first feed poll comes a poll
+    interval later instead of paging through the store's recent versions (a burst of
+    writes just before the mount) the moment the listing ends, while the first
+    commands run in the mount. A `sync` request still makes a pass of its own."""
+    for i in range(30):
+        await eng.other.create_memory(eng.store_id, f"/d{i % 3}/n{i}.md", f"{i}\n")
+    counts = count_requests(eng)
+    async with trio.open_nursery() as nursery:
+        async with eng.ctx.sync_lock:  # a push pass under way: both wait for the lock
+            tasks = {"loop": eng.reconciler.run,
+                     "first listing": partial(eng.reconciler.reconcile_pass, coalesce=True)}
+            for name in (first, *(n for n in tasks if n != first)):
+                nursery.start_soon(tasks[name])
+                await trio.testing.wait_all_tasks_blocked()  # queued in this order
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.fail_after(5):
+            while eng.reconciler.last_pass is None:
+                await trio.sleep(0.01)
+        await trio.sleep(eng.ctx.options.poll_interval / 2)
+        assert counts == {"versions": 1, "list": 4, "get": 0}  # head, root + 3 directories
+        assert len(eng.state.by_memory) == 30
+        with trio.fail_after(5):  # the loop's own turn: one feed poll
+            while counts["versions"] < 2:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert counts == {"versions": 2, "list": 4, "get": 0}
+    await eng.reconciler.reconcile_pass()  # `memfs sync`: never coalesced
+    assert counts["versions"] == 3

@@ -353,6 +353,48 @@ async def test_2001st_memory_is_enospc(env):
     await env.create(ROOT, "one-more")
 
 
+async def test_capacity_check_agrees_with_the_count(env, monkeypatch):
+    """The create path's capacity check (State.at_capacity, no scan of the store until
+    it is close to full) answers exactly what a full count does, whatever changed:
+    creates, temp names and renames to and from them, refusals, unlinks."""
+    monkeypatch.setattr(paths, "MAX_MEMORIES_PER_STORE", 5)
+    st = env.state
+    mode = stat.S_IFREG | 0o644
+
+    def check(full: bool) -> None:
+        assert st.memory_count() >= 5 if full else st.memory_count() < 5
+        assert st.at_capacity() == full
+
+    recounts = []
+    real_recount = st._recount
+    monkeypatch.setattr(st, "_recount", lambda: recounts.append(1) or real_recount())
+    for name in ("a", "b", ".c.swp", "d~"):
+        await env.create(ROOT, name, b"x")
+    assert recounts == []  # far from the cap: no scan
+    check(False)                                                    # a b
+    await env.ops.rename(ROOT, b".c.swp", ROOT, b"c", 0, ctx())    # a b c
+    await env.ops.rename(ROOT, b"a", ROOT, b"a~", 0, ctx())        # b c
+    st.refuse_locally(env.node("/b"), "refused")                   # c
+    await env.create(ROOT, "e", b"x")
+    await env.create(ROOT, "f", b"x")
+    await env.create(ROOT, "g", b"x")                              # c e f g
+    check(False)
+    await env.create(ROOT, "h", b"x")                              # c e f g h
+    check(True)
+    assert await fuse_errno(env.ops.create(ROOT, b"i", mode, os.O_WRONLY, ctx())) \
+        == errno.ENOSPC
+    assert await fuse_errno(env.ops.rename(ROOT, b"a~", ROOT, b"a", 0, ctx())) == errno.ENOSPC
+    await env.ops.unlink(ROOT, b"f", ctx())                        # c e g h
+    check(False)
+    await env.create(ROOT, "i", b"x")                              # c e g h i
+    check(True)
+    await env.ops.rename(ROOT, b"i", ROOT, b"i~", 0, ctx())        # c e g h
+    check(False)
+    st.set_refused(env.node("/b"), None, None)                     # b c e g h
+    check(True)
+
+
+
 # -- read-only mounts --------------------------------------------------------------------
 
 

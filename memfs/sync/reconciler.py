@@ -59,7 +59,7 @@ class Reconciler:
                     await self.ctx.reconcile_wakeup.wait()
                 self.ctx.reconcile_wakeup = trio.Event()
             try:
-                await self.reconcile_pass()
+                await self.reconcile_pass(coalesce=True)
                 delay = self.ctx.options.poll_interval
             except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
                 delay = self.ctx.went_offline(exc)
@@ -100,11 +100,21 @@ class Reconciler:
             found.extend(listed[prefix])
         return found
 
-    async def reconcile_pass(self, *, full: bool = False) -> None:
+    async def reconcile_pass(self, *, full: bool = False, coalesce: bool = False) -> None:
         """One pass: a feed poll when the feed can be trusted, else (or when `full`,
-        or every `full_resync` seconds) a full listing, which also re-anchors it."""
+        or every `full_resync` seconds) a full listing, which also re-anchors it.
+
+        `coalesce` (the loop's periodic pass, the mount's first listing): a pass that
+        finished while this one waited for the sync lock counts as this one, and
+        nothing more is done. At mount the loop and the first listing start together;
+        without this the second of them polled the feed the moment the first ended,
+        paging through the store's recent versions while the first commands ran in
+        the mount. A `sync` request never coalesces: it wants a pass begun after it."""
         ctx = self.ctx
+        before = self.last_pass
         async with ctx.sync_lock:
+            if coalesce and self.last_pass != before:
+                return
             started = time.time()
             since = self.state.epoch
             due = (self.last_full is None
