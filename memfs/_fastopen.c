@@ -5,11 +5,12 @@
  * For an inode that memfs has marked "fast" (its last read-only open was answered with
  * keep_cache and nothing about its content has changed since), this shim answers OPEN here:
  * keep_cache, FOPEN_NOFLUSH (so close() sends no FLUSH) and a handle that names the inode
- * (FAST_BIT | ino), whose RELEASE, FLUSH and FSYNC it also answers here. Every other request
- * goes to pyfuse3 unchanged; READs on a fast handle reach Python, which reads by inode.
+ * (FAST_BIT | ino), whose RELEASE and FLUSH it also answers here. Every other request goes
+ * to pyfuse3 unchanged; READs and FSYNCs on a fast handle reach Python, which acts by inode
+ * (an fsync on a read-only descriptor must still make the file's content power-safe).
  *
  * How: loaded with RTLD_GLOBAL before pyfuse3, this library's fuse_session_new@FUSE_3.0 is
- * the one pyfuse3 binds to; it copies pyfuse3's op table, swaps in the four wrappers and
+ * the one pyfuse3 binds to; it copies pyfuse3's op table, swaps in the three wrappers and
  * calls libfuse's own fuse_session_new. memfs_fastopen_active() says whether that happened;
  * when it did not (library missing, pyfuse3 imported first, a different op table size),
  * every open goes to Python as before.
@@ -165,13 +166,6 @@ static void shim_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         real_ops.flush(req, ino, fi);
 }
 
-static void shim_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) {
-    if (fast_handle(fi))
-        fuse_reply_err(req, 0);
-    else
-        real_ops.fsync(req, ino, datasync, fi);
-}
-
 struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_lowlevel_ops *op,
                                       size_t op_size, void *userdata) {
     session_new_fn real = (session_new_fn)dlvsym(RTLD_NEXT, "fuse_session_new", "FUSE_3.0");
@@ -180,14 +174,13 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
         real = (session_new_fn)dlsym(RTLD_NEXT, "fuse_session_new");
     if (!real)
         return NULL;
-    if (op_size != sizeof real_ops || !op->open || !op->release || !op->flush || !op->fsync)
+    if (op_size != sizeof real_ops || !op->open || !op->release || !op->flush)
         return real(args, op, op_size, userdata); /* not the table we know: change nothing */
     memcpy(&real_ops, op, sizeof real_ops);
     shim_ops = real_ops;
     shim_ops.open = shim_open;
     shim_ops.release = shim_release;
     shim_ops.flush = shim_flush;
-    shim_ops.fsync = shim_fsync;
     se = real(args, &shim_ops, op_size, userdata);
     active = se != NULL;
     return se;
@@ -211,9 +204,6 @@ static int answered_here(const struct fuse_buf *buf, size_t len) {
     case FUSE_FLUSH:
         return len >= sizeof *in + sizeof(struct fuse_flush_in) &&
                (((const struct fuse_flush_in *)arg)->fh & FAST_BIT);
-    case FUSE_FSYNC:
-        return len >= sizeof *in + sizeof(struct fuse_fsync_in) &&
-               (((const struct fuse_fsync_in *)arg)->fh & FAST_BIT);
     default:
         return 0;
     }

@@ -10,8 +10,8 @@ a read-only open of it would be answered exactly as the shim answers it, i.e. Py
 read-only open of it kept the cache and nothing about its content has changed since. So
 `Operations.open` adds an inode after such an answer, and every change of content, every
 local writer, unlink, rename-over and forget discards it first (`State.on_content`,
-`Operations._unfast`). Reads on a fast handle (``FAST_BIT | inode``) reach Python and read
-by inode: they happen only after the kernel dropped the cached pages.
+`Operations._unfast`). Reads and fsyncs on a fast handle (``FAST_BIT | inode``) reach
+Python and act by inode: reads happen only after the kernel dropped the cached pages.
 
 This module must be imported before pyfuse3 (it loads the library with RTLD_GLOBAL, so that
 pyfuse3's fuse_session_new binds to the shim's); memfs/fs.py imports it first. Whether it
@@ -93,8 +93,10 @@ else:
         return 0
 
 
-#: Reads that reached Python on a fast handle (the kernel had dropped the pages).
+#: Reads that reached Python on a fast handle (the kernel had dropped the pages), and
+#: fsyncs (always Python's: they make the file's content power-safe).
 reads = 0
+fsyncs = 0
 
 
 def active() -> bool:
@@ -117,4 +119,4 @@ def stats() -> dict:
     """For `memfs status --json`: whether the shim is on, and what it did."""
     return {"state": describe(),
             "answered_opens": int(_lib.memfs_fast_answered()) if _lib is not None else 0,
-            "fast_inodes": int(count()), "reads": reads}
+            "fast_inodes": int(count()), "reads": reads, "fsyncs": fsyncs}

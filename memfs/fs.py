@@ -333,18 +333,18 @@ class Operations(pyfuse3.Operations):
             log.error("cannot persist inode %d: %s", of.node.ino, exc)
             raise _err(errno.EIO) from None
 
-    async def _sync_to_disk(self, of: OpenFile) -> None:
+    async def _sync_to_disk(self, node: Node) -> None:
         """fsync's durability point: the file's blob, its directory entries and the
         SQLite WAL reach the disk (a power loss loses nothing). The fsyncs run in
         a worker thread: they touch only file descriptors, never State."""
-        sha = of.node.sha
+        sha = node.sha
         files = self.state.durable_files()
         if sha and sha != EMPTY_SHA:
             files = [*self.cache.durable_files(sha), *files]
         try:
             await trio.to_thread.run_sync(partial(fsync_paths, files, missing_ok=True))
         except OSError as exc:
-            log.error("cannot fsync inode %d: %s", of.node.ino, exc)
+            log.error("cannot fsync inode %d: %s", node.ino, exc)
             raise _err(exc.errno or errno.EIO) from None
 
     async def _materialize(self, of: OpenFile) -> bytearray:
@@ -830,20 +830,30 @@ class Operations(pyfuse3.Operations):
         return len(buf)
 
     async def flush(self, fh):
-        if fh >= FH_BASE:  # the .memfs tree, or a fast handle the shim answers itself
+        if fh >= FH_BASE:  # the .memfs tree, or a fast handle (the shim answers those)
             return
         ino = self._handles.get(fh)
         if ino is not None:
             self._persist(self._open[ino])
 
     async def fsync(self, fh, datasync):
-        if fh >= FH_BASE:  # the .memfs tree, or a fast handle the shim answers itself
+        if fh & fastopen.FAST_BIT:  # read-only, opened by the shim: still power-safe
+            fastopen.fsyncs += 1
+            ino = fh & ~fastopen.FAST_BIT
+            of = self._open.get(ino)
+            if of is not None:  # another handle's unsaved writes: shared, as for any fh
+                self._persist(of)
+            node = self.state.nodes.get(ino)
+            if node is not None:
+                await self._sync_to_disk(node)
+            return
+        if fh >= FH_BASE:
             return
         ino = self._handles.get(fh)
         if ino is not None:
             of = self._open[ino]
             self._persist(of)
-            await self._sync_to_disk(of)
+            await self._sync_to_disk(of.node)
 
     async def release(self, fh):
         if fh & fastopen.FAST_BIT:  # the shim answers these itself; never here in a mount

@@ -300,6 +300,9 @@ class GroupOperations(pyfuse3.Operations):
         await slot.ops.flush(local)
 
     async def fsync(self, fh, datasync):
+        if fh & FAST_BIT:  # as in read
+            slot, local = self._split(fh & ~FAST_BIT)
+            return await slot.ops.fsync(FAST_BIT | local, datasync)
         slot, local = self._split(fh)
         await slot.ops.fsync(local, datasync)
 

@@ -119,6 +119,19 @@ async def test_a_read_on_a_fast_handle_reads_by_inode(env):
     await env.ops.release(FAST_BIT | ino)  # never sent in a mount; harmless here
 
 
+async def test_an_fsync_on_a_fast_handle_makes_the_file_power_safe(env, monkeypatch):
+    """`open(O_RDONLY)` + `fsync()` is how some programs make a file durable: the shim
+    never answers FSYNC, and Python syncs the inode's blob and state.db."""
+    ino = await _fast_file(env, data=b"keep me\n")
+    synced: list = []
+    monkeypatch.setattr("memfs.fs.fsync_paths",
+                        lambda paths, missing_ok=False: synced.extend(map(str, paths)))
+    await env.ops.fsync(FAST_BIT | ino, False)
+    sha = env.node("/a.md").sha
+    assert any(p.endswith(sha) for p in synced)  # the blob
+    assert any(p.endswith("state.db-wal") or p.endswith("state.db") for p in synced)
+
+
 # -- real mounts ----------------------------------------------------------------------
 
 
@@ -171,6 +184,10 @@ def test_reads_after_the_kernel_dropped_the_pages(mounts):
         _drop_pages(f)
         assert os.pread(fd, 100, 0) == b"version two, longer\n"
         assert f.read_text() == "version two, longer\n"
+
+        fsyncs = _stats(m)["fsyncs"]
+        os.fsync(fd)  # power-safe through a read-only descriptor too
+        assert _stats(m)["fsyncs"] == fsyncs + 1
 
         # Unlinked while open: the handle keeps what it was opened on.
         f.unlink()
