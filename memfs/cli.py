@@ -2,10 +2,41 @@
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
+#: The commands defined in other modules, imported only when run (or listed by --help
+#: or completion): `memfs mount` must not import the history or tool code, nor
+#: `memfs status` trio and httpx.
+LAZY_COMMANDS = {
+    "mount": "memfs.cli_mount:mount",        # mount, unmount, status, stores
+    "unmount": "memfs.cli_mount:unmount",
+    "status": "memfs.cli_mount:status",
+    "stores": "memfs.cli_mount:stores",
+    "conflicts": "memfs.cli_conflicts:conflicts",  # list / restore / discard local versions
+    "tool": "memfs.cli_tool:tool",           # the memory tool straight over a store
+    "history": "memfs.cli_history:history",  # a file's versions, from the versions API
+    "show": "memfs.cli_history:show",
+    "restore": "memfs.cli_history:restore",
+    "sessions": "memfs.cli_sessions:sessions",  # create / list / show sessions
+}
 
-@click.group()
+
+class LazyGroup(click.Group):
+    """A group whose LAZY_COMMANDS load on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
+            module, attr = LAZY_COMMANDS[cmd_name].split(":")
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup)
 @click.version_option(package_name="memfs")
 def main() -> None:
     """Mount Memory Stores as filesystems."""
@@ -211,41 +242,3 @@ def serve_status(as_json: bool) -> None:
         click.echo("not running")
     click.echo(f"database: {st['db']}")
     click.echo(f"log: {st['log']}")
-
-
-# --------------------------------------------------------------------------
-# mount, unmount, status, stores (memfs/cli_mount.py)
-
-from memfs.cli_mount import mount, status, stores, unmount  # noqa: E402
-
-for _command in (mount, unmount, status, stores):
-    main.add_command(_command)
-
-# --------------------------------------------------------------------------
-# conflicts: list / restore / discard preserved local versions (memfs/cli_conflicts.py)
-
-from memfs.cli_conflicts import conflicts  # noqa: E402
-
-main.add_command(conflicts)
-
-# --------------------------------------------------------------------------
-# tool: the memory tool straight over a store, JSON lines (memfs/cli_tool.py)
-
-from memfs.cli_tool import tool  # noqa: E402
-
-main.add_command(tool)
-
-# --------------------------------------------------------------------------
-# history / show / restore: a file's versions, from the versions API (memfs/cli_history.py)
-
-from memfs.cli_history import history, restore, show  # noqa: E402
-
-for _command in (history, show, restore):
-    main.add_command(_command)
-
-# --------------------------------------------------------------------------
-# sessions: create / list / show sessions and their stores (memfs/cli_sessions.py)
-
-from memfs.cli_sessions import sessions  # noqa: E402
-
-main.add_command(sessions)

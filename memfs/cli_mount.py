@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -10,29 +11,31 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
-import trio
 
-from . import control, progress, storenames
+# Light imports only: `memfs mount` starts the daemon process before it imports trio
+# and httpx (its own lookups need them), so the two processes import side by side.
+from . import progress, storenames
 from .api import errors as api_errors
-from .api.client import MemoryStoresClient
+from .api import tls
 from .api.config import ConfigError, resolve_config
 from .completion import complete_mountpoints, complete_stores
 from .mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS, GroupConfig, MountConfig, SyncOptions
 from .statedir import (
+    Unreachable,
     adopt,
     cache_root,
     canonical_mountpoint,
+    key_from_probe,
     read_registry,
     registry_dir,
     registry_file,
     remember,
-    resolve_key,
     state_dir_for,
 )
-from .status import locate, offline_status
 
 
 def _server(base_url: str | None, api_key_file: str | None) -> tuple[str, str | None]:
@@ -59,6 +62,10 @@ def _server_info(base_url: str | None, api_key_file: str | None,
 
 
 def _call(base_url: str, api_key: str | None, fn):
+    import trio
+
+    from .api.client import MemoryStoresClient
+
     async def go():
         async with MemoryStoresClient(base_url, api_key, max_retries=1, timeout=15.0) as c:
             return await fn(c)
@@ -163,37 +170,87 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
         raise click.UsageError("give STORE and MOUNTPOINT (or --session / --all)")
     mountpoint = os.path.abspath(mountpoint)
     _preflight(mountpoint)
-    url, api_key, embedded = _server_info(base_url, api_key_file)
-    store_name = ""
-    try:
-        found = storenames.resolve_sync(url, api_key, store_id)  # an id, a name or a slug
-        store_id, store_name = found.id, found.store.name
-        if found.archived:
-            click.echo(f"memfs: store {found.describe()} is archived: the server refuses "
-                       "changes to it", err=True)
-        state_dir = _state_dir(url, store_id, cache_dir)
-    except api_errors.NotFoundError:
-        raise click.ClickException(f"unknown store {store_id} on {url}") from None
-    except (api_errors.AuthenticationError, api_errors.PermissionDeniedError) as exc:
-        raise click.ClickException(f"bad credentials for {url}: {exc.message}") from None
-    except (*api_errors.TRANSIENT,) as exc:
-        store_id = storenames.cached_id(store_id, url, cache_dir) or store_id  # a name, offline
-        state_dir = _state_dir(url, store_id, cache_dir)
-        if not _has_cache(state_dir):
-            raise click.ClickException(
-                f"cannot reach {url} ({exc.message}) and nothing of {store_id} is cached") from None
-        click.echo(f"memfs: {url} is unreachable; mounting from the cache (offline)", err=True)
-    cfg = MountConfig(store_id=store_id, mountpoint=mountpoint, base_url=url,
-                      state_dir=str(state_dir), options=options, embedded=embedded,
-                      store_name=store_name, **common)
-    if foreground:
-        from .daemon import run
+    with _Daemon.start(foreground) as daemon:  # importing while the store is looked up
+        tls.prepare()
+        url, api_key, embedded = _server_info(base_url, api_key_file)
+        store_name = ""
+        try:
+            found, reported = _resolve_store(url, api_key, store_id)  # an id, a name or a slug
+            store_id, store_name = found.id, found.store.name
+            if found.archived:
+                click.echo(f"memfs: store {found.describe()} is archived: the server refuses "
+                           "changes to it", err=True)
+            state_dir = _state_dir(url, store_id, cache_dir, reported)
+        except api_errors.NotFoundError:
+            raise click.ClickException(f"unknown store {store_id} on {url}") from None
+        except (api_errors.AuthenticationError, api_errors.PermissionDeniedError) as exc:
+            raise click.ClickException(f"bad credentials for {url}: {exc.message}") from None
+        except (*api_errors.TRANSIENT,) as exc:
+            store_id = storenames.cached_id(store_id, url, cache_dir) or store_id  # offline
+            state_dir = _state_dir(url, store_id, cache_dir)
+            if not _has_cache(state_dir):
+                raise click.ClickException(
+                    f"cannot reach {url} ({exc.message}) and nothing of {store_id} is "
+                    "cached") from None
+            click.echo(f"memfs: {url} is unreachable; mounting from the cache (offline)",
+                       err=True)
+        cfg = MountConfig(store_id=store_id, mountpoint=mountpoint, base_url=url,
+                          state_dir=str(state_dir), options=options, embedded=embedded,
+                          store_name=store_name, **common)
+        if foreground:
+            from .daemon import run
 
-        remember(mountpoint, state_dir, store_id, url)
-        sys.exit(run(cfg, foreground=True, api_key=api_key))
-    _spawn(cfg, api_key)
+            remember(mountpoint, state_dir, store_id, url)
+            sys.exit(run(cfg, foreground=True, api_key=api_key))
+        daemon.hand_over(cfg, api_key)
     remember(mountpoint, state_dir, store_id, url)  # status/conflicts find it after unmount
     click.echo(f"mounted {store_id} at {mountpoint}" + (" (read-only)" if read_only else ""))
+    _done()
+
+
+def _resolve_store(url: str, api_key: str | None, text: str):
+    """(the store `text` names, the server's health probe: its id, None or the
+    Unreachable it raised), both asked at once on one client."""
+    import trio
+
+    from .api.client import MemoryStoresClient
+    from .statedir import reported_server_id_async
+
+    out: dict = {}
+
+    async def go() -> None:
+        async with MemoryStoresClient(url, api_key, max_retries=1, timeout=15.0) as c:
+            async def probe() -> None:
+                try:
+                    out["reported"] = await reported_server_id_async(c._http, url)
+                except Exception as exc:  # Unreachable, or a URL httpx refuses
+                    out["reported"] = exc if isinstance(exc, Unreachable) else \
+                        Unreachable(str(exc))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(probe)
+                try:
+                    out["found"] = await storenames.resolve(c, text)
+                except Exception as exc:  # raised as itself, not in an exception group
+                    out["error"] = exc
+                    nursery.cancel_scope.cancel()
+
+    trio.run(go)
+    if "error" in out:
+        raise out["error"]
+    return out["found"], out["reported"]
+
+
+def _done() -> None:
+    """`memfs mount` is done once the mount is live: leave without the interpreter's
+    teardown (about 0.1 s of garbage collection over every module imported), which
+    would only hold up the caller's next command. Nothing is left to write."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 def _owner(uid: int | None, gid: int | None) -> list[int] | None:
@@ -214,6 +271,35 @@ def _owner(uid: int | None, gid: int | None) -> list[int] | None:
 def _mount_group(session_id, root, base_url, api_key_file, cache_dir, options, read_only,
                  foreground, common) -> None:
     """`--session` / `--all`: plan the root, then start one daemon for all its stores."""
+    with _Daemon.start(foreground) as daemon:  # importing while the root is planned
+        tls.prepare()
+        cfg, key = _plan_group(session_id, root, base_url, api_key_file, cache_dir, options,
+                               read_only, common)
+        if not os.path.exists(cfg.root) and not _is_mounted(cfg.root):
+            try:
+                os.makedirs(cfg.root, mode=0o755)
+            except OSError as exc:
+                raise click.ClickException(f"cannot create {cfg.root}: {exc.strerror}") \
+                    from None
+        _preflight(cfg.root)
+        for store in cfg.stores:
+            remember(f"{cfg.root}/{store.name}", Path(store.state_dir), store.store_id,
+                     cfg.base_url)
+        if foreground:
+            from .daemon import run
+
+            sys.exit(run(cfg, foreground=True, api_key=key))
+        daemon.hand_over(cfg, key)
+    what = f"session {session_id}" if session_id else "every store"
+    click.echo(f"mounted {what} at {cfg.root}: " + (", ".join(
+        f"{s.name}" + (" (read-only)" if s.read_only or cfg.read_only else "")
+        for s in cfg.stores) or "no stores"))
+    _done()
+
+
+def _plan_group(session_id, root, base_url, api_key_file, cache_dir, options, read_only,
+                common) -> tuple[GroupConfig, str | None]:
+    """The root's configuration and the key its daemon uses."""
     from .cli_group import SESSION_ROOT, cached_plan, plan_all, plan_session
 
     url, api_key, embedded = _server_info(base_url, api_key_file)
@@ -254,30 +340,24 @@ def _mount_group(session_id, root, base_url, api_key_file, cache_dir, options, r
                           group_dir=str(group_dir(where, cache_dir)), stores=stores,
                           options=options, session_id=session_id, cache_dir=cache_dir,
                           read_only=read_only, embedded=embedded, **common)
-    if not os.path.exists(cfg.root) and not _is_mounted(cfg.root):
-        try:
-            os.makedirs(cfg.root, mode=0o755)
-        except OSError as exc:
-            raise click.ClickException(f"cannot create {cfg.root}: {exc.strerror}") from None
-    _preflight(cfg.root)
-    for store in cfg.stores:
-        remember(f"{cfg.root}/{store.name}", Path(store.state_dir), store.store_id, url)
-    if foreground:
-        from .daemon import run
-
-        sys.exit(run(cfg, foreground=True, api_key=key))
-    _spawn(cfg, key)
-    what = f"session {session_id}" if session_id else "every store"
-    click.echo(f"mounted {what} at {cfg.root}: " + (", ".join(
-        f"{s.name}" + (" (read-only)" if s.read_only or cfg.read_only else "")
-        for s in cfg.stores) or "no stores"))
+    return cfg, key
 
 
-def _state_dir(url: str, store_id: str, cache_dir: str | None) -> Path:
-    """The store's state directory, keyed by the server's stable identity; state of
-    the store kept under another key (an older memfs keyed it by URL and port) is
-    adopted first, so its pending changes are never stranded."""
-    key = resolve_key(url, store_id, cache_dir)
+_PROBE = object()  # _state_dir: ask the server's identity now
+
+
+def _state_dir(url: str, store_id: str, cache_dir: str | None,
+               reported: str | None | Unreachable | object = _PROBE) -> Path:
+    """The store's state directory, keyed by the server's stable identity (`reported`:
+    the health probe's answer when it was asked already); state of the store kept
+    under another key (an older memfs keyed it by URL and port) is adopted first, so
+    its pending changes are never stranded."""
+    if reported is _PROBE:
+        from .statedir import resolve_key
+
+        key = resolve_key(url, store_id, cache_dir)
+    else:
+        key = key_from_probe(url, store_id, cache_dir, reported)  # type: ignore[arg-type]
     try:
         for done in adopt(Path(cache_dir) if cache_dir else cache_root(), key, store_id):
             click.echo(done.message(), err=True)
@@ -291,46 +371,103 @@ def _has_cache(state_dir: Path) -> bool:
     return db.exists() and db.stat().st_size > 0
 
 
-def _spawn(cfg: MountConfig | GroupConfig, api_key: str | None) -> None:
-    r, w = os.pipe()
-    env = dict(os.environ)
-    env["MEMFS_DAEMON_CONFIG"] = cfg.to_json()
-    env["MEMFS_READY_FD"] = str(w)
-    env.pop("ANTHROPIC_API_KEY", None)
-    if api_key:
-        env["ANTHROPIC_API_KEY"] = api_key  # environment only, never argv
-    proc = subprocess.Popen([sys.executable, "-m", "memfs.daemon"], env=env, pass_fds=(w,),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    os.close(w)
-    buf = b""
-    deadline = time.monotonic() + 60
-    if isinstance(cfg, GroupConfig):
-        what, control_dir = f"{len(cfg.stores)} store(s)", Path(cfg.group_dir)
-    else:
-        what, control_dir = cfg.store_name or cfg.store_id, Path(cfg.state_dir)
-    waiting = progress.live(f"mounting {what} at {cfg.mountpoint}",
-                            progress.mount_poller(control_dir))  # on a terminal only
-    try:
+class _Daemon:
+    """The mount's daemon process (``python -m memfs.daemon``), started before the
+    store is looked up, so that its imports (pyfuse3, trio, httpx: about 0.2 s) run
+    beside the lookup instead of after it. It waits for its configuration and the API
+    key on a pipe (never argv nor its environment); when none comes (the lookup failed,
+    or `memfs mount` was interrupted or killed) it exits, having touched nothing."""
+
+    def __init__(self, proc: subprocess.Popen, config_w: int, ready_r: int) -> None:
+        self.proc, self.config_w, self.ready_r = proc, config_w, ready_r
+        self.handed_over = False
+
+    @classmethod
+    @contextlib.contextmanager
+    def start(cls, foreground: bool) -> Iterator[_Daemon]:
+        """The waiting daemon (`foreground`: none, the mount runs in this process);
+        ended on leaving unless `hand_over` ran."""
+        if foreground:
+            yield None  # type: ignore[misc]
+            return
+        config_r, config_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        env = dict(os.environ)
+        env.pop("ANTHROPIC_API_KEY", None)  # the key in use goes through the pipe
+        env["MEMFS_CONFIG_FD"], env["MEMFS_READY_FD"] = str(config_r), str(ready_w)
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "memfs.daemon"], env=env,
+                                    pass_fds=(config_r, ready_w), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    start_new_session=True)
+        except BaseException:
+            os.close(config_w)
+            os.close(ready_r)
+            raise
+        finally:
+            os.close(config_r)
+            os.close(ready_w)
+        daemon = cls(proc, config_w, ready_r)
+        try:
+            yield daemon
+        finally:
+            daemon._close()
+
+    def _close(self) -> None:
+        if self.config_w >= 0:
+            os.close(self.config_w)  # end of file: the daemon exits
+            self.config_w = -1
+        if self.ready_r >= 0:
+            os.close(self.ready_r)
+            self.ready_r = -1
+        if not self.handed_over and self.proc.poll() is None:
+            self.proc.kill()  # still importing: nothing to clean up
+            self.proc.wait()
+
+    def hand_over(self, cfg: MountConfig | GroupConfig, api_key: str | None) -> None:
+        """Send the configuration, then wait until the daemon reports the mount live
+        (``READY``) or its error (``ERROR <message>``, raised as a click error)."""
+        self.handed_over = True
+        deadline = time.monotonic() + 60
+        payload = memoryview(json.dumps({"config": cfg.to_json(),
+                                         "api_key": api_key}).encode())
+        os.set_blocking(self.config_w, False)
+        while payload and time.monotonic() < deadline:  # larger than a pipe: in parts
+            if select.select([], [self.config_w], [], 0.5)[1]:
+                try:
+                    payload = payload[os.write(self.config_w, payload):]
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    break  # the daemon is gone: reported below
+        os.close(self.config_w)
+        self.config_w = -1
+        buf = b""
+        if isinstance(cfg, GroupConfig):
+            what, control_dir = f"{len(cfg.stores)} store(s)", Path(cfg.group_dir)
+        else:
+            what, control_dir = cfg.store_name or cfg.store_id, Path(cfg.state_dir)
+        waiting = progress.live(f"mounting {what} at {cfg.mountpoint}",
+                                progress.mount_poller(control_dir))  # on a terminal only
         with waiting:
             while b"\n" not in buf and time.monotonic() < deadline:
-                ready, _, _ = select.select([r], [], [], 0.5)
+                ready, _, _ = select.select([self.ready_r], [], [], 0.5)
                 if ready:
-                    chunk = os.read(r, 4096)
+                    chunk = os.read(self.ready_r, 4096)
                     if not chunk:
                         break
                     buf += chunk
-    finally:
-        os.close(r)
-    line = buf.decode(errors="replace").strip()
-    if line == "READY":
-        return
-    if proc.poll() is None and not line:
-        proc.terminate()
-    log = Path(getattr(cfg, "group_dir", None) or cfg.state_dir) / "daemon.log"
-    msg = line[len("ERROR "):] if line.startswith("ERROR ") else (
-        f"the daemon did not start (see {log})")
-    raise click.ClickException(msg)
+        os.close(self.ready_r)
+        self.ready_r = -1
+        line = buf.decode(errors="replace").strip()
+        if line == "READY":
+            return
+        if self.proc.poll() is None and not line:
+            self.proc.terminate()
+        log = Path(getattr(cfg, "group_dir", None) or cfg.state_dir) / "daemon.log"
+        msg = line[len("ERROR "):] if line.startswith("ERROR ") else (
+            f"the daemon did not start (see {log})")
+        raise click.ClickException(msg)
 
 
 # -- unmount -----------------------------------------------------------------------------
@@ -368,6 +505,8 @@ def unmount(mountpoint, timeout):
             click.echo(f"unmounted {mountpoint} (no memfs daemon was registered for it)")
             return
         raise click.ClickException(f"{mountpoint} is not a memfs mount")
+    from . import control
+
     state_dir, pid = Path(info["state_dir"]), int(info["pid"])
     try:
         with progress.live(f"flushing {mountpoint}", progress.flush_poller(state_dir)):
@@ -402,6 +541,9 @@ def unmount(mountpoint, timeout):
 
 
 def mount_status(mountpoint: str) -> dict:
+    from . import control
+    from .status import locate, offline_status
+
     found = locate(mountpoint)  # the registry, else the state.db last mounted there
     if found is None:
         group = _offline_group_status(mountpoint)
@@ -421,6 +563,7 @@ def mount_status(mountpoint: str) -> dict:
 def _offline_group_status(root: str) -> dict | None:
     """A session root with no daemon: each store's status from its state.db."""
     from .cli_group import group_dir
+    from .status import offline_status
 
     try:
         data = json.loads((group_dir(root, None) / "group.json").read_text())

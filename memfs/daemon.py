@@ -1,10 +1,12 @@
 """One mount's daemon: FUSE, the stores' engines and the control socket in one trio nursery.
 
-`memfs mount` forks this as ``python -m memfs.daemon`` (or runs it in the
-foreground) with the mount's configuration as JSON in ``MEMFS_DAEMON_CONFIG``;
-the API key travels only in the environment (``ANTHROPIC_API_KEY``), never in
-argv. The daemon prints ``READY`` or ``ERROR <message>`` on stdout once, so the
-parent returns only when the mount is live.
+`memfs mount` starts this as ``python -m memfs.daemon`` (or runs it in the
+foreground) before it has looked the store up, so that the imports below run
+while it does; then it writes the mount's configuration and the API key as JSON
+to the pipe ``MEMFS_CONFIG_FD`` (the key never goes into argv nor the
+environment). End of file without it: the mount was given up, and the process
+exits. The daemon writes ``READY`` or ``ERROR <message>`` to ``MEMFS_READY_FD``
+once, so the parent returns only when the mount is live.
 
 Shutdown, whichever way it comes (`memfs unmount`, SIGTERM/SIGINT, or
 `fusermount3 -u` from outside): a bounded flush of pending changes, then the
@@ -14,6 +16,7 @@ unmount. What the flush could not push stays in state.db for the next mount.
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import signal
@@ -449,11 +452,33 @@ def _invalidate(base: int, items: list[tuple]) -> None:
             pass  # the kernel did not know it: nothing cached to drop
 
 
+def _prepare() -> None:
+    """What the daemon needs only once configured, made while it waits for that: the
+    API client's TLS context (in a thread), the modules its first client and its log
+    load."""
+    from .api import tls
+
+    tls.prepare()
+    import logging.handlers  # noqa: F401 - the log file's handler
+
+    try:
+        import httpcore  # noqa: F401 - loaded by httpx with the first client
+    except ImportError:
+        pass
+
+
 def main() -> None:
-    cfg = config_from_json(os.environ.pop("MEMFS_DAEMON_CONFIG"))
-    api_key = os.environ.get("ANTHROPIC_API_KEY") or None
     ready_fd = int(os.environ.pop("MEMFS_READY_FD"))
+    config_fd = int(os.environ.pop("MEMFS_CONFIG_FD"))
     os.set_inheritable(ready_fd, False)
+    _prepare()
+    with open(config_fd, "rb") as f:  # once `memfs mount` has looked the store up
+        handoff = f.read()
+    if not handoff:  # it gave up (an unknown store, a dead server...): nothing to do
+        os._exit(0)
+    data = json.loads(handoff)
+    cfg = config_from_json(data["config"])
+    api_key = data.get("api_key") or None
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)

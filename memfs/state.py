@@ -19,11 +19,14 @@ handlers do); memfs/state_sync.py holds every transition the sync side makes.
 
 Trio: every method is synchronous and commits one transaction with no
 checkpoint inside, so each is atomic with respect to every other task (and to
-a crash): that is all the locking the single-threaded daemon needs.
+a crash): that is all the locking the single-threaded daemon needs. A run of
+methods called with no checkpoint between them can share one commit
+(:meth:`State.batch`: a first listing's thousands of new files).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import logging
 import os
@@ -83,6 +86,7 @@ class State(SyncTransitions):
         self.on_content: Callable[..., None] = lambda ino, gone_sha=None: None
         # Called with the inode of a file that came from the server: new to the kernel too.
         self.on_added: Callable[[int], None] = lambda ino: None
+        self._batch = False  # inside batch(): transactions join its own
         self._load()
 
     # -- loading and persistence ------------------------------------------
@@ -143,11 +147,17 @@ class State(SyncTransitions):
     class _Txn:
         def __init__(self, state: State) -> None:
             self.state = state
+            self.joined = False
 
         def __enter__(self):
+            if self.state._batch:  # part of the batch's transaction; it commits or undoes
+                self.joined = True
+                return
             self.state.db.execute("BEGIN")
 
         def __exit__(self, exc_type, *_):
+            if self.joined:
+                return False
             db = self.state.db
             if exc_type is None:
                 try:
@@ -166,6 +176,22 @@ class State(SyncTransitions):
 
     def transaction(self) -> State._Txn:
         return State._Txn(self)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """One transaction for the mutations made inside (each method's own joins it):
+        one commit instead of one each. The caller makes no checkpoint inside (no other
+        task may write meanwhile) and lets any error out: the whole batch is then
+        undone, memory and state.db alike."""
+        if self._batch:
+            yield
+            return
+        with self.transaction():
+            self._batch = True
+            try:
+                yield
+            finally:
+                self._batch = False
 
     def _save(self, node: Node) -> None:
         if not node.is_dir:

@@ -37,8 +37,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 STATE_DB = "state.db"
 LOCK = "lock"
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -66,10 +64,36 @@ class Unreachable(Exception):
 def reported_server_id(base_url: str, timeout: float = 2.0) -> str | None:
     """The id the server reports in ``GET /_memfs/health`` (``memfs serve``), None when
     it reports none (the hosted API: 404); Unreachable when it does not answer."""
+    import httpx
+
     try:
-        r = httpx.get(f"{base_url.rstrip('/')}/_memfs/health", timeout=timeout)
+        r = httpx.get(health_url(base_url), timeout=timeout)
     except httpx.HTTPError as exc:
         raise Unreachable(str(exc)) from None
+    return reported_id(r)
+
+
+async def reported_server_id_async(http, base_url: str, timeout: float = 2.0) -> str | None:
+    """:func:`reported_server_id` through an ``httpx.AsyncClient`` already open (`memfs
+    mount` asks it while it looks the store up); the request is sent as the sync
+    probe sends it, without the client's headers (no API key)."""
+    import httpx
+
+    try:
+        r = await http.send(httpx.Request("GET", health_url(base_url),
+                                          extensions={"timeout": httpx.Timeout(timeout)
+                                                      .as_dict()}))
+    except httpx.HTTPError as exc:
+        raise Unreachable(str(exc)) from None
+    return reported_id(r)
+
+
+def health_url(base_url: str) -> str:
+    return f"{base_url.rstrip('/')}/_memfs/health"
+
+
+def reported_id(r) -> str | None:
+    """The server id of a health response (an ``httpx.Response``)."""
     if r.status_code == 429 or r.status_code >= 500:
         raise Unreachable(f"HTTP {r.status_code}")
     if r.status_code != 200:
@@ -91,9 +115,18 @@ def resolve_key(base_url: str, store_id: str, cache_dir: str | None = None,
     the server is unreachable: the key of a state dir of this store last mounted
     from base_url (state.db meta), else the URL slug."""
     try:
-        return key_for(base_url, reported_server_id(base_url, timeout))
-    except Unreachable:
-        pass
+        reported: str | None | Unreachable = reported_server_id(base_url, timeout)
+    except Unreachable as exc:
+        reported = exc
+    return key_from_probe(base_url, store_id, cache_dir, reported)
+
+
+def key_from_probe(base_url: str, store_id: str, cache_dir: str | None,
+                   reported: str | None | Unreachable) -> str:
+    """:func:`resolve_key` from a health probe already made (its id, None, or the
+    Unreachable it raised)."""
+    if not isinstance(reported, Unreachable):
+        return key_for(base_url, reported)
     root = Path(cache_dir) if cache_dir else cache_root()
     best: tuple[float, str] | None = None
     for db in root.glob(f"*/{store_id}/{STATE_DB}"):

@@ -316,3 +316,39 @@ async def test_mount_start_is_one_listing_and_the_poll_waits_its_turn(eng, first
     assert counts == {"versions": 2, "list": 4, "get": 0}
     await eng.reconciler.reconcile_pass()  # `memfs sync`: never coalesced
     assert counts["versions"] == 3
+
+
+async def test_a_root_write_between_the_root_listing_and_the_head_is_not_lost(eng):
+    """The feed's position is read alongside the root's listing (one round trip less
+    before a mount is usable): writes that land after the root was listed but before
+    the position was read are in neither. The first poll after the listing looks back
+    from the position whatever the time, so it still brings them."""
+    import trio
+
+    listed = trio.Event()
+    list_page, head = eng.client.list_memories_page, eng.reconciler.feed.head
+
+    async def root_then_writes(*a, **kw):
+        page = await list_page(*a, **kw)
+        if kw.get("depth") == 1 and not listed.is_set():
+            await eng.other.create_memory(eng.store_id, "/late-root.md", "missed\n")
+            time.sleep(0.01)
+            await eng.other.create_memory(eng.store_id, "/d/newer.md", "moves the head\n")
+            listed.set()
+        return page
+
+    async def head_after_the_root():
+        await listed.wait()
+        return await head()
+
+    eng.client.list_memories_page = root_then_writes
+    eng.reconciler.feed.head = head_after_the_root
+    await eng.reconcile()
+    assert eng.state.lookup_path("/late-root.md") is None  # on no listing
+    eng.client.list_memories_page = list_page
+    eng.reconciler.feed.position_seen_at -= 3600  # the first poll comes late (offline, say)
+    await eng.reconcile()                          # a feed poll, not a listing
+    assert eng.reconciler.feed.trusted()
+    assert await eng.read("/late-root.md") == b"missed\n"
+    assert await eng.read("/d/newer.md") == b"moves the head\n"
+    assert not eng.reconciler.feed.look_back      # once only

@@ -272,8 +272,8 @@ async def test_memory_missing_from_listing_is_confirmed(eng, dirty):
     await eng.other.update_memory(eng.store_id, mid, path="/a.md")
     orig = eng.reconciler.list_remote
 
-    async def listing_that_missed_it():  # the rename fell between two pages
-        return [m for m in await orig() if m.id != mid]
+    async def listing_that_missed_it(*args):  # the rename fell between two pages
+        return [m for m in await orig(*args) if m.id != mid]
 
     eng.reconciler.list_remote = listing_that_missed_it
     await eng.reconcile()

@@ -855,3 +855,38 @@ async def test_rename_chain_converges(eng):
             break
     assert eng.pusher.pending_total() == 0
     assert await eng.remote() == {"/b": (a_id, "A"), "/c": (b_id, "B")}
+
+
+# -- a first listing's new files share one commit ---------------------------------------------
+
+
+def test_a_batch_commits_once_and_undoes_everything_on_failure(tmp_path):
+    from memfs.nodes import Remote
+
+    st = State(tmp_path / "state.db")
+    commits = []
+    st.db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    with st.batch():
+        for i in range(5):
+            st.add_remote(Remote(f"mem_{i}", f"/d/n{i}.md", "ab" * 32, 3))
+    assert len(commits) == 1
+    with pytest.raises(RuntimeError), st.batch():
+        st.add_remote(Remote("mem_x", "/d/x.md", "ab" * 32, 3))
+        raise RuntimeError("a failure inside the batch")
+    assert st.lookup_path("/d/x.md") is None and st.holder("mem_x") is None
+    st.close()
+    again = State(tmp_path / "state.db")  # what state.db holds: the five, not mem_x
+    assert sorted(n.memory_id for n in again.files()) == [f"mem_{i}" for i in range(5)]
+    again.close()
+
+
+async def test_a_first_listing_commits_its_new_files_at_once(eng):
+    for i in range(30):
+        await eng.other.create_memory(eng.store_id, f"/d{i % 3}/n{i}.md", f"{i}\n")
+    commits = []
+    eng.state.db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    await eng.reconcile()
+    eng.state.db.set_trace_callback(None)
+    assert len(eng.state.lookup_path("/d1").children) == 10
+    assert len(commits) < 10, commits  # not one per file
+    assert await eng.read("/d2/n29.md") == b"29\n"

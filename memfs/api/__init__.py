@@ -3,15 +3,13 @@
 See docs/CLIENT.md. Public names are re-exported here::
 
     from memfs.api import MemoryStoresClient, resolve_config, PathConflictError
+
+The client's names load on first use: `from memfs.api import errors` (every CLI
+command) must not pay for httpx and trio.
 """
 
-from .client import (
-    ANTHROPIC_VERSION,
-    MEMORY_BETA,
-    SESSIONS_BETA,
-    MemoryStoresClient,
-    parse_retry_after,
-)
+from typing import Any
+
 from .config import ClientConfig, ConfigError, resolve_config
 from .errors import (
     REFUSED,
@@ -78,3 +76,14 @@ __all__ = [
     "Page",
     "content_sha256",
 ]
+
+_CLIENT_NAMES = ("ANTHROPIC_VERSION", "MEMORY_BETA", "SESSIONS_BETA", "MemoryStoresClient",
+                 "parse_retry_after")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CLIENT_NAMES:
+        from . import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

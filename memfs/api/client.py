@@ -47,6 +47,7 @@ import httpx
 import trio
 
 from .. import __version__, paths
+from . import tls
 from .config import BEARER, ClientConfig
 from .errors import (
     APIConnectionError,
@@ -233,6 +234,7 @@ class MemoryStoresClient:
             transport=transport,
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
             follow_redirects=False,
+            verify=tls.verify(),  # made ahead where `memfs mount` and its daemon asked
         )
 
     @classmethod

@@ -8,7 +8,10 @@ order), skips the version ids it already applied, and re-reads only the
 memories those versions name. An idle poll is one request with an empty page.
 
 The feed is trusted only from a known position: a full listing sets it (the
-newest version's time, read just before the listing). The reconciler falls
+newest version's time, read alongside the listing's first request, the root's;
+the directories are listed after it, and the first poll after a listing looks
+back LOOKBACK from the position whatever the time, for a root-level write that
+landed between the two). The reconciler falls
 back to a full listing whenever the position is unknown, a poll fails, the
 gap since the last poll is longer than the server keeps versions, or a poll
 returns more changes than a listing would cost; and every `full_resync`
@@ -64,6 +67,7 @@ class Feed:
     seen: dict[str, datetime] = field(default_factory=dict)  # version id -> created_at
     last_poll: float | None = None              # monotonic, of the last good poll
     position_seen_at: float = 0.0               # monotonic: when position last moved
+    look_back: bool = False                     # the next poll looks back in any case
 
     async def head(self) -> datetime:
         """The newest version's time (the feed position a listing starts from)."""
@@ -76,9 +80,12 @@ class Feed:
             return False
         return time.monotonic() - self.last_poll < RETENTION.total_seconds()
 
-    def reset(self, position: datetime | None) -> None:
-        """After a full listing (position known) or a failure (position None)."""
+    def reset(self, position: datetime | None, *, look_back: bool = False) -> None:
+        """After a full listing (position known) or a failure (position None).
+        `look_back`: the position may be newer than part of the listing (read at the
+        same time): the next poll looks back LOOKBACK from it whenever it comes."""
         self.position = position
+        self.look_back = look_back and position is not None
         self.seen.clear()
         self.last_poll = time.monotonic() if position is not None else None
         self.position_seen_at = time.monotonic()
@@ -122,6 +129,7 @@ class Feed:
         for vid in [vid for vid, when in self.seen.items() if when < horizon]:
             del self.seen[vid]
         self.last_poll = time.monotonic()
+        self.look_back = False
         return list(newest.values())
 
     def _since(self) -> datetime:
@@ -131,6 +139,7 @@ class Feed:
         nothing older can come: ask from the newest version itself (an idle poll of a
         store that just had a burst of writes is then an empty page again)."""
         assert self.position is not None
-        if time.monotonic() - self.position_seen_at < LOOKBACK.total_seconds():
+        if self.look_back or \
+                time.monotonic() - self.position_seen_at < LOOKBACK.total_seconds():
             return self.position - LOOKBACK
         return self.position

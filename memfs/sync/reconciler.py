@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import trio
@@ -77,15 +78,24 @@ class Reconciler:
                 await self.ctx.reconcile_wakeup.wait()
             self.ctx.reconcile_wakeup = trio.Event()
 
-    async def list_remote(self) -> list[Memory]:
+    async def list_remote(self, alongside: Callable[[], Awaitable[None]] | None = None,
+                          ) -> list[Memory]:
         """The whole store, content-free: the root's own entries (`depth=1`), then
         each top-level directory's listing, several at once (a store of 20
         directories is listed in the time of its largest directory, not of all
         its pages in a row). A memory that moves between two listings during the
-        pass is on neither: absence is confirmed before it counts."""
+        pass is on neither: absence is confirmed before it counts. `alongside`
+        runs at the same time as the root's listing, and ends before the
+        directories are listed."""
         ctx = self.ctx
-        root = [m async for m in ctx.client.list_memories(ctx.store_id, depth=1,
-                                                          view="basic", limit=100)]
+        root: list = []
+
+        async def list_root() -> None:
+            root.extend([m async for m in ctx.client.list_memories(
+                ctx.store_id, depth=1, view="basic", limit=100)])
+
+        steps = [list_root] if alongside is None else [alongside, list_root]
+        await gather_bounded(steps, lambda step: step(), len(steps))
         found = [m for m in root if isinstance(m, Memory)]
         prefixes = [p.path for p in root if isinstance(p, MemoryPrefix)]
         listed: dict[str, list[Memory]] = {}
@@ -149,12 +159,20 @@ class Reconciler:
         feed should have brought is logged and counted: that count must stay 0."""
         ctx = self.ctx
         old_position = self.feed.position
-        position = await self.feed.head() if ctx.options.feed else None
-        remote = await self.list_remote()
+        head: list[datetime] = []
+
+        async def read_head() -> None:
+            head.append(await self.feed.head())
+
+        # The feed's position, read alongside the root's listing (one round trip less
+        # before a mount is usable), so a write to a root-level memory may land between
+        # the two: the first poll looks back from the position whatever the time.
+        remote = await self.list_remote(read_head if ctx.options.feed else None)
+        position = head[0] if head else None
         ctx.came_online()
         horizon = (old_position - LOOKBACK) if safety_net and old_position else None
         await self._apply(remote, since, horizon=horizon)
-        self.feed.reset(position)
+        self.feed.reset(position, look_back=True)
         self.last_full = time.monotonic()
         ctx.status.last_full_listing_at = time.time()
 
@@ -193,9 +211,22 @@ class Reconciler:
         st = self.state
         seen: set[str] = set()
         # Memories we hold first: their moves free the paths new memories may need.
-        for m in sorted(remote, key=lambda m: m.id not in st.by_memory):
+        rows = sorted(remote, key=lambda m: m.id not in st.by_memory)
+        i = 0
+        while i < len(rows):
+            m = rows[i]
             if m.id in seen:  # renamed forward between two pages: listed twice
+                i += 1
                 continue
+            if horizon is None and self._plain_new(m):
+                with st.batch():  # a run of them (a first listing): one commit
+                    while i < len(rows) and (rows[i].id in seen or self._plain_new(rows[i])):
+                        if rows[i].id not in seen:
+                            seen.add(rows[i].id)
+                            self._add_new(rows[i])
+                        i += 1
+                continue
+            i += 1
             seen.add(m.id)
             before = self._fingerprint(m.id) if horizon is not None else None
             await self._row(m, since)
@@ -208,6 +239,24 @@ class Reconciler:
         missing += [mid for mid in st.tombstones if mid not in seen]
         if missing:
             await self._confirm_absent(missing, since)
+
+    def _plain_new(self, m: Memory) -> bool:
+        """A memory new here (no file, no pending delete) whose path is free: its row
+        is `_unknown`'s ADD, which `_add_new` applies with no checkpoint."""
+        st = self.state
+        return (st.holder(m.id) is None and m.id not in st.tombstones
+                and st.lookup_path(m.path) is None
+                and decide.unknown_row(m.path, m.content_sha256, None, None, False)
+                is decide.Unknown.ADD)
+
+    def _add_new(self, m: Memory) -> None:
+        """`_unknown`'s ADD row (synchronous)."""
+        node = self.state.add_remote(remote_of(m))
+        if node is None:
+            self.ctx.status.note(f"the server's {m.path} overlaps a local directory or file; "
+                                 "not shown until that is resolved")
+        else:
+            self._entry_changed(node)
 
     def _fingerprint(self, mid: str) -> tuple:
         """What a row can change about one memory here (to see whether it acted)."""
@@ -275,12 +324,7 @@ class Reconciler:
                             "restoring the server's version")
             row = U.ADD  # add_remote cancels the pending delete
         if row is U.ADD:
-            node = st.add_remote(remote_of(m))
-            if node is None:
-                ctx.status.note(f"the server's {m.path} overlaps a local directory or file; "
-                                "not shown until that is resolved")
-                return
-            self._entry_changed(node)
+            self._add_new(m)
             return
         if row is U.COLLIDE:
             if tomb is not None:  # our delete no longer applies: the server changed it

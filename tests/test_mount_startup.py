@@ -1,0 +1,128 @@
+"""How `memfs mount` starts its daemon: before the store is looked up (the two
+processes import side by side), its configuration and API key through a pipe.
+
+A mount that fails leaves no daemon behind; a daemon that gets no configuration
+exits having touched nothing; the key never reaches the daemon's environment;
+`memfs mount` imports neither pyfuse3 nor, before the daemon is started, trio or
+httpx.
+"""
+
+# ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+from mountutil import _mounted, mount_env, mounts, needs_fuse  # noqa: F401
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def daemons_of(env: dict) -> set[int]:
+    """Live `memfs.daemon` processes started with this environment's cache root."""
+    mark = f"XDG_CACHE_HOME={env['XDG_CACHE_HOME']}".encode()
+    found = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"memfs.daemon" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        found.add(int(pid))
+    return found
+
+
+def mount_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "memfs", "mount", *args], env=env,
+                          capture_output=True, text=True, timeout=90)
+
+
+@needs_fuse
+def test_a_failed_mount_leaves_no_daemon(mounts, server, tmp_path):
+    store = mounts.new_store()
+    env = mount_env(server, tmp_path)
+    mp = tmp_path / "mp"
+    mp.mkdir()
+    cases = [
+        (env, "memstore_doesnotexist", "unknown store"),
+        (dict(env, ANTHROPIC_API_KEY="wrong-key"), store, "bad credentials"),
+        (dict(env, ANTHROPIC_BASE_URL="http://127.0.0.1:1"), store, "cannot reach"),
+    ]
+    for case_env, what, words in cases:
+        proc = mount_cli(case_env, what, str(mp))
+        assert proc.returncode == 1 and words in proc.stderr, proc
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert not _mounted(mp)
+        assert daemons_of(env) == set(), words  # the daemon started early is gone
+    assert not (tmp_path / "xdg-cache" / "memfs" / "mounts").exists() or \
+        not list((tmp_path / "xdg-cache" / "memfs" / "mounts").glob("*.json"))
+
+
+@needs_fuse
+def test_the_api_key_reaches_the_daemon_through_the_pipe_only(mounts, server):
+    assert server.api_key
+    store = mounts.new_store()
+    m = mounts.mount(store)
+    with open(f"/proc/{m.pid}/environ", "rb") as f:
+        environ = f.read()
+    assert server.api_key.encode() not in environ
+    assert b"ANTHROPIC_API_KEY=" not in environ
+    with open(f"/proc/{m.pid}/cmdline", "rb") as f:
+        assert server.api_key.encode() not in f.read()
+    (m.path / "a.md").write_text("the daemon holds the key\n")
+    m.wait_synced()
+    assert server.sdk().beta.memory_stores.memories.list(store).data[0].path == "/a.md"
+    m.unmount()
+
+
+def test_a_daemon_given_no_configuration_exits_untouched(tmp_path):
+    config_r, config_w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    env = dict(os.environ, MEMFS_CONFIG_FD=str(config_r), MEMFS_READY_FD=str(ready_w),
+               XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "memfs.daemon"], env=env,
+                            pass_fds=(config_r, ready_w), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    os.close(config_r)
+    os.close(ready_w)
+    os.close(config_w)  # `memfs mount` gave up: end of file, no configuration
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out == b"" and err == b""
+    with os.fdopen(ready_r, "rb") as ready:
+        assert ready.read() == b""  # neither READY nor ERROR
+    assert not (tmp_path / "cache").exists()
+
+
+def test_mount_starts_its_daemon_before_importing_trio_or_httpx(tmp_path):
+    """`memfs.cli` and the mount command import no network or FUSE library: the daemon
+    process is started before the store lookup pulls trio and httpx in."""
+    code = ("import sys, memfs.cli, memfs.cli_mount\n"
+            "heavy = {'trio', 'httpx', 'pyfuse3', 'anyio'} & set(sys.modules)\n"
+            "assert not heavy, heavy\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_every_command_is_listed_and_runs_lazily():
+    out = subprocess.run([sys.executable, "-m", "memfs", "--help"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    for command in ("conflicts", "history", "mount", "restore", "serve", "sessions", "show",
+                    "status", "stores", "tool", "unmount"):
+        assert f"\n  {command} " in out.stdout, (command, out.stdout)
+    sub = subprocess.run([sys.executable, "-m", "memfs", "history", "--help"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert sub.returncode == 0 and "memfs history [OPTIONS]" in sub.stdout, sub
