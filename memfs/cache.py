@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 from pathlib import Path
 
 from cachetools import LRUCache
@@ -83,11 +84,30 @@ class BlobCache:
         self._remember(sha, data)
         return sha
 
+    def hold(self, sha: str, data: bytes) -> None:
+        """Keep a verified blob in memory before it is on disk (`write_many`): fetched
+        content is readable at once while a worker thread writes it."""
+        self._remember(sha, data)
+
+    def write_many(self, blobs: list[tuple[str, bytes]]) -> list[str]:
+        """Write blobs that are not on disk yet; returns their shas. Touches only
+        files (and `_dirs`), so a worker thread may run it; the caller then marks
+        them with `on_disk` on its own thread."""
+        for sha, data in blobs:
+            path = self._path(sha)
+            if sha not in self._on_disk and not path.exists():
+                self._write(path, sha, data)
+        return [sha for sha, _ in blobs]
+
+    def on_disk(self, shas: list[str]) -> None:
+        self._on_disk.update(shas)
+
     def _write(self, path: Path, sha: str, data: bytes) -> None:
         if sha[:2] not in self._dirs:
             path.parent.mkdir(mode=0o700, exist_ok=True)
             self._dirs.add(sha[:2])
-        tmp = path.with_name(f".{sha}.{os.getpid()}.tmp")
+        # pid and thread: a worker thread's write_many may write the blob a handler writes
+        tmp = path.with_name(f".{sha}.{os.getpid()}.{threading.get_ident()}.tmp")
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         try:
             fd = os.open(tmp, flags, 0o600)

@@ -113,3 +113,28 @@ async def test_a_read_after_the_server_moved_on_takes_the_new_content(eng):
     assert await eng.read("/a.md") == b"v2\n"
     node = eng.fs.node("/a.md")
     assert node.base_sha == node.sha and eng.cache.get(node.sha) == b"v2\n"
+
+
+async def test_a_batch_writes_its_blobs_in_a_worker_thread(eng):
+    """The trio thread answers FUSE: a batch holds its blobs in memory (reads have them
+    at once) and creates the blob files in a worker thread, a page at a time."""
+    import threading
+
+    want = await seed(eng, dirs=2, per_dir=25, root=0)
+    cache = eng.ctx.cache
+    threads: list[bool] = []
+    write_many = cache.write_many
+
+    def recorded(blobs):
+        threads.append(threading.current_thread() is threading.main_thread())
+        return write_many(blobs)
+
+    cache.write_many = recorded
+    filled, failed = await eng.ctx.fetcher.prefetch()
+    assert (filled, failed) == (50, 0)
+    assert threads and not any(threads)  # written, never on the trio thread
+    assert len(threads) == 2 * 2  # per directory: a page of 20, then the last 5
+    for path, content in want.items():
+        sha = eng.fs.node(path).sha
+        assert (cache.root / sha[:2] / sha).read_bytes() == content.encode()
+        assert await eng.read(path) == content.encode()

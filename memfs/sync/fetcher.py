@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 ROOT_BATCH = "/"
 #: Fewer missing blobs than this in a batch filled before: one GET each instead.
 BATCH_MIN = 5
+#: A batch's blobs go to disk this many at a time, in a worker thread (one `view=full`
+#: page): creating 1,500 blob files on the trio thread held FUSE requests up.
+WRITE_EVERY = 20
 
 
 def batch_of(path: str) -> str:
@@ -59,9 +62,17 @@ class Fetcher:
             else:
                 pages = ctx.client.list_memories(ctx.store_id, path_prefix=batch, view="full",
                                                  limit=20)
-            async for m in pages:
-                if isinstance(m, Memory) and m.content is not None:
-                    self._store(m.content.encode("utf-8"), m.content_sha256)
+            pending: list[tuple[str, bytes]] = []
+            try:
+                async for m in pages:
+                    if isinstance(m, Memory) and m.content is not None:
+                        self._store(m.content.encode("utf-8"), m.content_sha256, pending)
+                        if len(pending) >= WRITE_EVERY:
+                            await self._write(pending)
+                            pending = []
+            finally:
+                with trio.CancelScope(shield=True):  # what is held in memory reaches disk
+                    await self._write(pending)
             self._done.add(batch)
         finally:
             done.set()
@@ -83,16 +94,33 @@ class Fetcher:
         except Exception as exc:  # offline, server error: reads fall back to single GETs
             log.info("batch %s not fetched: %s", batch, exc)
 
-    def _store(self, data: bytes, sha: str) -> None:
+    def _store(self, data: bytes, sha: str,
+               pending: list[tuple[str, bytes]] | None = None) -> None:
+        """Cache fetched content (checked against its sha) and wake the reads waiting
+        for it. With `pending`, the blob is held in memory now and its disk write is
+        left to the caller (`_write`, a worker thread)."""
         if sha256(data) != sha:
             log.warning("listing content does not match its sha %s; not cached", sha)
             return
         if not self.ctx.cache.has(sha):
-            self.ctx.cache.put(data, sha=sha)
+            if pending is None:
+                self.ctx.cache.put(data, sha=sha)
+            else:
+                self.ctx.cache.hold(sha, data)
+                pending.append((sha, data))
             self.filled += 1
         ev = self._arrived.pop(sha, None)
         if ev is not None:
             ev.set()
+
+    async def _write(self, blobs: list[tuple[str, bytes]]) -> None:
+        if not blobs:
+            return
+        cache = self.ctx.cache
+        try:
+            cache.on_disk(await trio.to_thread.run_sync(cache.write_many, blobs))
+        except OSError as exc:  # disk full...: still in memory; a later miss refetches
+            log.warning("cannot write %d fetched blobs: %s", len(blobs), exc)
 
     def missing(self) -> dict[str, list[Node]]:
         """Clean files whose blob is not cached, by batch."""
