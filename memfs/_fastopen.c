@@ -2,8 +2,9 @@
  *
  * Why: a warm `grep -r` costs three FUSE requests per file (OPEN, FLUSH, RELEASE), each a trip
  * through pyfuse3's trio loop and a Python handler; the page cache already holds the bytes.
- * For an inode that memfs has marked "fast" (its last read-only open was answered with
- * keep_cache and nothing about its content has changed since), this shim answers OPEN here:
+ * For an inode that memfs has marked "fast" (its next read-only open would keep the cache:
+ * the last one did and nothing about its content changed since, or the kernel never saw the
+ * file, so it holds no pages of it), this shim answers OPEN here:
  * keep_cache, FOPEN_NOFLUSH (so close() sends no FLUSH) and a handle that names the inode
  * (FAST_BIT | ino), whose RELEASE and FLUSH it also answers here. Every other request goes
  * to pyfuse3 unchanged; READs and FSYNCs on a fast handle reach Python, which acts by inode
