@@ -406,6 +406,11 @@ def run(cfg: MountConfig | GroupConfig, *, foreground: bool, api_key: str | None
     except StoreLocked as exc:
         report(f"ERROR {exc}")
         return 1
+    except Exception as exc:  # a bug or a damaged state: say so, in the log and to the CLI
+        log.exception("the daemon could not start")
+        report(f"ERROR the daemon could not start: {type(exc).__name__}: {exc} "
+               f"(see {control_dir / 'daemon.log'})")
+        return 1
     reg = registry_file(cfg.mountpoint)  # before mounting: it resolves paths
     try:
         daemon.mount()

@@ -126,3 +126,36 @@ def test_every_command_is_listed_and_runs_lazily():
     sub = subprocess.run([sys.executable, "-m", "memfs", "history", "--help"], cwd=REPO,
                          capture_output=True, text=True, timeout=60)
     assert sub.returncode == 0 and "memfs history [OPTIONS]" in sub.stdout, sub
+
+
+def test_a_daemon_that_cannot_start_says_why(tmp_path, monkeypatch):
+    """Not only a locked store: any failure while the daemon builds its stores reaches
+    `memfs mount` as an ERROR line naming it, and daemon.log holds the traceback."""
+    import logging
+
+    from memfs import daemon
+    from memfs.mountconfig import MountConfig
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("state.db is not what it should be")
+
+    monkeypatch.setattr(daemon, "Daemon", broken)
+    cfg = MountConfig(store_id="memstore_x", mountpoint=str(tmp_path / "mnt"),
+                      base_url="http://127.0.0.1:9", state_dir=str(tmp_path / "state"))
+    (tmp_path / "state").mkdir()
+    r, w = os.pipe()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        assert daemon.run(cfg, foreground=False, api_key=None, ready_fd=w) == 1
+    finally:
+        for h in root.handlers:
+            if h not in handlers:
+                h.close()
+        root.handlers[:], root.level = handlers, level
+    line = os.read(r, 4096).decode()
+    os.close(r)
+    assert line.startswith("ERROR the daemon could not start: RuntimeError: state.db is not")
+    assert "daemon.log" in line
+    log = (tmp_path / "state" / "daemon.log").read_text()
+    assert "the daemon could not start" in log and "Traceback" in log
