@@ -21,6 +21,18 @@ from synchelpers import wait_for
 pytestmark = needs_fuse
 
 
+@pytest.fixture(autouse=True, params=["fast-opens", "no-shim"])
+def open_mode(request, monkeypatch):
+    """Every tool runs in both modes a mount can be in: warm read-only opens answered by
+    the C shim (the default), and every open through Python (MEMFS_FAST_OPEN=0, as where
+    the shim could not be built). The mounts inherit this process's environment."""
+    if request.param == "no-shim":
+        monkeypatch.setenv("MEMFS_FAST_OPEN", "0")
+    else:
+        monkeypatch.delenv("MEMFS_FAST_OPEN", raising=False)
+    return request.param
+
+
 # -- helpers --------------------------------------------------------------------------
 
 
