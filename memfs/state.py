@@ -79,6 +79,9 @@ class State(SyncTransitions):
         # Called with (parent_ino, name) for every directory prune() removes, so the
         # daemon can drop the kernel's cached entry (set by the SyncContext).
         self.on_pruned = None
+        # Called with (parent_ino, name) of the topmost directory ensure_dir() creates: the
+        # kernel may hold a negative entry for that name (a lookup just before).
+        self.on_dir_created: Callable[[int, str], None] | None = None
         # Called with an inode whose content is about to change, or which left the tree
         # (then with the content it had), and with None when the whole tree was reloaded:
         # the handlers' fast-open set (memfs/fastopen.py) must never outlive what it
@@ -528,6 +531,8 @@ class State(SyncTransitions):
             node = child
         for c in created:
             self._save(c)
+        if created and self.on_dir_created is not None:
+            self.on_dir_created(created[0].parent, created[0].name)
         return node
 
     def prune(self, directory: Node) -> list[tuple[int, str]]:

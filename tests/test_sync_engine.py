@@ -890,3 +890,18 @@ async def test_a_first_listing_commits_its_new_files_at_once(eng):
     assert len(eng.state.lookup_path("/d1").children) == 10
     assert len(commits) < 10, commits  # not one per file
     assert await eng.read("/d2/n29.md") == b"29\n"
+
+
+async def test_a_new_remote_directory_invalidates_its_own_entry(eng):
+    """The kernel may hold a negative entry for a directory's name (a lookup just before
+    the listing): the topmost new directory's entry is invalidated, not only its files'."""
+    await eng.reconcile()
+    eng.ctx.take_invalidations()
+    await eng.other.create_memory(eng.store_id, "/fresh/deep/x.md", "x\n")
+    await eng.reconcile()
+    items = eng.ctx.take_invalidations()
+    fresh = eng.fs.node("/fresh")
+    assert ("entry", 1, "fresh") in items  # the root's cached "no such name"
+    deep = eng.fs.node("/fresh/deep")
+    assert ("entry", fresh.ino, "deep") not in items  # new with its parent: nothing cached
+    assert ("entry", deep.ino, "x.md") in items

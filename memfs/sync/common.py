@@ -86,6 +86,7 @@ class SyncContext:
         self.fetcher = Fetcher(self, concurrency=options.push_concurrency)
         # Directories emptied by remote changes vanish: the kernel's entry must too.
         state.on_pruned = lambda parent, name: self.invalidate(("entry", parent, name))
+        state.on_dir_created = lambda parent, name: self.invalidate(("entry", parent, name))
 
     # -- wakeups -------------------------------------------------------------------
 
