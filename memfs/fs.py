@@ -34,6 +34,7 @@ import os
 import sqlite3
 import stat
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -50,6 +51,9 @@ from .fs_versions import FH_BASE, META_INO, META_NAME, VersionsTree, is_virtual
 from .state import EMPTY_SHA, ROOT_INO, Node, State, check_new_path
 
 log = logging.getLogger(__name__)
+
+#: How many removed files `_node` still finds (an open racing an editor's save).
+GONE_KEPT = 1024
 
 #: Local-only temp files (vim swap and friends) may grow beyond a memory's limit.
 LOCAL_ONLY_MAX_BYTES = 64 * 1024 * 1024
@@ -124,6 +128,8 @@ class Operations(pyfuse3.Operations):
         self._dirs: dict[int, list[tuple[str, int]]] = {}  # dir fh -> snapshot
         self._next_fh = 1
         self._last_open_sha: dict[int, str] = {}
+        #: Files that left the tree lately, as they were (see `_node`), newest last.
+        self._gone: OrderedDict[int, Node] = OrderedDict()
         #: Added to this store's inode numbers in the kernel (a session root's slot,
         #: memfs/fs_group.py): the fast-open set (memfs/fastopen.py) holds kernel numbers.
         self.ino_base = 0
@@ -154,9 +160,14 @@ class Operations(pyfuse3.Operations):
         node = self.state.nodes.get(ino)
         if node is None:
             of = self._open.get(ino)  # unlinked but still open
-            if of is None:
+            if of is not None:
+                return of.node
+            # Removed a moment ago (an editor's save renamed a file over it): the kernel
+            # may still send requests for it that it looked up before, and on a local
+            # filesystem they would find the file as it was.
+            node = self._gone.get(ino)
+            if node is None:
                 raise _err(errno.ENOENT)
-            node = of.node
         return node
 
     def _dir(self, ino: int) -> Node:
@@ -248,17 +259,20 @@ class Operations(pyfuse3.Operations):
         of.dirty = dirty
         self.state.set_open_dirty(of.node.ino, dirty)
 
-    def _unfast(self, ino: int | None, gone_sha: str | None = None) -> None:
+    def _unfast(self, ino: int | None, gone: Node | None = None) -> None:
         """The file's content changed, it has a writer or it left the tree: its next
         read-only open must come to `open` again (memfs/fastopen.py). None: every file.
-        A file that left (`gone_sha`) may still be open through a fast handle, which
-        then reads what the file held (`_read_fast`)."""
+        A file that left (`gone`) is kept a while as it was (`_node`): an open or a
+        fast handle's read racing its removal still finds what it held."""
         if ino is None:
             fastopen.clear()
             return
-        if gone_sha is not None and fastopen.has(self.ino_base | ino):
-            self._last_open_sha[ino] = gone_sha
         fastopen.discard(self.ino_base | ino)
+        if gone is not None:
+            self._gone[ino] = gone
+            self._gone.move_to_end(ino)
+            while len(self._gone) > GONE_KEPT:
+                self._gone.popitem(last=False)
 
     def _fresh(self, ino: int) -> None:
         """A file the kernel has never seen holds no pages in it: its first open may keep
@@ -781,7 +795,7 @@ class Operations(pyfuse3.Operations):
             self._set_dirty(of, True)
         keep = self._last_open_sha.get(inode) == node.sha and not of.dirty
         self._last_open_sha[inode] = node.sha or ""
-        if not writing and not of.dirty:
+        if not writing and not of.dirty and inode in self.state.nodes:
             # The next read-only open would keep the cache: the shim may answer it.
             fastopen.add(self.ino_base | inode)
         return pyfuse3.FileInfo(fh=self._new_fh(inode), keep_cache=keep)
@@ -790,13 +804,10 @@ class Operations(pyfuse3.Operations):
         """A read on a handle the shim opened (``FAST_BIT | inode``): it comes only
         after the kernel dropped the cached pages, and reads what `read` would."""
         fastopen.reads += 1
-        node = self.state.nodes.get(ino)
-        if node is None:  # unlinked or replaced since that open: what it was opened on
-            sha = self._last_open_sha.get(ino)
-            data = b"" if sha == EMPTY_SHA else self.cache.get(sha) if sha else None
-            if data is None:
-                raise _err(errno.ESTALE)
-            return data[off:off + size]
+        try:
+            node = self._node(ino)  # in the tree, open, or removed lately (as it was)
+        except pyfuse3.FUSEError:
+            raise _err(errno.ESTALE) from None
         return (await self._content(node))[off:off + size]
 
     async def read(self, fh, off, size):

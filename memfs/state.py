@@ -83,10 +83,10 @@ class State(SyncTransitions):
         # kernel may hold a negative entry for that name (a lookup just before).
         self.on_dir_created: Callable[[int, str], None] | None = None
         # Called with an inode whose content is about to change, or which left the tree
-        # (then with the content it had), and with None when the whole tree was reloaded:
-        # the handlers' fast-open set (memfs/fastopen.py) must never outlive what it
-        # promised about a file.
-        self.on_content: Callable[..., None] = lambda ino, gone_sha=None: None
+        # (then with its node, as it was), and with None when the whole tree was
+        # reloaded: the handlers' fast-open set (memfs/fastopen.py) must never outlive
+        # what it promised about a file, and an open racing the removal finds the node.
+        self.on_content: Callable[..., None] = lambda ino, gone=None: None
         # Called with the inode of a file that came from the server: new to the kernel too.
         self.on_added: Callable[[int], None] = lambda ino: None
         self._batch = False  # inside batch(): transactions join its own
@@ -438,7 +438,7 @@ class State(SyncTransitions):
         parent = self.nodes[node.parent]
         del parent.children[node.name]
         del self.nodes[node.ino]
-        self.on_content(node.ino, node.sha)
+        self.on_content(node.ino, node)
         now = time.time_ns()
         parent.mtime_ns = parent.ctime_ns = now
         with self.transaction():
@@ -471,7 +471,7 @@ class State(SyncTransitions):
                 # identity; node's own memory (if any) is deleted after the delay.
                 del new_parent.children[new_name]
                 del self.nodes[target.ino]
-                self.on_content(target.ino, target.sha)
+                self.on_content(target.ino, target)
                 self.db.execute("DELETE FROM nodes WHERE ino=?", (target.ino,))
                 self.replaced[target.ino] = node.ino
                 if not node.is_dir and target.memory_id is not None:

@@ -369,7 +369,7 @@ class SyncTransitions:
                                "the server gave this path to another memory")
         del parent.children[name]
         del self.nodes[taker.ino]
-        self.on_content(taker.ino, taker.sha)
+        self.on_content(taker.ino, taker)
         self.db.execute("DELETE FROM nodes WHERE ino=?", (taker.ino,))
         return True
 
@@ -408,7 +408,7 @@ class SyncTransitions:
             parent = self.nodes[node.parent]
             del parent.children[node.name]
             del self.nodes[node.ino]
-            self.on_content(node.ino, node.sha)
+            self.on_content(node.ino, node)
             self.db.execute("DELETE FROM nodes WHERE ino=?", (node.ino,))
             self.prune(parent)
 

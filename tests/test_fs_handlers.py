@@ -524,7 +524,10 @@ async def test_rename_over_existing_keeps_target_memory(env):
     assert set(env.state.tombstones) == {"mem_tmp"}
     assert env.state.tombstones["mem_tmp"].base_path == "/x.tmp"
     assert await env.read_all(node.ino) == b"new"
-    assert await fuse_errno(env.ops.getattr(x.st_ino, ctx())) == errno.ENOENT
+    # The replaced inode is out of the tree; a request the kernel still sends for it
+    # (looked up just before the rename) finds it as it was, with no links.
+    assert x.st_ino not in env.state.nodes
+    assert (await env.ops.getattr(x.st_ino, ctx())).st_nlink == 0
     fresh = env.reopen_state()
     assert fresh.lookup_path("/x").memory_id == "mem_x"
     assert fresh.lookup_path("/x").sha == sha256(b"new")
@@ -727,6 +730,13 @@ async def test_unlink_while_open_keeps_the_handle_working(env):
     assert "mem_f" in env.state.tombstones
     assert env.reopen_state().lookup_path("/f") is None
     await env.ops.release(fh)
+    assert attr.st_ino not in env.ops._open
+    # Still answered as it was (no links) while the kernel may hold it; after
+    # GONE_KEPT further removals it is unknown: ENOENT.
+    assert (await env.ops.getattr(attr.st_ino, ctx())).st_nlink == 0
+    from memfs.fs import GONE_KEPT
+    for i in range(GONE_KEPT):
+        env.ops._unfast(10**9 + i, env.node("/"))  # stand-ins for later removals
     assert await fuse_errno(env.ops.getattr(attr.st_ino, ctx())) == errno.ENOENT
     # A new file at the same path is a different inode (reviving the memory).
     _, again = await env.create(ROOT, "f", b"new")
@@ -1044,3 +1054,25 @@ async def test_failed_commit_leaves_no_trace(env):
     # The mount goes on working.
     await env.create(ROOT, "b.md", b"B")
     assert await env.read_all(env.node("/b.md").ino) == b"B"
+
+
+async def test_an_open_racing_a_rename_over_finds_the_replaced_file(env):
+    """The kernel looked `a.md` up (old inode) just before an editor renamed its temp file
+    over it; the OPEN and GETATTR that follow must find the old file as it was, as on a
+    local filesystem, not ENOENT."""
+    await env.create(ROOT, "a.md", b"old\n")
+    old = env.ino("/a.md")
+    await env.create(ROOT, ".a.md.tmp", b"new\n")
+    await env.ops.rename(ROOT, b".a.md.tmp", ROOT, b"a.md", 0, ctx())
+    assert old not in env.state.nodes
+    assert (await env.ops.getattr(old, ctx())).st_size == 4
+    fi = await env.open(old)
+    assert await env.ops.read(fi.fh, 0, 100) == b"old\n"
+    await env.ops.release(fi.fh)
+    assert await env.read_all(env.ino("/a.md")) == b"new\n"
+    # Writes through such a handle go nowhere (the file is gone), as after an unlink.
+    w = await env.open(old, os.O_WRONLY)
+    await env.ops.write(w.fh, 0, b"lost\n")
+    await env.ops.flush(w.fh)
+    await env.ops.release(w.fh)
+    assert await env.read_all(env.ino("/a.md")) == b"new\n"
