@@ -139,10 +139,15 @@ def _stats(m) -> dict:
     return m.status()["fast_opens"]
 
 
+def _drop_pages_fd(fd: int) -> None:
+    """The kernel drops the file's clean cached pages: the next read comes to the daemon."""
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+
 def _drop_pages(path: pathlib.Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        _drop_pages_fd(fd)
     finally:
         os.close(fd)
 
@@ -195,10 +200,6 @@ def test_reads_after_the_kernel_dropped_the_pages(mounts):
         assert os.pread(fd, 100, 0) == b"version two, longer\n"
     finally:
         os.close(fd)
-
-
-def _drop_pages_fd(fd: int) -> None:
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 @needs_fuse
