@@ -89,15 +89,14 @@ class BlobCache:
         content is readable at once while a worker thread writes it."""
         self._remember(sha, data)
 
-    def write_many(self, blobs: list[tuple[str, bytes]]) -> list[str]:
-        """Write blobs that are not on disk yet; returns their shas. Touches only
-        files (and `_dirs`), so a worker thread may run it; the caller then marks
-        them with `on_disk` on its own thread."""
+    def write_many(self, blobs: list[tuple[str, bytes]]) -> None:
+        """Write blobs that are not on disk yet. Touches only files (and `_dirs`), so
+        a worker thread may run it; the caller then marks them with `on_disk` on its
+        own thread."""
         for sha, data in blobs:
             path = self._path(sha)
             if sha not in self._on_disk and not path.exists():
                 self._write(path, sha, data)
-        return [sha for sha, _ in blobs]
 
     def on_disk(self, shas: list[str]) -> None:
         self._on_disk.update(shas)

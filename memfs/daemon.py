@@ -62,6 +62,7 @@ class Daemon:
                 self._add_store(store)
         else:
             engine = StoreEngine(cfg, self.client)  # StoreLocked: reported by run()
+            engine.ops.prime_fast_opens()
             self.engines.append(engine)
             self.ops = engine.ops
         self.shutdown_requested = trio.Event()
@@ -82,8 +83,7 @@ class Daemon:
             return None
         slot = self.ops.add(store.name, engine.ops)
         engine.ino_base = slot.base
-        if self._nursery is not None:  # added by the --all watch: already mounted
-            engine.ops.prime_fast_opens()
+        engine.ops.prime_fast_opens()
         self.engines.append(engine)
         return engine
 
@@ -99,8 +99,6 @@ class Daemon:
             options.add("ro")
         pyfuse3.init(self.ops, self.cfg.mountpoint, options)
         log.info("fast opens: %s", fastopen.describe())
-        for engine in self.engines:
-            engine.ops.prime_fast_opens()
 
     async def run(self, on_ready) -> None:
         unmounted_outside = False

@@ -903,8 +903,16 @@ def _guarded(handler):
     return wrapper
 
 
-for _name in ("lookup", "getattr", "setattr", "opendir", "readdir", "releasedir", "fsyncdir",
-              "statfs", "getxattr", "listxattr", "setxattr", "removexattr", "mkdir", "create",
-              "mknod", "symlink", "link", "readlink", "unlink", "rmdir", "rename", "open",
-              "read", "write", "flush", "fsync", "release", "access", "forget"):
-    setattr(Operations, _name, _guarded(getattr(Operations, _name)))
+HANDLERS = ("lookup", "getattr", "setattr", "opendir", "readdir", "releasedir", "fsyncdir",
+            "statfs", "getxattr", "listxattr", "setxattr", "removexattr", "mkdir", "create",
+            "mknod", "symlink", "link", "readlink", "unlink", "rmdir", "rename", "open",
+            "read", "write", "flush", "fsync", "release", "access", "forget")
+
+
+def guard_handlers(cls: type) -> None:
+    """Wrap every request handler of cls in `_guarded`."""
+    for name in HANDLERS:
+        setattr(cls, name, _guarded(getattr(cls, name)))
+
+
+guard_handlers(Operations)

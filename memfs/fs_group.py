@@ -23,7 +23,7 @@ from .fastopen import FAST_BIT  # first: it loads the C shim that pyfuse3 must b
 # isort: split
 import pyfuse3
 
-from .fs import Operations, _guarded
+from .fs import Operations, guard_handlers
 from .state import ROOT_INO
 
 SHIFT = 40
@@ -313,8 +313,4 @@ class GroupOperations(pyfuse3.Operations):
         await slot.ops.release(local)
 
 
-for _name in ("lookup", "getattr", "setattr", "opendir", "readdir", "releasedir", "fsyncdir",
-              "statfs", "getxattr", "listxattr", "setxattr", "removexattr", "mkdir", "create",
-              "mknod", "symlink", "link", "readlink", "unlink", "rmdir", "rename", "open",
-              "read", "write", "flush", "fsync", "release", "access", "forget"):
-    setattr(GroupOperations, _name, _guarded(getattr(GroupOperations, _name)))
+guard_handlers(GroupOperations)

@@ -76,12 +76,10 @@ class State(SyncTransitions):
         #: Inodes of files saved since the pusher last saw them clean: the pusher's
         #: work list, so a write never costs a scan of the whole store.
         self.maybe_dirty: set[int] = set()
-        # Called with (parent_ino, name) for every directory prune() removes, so the
-        # daemon can drop the kernel's cached entry (set by the SyncContext).
-        self.on_pruned = None
-        # Called with (parent_ino, name) of the topmost directory ensure_dir() creates: the
-        # kernel may hold a negative entry for that name (a lookup just before).
-        self.on_dir_created: Callable[[int, str], None] | None = None
+        # Called with (parent_ino, name) of every directory prune() removes and of the
+        # topmost one ensure_dir() creates, so the daemon can drop the kernel's cached
+        # entry, positive or negative (set by the SyncContext).
+        self.on_entry: Callable[[int, str], None] = lambda parent, name: None
         # Called with an inode whose content is about to change, or which left the tree
         # (then with its node, as it was), and with None when the whole tree was
         # reloaded: the handlers' fast-open set (memfs/fastopen.py) must never outlive
@@ -531,8 +529,8 @@ class State(SyncTransitions):
             node = child
         for c in created:
             self._save(c)
-        if created and self.on_dir_created is not None:
-            self.on_dir_created(created[0].parent, created[0].name)
+        if created:
+            self.on_entry(created[0].parent, created[0].name)
         return node
 
     def prune(self, directory: Node) -> list[tuple[int, str]]:
@@ -544,8 +542,7 @@ class State(SyncTransitions):
             del self.nodes[directory.ino]
             self.db.execute("DELETE FROM nodes WHERE ino=?", (directory.ino,))
             gone.append((parent.ino, directory.name))
-            if self.on_pruned is not None:
-                self.on_pruned(parent.ino, directory.name)
+            self.on_entry(parent.ino, directory.name)
             directory = parent
         return gone
 

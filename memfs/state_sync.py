@@ -476,6 +476,7 @@ class SyncTransitions:
                 log.info("restore #%d: the pending edit of %s is kept as conflict #%d",
                          cid, self.path_of(node), newer)
             self._remove_conflict(row)
+            self.on_content(node.ino)
             node.sha, node.size = row["local_sha"], size
             node.mtime_ns = node.ctime_ns = time.time_ns()
             node.refused_sha = node.refused_reason = None

@@ -84,9 +84,8 @@ class SyncContext:
         self.online_wakeup = trio.Event()  # set (and renewed) when we come back online
         self.listed = trio.Event()  # set by every finished listing (the prefetch waits)
         self.fetcher = Fetcher(self, concurrency=options.push_concurrency)
-        # Directories emptied by remote changes vanish: the kernel's entry must too.
-        state.on_pruned = lambda parent, name: self.invalidate(("entry", parent, name))
-        state.on_dir_created = lambda parent, name: self.invalidate(("entry", parent, name))
+        # Directories that remote changes empty or create: the kernel's entry follows.
+        state.on_entry = lambda parent, name: self.invalidate(("entry", parent, name))
 
     # -- wakeups -------------------------------------------------------------------
 
@@ -100,8 +99,6 @@ class SyncContext:
     # -- kernel invalidation (drained outside request handlers) ----------------------
 
     def invalidate(self, item: tuple) -> None:
-        if item[0] == "inode":
-            self.state.on_content(item[1])  # no fast open may keep the old pages (fastopen.py)
         self._invalidations.append(item)
         self.invalidation_ready.set()
 

@@ -118,7 +118,8 @@ class Fetcher:
             return
         cache = self.ctx.cache
         try:
-            cache.on_disk(await trio.to_thread.run_sync(cache.write_many, blobs))
+            await trio.to_thread.run_sync(cache.write_many, blobs)
+            cache.on_disk([sha for sha, _ in blobs])
         except OSError as exc:  # disk full...: still in memory; a later miss refetches
             log.warning("cannot write %d fetched blobs: %s", len(blobs), exc)
 
