@@ -42,6 +42,9 @@ class BlobCache:
         #: fetched blobs not on disk yet (`hold`); the LRU may drop them, this may not
         self._held: dict[str, bytes] = {}
         self.held_bytes = 0
+        #: `gc` listed every blob on disk into `_on_disk`: a blob not known is missing,
+        #: without a stat (status and prefetch ask about every uncached file)
+        self._listed = False
 
     def _path(self, sha: str) -> Path:
         return self.root / sha[:2] / sha
@@ -49,7 +52,7 @@ class BlobCache:
     def has(self, sha: str) -> bool:
         if sha in self.lru or sha in self._on_disk or sha in self._held:
             return True
-        if self._path(sha).exists():
+        if not self._listed and self._path(sha).exists():
             self._on_disk.add(sha)
             return True
         return False
@@ -64,10 +67,12 @@ class BlobCache:
         try:
             data = self._path(sha).read_bytes()
         except FileNotFoundError:
+            self._on_disk.discard(sha)
             return None
         if sha256(data) != sha:
             log.warning("blob %s is corrupt on disk; dropping it", sha)
             self._path(sha).unlink(missing_ok=True)
+            self._on_disk.discard(sha)
             return None
         self._remember(sha, data)
         return data
@@ -159,18 +164,26 @@ class BlobCache:
             self.lru[sha] = data
 
     def gc(self, keep: set[str]) -> int:
-        """Remove blobs no file or conflict refers to; returns how many."""
+        """Remove blobs no file or conflict refers to; returns how many. The blobs kept
+        are listed into `_on_disk`: from then on `has` needs no stat. Only the daemon
+        that holds the store's lock may call this (nothing else writes its blobs)."""
         self.drop_held([sha for sha in self._held if sha not in keep])
         removed = 0
         for sub in self.root.iterdir():
             if not sub.is_dir():
                 continue
+            self._dirs.add(sub.name)
             for blob in sub.iterdir():
-                if blob.name not in keep:
+                if blob.name.startswith("."):  # a temp file a crash left behind
+                    blob.unlink(missing_ok=True)
+                elif blob.name not in keep:
                     blob.unlink(missing_ok=True)
                     self.lru.pop(blob.name, None)
                     self._on_disk.discard(blob.name)
                     removed += 1
+                else:
+                    self._on_disk.add(blob.name)
+        self._listed = True
         return removed
 
 
