@@ -10,9 +10,9 @@ misses of one memory share one request; a single GET is the fallback when a
 batch did not bring the blob (the server moved on, or the batch failed).
 
 Fetched blobs are held in memory (`BlobCache.hold`) and written to disk by
-`write_held`, which the engine calls once FUSE and the fetcher have been quiet
-for `WRITE_QUIET` seconds, or here once `HELD_MAX` bytes wait: a cold `grep -r`
-reads from memory and no longer waits for a file creation per memory.
+`write_when_quiet` (run by the engine) once FUSE and the fetcher have been
+quiet for `WRITE_QUIET` seconds, or once `HELD_MAX` bytes wait: a cold
+`grep -r` reads from memory and no longer waits for a file creation per memory.
 
 Nothing here changes State except through `State.remote_content` (a clean
 file whose server content moved on), like the reconciler's row.
@@ -78,8 +78,6 @@ class Fetcher:
                 async for m in pages:
                     if isinstance(m, Memory) and m.content is not None:
                         self._store(m.content.encode("utf-8"), m.content_sha256)
-                        if ctx.cache.held_bytes >= HELD_MAX:
-                            await self.write_held()
             finally:
                 self.running -= 1
             self._done.add(batch)
@@ -136,11 +134,14 @@ class Fetcher:
     async def write_when_quiet(self, idle_for: Callable[[], float]) -> None:
         """Run for the engine: write held blobs once no batch runs and FUSE has
         answered nothing for `WRITE_QUIET` seconds (`idle_for`), so the disk work of
-        a cold fill never competes with the reads that wait for it."""
+        a cold fill never competes with the reads that wait for it; sooner once
+        `HELD_MAX` bytes are held, whatever holds them (batches, single GETs)."""
+        cache = self.ctx.cache
         while True:
             await self.held.wait()
             self.held = trio.Event()
-            while self.running or idle_for() < WRITE_QUIET:
+            while ((self.running or idle_for() < WRITE_QUIET)
+                   and cache.held_bytes < HELD_MAX):
                 await trio.sleep(WRITE_QUIET / 3)
             await self.write_held()
 
