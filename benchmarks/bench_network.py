@@ -87,7 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"comma-separated subset of {','.join(PHASES)}")
     p.add_argument("--repeat", type=int, default=None,
                    help="max repetitions per phase and latency (default 3, 1 with --quick); "
-                        "the warm grep runs max(repeat, 5) times")
+                        "the warm grep runs max(repeat, 15) times (3 with --quick): a run "
+                        "takes a fraction of a second and this VM's times come in steps")
     p.add_argument("--budget", type=float, default=60.0,
                    help="stop repeating a phase at one latency once its runs took this many "
                         "seconds (default 60; at least one run)")
@@ -518,6 +519,10 @@ def phase_creates(b: Bench, server, a, res: Results, ms: float, full_store: str,
                             f"{gone} of {n} reached the server by the end of memfs unmount")
 
 
+def warm_runs(a) -> int:
+    return 3 if a.quick else max(15, a.repeat)
+
+
 def phase_warm_rss(b: Bench, server, a, res: Results, store_id: str,
                    tree: dict[str, str]) -> None:
     native = b.path("warm-native")
@@ -532,7 +537,7 @@ def phase_warm_rss(b: Bench, server, a, res: Results, store_id: str,
         if got != expect:
             res.problem(f"warm grep: wrong result over {root}")
     targets = {"native": native, "bindfs": bind, "memfs": m.path}
-    for _ in range(max(5, a.repeat)):  # interleaved: drift hits every target alike
+    for _ in range(warm_runs(a)):  # interleaved: drift hits every target alike
         for name, root in targets.items():
             t0 = time.perf_counter()
             subprocess.run(["grep", "-r", SOMEWORD, str(root)], stdout=subprocess.DEVNULL,
@@ -679,7 +684,7 @@ def report(a, res: Results, rows: list[Row], run: dict) -> list[str]:
         f"top-level directories; warm grep and RSS: {a.warm_files}. Latency: the server's "
         f"own fault (`--fault-control`, `latency`) on every `/v1/` request, for memfs and the "
         f"SDK alike. Each figure is the median of up to {a.repeat} runs per latency "
-        f"(fewer once a phase took {a.budget:g} s; the warm grep {max(5, a.repeat)} runs); "
+        f"(fewer once a phase took {a.budget:g} s; the warm grep {warm_runs(a)} runs); "
         "the spread is min-max over median, in the second table.",
         "",
     ]

@@ -1,3 +1,3 @@
-from memfs.cli import main
+from memfs.spawn import main
 
-main(prog_name="memfs")  # `python -m memfs` too: usage, and _MEMFS_COMPLETE for completion
+main()  # `python -m memfs` too: usage, and _MEMFS_COMPLETE for completion

@@ -18,7 +18,7 @@ import click
 
 # Light imports only: `memfs mount` starts the daemon process before it imports trio
 # and httpx (its own lookups need them), so the two processes import side by side.
-from . import progress, storenames
+from . import progress, spawn, storenames
 from .api import errors as api_errors
 from .api import tls
 from .api.config import ConfigError, resolve_config
@@ -373,13 +373,15 @@ def _has_cache(state_dir: Path) -> bool:
 
 class _Daemon:
     """The mount's daemon process (``python -m memfs.daemon``), started before the
-    store is looked up, so that its imports (pyfuse3, trio, httpx: about 0.2 s) run
-    beside the lookup instead of after it. It waits for its configuration and the API
-    key on a pipe (never argv nor its environment); when none comes (the lookup failed,
-    or `memfs mount` was interrupted or killed) it exits, having touched nothing."""
+    store is looked up (by `memfs.spawn.main` before this module even loaded, when it
+    could), so that its imports (pyfuse3, trio, httpx: about 0.2 s) run beside the
+    lookup instead of after it. It waits for its configuration and the API key on a
+    pipe (never argv nor its environment); when none comes (the lookup failed, or
+    `memfs mount` was interrupted or killed) it exits, having touched nothing."""
 
-    def __init__(self, proc: subprocess.Popen, config_w: int, ready_r: int) -> None:
-        self.proc, self.config_w, self.ready_r = proc, config_w, ready_r
+    def __init__(self, process: spawn.DaemonProcess) -> None:
+        self.process = process
+        self.proc = process.proc
         self.handed_over = False
 
     @classmethod
@@ -390,39 +392,19 @@ class _Daemon:
         if foreground:
             yield None  # type: ignore[misc]
             return
-        config_r, config_w = os.pipe()
-        ready_r, ready_w = os.pipe()
-        env = dict(os.environ)
-        env.pop("ANTHROPIC_API_KEY", None)  # the key in use goes through the pipe
-        env["MEMFS_CONFIG_FD"], env["MEMFS_READY_FD"] = str(config_r), str(ready_w)
-        try:
-            proc = subprocess.Popen([sys.executable, "-m", "memfs.daemon"], env=env,
-                                    pass_fds=(config_r, ready_w), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    start_new_session=True)
-        except BaseException:
-            os.close(config_w)
-            os.close(ready_r)
-            raise
-        finally:
-            os.close(config_r)
-            os.close(ready_w)
-        daemon = cls(proc, config_w, ready_r)
+        daemon = cls(spawn.take())
         try:
             yield daemon
         finally:
             daemon._close()
 
     def _close(self) -> None:
-        if self.config_w >= 0:
-            os.close(self.config_w)  # end of file: the daemon exits
-            self.config_w = -1
-        if self.ready_r >= 0:
-            os.close(self.ready_r)
-            self.ready_r = -1
-        if not self.handed_over and self.proc.poll() is None:
-            self.proc.kill()  # still importing: nothing to clean up
-            self.proc.wait()
+        if not self.handed_over:
+            self.process.kill()  # still importing or waiting: nothing to clean up
+        for fd in (self.process.config_w, self.process.ready_r):
+            if fd >= 0:
+                os.close(fd)
+        self.process.config_w = self.process.ready_r = -1
 
     def hand_over(self, cfg: MountConfig | GroupConfig, api_key: str | None) -> None:
         """Send the configuration, then wait until the daemon reports the mount live
@@ -431,17 +413,17 @@ class _Daemon:
         deadline = time.monotonic() + 60
         payload = memoryview(json.dumps({"config": cfg.to_json(),
                                          "api_key": api_key}).encode())
-        os.set_blocking(self.config_w, False)
+        os.set_blocking(self.process.config_w, False)
         while payload and time.monotonic() < deadline:  # larger than a pipe: in parts
-            if select.select([], [self.config_w], [], 0.5)[1]:
+            if select.select([], [self.process.config_w], [], 0.5)[1]:
                 try:
-                    payload = payload[os.write(self.config_w, payload):]
+                    payload = payload[os.write(self.process.config_w, payload):]
                 except BlockingIOError:
                     continue
                 except OSError:
                     break  # the daemon is gone: reported below
-        os.close(self.config_w)
-        self.config_w = -1
+        os.close(self.process.config_w)
+        self.process.config_w = -1
         buf = b""
         if isinstance(cfg, GroupConfig):
             what, control_dir = f"{len(cfg.stores)} store(s)", Path(cfg.group_dir)
@@ -451,14 +433,14 @@ class _Daemon:
                                 progress.mount_poller(control_dir))  # on a terminal only
         with waiting:
             while b"\n" not in buf and time.monotonic() < deadline:
-                ready, _, _ = select.select([self.ready_r], [], [], 0.5)
+                ready, _, _ = select.select([self.process.ready_r], [], [], 0.5)
                 if ready:
-                    chunk = os.read(self.ready_r, 4096)
+                    chunk = os.read(self.process.ready_r, 4096)
                     if not chunk:
                         break
                     buf += chunk
-        os.close(self.ready_r)
-        self.ready_r = -1
+        os.close(self.process.ready_r)
+        self.process.ready_r = -1
         line = buf.decode(errors="replace").strip()
         if line == "READY":
             return

@@ -14,10 +14,12 @@ import json
 import logging
 import time
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 import trio
 
+from . import fs
 from .api import errors as api_errors
 from .api.client import MemoryStoresClient
 from .cache import BlobCache
@@ -88,6 +90,8 @@ class StoreEngine:
         prefetch run in `self.background`, which the final flush cancels first, so
         nothing but the flush talks to the server once shutdown begins."""
         await nursery.start(self.ctx.fetcher.serve)
+        nursery.start_soon(self._supervised, "blob writer",
+                           partial(self.ctx.fetcher.write_when_quiet, fs.idle_for))
         if not self.cfg.options.read_only:
             nursery.start_soon(self._supervised, "pusher", self.pusher.run)
 
@@ -132,6 +136,7 @@ class StoreEngine:
         await self.pusher.stop()
         self.background.cancel()
         result = await self.pusher.flush(timeout)
+        await self.ctx.fetcher.write_held()  # the next mount starts warm
         return {"pushed": result.pushed, "left": result.left,
                 "offline": str(result.offline) if result.left and result.offline else None}
 

@@ -886,12 +886,23 @@ class Operations(pyfuse3.Operations):
                 self._last_open_sha[ino] = of.node.sha
 
 
+_busy_at = 0.0  # time.monotonic() of the last request Python answered
+
+
+def idle_for() -> float:
+    """Seconds since the last FUSE request reached Python: background disk work
+    (memfs/sync/fetcher.py) waits for a quiet mount."""
+    return time.monotonic() - _busy_at
+
+
 def _guarded(handler):
     """pyfuse3 stops its main loop on any exception but FUSEError: one bad
     request must cost that request an EIO, never the whole mount."""
 
     @functools.wraps(handler)
     async def wrapper(self, *args):
+        global _busy_at
+        _busy_at = time.monotonic()
         try:
             return await handler(self, *args)
         except pyfuse3.FUSEError:

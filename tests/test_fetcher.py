@@ -115,26 +115,89 @@ async def test_a_read_after_the_server_moved_on_takes_the_new_content(eng):
     assert node.base_sha == node.sha and eng.cache.get(node.sha) == b"v2\n"
 
 
-async def test_a_batch_writes_its_blobs_in_a_worker_thread(eng):
-    """The trio thread answers FUSE: a batch holds its blobs in memory (reads have them
-    at once) and creates the blob files in a worker thread, a page at a time."""
+def on_disk(cache, sha: str) -> bool:
+    return (cache.root / sha[:2] / sha).exists()
+
+
+def record_writes(cache) -> list[tuple[bool, int]]:
+    """Wrap `write_many`: (ran on the trio thread?, blobs) per call."""
     import threading
 
-    want = await seed(eng, dirs=2, per_dir=25, root=0)
-    cache = eng.ctx.cache
-    threads: list[bool] = []
+    calls: list[tuple[bool, int]] = []
     write_many = cache.write_many
 
     def recorded(blobs):
-        threads.append(threading.current_thread() is threading.main_thread())
+        calls.append((threading.current_thread() is threading.main_thread(), len(blobs)))
         return write_many(blobs)
 
     cache.write_many = recorded
-    filled, failed = await eng.ctx.fetcher.prefetch()
-    assert (filled, failed) == (50, 0)
-    assert threads and not any(threads)  # written, never on the trio thread
-    assert len(threads) == 2 * 2  # per directory: a page of 20, then the last 5
+    return calls
+
+
+async def test_fetched_blobs_wait_in_memory_until_the_mount_is_quiet(eng):
+    """A cold fill creates no file while reads wait for it: its blobs are held in memory
+    (readable at once) and written in one worker-thread hop once FUSE has been quiet
+    for WRITE_QUIET seconds."""
+    from memfs.sync import fetcher as fetcher_mod
+
+    want = await seed(eng, dirs=2, per_dir=25, root=0)
+    cache, fetcher = eng.ctx.cache, eng.ctx.fetcher
+    calls = record_writes(cache)
+    assert await fetcher.prefetch() == (50, 0)
+    shas = {path: eng.fs.node(path).sha for path in want}
+    assert not calls and not any(on_disk(cache, sha) for sha in shas.values())
+    assert cache.held_bytes == sum(len(c.encode()) for c in set(want.values()))
+    cache.lru.clear()  # held blobs do not depend on the LRU
     for path, content in want.items():
-        sha = eng.fs.node(path).sha
+        assert cache.has(shas[path]) and await eng.read(path) == content.encode()
+
+    idle = [0.0]  # seconds since the last FUSE request, as the writer sees it
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetcher.write_when_quiet, lambda: idle[0])
+        await trio.sleep(3 * fetcher_mod.WRITE_QUIET)
+        assert not calls  # FUSE is busy: nothing written yet
+        idle[0] = fetcher_mod.WRITE_QUIET
+        with trio.fail_after(5):
+            while cache.held_bytes:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert calls == [(False, 50)]  # all at once, never on the trio thread
+    for path, content in want.items():
+        sha = shas[path]
         assert (cache.root / sha[:2] / sha).read_bytes() == content.encode()
-        assert await eng.read(path) == content.encode()
+
+
+async def test_held_blobs_are_written_past_held_max_even_while_busy(eng, monkeypatch):
+    """Memory stays bounded: past HELD_MAX bytes the writer does not wait for quiet."""
+    from memfs.sync import fetcher as fetcher_mod
+
+    monkeypatch.setattr(fetcher_mod, "HELD_MAX", 100)
+    want = await seed(eng, dirs=1, per_dir=30, root=0)
+    cache, fetcher = eng.ctx.cache, eng.ctx.fetcher
+    calls = record_writes(cache)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetcher.write_when_quiet, lambda: 0.0)  # FUSE always busy
+        assert await fetcher.prefetch() == (30, 0)
+        with trio.fail_after(5):
+            while cache.held_bytes >= 100:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert calls and not any(main for main, _ in calls)
+    written = sum(on_disk(cache, eng.fs.node(p).sha) for p in want)
+    assert written == sum(n for _, n in calls) > 0
+    assert cache.held_bytes < 100
+
+
+async def test_a_failed_blob_write_keeps_nothing_held(eng, monkeypatch):
+    """Disk full: the blobs stop being held (a later miss fetches them again) and the
+    writer goes on."""
+    await seed(eng, dirs=1, per_dir=5, root=0)
+    cache = eng.ctx.cache
+    assert await eng.ctx.fetcher.prefetch() == (5, 0)
+
+    def full(blobs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cache, "write_many", full)
+    await eng.ctx.fetcher.write_held()
+    assert cache.held_bytes == 0 and not cache.held()

@@ -134,6 +134,32 @@ def test_restart_offline_from_cache(mounts, server):
     assert m.status()["online"]
 
 
+def test_fetched_content_reaches_the_disk_cache_once_quiet(mounts, server):
+    """A cold fill holds fetched content in memory (reads never wait for a file
+    creation); the daemon writes it to the disk cache once the mount is quiet, so a
+    restart after kill -9 reads it offline."""
+    store = mounts.new_store()
+    c = server.sdk().beta.memory_stores.memories
+    want = {f"/d{i % 3}/n{i}.md": f"note {i}\n" for i in range(30)}
+    for path, content in want.items():
+        c.create(store, path=path, content=content)
+    m = mounts.mount(store)
+    for path, content in want.items():
+        assert (m.path / path[1:]).read_text() == content
+    objects = m.state_dir / "objects"
+
+    def blobs_on_disk() -> int:
+        return sum(1 for p in objects.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+    wait_for(lambda: blobs_on_disk() == len(want), timeout=30)
+    m.kill9()
+    server.kill()
+    m = mounts.mount(store)
+    assert "offline" in m.outputs[-1].stderr
+    for path, content in want.items():
+        assert (m.path / path[1:]).read_text() == content
+
+
 def test_unmount_with_server_down_then_next_mount(mounts, server):
     store = mounts.new_store()
     m = mounts.mount(store, "--write-back-delay", "30")

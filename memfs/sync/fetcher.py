@@ -9,6 +9,11 @@ and waits only until its blob arrives, not for the whole batch. Concurrent
 misses of one memory share one request; a single GET is the fallback when a
 batch did not bring the blob (the server moved on, or the batch failed).
 
+Fetched blobs are held in memory (`BlobCache.hold`) and written to disk by
+`write_when_quiet` (run by the engine) once FUSE and the fetcher have been
+quiet for `WRITE_QUIET` seconds, or once `HELD_MAX` bytes wait: a cold
+`grep -r` reads from memory and no longer waits for a file creation per memory.
+
 Nothing here changes State except through `State.remote_content` (a clean
 file whose server content moved on), like the reconciler's row.
 """
@@ -16,6 +21,7 @@ file whose server content moved on), like the reconciler's row.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import trio
 
@@ -30,9 +36,10 @@ log = logging.getLogger(__name__)
 ROOT_BATCH = "/"
 #: Fewer missing blobs than this in a batch filled before: one GET each instead.
 BATCH_MIN = 5
-#: A batch's blobs go to disk this many at a time, in a worker thread (one `view=full`
-#: page): creating 1,500 blob files on the trio thread held FUSE requests up.
-WRITE_EVERY = 20
+#: Held blobs go to disk once FUSE and the fetcher have been idle this long (seconds)...
+WRITE_QUIET = 0.3
+#: ... or at once when this many bytes are held (memory stays bounded).
+HELD_MAX = 16 * 1024 * 1024
 
 
 def batch_of(path: str) -> str:
@@ -51,6 +58,10 @@ class Fetcher:
         self._inflight: dict[str, trio.Event] = {}  # memory id -> its single GET
         self._nursery: trio.Nursery | None = None
         self.filled = 0
+        self.running = 0  # batches under way
+        #: set when a blob is held; the engine's writer replaces it as it takes them
+        self.held = trio.Event()
+        self._writing = trio.Lock()
 
     # -- batches ---------------------------------------------------------------------
 
@@ -62,17 +73,13 @@ class Fetcher:
             else:
                 pages = ctx.client.list_memories(ctx.store_id, path_prefix=batch, view="full",
                                                  limit=20)
-            pending: list[tuple[str, bytes]] = []
+            self.running += 1
             try:
                 async for m in pages:
                     if isinstance(m, Memory) and m.content is not None:
-                        self._store(m.content.encode("utf-8"), m.content_sha256, pending)
-                        if len(pending) >= WRITE_EVERY:
-                            await self._write(pending)
-                            pending = []
+                        self._store(m.content.encode("utf-8"), m.content_sha256)
             finally:
-                with trio.CancelScope(shield=True):  # what is held in memory reaches disk
-                    await self._write(pending)
+                self.running -= 1
             self._done.add(batch)
         finally:
             done.set()
@@ -94,34 +101,49 @@ class Fetcher:
         except Exception as exc:  # offline, server error: reads fall back to single GETs
             log.info("batch %s not fetched: %s", batch, exc)
 
-    def _store(self, data: bytes, sha: str,
-               pending: list[tuple[str, bytes]] | None = None) -> None:
-        """Cache fetched content (checked against its sha) and wake the reads waiting
-        for it. With `pending`, the blob is held in memory now and its disk write is
-        left to the caller (`_write`, a worker thread)."""
+    def _store(self, data: bytes, sha: str) -> None:
+        """Hold fetched content (checked against its sha) and wake the reads waiting
+        for it."""
         if sha256(data) != sha:
             log.warning("listing content does not match its sha %s; not cached", sha)
             return
         if not self.ctx.cache.has(sha):
-            if pending is None:
-                self.ctx.cache.put(data, sha=sha)
-            else:
-                self.ctx.cache.hold(sha, data)
-                pending.append((sha, data))
+            self.ctx.cache.hold(sha, data)
+            self.held.set()
             self.filled += 1
         ev = self._arrived.pop(sha, None)
         if ev is not None:
             ev.set()
 
-    async def _write(self, blobs: list[tuple[str, bytes]]) -> None:
-        if not blobs:
-            return
+    async def write_held(self) -> None:
+        """Write the held blobs to disk, in a worker thread (one hop for all)."""
         cache = self.ctx.cache
-        try:
-            await trio.to_thread.run_sync(cache.write_many, blobs)
-            cache.on_disk([sha for sha, _ in blobs])
-        except OSError as exc:  # disk full...: still in memory; a later miss refetches
-            log.warning("cannot write %d fetched blobs: %s", len(blobs), exc)
+        async with self._writing:
+            blobs = cache.held()
+            if not blobs:
+                return
+            shas = [sha for sha, _ in blobs]
+            try:
+                await trio.to_thread.run_sync(cache.write_many, blobs)
+            except OSError as exc:  # disk full...: the LRU keeps what it can; misses refetch
+                log.warning("cannot write %d fetched blobs: %s", len(blobs), exc)
+                cache.drop_held(shas)
+                return
+            cache.on_disk(shas)
+
+    async def write_when_quiet(self, idle_for: Callable[[], float]) -> None:
+        """Run for the engine: write held blobs once no batch runs and FUSE has
+        answered nothing for `WRITE_QUIET` seconds (`idle_for`), so the disk work of
+        a cold fill never competes with the reads that wait for it; sooner once
+        `HELD_MAX` bytes are held, whatever holds them (batches, single GETs)."""
+        cache = self.ctx.cache
+        while True:
+            await self.held.wait()
+            self.held = trio.Event()
+            while ((self.running or idle_for() < WRITE_QUIET)
+                   and cache.held_bytes < HELD_MAX):
+                await trio.sleep(WRITE_QUIET / 3)
+            await self.write_held()
 
     def missing(self) -> dict[str, list[Node]]:
         """Clean files whose blob is not cached, by batch."""
