@@ -35,15 +35,18 @@ def group_dir(root: str, cache_dir: str | None) -> Path:
     return path
 
 
-def session_layout(resources: list) -> tuple[str | None, list[tuple[object, str]]]:
-    """(the root the resources' mount paths share, [(resource, directory name)]).
+def session_layout(resources: list) -> tuple[list[str], list[tuple[object, str]]]:
+    """(the parent directories the resources' usable mount paths name, sorted;
+    [(resource, directory name)]). One parent is the session's root; none (no usable
+    mount path) or several leave the root to the caller. `memfs.SessionMounts` uses
+    this too, so the folders it reports are the ones the mount shows.
 
     The service names each store's directory in `mount_path` (derived from the
     store's name); that name is used as is. A resource without a usable mount path
     gets the slug of its name, unique among the session's stores."""
     stores = [r for r in resources if r.type == "memory_store"]
     fallback = mount_slugs([(r.name or "", r.memory_store_id) for r in stores])
-    roots: set[str] = set()
+    parents: set[str] = set()
     out: list[tuple[object, str]] = []
     taken: set[str] = set()
     for r, fb in zip(stores, fallback, strict=True):
@@ -52,12 +55,11 @@ def session_layout(resources: list) -> tuple[str | None, list[tuple[object, str]
         if not name or name in (".", "..") or ".." in mp.split("/"):
             name = fb
         else:
-            roots.add(posixpath.dirname(mp) or "/")
+            parents.add(posixpath.dirname(mp) or "/")
         name = unique(name, taken)  # never two stores in one directory
         taken.add(name)
         out.append((r, name))
-    root = roots.pop() if len(roots) == 1 else None
-    return root, out
+    return sorted(parents), out
 
 
 def plan_session(client_call, session_id: str, root: str | None, *, url: str,
@@ -67,13 +69,13 @@ def plan_session(client_call, session_id: str, root: str | None, *, url: str,
         session = client_call(lambda c: c.get_session(session_id))
     except api_errors.NotFoundError:
         raise click.ClickException(f"unknown session {session_id} on {url}") from None
-    shared_root, layout = session_layout(session.resources)
+    parents, layout = session_layout(session.resources)
     if root is None:
-        if shared_root is None:
+        if len(parents) != 1:
             raise click.ClickException(
                 f"session {session_id}: its stores' mount paths do not share one parent "
                 "directory; give ROOT")
-        root = shared_root
+        root = parents[0]
     key = resolve_key(url, layout[0][0].memory_store_id if layout else "-", cache_dir)
     stores = [GroupStore(store_id=r.memory_store_id, name=name,
                          state_dir=str(state_dir_for(url, r.memory_store_id, cache_dir,

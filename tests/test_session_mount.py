@@ -121,8 +121,9 @@ def test_session_same_slug_and_default_root(server, mounts, tmp_path):
     from memfs.cli_group import session_layout
 
     resources = sdk.beta.sessions.retrieve(sid).resources
-    root, layout = session_layout(resources)
-    assert root == "/mnt/memory" and [n for _, n in layout] == ["team-notes", "team-notes-2"]
+    parents, layout = session_layout(resources)
+    assert parents == ["/mnt/memory"] and [n for _, n in layout] == ["team-notes",
+                                                                    "team-notes-2"]
 
 
 def _memfs() -> list[str]:
