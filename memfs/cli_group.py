@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -20,7 +21,7 @@ import click
 from .api import errors as api_errors
 from .mountconfig import GroupConfig, GroupStore, SyncOptions
 from .slug import mount_slugs, unique
-from .statedir import cache_root, mount_hash, resolve_key, state_dir_for
+from .statedir import cache_root, mount_hash, open_state_dir, resolve_key
 
 #: Where a session container shows its stores, and so a session root's default.
 SESSION_ROOT = "/mnt/memory"
@@ -35,15 +36,18 @@ def group_dir(root: str, cache_dir: str | None) -> Path:
     return path
 
 
-def session_layout(resources: list) -> tuple[str | None, list[tuple[object, str]]]:
-    """(the root the resources' mount paths share, [(resource, directory name)]).
+def session_layout(resources: list) -> tuple[list[str], list[tuple[object, str]]]:
+    """(the parent directories the resources' usable mount paths name, sorted;
+    [(resource, directory name)]). One parent is the session's root; none (no usable
+    mount path) or several leave the root to the caller. `memfs.SessionMounts` uses
+    this too, so the folders it reports are the ones the mount shows.
 
     The service names each store's directory in `mount_path` (derived from the
     store's name); that name is used as is. A resource without a usable mount path
     gets the slug of its name, unique among the session's stores."""
     stores = [r for r in resources if r.type == "memory_store"]
     fallback = mount_slugs([(r.name or "", r.memory_store_id) for r in stores])
-    roots: set[str] = set()
+    parents: set[str] = set()
     out: list[tuple[object, str]] = []
     taken: set[str] = set()
     for r, fb in zip(stores, fallback, strict=True):
@@ -52,45 +56,43 @@ def session_layout(resources: list) -> tuple[str | None, list[tuple[object, str]
         if not name or name in (".", "..") or ".." in mp.split("/"):
             name = fb
         else:
-            roots.add(posixpath.dirname(mp) or "/")
+            parents.add(posixpath.dirname(mp) or "/")
         name = unique(name, taken)  # never two stores in one directory
         taken.add(name)
         out.append((r, name))
-    root = roots.pop() if len(roots) == 1 else None
-    return root, out
+    return sorted(parents), out
 
 
 def plan_session(client_call, session_id: str, root: str | None, *, url: str,
-                 cache_dir: str | None, options: SyncOptions, **common) -> GroupConfig:
-    """The GroupConfig of a session's memory stores (fetched from the server)."""
+                 cache_dir: str | None, options: SyncOptions, say: Callable[[str], None],
+                 **common) -> GroupConfig:
+    """The GroupConfig of a session's memory stores (fetched from the server); each
+    adoption of a store's earlier state is told to `say`."""
     try:
         session = client_call(lambda c: c.get_session(session_id))
     except api_errors.NotFoundError:
         raise click.ClickException(f"unknown session {session_id} on {url}") from None
-    shared_root, layout = session_layout(session.resources)
+    parents, layout = session_layout(session.resources)
     if root is None:
-        if shared_root is None:
+        if len(parents) != 1:
             raise click.ClickException(
                 f"session {session_id}: its stores' mount paths do not share one parent "
                 "directory; give ROOT")
-        root = shared_root
+        root = parents[0]
     key = resolve_key(url, layout[0][0].memory_store_id if layout else "-", cache_dir)
-    stores = [GroupStore(store_id=r.memory_store_id, name=name,
-                         state_dir=str(state_dir_for(url, r.memory_store_id, cache_dir,
-                                                     key=key)),
-                         read_only=r.access == "read_only", display_name=r.name or "")
+    stores = [group_store(r.memory_store_id, name, url=url, cache_dir=cache_dir, key=key,
+                          say=say, read_only=r.access == "read_only",
+                          display_name=r.name or "")
               for r, name in layout]
-    root = os.path.abspath(root)
-    return GroupConfig(kind="session", root=root, base_url=url,
-                       group_dir=str(group_dir(root, cache_dir)), stores=stores,
-                       options=options, session_id=session_id, cache_dir=cache_dir,
-                       state_key=key, **common)
+    return group_config("session", root, stores, url=url, cache_dir=cache_dir, key=key,
+                        options=options, session_id=session_id, **common)
 
 
 def plan_all(client_call, root: str, *, url: str, cache_dir: str | None,
-             options: SyncOptions, read_only: bool, **common) -> GroupConfig:
+             options: SyncOptions, read_only: bool, say: Callable[[str], None],
+             **common) -> GroupConfig:
     """The GroupConfig of every non-archived store of the account, oldest first (so
-    a name's first store keeps the plain slug)."""
+    a name's first store keeps the plain slug); adoptions are told to `say`."""
 
     async def go(c):
         return [s async for s in c.list_stores()]
@@ -98,25 +100,45 @@ def plan_all(client_call, root: str, *, url: str, cache_dir: str | None,
     listed = sorted(client_call(go), key=lambda s: (s.created_at, s.id))
     names = mount_slugs([(s.name, s.id) for s in listed])
     key = resolve_key(url, listed[0].id if listed else "-", cache_dir)
-    stores = [GroupStore(store_id=s.id, name=name,
-                         state_dir=str(state_dir_for(url, s.id, cache_dir, key=key)),
-                         read_only=read_only, display_name=s.name)
+    stores = [group_store(s.id, name, url=url, cache_dir=cache_dir, key=key, say=say,
+                          read_only=read_only, display_name=s.name)
               for s, name in zip(listed, names, strict=True)]
+    return group_config("all", root, stores, url=url, cache_dir=cache_dir, key=key,
+                        options=options, read_only=read_only, **common)
+
+
+def group_store(store_id: str, name: str, *, url: str, cache_dir: str | None, key: str,
+                say: Callable[[str], None], read_only: bool, display_name: str) -> GroupStore:
+    """One store of a root, in the state directory a plain mount of it uses, with the
+    state an older memfs left under another key adopted as a plain mount adopts it."""
+    state_dir = open_state_dir(url, store_id, cache_dir, say, key=key)
+    return GroupStore(store_id=store_id, name=name, state_dir=str(state_dir),
+                      read_only=read_only, display_name=display_name)
+
+
+def group_config(kind: str, root: str, stores: list[GroupStore], *, url: str,
+                 cache_dir: str | None, key: str, options: SyncOptions,
+                 **common) -> GroupConfig:
+    """The one GroupConfig builder (a session, `--all`, either offline): the state key
+    always goes with it, so a store `--all` finds later is keyed as its first ones."""
     root = os.path.abspath(root)
-    return GroupConfig(kind="all", root=root, base_url=url,
+    return GroupConfig(kind=kind, root=root, base_url=url,
                        group_dir=str(group_dir(root, cache_dir)), stores=stores,
-                       options=options, cache_dir=cache_dir, state_key=key,
-                       read_only=read_only, **common)
+                       options=options, cache_dir=cache_dir, state_key=key, **common)
 
 
-def cached_plan(root: str, cache_dir: str | None) -> list[GroupStore] | None:
-    """The stores the last mount of this root had (group.json), for an offline start."""
+def cached_plan(root: str, cache_dir: str | None,
+                ) -> tuple[list[GroupStore], str | None] | None:
+    """(the stores the last mount of this root had, its state key) from group.json,
+    for an offline start; the key is None in a group.json of an older memfs."""
     try:
         data = json.loads((group_dir(root, cache_dir) / "group.json").read_text())
-        return [GroupStore(store_id=s["store_id"], name=s["name"], state_dir=s["state_dir"],
-                           read_only=bool(s.get("read_only"))) for s in data["stores"]]
-    except (OSError, ValueError, KeyError, TypeError):
+        stores = [GroupStore(store_id=s["store_id"], name=s["name"], state_dir=s["state_dir"],
+                             read_only=bool(s.get("read_only"))) for s in data["stores"]]
+        key = data.get("state_key")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+    return stores, key if isinstance(key, str) else None
 
 
 def format_group_status(s: dict, format_store) -> str:

@@ -23,18 +23,22 @@ from .api import errors as api_errors
 from .api import tls
 from .api.config import ConfigError, resolve_config
 from .completion import complete_mountpoints, complete_stores
-from .mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS, GroupConfig, MountConfig, SyncOptions
+from .mountconfig import (
+    DEFAULT_LOCAL_ONLY_PATTERNS,
+    GroupConfig,
+    GroupStore,
+    MountConfig,
+    SyncOptions,
+)
 from .statedir import (
     Unreachable,
-    adopt,
-    cache_root,
     canonical_mountpoint,
     key_from_probe,
+    open_state_dir,
     read_registry,
     registry_dir,
     registry_file,
     remember,
-    state_dir_for,
 )
 
 
@@ -180,14 +184,15 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
             if found.archived:
                 click.echo(f"memfs: store {found.describe()} is archived: the server refuses "
                            "changes to it", err=True)
-            state_dir = _state_dir(url, store_id, cache_dir, reported)
+            state_dir = open_state_dir(url, store_id, cache_dir, _to_stderr,
+                                       reported=reported)
         except api_errors.NotFoundError:
             raise click.ClickException(f"unknown store {store_id} on {url}") from None
         except (api_errors.AuthenticationError, api_errors.PermissionDeniedError) as exc:
             raise click.ClickException(f"bad credentials for {url}: {exc.message}") from None
         except (*api_errors.TRANSIENT,) as exc:
             store_id = storenames.cached_id(store_id, url, cache_dir) or store_id  # offline
-            state_dir = _state_dir(url, store_id, cache_dir)
+            state_dir = open_state_dir(url, store_id, cache_dir, _to_stderr)
             if not _has_cache(state_dir):
                 raise click.ClickException(
                     f"cannot reach {url} ({exc.message}) and nothing of {store_id} is "
@@ -311,7 +316,7 @@ def _plan_group(session_id, root, base_url, api_key_file, cache_dir, options, re
     try:
         if session_id:
             cfg = plan_session(call, session_id, root, url=url, cache_dir=cache_dir,
-                               options=options, embedded=embedded, **common)
+                               options=options, say=_to_stderr, embedded=embedded, **common)
             # Writes through a session are attributed to it: memfs serve issues a
             # session-scoped token (the hosted API: None, and the account key is used).
             try:
@@ -322,48 +327,42 @@ def _plan_group(session_id, root, base_url, api_key_file, cache_dir, options, re
                 key = token
         else:
             cfg = plan_all(call, root, url=url, cache_dir=cache_dir, options=options,
-                           read_only=read_only, embedded=embedded, **common)
+                           read_only=read_only, say=_to_stderr, embedded=embedded, **common)
     except (api_errors.AuthenticationError, api_errors.PermissionDeniedError) as exc:
         raise click.ClickException(f"bad credentials for {url}: {exc.message}") from None
     except (*api_errors.TRANSIENT,) as exc:
         where = os.path.abspath(root or SESSION_ROOT)
-        stores = cached_plan(where, cache_dir)
-        if stores is None:
+        cached = cached_plan(where, cache_dir)
+        if cached is None:
             raise click.ClickException(
                 f"cannot reach {url} ({exc.message}) and this root was never mounted "
                 "here before") from None
         click.echo(f"memfs: {url} is unreachable; mounting {where} from the cache "
                    "(offline)", err=True)
-        from .cli_group import group_dir
-
-        cfg = GroupConfig(kind="session" if session_id else "all", root=where, base_url=url,
-                          group_dir=str(group_dir(where, cache_dir)), stores=stores,
-                          options=options, session_id=session_id, cache_dir=cache_dir,
-                          read_only=read_only, embedded=embedded, **common)
+        cfg = _offline_group(session_id, where, cached, url=url, cache_dir=cache_dir,
+                             reason=exc.message, options=options, read_only=read_only,
+                             embedded=embedded, **common)
     return cfg, key
 
 
-_PROBE = object()  # _state_dir: ask the server's identity now
+def _offline_group(session_id: str | None, root: str,
+                   cached: tuple[list[GroupStore], str | None], *, url: str,
+                   cache_dir: str | None, reason: str, **common) -> GroupConfig:
+    """The root as its last mount had it (group.json), keyed as it was then: a store
+    `--all` finds once the server answers must land beside the others, not under a
+    URL key. A group.json of an older memfs has no key: found as a plain offline
+    mount finds its own (the state dir of a store last mounted from this URL)."""
+    from .cli_group import group_config
+
+    stores, state_key = cached
+    key = state_key or key_from_probe(url, stores[0].store_id if stores else "-", cache_dir,
+                                      Unreachable(reason))
+    return group_config("session" if session_id else "all", root, stores, url=url,
+                        cache_dir=cache_dir, key=key, session_id=session_id, **common)
 
 
-def _state_dir(url: str, store_id: str, cache_dir: str | None,
-               reported: str | None | Unreachable | object = _PROBE) -> Path:
-    """The store's state directory, keyed by the server's stable identity (`reported`:
-    the health probe's answer when it was asked already); state of the store kept
-    under another key (an older memfs keyed it by URL and port) is adopted first, so
-    its pending changes are never stranded."""
-    if reported is _PROBE:
-        from .statedir import resolve_key
-
-        key = resolve_key(url, store_id, cache_dir)
-    else:
-        key = key_from_probe(url, store_id, cache_dir, reported)  # type: ignore[arg-type]
-    try:
-        for done in adopt(Path(cache_dir) if cache_dir else cache_root(), key, store_id):
-            click.echo(done.message(), err=True)
-    except OSError as exc:  # never block the mount; the old state stays where it is
-        click.echo(f"memfs: could not adopt earlier state of {store_id}: {exc}", err=True)
-    return state_dir_for(url, store_id, cache_dir, key=key)
+def _to_stderr(text: str) -> None:
+    click.echo(text, err=True)
 
 
 def _has_cache(state_dir: Path) -> bool:

@@ -231,7 +231,7 @@ class Daemon:
     async def _apply_store_list(self, stores) -> None:
         from .slug import slug as slugify
         from .slug import unique
-        from .statedir import state_dir_for
+        from .statedir import open_state_dir
 
         assert isinstance(self.cfg, GroupConfig)
         known = {e.cfg.store_id: e for e in self.engines}
@@ -248,9 +248,9 @@ class Daemon:
                 continue
             taken = {e.name for e in self.engines} | {s["name"] for s in self.skipped}
             name = unique(slugify(store.name) or slugify(store.id), taken)
-            state_dir = await trio.to_thread.run_sync(
-                lambda sid=store.id: state_dir_for(self.cfg.base_url, sid, self.cfg.cache_dir,
-                                                   key=self.cfg.state_key))
+            state_dir = await trio.to_thread.run_sync(  # adopts as every mount does
+                lambda sid=store.id: open_state_dir(self.cfg.base_url, sid, self.cfg.cache_dir,
+                                                    log.warning, key=self.cfg.state_key))
             entry = GroupStore(store_id=store.id, name=name, state_dir=str(state_dir),
                                display_name=store.name)
             engine = self._add_store(entry)
@@ -290,6 +290,7 @@ class Daemon:
             return
         write_private_json(self.control_dir / "group.json", {
             "kind": self.cfg.kind, "root": self.cfg.root, "session_id": self.cfg.session_id,
+            "state_key": self.cfg.state_key,  # for an offline start (cli_group.cached_plan)
             "stores": [{"name": e.name, "store_id": e.cfg.store_id,
                         "state_dir": str(e.state_dir),
                         "read_only": e.cfg.options.read_only} for e in self.engines]})

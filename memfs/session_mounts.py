@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import os
-import posixpath
 import subprocess
 import sys
 from pathlib import Path
@@ -87,17 +86,22 @@ class SessionMounts:
         return [p for p, ro in self._stores if ro]
 
     async def download(self, session: Any) -> None:
-        """Mount every attached store at its `mount_path` (one mount at their parent)."""
-        resources = [r for r in session.resources if r.type == "memory_store"]
-        if not resources:
+        """Mount every attached store at its `mount_path` (one mount at their parent).
+
+        The folders are named by `memfs mount --session`'s own layout, so `roots` is
+        exactly what the mount shows: a resource without a usable mount path (none,
+        or one with a `..` segment) gets its name's slug, made unique, under the
+        others' parent (or `workdir/memory` when no store has a usable one)."""
+        from .cli_group import session_layout
+
+        parents, layout = session_layout(session.resources)  # what the mount will show
+        if not layout:
             return
-        folders = [self._store_folder(r) for r in resources]
-        parents = {str(f.parent) for f in folders}
-        if len(parents) != 1:
+        if len(parents) > 1:
             raise SessionMountError(
                 "the memory stores' mount paths do not share one parent directory "
-                f"({', '.join(sorted(parents))}); memfs mounts them together")
-        root = Path(parents.pop())
+                f"({', '.join(parents)}); memfs mounts them together")
+        root = Path(parents[0]) if parents else self._workdir / "memory"
         if root.exists() and any(root.iterdir()):
             raise SessionMountError(
                 f"something already exists at the memory stores' path: {root}; it must be "
@@ -130,8 +134,7 @@ class SessionMounts:
                 f"failed to mount the session's memory stores at {root}: "
                 + (result.stderr.decode(errors="replace").strip() or "memfs mount failed"))
         self._root = root
-        self._stores = [(f, r.access == "read_only") for f, r in zip(folders, resources,
-                                                                      strict=True)]
+        self._stores = [(root / name, r.access == "read_only") for r, name in layout]
         for folder in self.roots:
             if not folder.is_dir():
                 log.warning("the mount has no folder %s (see memfs status %s)", folder, root)
@@ -177,16 +180,6 @@ class SessionMounts:
             _rmdir_quietly(self._root)
 
     # -- helpers --------------------------------------------------------------------------
-
-    def _store_folder(self, resource: Any) -> Path:
-        mount_path = resource.mount_path
-        if mount_path:
-            if not mount_path.startswith("/") or ".." in mount_path.split("/"):
-                raise SessionMountError(
-                    f"memory store mount_path is not a clean absolute path: {mount_path!r} "
-                    f"(memory_store_id={resource.memory_store_id})")
-            return Path(posixpath.normpath(mount_path))
-        return self._workdir / "memory" / (resource.name or resource.memory_store_id)
 
     async def _control(self, payload: dict, timeout: float) -> dict | None:
         from . import control

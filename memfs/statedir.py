@@ -14,6 +14,8 @@ same store exists under another key (an older memfs keyed it by URL and port,
 or the URL changed), :func:`adopt` takes it over so its pending changes are
 never stranded: moved into place when the new key has no state yet, otherwise
 imported as conflicts of the new state and the old directory renamed aside.
+:func:`open_state_dir` does both for every way a store is mounted (a plain
+mount, a session or ``--all`` root, a store an ``--all`` root finds later).
 
 The mount registry (``<default cache root>/mounts/<hash>.json``, one per
 running daemon, written by the daemon) and the *known* index
@@ -33,7 +35,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,6 +137,32 @@ def key_from_probe(base_url: str, store_id: str, cache_dir: str | None,
             if best is None or mtime > best[0]:
                 best = (mtime, db.parent.parent.name)
     return best[1] if best else server_id(base_url)
+
+
+_PROBE = object()  # open_state_dir's default: ask the server's identity now
+
+
+def open_state_dir(base_url: str, store_id: str, cache_dir: str | None,
+                   say: Callable[[str], None], *, key: str | None = None,
+                   reported: str | None | Unreachable | object = _PROBE) -> Path:
+    """The store's state directory under the server's key, after adopting the store's
+    state kept under other keys: every way of mounting a store goes through here, so
+    none can strand the pending changes an older memfs (or another URL) left behind.
+
+    The key is `key` when known (a session root resolves it once for all its stores),
+    else from `reported` (the health probe's answer, when asked already), else probed
+    now. Each adoption's message goes to `say`; adoption never blocks the mount."""
+    if key is None:
+        if reported is _PROBE:
+            key = resolve_key(base_url, store_id, cache_dir)
+        else:
+            key = key_from_probe(base_url, store_id, cache_dir, reported)  # type: ignore[arg-type]
+    try:
+        for done in adopt(Path(cache_dir) if cache_dir else cache_root(), key, store_id):
+            say(done.message())
+    except (OSError, sqlite3.Error) as exc:  # the old state stays where it is
+        say(f"memfs: could not adopt earlier state of {store_id}: {exc}")
+    return state_dir_for(base_url, store_id, cache_dir, key=key)
 
 
 def state_dir_for(base_url: str, store_id: str, cache_dir: str | None = None,

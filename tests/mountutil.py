@@ -258,3 +258,22 @@ def server_memories(server, store_id: str) -> dict[str, str]:
         if m.type == "memory":
             out[m.path] = m.content
     return out
+
+
+def strand_under_url_key(mounts: Mounts, server, store_id: str,
+                         ) -> tuple[pathlib.Path, pathlib.Path]:
+    """Leave store_id's state, with one pending create (/b.md = "pending\\n"), under the
+    URL-derived key, as a memfs from before server ids did: a plain mount, a write it
+    never pushes (its daemon dies), its state directory moved. Returns (that old
+    directory, the one the current key names, now gone)."""
+    from memfs import statedir
+
+    m = mounts.mount(store_id, "--write-back-delay", "600", name=f"plain-{store_id}")
+    (m.path / "b.md").write_text("pending\n")
+    assert m.pending_total() == 1
+    m.kill9()
+    assert m.state_dir is not None
+    old_dir = m.state_dir.parent.parent / statedir.server_id(server.base_url) / store_id
+    old_dir.parent.mkdir(mode=0o700, exist_ok=True)
+    os.rename(m.state_dir, old_dir)
+    return old_dir, m.state_dir

@@ -7,11 +7,13 @@ from __future__ import annotations
 import errno
 import json
 import os
+import pathlib
 import subprocess
 import time
 
 import pytest
-from mountutil import errno_of, needs_fuse, server_memories
+from gate import Gate
+from mountutil import errno_of, needs_fuse, server_memories, strand_under_url_key
 from test_services import memfs_wrapper, mount_helper_installed  # noqa: F401 - a fixture
 
 pytestmark = needs_fuse
@@ -113,6 +115,56 @@ def test_all_root_new_store_appears_archived_turns_read_only(server, mounts):
     (m.path / "later-on" / "c.md").write_text("c\n")  # the other store is untouched
     m.wait_synced()
     assert server_memories(server, later)["/c.md"] == "c\n"
+
+
+def test_all_root_adopts_url_keyed_state_at_mount_and_for_a_later_store(server, mounts):
+    """State an older memfs left under the URL key is adopted by `--all`: for the stores
+    it plans at mount, and for a store its watch finds later; both pending changes
+    reach the server."""
+    sdk = server.sdk()
+    first = sdk.beta.memory_stores.create(name="First").id
+    old_first, new_first = strand_under_url_key(mounts, server, first)
+    with Gate(server) as gate:
+        m = mounts.mount_group("--all")
+        assert f"from an earlier state directory {old_first} (moved to {new_first})" in \
+            m.outputs[-1].stderr
+        # The watch's next listing waits until the later store has its old state.
+        gate.hold("GET", r"/v1/memory_stores$")
+        gate.wait_held(1)
+        later = sdk.beta.memory_stores.create(name="Later").id
+        old_later, new_later = strand_under_url_key(mounts, server, later)
+        gate.clear()
+        _wait(lambda: "later" in os.listdir(m.path), 30, what="the later store")
+    log = (m.state_dir / "daemon.log").read_text()
+    assert f"from an earlier state directory {old_later} (moved to {new_later})" in log
+    dirs = {s["store_id"]: s["state_dir"] for s in m.registry()["stores"]}
+    assert dirs == {first: str(new_first), later: str(new_later)}
+    assert not old_first.exists() and not old_later.exists()
+    assert (m.path / "later" / "b.md").read_text() == "pending\n"
+    m.wait_synced()
+    assert server_memories(server, first) == {"/b.md": "pending\n"}
+    assert server_memories(server, later) == {"/b.md": "pending\n"}
+
+
+def test_offline_all_root_keys_a_later_store_as_its_others(server, mounts):
+    """Started offline (from group.json), `--all` still knows the server's key: a store
+    that appears once the server is back gets its state beside the others', not under
+    the URL key."""
+    sdk = server.sdk()
+    sdk.beta.memory_stores.create(name="First")
+    m = mounts.mount_group("--all")
+    key_dir = pathlib.Path(m.registry()["stores"][0]["state_dir"]).parent
+    assert key_dir.name.startswith("srv-")
+    m.unmount()
+    server.stop()
+    m.mount()
+    assert "unreachable" in m.outputs[-1].stderr
+    server.start()  # on the same port
+    later = server.sdk().beta.memory_stores.create(name="Later").id
+    _wait(lambda: "later" in os.listdir(m.path), 30, what="the later store")
+    dirs = {s["store_id"]: s["state_dir"] for s in m.registry()["stores"]}
+    assert pathlib.Path(dirs[later]).parent == key_dir
+    assert json.loads((m.state_dir / "group.json").read_text())["state_key"] == key_dir.name
 
 
 def test_all_read_only_and_unmount_flushes_every_store(server, mounts):

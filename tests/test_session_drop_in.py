@@ -137,9 +137,45 @@ def test_worker_loop_on_asyncio(server, tmp_path, worker_env, bearer):
     assert authors == {("session_actor", sid)}
 
 
+async def test_roots_are_the_folders_the_mount_shows(server, tmp_path, worker_env):
+    """`roots` names exactly the folders `memfs mount --session` makes, where a store's
+    name does not give its folder as is: two stores of one name, a name the slug
+    changes, resources without a mount path or with a `..` in it (given the slug of
+    their name, as the mount gives it, not refused)."""
+    sdk = server.sdk()
+    a, b, odd = (sdk.beta.memory_stores.create(name=n).id
+                 for n in ("Notes", "Notes", "../Odd Name!"))
+    sid = sdk.beta.sessions.create(agent="x", environment_id="e", resources=[
+        {"type": "memory_store", "memory_store_id": a},
+        {"type": "memory_store", "memory_store_id": b},
+        {"type": "memory_store", "memory_store_id": odd, "access": "read_only"}]).id
+    client = anthropic.AsyncAnthropic(base_url=server.base_url, api_key=server.api_key,
+                                      max_retries=0)
+    session = await client.beta.sessions.retrieve(sid)
+    work = tmp_path / "work"
+    paths = [None, None, f"{work}/memory/../escape"]
+    session = session.model_copy(update={"resources": [
+        r.model_copy(update={"mount_path": p})
+        for r, p in zip(session.resources, paths, strict=True)]})
+    root = work / "memory"
+    worker_env.append(root)
+    stores = SessionMemoryStores(client, workdir=work)
+    try:
+        await stores.download(session)
+        assert stores.roots == [root / "notes", root / "notes-2", root / "odd-name"]
+        assert stores.read_only_roots == [root / "odd-name"]
+        assert sorted(os.listdir(root)) == [p.name for p in stores.roots]
+        for folder, store in zip(stores.roots, (a, b, odd), strict=True):
+            assert (folder / ".anthropic-memory-store").read_text().endswith(store)
+        assert not (work / "escape").exists()
+    finally:
+        await stores.dispose()
+        await client.close()
+
+
 async def test_download_refusals(server, tmp_path, worker_env):
-    """What the SDK refuses, refused alike: a mount path that is not clean, a root that is
-    not empty, and (ours) stores whose mount paths do not share a parent."""
+    """What the SDK refuses, refused alike: a root that is not empty, and (ours) stores
+    whose mount paths do not share a parent."""
     sdk = server.sdk()
     a = sdk.beta.memory_stores.create(name="A").id
     b = sdk.beta.memory_stores.create(name="B").id
@@ -156,8 +192,6 @@ async def test_download_refusals(server, tmp_path, worker_env):
                                                                       strict=True)]
         return session.model_copy(update={"resources": rs})
 
-    with pytest.raises(SessionMountError, match="not a clean absolute path"):
-        await stores.download(with_paths("/mnt/../../etc/cron.d", "/mnt/memory/b"))
     with pytest.raises(SessionMountError, match="share one parent"):
         await stores.download(with_paths(str(tmp_path / "x" / "a"), str(tmp_path / "y" / "b")))
     busy = tmp_path / "busy"

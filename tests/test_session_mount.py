@@ -8,7 +8,7 @@ import os
 import subprocess
 
 import pytest
-from mountutil import errno_of, mount_env, needs_fuse, server_memories
+from mountutil import errno_of, mount_env, needs_fuse, server_memories, strand_under_url_key
 
 pytestmark = needs_fuse
 
@@ -121,8 +121,25 @@ def test_session_same_slug_and_default_root(server, mounts, tmp_path):
     from memfs.cli_group import session_layout
 
     resources = sdk.beta.sessions.retrieve(sid).resources
-    root, layout = session_layout(resources)
-    assert root == "/mnt/memory" and [n for _, n in layout] == ["team-notes", "team-notes-2"]
+    parents, layout = session_layout(resources)
+    assert parents == ["/mnt/memory"] and [n for _, n in layout] == ["team-notes",
+                                                                    "team-notes-2"]
+
+
+def test_session_adopts_state_an_older_memfs_left_under_the_url_key(server, mounts):
+    """A store's pending change kept under the URL key (memfs before server ids) is
+    adopted by a session mount as by a plain one, and reaches the server."""
+    sdk = server.sdk()
+    store = sdk.beta.memory_stores.create(name="Kept Notes").id
+    old_dir, new_dir = strand_under_url_key(mounts, server, store)
+    sid = make_session(sdk, [{"type": "memory_store", "memory_store_id": store}])
+    m = mounts.mount_group("--session", sid)
+    assert "adopted 1 pending change(s) from an earlier state directory" in \
+        m.outputs[-1].stderr
+    assert not old_dir.exists() and m.registry()["stores"][0]["state_dir"] == str(new_dir)
+    assert (m.path / "kept-notes" / "b.md").read_text() == "pending\n"
+    m.wait_synced()
+    assert server_memories(server, store) == {"/b.md": "pending\n"}
 
 
 def _memfs() -> list[str]:
