@@ -84,10 +84,14 @@ class BlobCache:
         A blob already on disk is trusted only once this process has seen it
         whole (it is in the LRU); otherwise it is read back and rewritten when it
         does not hash to its name, so a blob torn by a power cut is repaired by
-        the next write of the same content instead of being synced as is."""
+        the next write of the same content instead of being synced as is. A blob
+        known to be missing (`gc` listed the disk) is written without either check:
+        a new file's first close costs no `stat` and no failed open."""
         sha = sha or sha256(data)
         path = self._path(sha)
-        if sha not in self.lru or not path.exists():
+        if self._listed and sha not in self._on_disk:
+            self._write(path, sha, data)
+        elif sha not in self.lru or not path.exists():
             try:
                 intact = sha256(path.read_bytes()) == sha
             except FileNotFoundError:

@@ -27,9 +27,24 @@ from .statedir import cache_root, mount_hash, open_state_dir, resolve_key
 SESSION_ROOT = "/mnt/memory"
 
 
+def group_path(root: str, cache_dir: str | None) -> Path:
+    """Where the group's own state lives (control socket, lock, group.json, daemon.log)."""
+    return (Path(cache_dir) if cache_dir else cache_root()) / "groups" / mount_hash(root)
+
+
+def read_group_json(root: str, cache_dir: str | None) -> dict | None:
+    """The root's group.json as its last mount wrote it (None: none, or unreadable);
+    creates nothing, so `memfs status` of any path leaves no trace."""
+    try:
+        data = json.loads((group_path(root, cache_dir) / "group.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def group_dir(root: str, cache_dir: str | None) -> Path:
-    """The group's own state (control socket, lock, group.json, daemon.log), per root."""
-    path = (Path(cache_dir) if cache_dir else cache_root()) / "groups" / mount_hash(root)
+    """The group's own state directory, made (0700) for a mount of it."""
+    path = group_path(root, cache_dir)
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     for p in (path, path.parent):
         os.chmod(p, 0o700)
@@ -131,12 +146,14 @@ def cached_plan(root: str, cache_dir: str | None,
                 ) -> tuple[list[GroupStore], str | None] | None:
     """(the stores the last mount of this root had, its state key) from group.json,
     for an offline start; the key is None in a group.json of an older memfs."""
+    data = read_group_json(root, cache_dir)
+    if data is None:
+        return None
     try:
-        data = json.loads((group_dir(root, cache_dir) / "group.json").read_text())
         stores = [GroupStore(store_id=s["store_id"], name=s["name"], state_dir=s["state_dir"],
                              read_only=bool(s.get("read_only"))) for s in data["stores"]]
         key = data.get("state_key")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (KeyError, TypeError, AttributeError):
         return None
     return stores, key if isinstance(key, str) else None
 

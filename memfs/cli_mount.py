@@ -543,15 +543,14 @@ def mount_status(mountpoint: str) -> dict:
 
 def _offline_group_status(root: str) -> dict | None:
     """A session root with no daemon: each store's status from its state.db."""
-    from .cli_group import group_dir
+    from .cli_group import read_group_json
     from .status import offline_status
 
-    try:
-        data = json.loads((group_dir(root, None) / "group.json").read_text())
-    except (OSError, ValueError):
+    data = read_group_json(root, None)
+    if data is None:
         return None
     stores = []
-    for entry in data.get("stores", []):
+    for entry in data.get("stores") or []:
         try:
             one = offline_status(Path(entry["state_dir"]))
         except Exception as exc:  # a damaged state dir: say so, show the others

@@ -248,9 +248,15 @@ class Daemon:
                 continue
             taken = {e.name for e in self.engines} | {s["name"] for s in self.skipped}
             name = unique(slugify(store.name) or slugify(store.id), taken)
-            state_dir = await trio.to_thread.run_sync(  # adopts as every mount does
-                lambda sid=store.id: open_state_dir(self.cfg.base_url, sid, self.cfg.cache_dir,
-                                                    log.warning, key=self.cfg.state_key))
+            try:
+                state_dir = await trio.to_thread.run_sync(  # adopts as every mount does
+                    lambda sid=store.id: open_state_dir(self.cfg.base_url, sid,
+                                                        self.cfg.cache_dir, log.warning,
+                                                        key=self.cfg.state_key))
+            except OSError as exc:  # a full disk, a file in the way: the next poll retries
+                log.warning("new store %s: cannot make its state directory (%s); "
+                            "trying again at the next poll", store.id, exc)
+                continue
             entry = GroupStore(store_id=store.id, name=name, state_dir=str(state_dir),
                                display_name=store.name)
             engine = self._add_store(entry)

@@ -55,3 +55,24 @@ def test_put_of_held_content_writes_it(tmp_path):
     assert cache.put(data, fsync=True) == sha
     assert (tmp_path / "objects" / sha[:2] / sha).read_bytes() == data
     assert cache.held_bytes == 0
+
+
+def test_put_of_a_blob_known_missing_writes_without_checking(tmp_path, monkeypatch):
+    """After gc listed the disk, a new blob's put goes straight to the write (no stat,
+    no read-back), and what it wrote is then trusted like any other."""
+    cache = BlobCache(tmp_path / "objects")
+    cache.gc(set())
+
+    def no_check(*a, **kw):
+        raise AssertionError("put() checked the disk first")
+
+    data = b"a new file's first close\n"
+    with monkeypatch.context() as m:
+        m.setattr(os, "stat", no_check)
+        m.setattr(BlobCache, "get", no_check)
+        from pathlib import Path
+
+        m.setattr(Path, "read_bytes", no_check)
+        sha = cache.put(data)
+    assert (tmp_path / "objects" / sha[:2] / sha).read_bytes() == data
+    assert cache.has(sha) and cache.put(data) == sha  # again: on disk and in the LRU

@@ -326,3 +326,42 @@ def test_a_store_whose_state_cannot_open_is_skipped(server, mounts):
     again.wait_synced()
     assert server_memories(server, good) == {"/ok.md": "ok\n"}
     assert db.read_bytes().startswith(b"this is not a database")  # left as found
+
+
+def test_status_of_a_path_that_is_no_mount_creates_nothing(tmp_path):
+    """`memfs status DIR` looks for a session root's group.json without making the
+    group's state directory (it used to leave `groups/<hash>/` behind for any path)."""
+    import sys
+
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"),
+               PYTHONPATH=str(pathlib.Path(__file__).resolve().parent.parent))
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    out = subprocess.run([sys.executable, "-m", "memfs", "status", str(plain)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "is not a memfs mount" in out.stderr, out
+    assert not (tmp_path / "cache" / "memfs" / "groups").exists()
+
+
+def test_a_later_store_whose_state_dir_cannot_be_made_appears_once_it_can(server, mounts):
+    """The `--all` watch survives a store whose state directory cannot be made (here a
+    file stands in its way): it says so in the log and tries again at the next poll."""
+    sdk = server.sdk()
+    sdk.beta.memory_stores.create(name="First")
+    with Gate(server) as gate:
+        m = mounts.mount_group("--all", "--poll-interval", "0.5")
+        key_dir = pathlib.Path(m.registry()["stores"][0]["state_dir"]).parent
+        gate.hold("GET", r"/v1/memory_stores$")
+        gate.wait_held(1)
+        later = sdk.beta.memory_stores.create(name="Later").id
+        blocker = key_dir / later
+        blocker.write_text("not a directory\n")
+        gate.clear()
+        _wait(lambda: "cannot make its state directory" in
+              (m.state_dir / "daemon.log").read_text(), 30, what="the warning")
+    assert "later" not in os.listdir(m.path)
+    blocker.unlink()
+    _wait(lambda: "later" in os.listdir(m.path), 30, what="the later store")
+    (m.path / "later" / "c.md").write_text("after all\n")
+    m.wait_synced()
+    assert server_memories(server, later) == {"/c.md": "after all\n"}
