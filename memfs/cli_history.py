@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from datetime import UTC, datetime
+from datetime import UTC
 from pathlib import Path
 
 import click
@@ -32,7 +32,7 @@ import trio
 from . import control
 from .api import errors as api_errors
 from .api.client import MemoryStoresClient
-from .api.models import MemoryVersion
+from .api.models import MemoryVersion, parse_time
 from .cache import sha256
 from .statedir import read_registry
 
@@ -161,7 +161,7 @@ def history(file, as_json):
 def _when(created_at: str) -> str:
     """RFC 3339 to the millisecond, UTC (as in the .memfs/versions names)."""
     try:
-        t = datetime.fromisoformat(created_at.replace("Z", "+00:00")).astimezone(UTC)
+        t = parse_time(created_at).astimezone(UTC)
     except ValueError:
         return created_at
     return t.strftime("%Y-%m-%dT%H:%M:%S") + f".{t.microsecond // 1000:03d}Z"

@@ -22,6 +22,7 @@ from . import progress, spawn, storenames
 from .api import errors as api_errors
 from .api import tls
 from .api.config import ConfigError, resolve_config
+from .api.oneshot import call_with_client
 from .completion import complete_mountpoints, complete_stores
 from .mountconfig import (
     DEFAULT_LOCAL_ONLY_PATTERNS,
@@ -63,18 +64,6 @@ def _server_info(base_url: str | None, api_key_file: str | None,
         return (*ensure_local_server(), True)
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
-
-
-def _call(base_url: str, api_key: str | None, fn):
-    import trio
-
-    from .api.client import MemoryStoresClient
-
-    async def go():
-        async with MemoryStoresClient(base_url, api_key, max_retries=1, timeout=15.0) as c:
-            return await fn(c)
-
-    return trio.run(go)
 
 
 def _is_mounted(path: str) -> bool:
@@ -311,7 +300,7 @@ def _plan_group(session_id, root, base_url, api_key_file, cache_dir, options, re
     key = api_key
 
     def call(fn):
-        return _call(url, key, fn)
+        return call_with_client(url, key, fn)
 
     try:
         if session_id:
@@ -682,7 +671,7 @@ def stores_list(base_url, api_key_file, include_archived, as_json):
     async def go(c):
         return [s async for s in c.list_stores(include_archived=include_archived)]
 
-    items = _call(url, key, go)
+    items = call_with_client(url, key, go)
     if as_json:
         click.echo(json.dumps([_store_json(s) for s in items], indent=2))
         return
@@ -698,7 +687,7 @@ def stores_list(base_url, api_key_file, include_archived, as_json):
 def stores_create(name, description, base_url, api_key_file):
     """Create a store; prints its id."""
     url, key = _server(base_url, api_key_file)
-    s = _call(url, key, lambda c: c.create_store(name, description=description))
+    s = call_with_client(url, key, lambda c: c.create_store(name, description=description))
     click.echo(s.id)
 
 
@@ -713,5 +702,5 @@ def stores_archive(store_id, base_url, api_key_file):
     if found.archived:
         click.echo(f"{found.describe()} is already archived")
         return
-    s = _call(url, key, lambda c: c.archive_store(found.id))
+    s = call_with_client(url, key, lambda c: c.archive_store(found.id))
     click.echo(f"archived {s.id}")

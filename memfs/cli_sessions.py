@@ -14,7 +14,8 @@ import click
 
 from . import storenames
 from .api import errors as api_errors
-from .cli_mount import _call, _server
+from .api.oneshot import call_with_client
+from .cli_mount import _server
 from .completion import complete_stores
 
 ACCESS = ("read_write", "read_only")
@@ -67,7 +68,7 @@ def sessions_create(stores_, agent, environment, base_url, api_key_file):
         return await c.create_session(attached, agent=agent, environment_id=environment)
 
     try:
-        s = _call(url, key, go)
+        s = call_with_client(url, key, go)
     except api_errors.APIStatusError as exc:
         raise click.ClickException(exc.message) from None
     for r in s.memory_stores:
@@ -84,12 +85,15 @@ def sessions_create(stores_, agent, environment, base_url, api_key_file):
 def sessions_list(store, as_json, base_url, api_key_file):
     """List sessions (newest first), with the stores each attaches."""
     url, key = _server(base_url, api_key_file)
-    store_id = storenames.resolve_for_cli(url, key, store).id if store else None
 
-    async def go(c):
+    async def go(c):  # one client resolves --store and lists
+        store_id = None
+        if store:
+            with storenames.resolve_errors(url, store):
+                store_id = (await storenames.resolve(c, store)).id
         return [s async for s in c.list_sessions(store_id)]
 
-    items = _call(url, key, go)
+    items = call_with_client(url, key, go)
     if as_json:
         click.echo(json.dumps([_session_json(s) for s in items], indent=2))
         return
@@ -106,7 +110,7 @@ def sessions_show(session_id, as_json, base_url, api_key_file):
     """One session and its stores."""
     url, key = _server(base_url, api_key_file)
     try:
-        s = _call(url, key, lambda c: c.get_session(session_id))
+        s = call_with_client(url, key, lambda c: c.get_session(session_id))
     except api_errors.NotFoundError:
         raise click.ClickException(f"unknown session {session_id} on {url}") from None
     click.echo(json.dumps(_session_json(s), indent=2) if as_json else _describe(s))

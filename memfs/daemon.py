@@ -229,8 +229,7 @@ class Daemon:
             await self._apply_store_list(stores)
 
     async def _apply_store_list(self, stores) -> None:
-        from .slug import slug as slugify
-        from .slug import unique
+        from .slug import mount_slug
         from .statedir import open_state_dir
 
         assert isinstance(self.cfg, GroupConfig)
@@ -247,7 +246,7 @@ class Daemon:
             if store.archived_at or store.id in skipped:
                 continue
             taken = {e.name for e in self.engines} | {s["name"] for s in self.skipped}
-            name = unique(slugify(store.name) or slugify(store.id), taken)
+            name = mount_slug(store.name, store.id, taken)
             try:
                 state_dir = await trio.to_thread.run_sync(  # adopts as every mount does
                     lambda sid=store.id: open_state_dir(self.cfg.base_url, sid,

@@ -44,7 +44,7 @@ from datetime import UTC, datetime, timedelta
 import pyfuse3
 import trio
 
-from .api.models import MemoryVersion
+from .api.models import MemoryVersion, format_time, parse_time
 from .cache import BlobCache, sha256
 from .nodes import META_NAME
 
@@ -81,14 +81,6 @@ def is_virtual(ino: int) -> bool:
 
 def _err(code: int) -> pyfuse3.FUSEError:
     return pyfuse3.FUSEError(code)
-
-
-def parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def format_time(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def version_name(v: MemoryVersion) -> str:

@@ -69,6 +69,7 @@ class SessionMounts:
         self._mount_args = tuple(mount_args)
         self._root: Path | None = None
         self._created_root = False
+        self._control_dir: Path | None = None  # the daemon's state dir, read at mount
         self._stores: list[tuple[Path, bool]] = []  # (store folder, read-only)
         self._finished = False
         self._disposed = False
@@ -134,6 +135,11 @@ class SessionMounts:
                 f"failed to mount the session's memory stores at {root}: "
                 + (result.stderr.decode(errors="replace").strip() or "memfs mount failed"))
         self._root = root
+        try:  # read once: every later status check and flush asks this directory
+            self._control_dir = await anyio.to_thread.run_sync(self._registered_dir)
+        except (OSError, KeyError) as exc:
+            log.warning("no control directory for %s yet (%s); asked again when used",
+                        root, exc)
         self._stores = [(root / name, r.access == "read_only") for r, name in layout]
         for folder in self.roots:
             if not folder.is_dir():
@@ -182,23 +188,41 @@ class SessionMounts:
     # -- helpers --------------------------------------------------------------------------
 
     async def _control(self, payload: dict, timeout: float) -> dict | None:
-        from . import control
-        from .statedir import read_registry
-
+        """The daemon's reply, or None (logged). The control directory read at mount
+        time is asked first: `sync_if_due` runs after every tool call, and the registry
+        is read again only when that directory does not answer (a restarted daemon)."""
         if self._root is None:
             return None
-
-        def ask() -> dict:
-            info = read_registry(str(self._root))
-            if info is None:
-                raise FileNotFoundError(f"no memfs daemon is registered for {self._root}")
-            return control.request(Path(info["state_dir"]), payload, timeout=timeout)
-
         try:
-            return await anyio.to_thread.run_sync(ask)
+            return await anyio.to_thread.run_sync(self._ask, payload, timeout)
         except (OSError, ValueError, KeyError) as exc:
             log.warning("the memfs daemon of %s does not answer: %s", self._root, exc)
             return None
+
+    def _ask(self, payload: dict, timeout: float) -> dict:
+        """(In a worker thread.) The cached control directory, else the registry's."""
+        from . import control
+
+        cached = self._control_dir
+        if cached is not None:
+            try:
+                return control.request(cached, payload, timeout=timeout)
+            except (OSError, ValueError):
+                self._control_dir = self._registered_dir()
+                if self._control_dir == cached:
+                    raise  # the same daemon: asking it again would wait twice
+        else:
+            self._control_dir = self._registered_dir()
+        return control.request(self._control_dir, payload, timeout=timeout)
+
+    def _registered_dir(self) -> Path:
+        """The state (control) directory the mount registry names for the root."""
+        from .statedir import read_registry
+
+        info = read_registry(str(self._root))
+        if info is None:
+            raise FileNotFoundError(f"no memfs daemon is registered for {self._root}")
+        return Path(info["state_dir"])
 
     async def _status(self) -> dict | None:
         reply = await self._control({"cmd": "status"}, 10.0)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MOUNT_ROOT", "slug", "mount_slugs", "unique"]
+__all__ = ["MOUNT_ROOT", "slug", "mount_slug", "mount_slugs", "unique"]
 
 #: Where a session mounts its memory stores; ``mount_path`` = MOUNT_ROOT + slug.
 MOUNT_ROOT = "/mnt/memory/"
@@ -59,10 +59,23 @@ def mount_slugs(stores: list[tuple[str, str]]) -> list[str]:
     out: list[str] = []
     taken: set[str] = set()
     for name, store_id in stores:
-        candidate = unique(slug(name) or slug(store_id), taken)
+        candidate = mount_slug(name, store_id, taken)
         taken.add(candidate)
         out.append(candidate)
     return out
+
+
+def mount_slug(name: str, store_id: str, taken: set[str]) -> str:
+    """One store's directory given the names already `taken` (not added to them).
+
+    The rule of :func:`mount_slugs`, for a store that arrives after the others: the
+    ``--all`` watch names a store created later with it, so a directory's name never
+    depends on whether its store was there at mount time or came later.
+
+    >>> mount_slug("Notes", "memstore_b", {"notes"})
+    'notes-2'
+    """
+    return unique(slug(name) or slug(store_id), taken)
 
 
 def unique(name: str, taken: set[str]) -> str:

@@ -15,12 +15,15 @@ listed with ``include_archived``); the caller decides what to say about them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import click
 
 from .api import errors as api_errors
 from .api.models import MemoryStore
+from .api.oneshot import TIMEOUT, call_with_client
 from .slug import slug
 
 ID_PREFIX = "memstore_"
@@ -115,23 +118,23 @@ def cached_id(text: str, base_url: str, cache_dir: str | None = None) -> str | N
 
 
 def resolve_sync(base_url: str, api_key: str | None, text: str, *,
-                 timeout: float = 15.0) -> Resolved:
-    """:func:`resolve` for the CLI (its own short-lived client)."""
-    import trio
-
-    from .api.client import MemoryStoresClient
-
-    async def go() -> Resolved:
-        async with MemoryStoresClient(base_url, api_key, max_retries=1, timeout=timeout) as c:
-            return await resolve(c, text)
-
-    return trio.run(go)
+                 timeout: float = TIMEOUT) -> Resolved:
+    """:func:`resolve` for the CLI (its own short-lived client, as every command's)."""
+    return call_with_client(base_url, api_key, lambda c: resolve(c, text), timeout=timeout)
 
 
 def resolve_for_cli(base_url: str, api_key: str | None, text: str) -> Resolved:
     """:func:`resolve_sync` with every API failure turned into a one-line click error."""
-    try:
+    with resolve_errors(base_url, text):
         return resolve_sync(base_url, api_key, text)
+
+
+@contextmanager
+def resolve_errors(base_url: str, text: str) -> Iterator[None]:
+    """API failures while resolving `text` as one-line click errors: also around a
+    :func:`resolve` inside a command's own client, so it says what `resolve_for_cli` says."""
+    try:
+        yield
     except (api_errors.AuthenticationError, api_errors.PermissionDeniedError) as exc:
         raise click.ClickException(f"bad credentials for {base_url}: {exc.message}") from None
     except api_errors.APIError as exc:

@@ -24,6 +24,17 @@ def test_sessions_create_list_show_and_mount(server, mounts, tmp_path):
         ("Team Notes", "read_write"), ("Style Guide", "read_only")]
     listed = json.loads(cli.memfs("sessions", "list", "--store", notes, "--json").stdout)
     assert [s["id"] for s in listed] == [sid]
+    # --store resolves and lists on one client, with resolve_for_cli's messages.
+    by_slug = json.loads(cli.memfs("sessions", "list", "--store", "team-notes", "--json").stdout)
+    assert [s["id"] for s in by_slug] == [sid]
+    unknown = cli.memfs("sessions", "list", "--store", "nope", check=False)
+    assert unknown.returncode == 1 and "unknown store 'nope' on " in unknown.stderr
+    if server.api_key:
+        cli.env = dict(cli.env, ANTHROPIC_API_KEY="wrong-key")
+        refused = cli.memfs("sessions", "list", "--store", "nope", check=False)
+        assert refused.returncode == 1, refused.stderr
+        assert f"Error: bad credentials for {server.base_url}: " in refused.stderr
+        cli.env = mount_env(server, tmp_path)
     bad = cli.memfs("sessions", "create", "--store", "nope", check=False)
     assert bad.returncode != 0 and "nope" in bad.stderr
     if not os.path.exists("/dev/fuse") or os.geteuid() != 0:

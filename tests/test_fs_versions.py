@@ -5,6 +5,7 @@ docs/SEMANTICS.md ("The .memfs tree") is the specification."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import stat
@@ -126,6 +127,19 @@ def test_names_sort_by_time_and_say_deleted_or_redacted():
     assert sorted(names) == names  # the history is in time order
     for n in names:
         assert "/" not in n and ":" not in n
+
+
+def test_history_times_match_the_version_names():
+    """`memfs history` and the tree parse the API's times with one parser
+    (memfs.api.models.parse_time): the same millisecond, in UTC, whatever the offset."""
+    from memfs.cli_history import _when
+
+    v = dataclasses.replace(ver("memver_t", "mem_t", "created", "/t.md", "x", "00:00"),
+                            created_at="2026-11-30T23:30:00.123456+01:30")
+    assert version_name(v).startswith("2026-11-30T22-00-00.123Z-")
+    assert _when(v.created_at) == "2026-11-30T22:00:00.123Z"
+    assert _when("2026-11-30T22:00:00Z") == "2026-11-30T22:00:00.000Z"
+    assert _when("not a time") == "not a time"  # shown as the server sent it
 
 
 async def test_meta_is_hidden_from_root_listing_but_reachable(env, monkeypatch):

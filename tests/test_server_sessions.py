@@ -170,6 +170,35 @@ def test_beta_headers(server):
     assert r.status_code == 405
 
 
+def test_lone_surrogates_are_refused_part_by_part(server):
+    """A lone surrogate (valid JSON, not UTF-8) anywhere in a session create is a 400
+    naming the part it is in; nothing is created."""
+    h = {"x-api-key": server.api_key, "anthropic-version": "2023-06-01",
+         "anthropic-beta": SESSIONS_BETA, "content-type": "application/json"}
+    store = server.sdk().beta.memory_stores.create(name="utf8").id
+    base = '"agent": "a", "environment_id": "e"'
+    lone = "\\ud800"
+    cases = {
+        f'"agent": "a{lone}", "environment_id": "e"': "agent.id must be valid UTF-8",
+        f'"agent": {{"type": "agent_with_overrides", "id": "a", "system": "{lone}"}},'
+        ' "environment_id": "e"': "agent must be valid UTF-8",
+        f'"agent": "a", "environment_id": "e{lone}"': "environment_id must be valid UTF-8",
+        f'{base}, "title": "{lone}"': "title must be valid UTF-8",
+        f'{base}, "metadata": {{"k": "{lone}"}}': "metadata value must be valid UTF-8",
+        f'{base}, "metadata": {{"{lone}": "v"}}': "metadata key must be valid UTF-8",
+        f'{base}, "vault_ids": ["{lone}"]': "session must be valid UTF-8",
+        f'{base}, "budget": {{"note": "{lone}"}}': "session must be valid UTF-8",
+        f'{base}, "resources": [{{"type": "memory_store", "memory_store_id": "{store}",'
+        f' "instructions": "{lone}"}}]': "resources[0].instructions must be valid UTF-8",
+    }
+    for body, message in cases.items():
+        r = httpx.post(f"{server.base_url}/v1/sessions", headers=h,
+                       content=("{" + body + "}").encode(), timeout=10)
+        assert r.status_code == 400, (body, r.text)
+        assert r.json()["error"]["message"] == message + " (lone surrogate)", body
+    assert server.sdk().beta.sessions.list().data == []
+
+
 # ------------------------------------------------------------------------ resources
 
 

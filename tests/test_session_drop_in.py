@@ -203,3 +203,48 @@ async def test_download_refusals(server, tmp_path, worker_env):
     with pytest.raises(ValueError, match="at least 5"):
         SessionMemoryStores(client, workdir=tmp_path, sync_interval=1.0)
     await client.close()
+
+
+async def test_the_control_directory_is_read_once_and_again_only_when_it_fails(
+        tmp_path, monkeypatch, caplog):
+    """`sync_if_due` runs after every tool call: it asks the control directory it knows
+    and reads the mount registry again only when that one does not answer."""
+    from memfs import control, statedir
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    live: dict = {"dir": one}  # the daemon that answers; None: no daemon registered
+    reads: list[str] = []
+    asked: list[pathlib.Path] = []
+
+    def read_registry(mountpoint: str) -> dict | None:
+        reads.append(mountpoint)
+        return None if live["dir"] is None else {"state_dir": str(live["dir"])}
+
+    def request(state_dir: pathlib.Path, payload: dict, *, timeout: float) -> dict:
+        asked.append(state_dir)
+        if state_dir != live["dir"] or live.get("hung"):
+            raise TimeoutError("timed out")
+        return {"status": {"stores": []}}
+
+    monkeypatch.setattr(statedir, "read_registry", read_registry)
+    monkeypatch.setattr(control, "request", request)
+    stores = SessionMemoryStores(object(), workdir=tmp_path)
+    stores._root = tmp_path / "memory"  # as `download` leaves it (no control dir yet)
+    for _ in range(3):
+        await stores.sync_if_due()
+    assert (len(reads), asked) == (1, [one, one, one])
+    live["dir"] = two  # a restarted daemon: one failed ask, one read, then the new one
+    await stores.sync_if_due()
+    await stores.sync_if_due()
+    assert (len(reads), asked[3:]) == (2, [one, two, two])
+    assert "does not answer" not in caplog.text
+    live["hung"] = True  # the registered daemon does not answer: asked once, not twice
+    await stores.sync_if_due()
+    assert (len(reads), asked[6:]) == (3, [two])
+    assert caplog.text.count("does not answer: timed out") == 1
+    live["hung"] = False
+    live["dir"] = None  # gone: said as before, and asked again the next time
+    await stores.sync_if_due()
+    await stores.sync_if_due()
+    assert (len(reads), asked[7:]) == (5, [two, two])
+    assert caplog.text.count(f"no memfs daemon is registered for {stores._root}") == 2

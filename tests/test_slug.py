@@ -7,7 +7,7 @@ import doctest
 import pytest
 
 import memfs.slug
-from memfs.slug import MOUNT_ROOT, mount_slugs, slug
+from memfs.slug import MOUNT_ROOT, mount_slug, mount_slugs, slug
 
 
 @pytest.mark.parametrize(
@@ -73,6 +73,21 @@ def test_mount_slugs_collisions_in_resource_order() -> None:
         "memstore-1-2",
     ]
     assert len(set(mount_slugs([("same", f"id{i}") for i in range(8)]))) == 8
+
+
+def test_one_store_at_a_time_names_as_all_at_once() -> None:
+    """The --all watch names each later store with mount_slug: adding the stores one by
+    one gives the directories mount_slugs gives them together at mount time."""
+    stores = [("Notes", "memstore_a"), ("notes", "memstore_b"), ("a-2", "s1"), ("a", "s2"),
+              ("a", "s3"), ("***", "memstore_1"), ("memstore-1", "s4"), ("", "memstore_2")]
+    taken: set[str] = set()
+    one_by_one = []
+    for name, store_id in stores:
+        one_by_one.append(mount_slug(name, store_id, taken))
+        taken.add(one_by_one[-1])
+    assert one_by_one == mount_slugs(stores)
+    assert mount_slug("Notes", "memstore_z", {"notes", "notes-2"}) == "notes-3"
+    assert mount_slug("???", "memstore_Z", set()) == "memstore-z"
 
 
 def test_mount_root() -> None:

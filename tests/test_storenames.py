@@ -12,8 +12,9 @@ import pytest
 from mountutil import mount_env, needs_fuse
 
 from memfs.api.models import MemoryStore
+from memfs.api.oneshot import call_with_client
 from memfs.slug import slug
-from memfs.storenames import AmbiguousStore, StoreNotFound, choose
+from memfs.storenames import AmbiguousStore, StoreNotFound, choose, resolve_sync
 
 
 def test_slug() -> None:
@@ -41,6 +42,18 @@ def test_choose_order_and_errors() -> None:
         choose("nothing", stores)
     with pytest.raises(StoreNotFound):
         choose("!!!", stores)  # an empty slug matches nothing
+
+
+def test_resolve_sync_uses_the_commands_one_shot_client(server) -> None:
+    """`resolve_sync` and every CLI command's request share call_with_client."""
+    sdk = server.sdk()
+    a = sdk.beta.memory_stores.create(name="One Shot").id
+    found = resolve_sync(server.base_url, server.api_key, "one-shot")
+    assert (found.id, found.how) == (a, "slug")
+    got = call_with_client(server.base_url, server.api_key, lambda c: c.get_store(a))
+    assert got.name == "One Shot"
+    with pytest.raises(StoreNotFound):
+        resolve_sync(server.base_url, server.api_key, "no-such-store")
 
 
 def memfs(env: dict, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 __all__ = [
@@ -20,7 +21,20 @@ __all__ = [
     "Page",
     "parse_object",
     "content_sha256",
+    "parse_time",
+    "format_time",
 ]
+
+
+def parse_time(text: str) -> datetime:
+    """An RFC 3339 time from the API (always with a zone). The one parser: the feed, the
+    versions tree and `memfs history` must agree on every time the server writes."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def format_time(when: datetime) -> str:
+    """`when` as the API writes times (UTC, microseconds): the form its filters take."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def content_sha256(content: str | bytes) -> str:

@@ -278,9 +278,11 @@ class SessionsMixin:
         events = _opt_list(initial_events, "initial_events")  # accepted; nothing runs
         if len(events) > MAX_INITIAL_EVENTS:
             raise invalid(f"initial_events holds at most {MAX_INITIAL_EVENTS} events")
+        # Every other part was checked above, with a message naming it; these two are
+        # stored as given, so their strings are checked here (once).
+        _check_json_text({"vault_ids": vaults, "budget": budget}, "session")
         body = {"agent": snap, "environment_id": env, "title": title, "metadata": metadata,
                 "vault_ids": vaults, "budget": budget}
-        _check_json_text(body, "session")
         sid = new_id("sesn_")
         with self._txn(write=True) as c:
             # Lock the stores in id order (no deadlock between two creates), so none

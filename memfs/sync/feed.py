@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from ..api.client import MemoryStoresClient
-from ..api.models import MemoryVersion
+from ..api.models import MemoryVersion, format_time, parse_time
 
 #: Versions older than the newest seen by this much are asked for again.
 LOOKBACK = timedelta(seconds=30)
@@ -37,15 +37,6 @@ RETENTION = timedelta(days=30)
 MAX_VERSIONS = 1000
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def parse_time(text: str) -> datetime:
-    """An RFC 3339 time from the API (always with a zone)."""
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def format_time(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass
