@@ -138,10 +138,17 @@ uint64_t memfs_fast_answered(void) { return answered; }
 
 int memfs_fastopen_active(void) { return active; }
 
-static int fast_handle(const struct fuse_file_info *fi) { return fi && (fi->fh & FAST_BIT); }
+/* The two conditions, shared by the wrappers below and by answered_here(). */
+static int fast_open(uint32_t flags, uint64_t ino) {
+    return (flags & O_ACCMODE) == O_RDONLY && !(flags & O_TRUNC) && memfs_fast_has(ino);
+}
+
+static int fast_fh(uint64_t fh) { return (fh & FAST_BIT) != 0; }
+
+static int fast_handle(const struct fuse_file_info *fi) { return fi && fast_fh(fi->fh); }
 
 static void shim_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
-    if ((fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & O_TRUNC) && memfs_fast_has(ino)) {
+    if (fast_open((uint32_t)fi->flags, ino)) {
         fi->fh = FAST_BIT | ino;
         fi->keep_cache = 1;
         fi->direct_io = 0;
@@ -187,7 +194,7 @@ struct fuse_session *fuse_session_new(struct fuse_args *args, const struct fuse_
     return se;
 }
 
-/* Would the wrappers above answer this request without Python? Exactly their conditions. */
+/* Would the wrappers above answer this request without Python? Their own conditions. */
 static int answered_here(const struct fuse_buf *buf, size_t len) {
     const struct fuse_in_header *in = buf->mem;
     const void *arg = (const char *)buf->mem + sizeof *in;
@@ -196,15 +203,14 @@ static int answered_here(const struct fuse_buf *buf, size_t len) {
     switch (in->opcode) {
     case FUSE_OPEN: {
         const struct fuse_open_in *o = arg;
-        return len >= sizeof *in + sizeof *o && (o->flags & O_ACCMODE) == O_RDONLY &&
-               !(o->flags & O_TRUNC) && memfs_fast_has(in->nodeid);
+        return len >= sizeof *in + sizeof *o && fast_open(o->flags, in->nodeid);
     }
     case FUSE_RELEASE:
         return len >= sizeof *in + sizeof(struct fuse_release_in) &&
-               (((const struct fuse_release_in *)arg)->fh & FAST_BIT);
+               fast_fh(((const struct fuse_release_in *)arg)->fh);
     case FUSE_FLUSH:
         return len >= sizeof *in + sizeof(struct fuse_flush_in) &&
-               (((const struct fuse_flush_in *)arg)->fh & FAST_BIT);
+               fast_fh(((const struct fuse_flush_in *)arg)->fh);
     default:
         return 0;
     }

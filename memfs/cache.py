@@ -37,8 +37,6 @@ class BlobCache:
         #: shas known to be on disk (written, or found there): `has` stats each blob once,
         #: not once per status poll or prefetch scan. Only `gc` removes blobs.
         self._on_disk: set[str] = set()
-        #: subdirectories (sha[:2]) known to exist: a new blob costs no mkdir
-        self._dirs: set[str] = set()
         #: fetched blobs not on disk yet (`hold`); the LRU may drop them, this may not
         self._held: dict[str, bytes] = {}
         self.held_bytes = 0
@@ -50,9 +48,9 @@ class BlobCache:
         return self.root / sha[:2] / sha
 
     def has(self, sha: str) -> bool:
-        if sha in self.lru or sha in self._on_disk or sha in self._held:
+        if sha in self.lru or sha in self._held:
             return True
-        if not self._listed and self._path(sha).exists():
+        if self._maybe_on_disk(sha):
             self._on_disk.add(sha)
             return True
         return False
@@ -117,13 +115,15 @@ class BlobCache:
         return list(self._held.items())
 
     def write_many(self, blobs: list[tuple[str, bytes]]) -> None:
-        """Write blobs that are not on disk yet. Touches only files (and `_dirs`), so
-        a worker thread may run it; the caller then marks them with `on_disk` on its
-        own thread."""
+        """Write blobs that are not on disk yet. Touches only files, so a worker thread
+        may run it; the caller then marks them with `on_disk` on its own thread."""
         for sha, data in blobs:
-            path = self._path(sha)
-            if sha not in self._on_disk and not path.exists():
-                self._write(path, sha, data)
+            if not self._maybe_on_disk(sha):
+                self._write(self._path(sha), sha, data)
+
+    def _maybe_on_disk(self, sha: str) -> bool:
+        """Known on disk, or (before `gc` listed the disk) found there by a stat."""
+        return sha in self._on_disk or (not self._listed and self._path(sha).exists())
 
     def on_disk(self, shas: list[str]) -> None:
         """These blobs are on disk: no longer held."""
@@ -139,15 +139,12 @@ class BlobCache:
                 self.held_bytes -= len(data)
 
     def _write(self, path: Path, sha: str, data: bytes) -> None:
-        if sha[:2] not in self._dirs:
-            path.parent.mkdir(mode=0o700, exist_ok=True)
-            self._dirs.add(sha[:2])
         # pid and thread: a worker thread's write_many may write the blob a handler writes
         tmp = path.with_name(f".{sha}.{os.getpid()}.{threading.get_ident()}.tmp")
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         try:
             fd = os.open(tmp, flags, 0o600)
-        except FileNotFoundError:  # its directory was removed under us: make it again
+        except FileNotFoundError:  # its directory (sha[:2]) is new, or was removed
             path.parent.mkdir(mode=0o700, exist_ok=True)
             fd = os.open(tmp, flags, 0o600)
         try:
@@ -176,7 +173,6 @@ class BlobCache:
         for sub in self.root.iterdir():
             if not sub.is_dir():
                 continue
-            self._dirs.add(sub.name)
             for blob in sub.iterdir():
                 if blob.name.startswith("."):  # a temp file a crash left behind
                     blob.unlink(missing_ok=True)

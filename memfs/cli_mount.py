@@ -35,6 +35,7 @@ from .statedir import (
     Unreachable,
     canonical_mountpoint,
     key_from_probe,
+    offline_key,
     open_state_dir,
     read_registry,
     registry_dir,
@@ -174,7 +175,7 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
                 click.echo(f"memfs: store {found.describe()} is archived: the server refuses "
                            "changes to it", err=True)
             state_dir = open_state_dir(url, store_id, cache_dir, _to_stderr,
-                                       reported=reported)
+                                       key=key_from_probe(url, store_id, cache_dir, reported))
         except api_errors.NotFoundError:
             raise click.ClickException(f"unknown store {store_id} on {url}") from None
         except (api_errors.AuthenticationError, api_errors.PermissionDeniedError) as exc:
@@ -207,29 +208,27 @@ def _resolve_store(url: str, api_key: str | None, text: str):
     Unreachable it raised), both asked at once on one client."""
     import trio
 
-    from .api.client import MemoryStoresClient
     from .statedir import reported_server_id_async
 
     out: dict = {}
 
-    async def go() -> None:
-        async with MemoryStoresClient(url, api_key, max_retries=1, timeout=15.0) as c:
-            async def probe() -> None:
-                try:
-                    out["reported"] = await reported_server_id_async(c._http, url)
-                except Exception as exc:  # Unreachable, or a URL httpx refuses
-                    out["reported"] = exc if isinstance(exc, Unreachable) else \
-                        Unreachable(str(exc))
+    async def go(c) -> None:
+        async def probe() -> None:
+            try:
+                out["reported"] = await reported_server_id_async(c._http, url)
+            except Exception as exc:  # Unreachable, or a URL httpx refuses
+                out["reported"] = exc if isinstance(exc, Unreachable) else \
+                    Unreachable(str(exc))
 
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(probe)
-                try:
-                    out["found"] = await storenames.resolve(c, text)
-                except Exception as exc:  # raised as itself, not in an exception group
-                    out["error"] = exc
-                    nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(probe)
+            try:
+                out["found"] = await storenames.resolve(c, text)
+            except Exception as exc:  # raised as itself, not in an exception group
+                out["error"] = exc
+                nursery.cancel_scope.cancel()
 
-    trio.run(go)
+    call_with_client(url, api_key, go)
     if "error" in out:
         raise out["error"]
     return out["found"], out["reported"]
@@ -329,14 +328,14 @@ def _plan_group(session_id, root, base_url, api_key_file, cache_dir, options, re
         click.echo(f"memfs: {url} is unreachable; mounting {where} from the cache "
                    "(offline)", err=True)
         cfg = _offline_group(session_id, where, cached, url=url, cache_dir=cache_dir,
-                             reason=exc.message, options=options, read_only=read_only,
-                             embedded=embedded, **common)
+                             options=options, read_only=read_only, embedded=embedded,
+                             **common)
     return cfg, key
 
 
 def _offline_group(session_id: str | None, root: str,
                    cached: tuple[list[GroupStore], str | None], *, url: str,
-                   cache_dir: str | None, reason: str, **common) -> GroupConfig:
+                   cache_dir: str | None, **common) -> GroupConfig:
     """The root as its last mount had it (group.json), keyed as it was then: a store
     `--all` finds once the server answers must land beside the others, not under a
     URL key. A group.json of an older memfs has no key: found as a plain offline
@@ -344,8 +343,7 @@ def _offline_group(session_id: str | None, root: str,
     from .cli_group import group_config
 
     stores, state_key = cached
-    key = state_key or key_from_probe(url, stores[0].store_id if stores else "-", cache_dir,
-                                      Unreachable(reason))
+    key = state_key or offline_key(url, stores[0].store_id if stores else "-", cache_dir)
     return group_config("session" if session_id else "all", root, stores, url=url,
                         cache_dir=cache_dir, key=key, session_id=session_id, **common)
 
@@ -369,7 +367,6 @@ class _Daemon:
 
     def __init__(self, process: spawn.DaemonProcess) -> None:
         self.process = process
-        self.proc = process.proc
         self.handed_over = False
 
     @classmethod
@@ -387,12 +384,10 @@ class _Daemon:
             daemon._close()
 
     def _close(self) -> None:
-        if not self.handed_over:
+        if self.handed_over:
+            self.process.close_pipes()
+        else:
             self.process.kill()  # still importing or waiting: nothing to clean up
-        for fd in (self.process.config_w, self.process.ready_r):
-            if fd >= 0:
-                os.close(fd)
-        self.process.config_w = self.process.ready_r = -1
 
     def hand_over(self, cfg: MountConfig | GroupConfig, api_key: str | None) -> None:
         """Send the configuration, then wait until the daemon reports the mount live
@@ -432,8 +427,8 @@ class _Daemon:
         line = buf.decode(errors="replace").strip()
         if line == "READY":
             return
-        if self.proc.poll() is None and not line:
-            self.proc.terminate()
+        if self.process.proc.poll() is None and not line:
+            self.process.proc.terminate()
         log = Path(getattr(cfg, "group_dir", None) or cfg.state_dir) / "daemon.log"
         msg = line[len("ERROR "):] if line.startswith("ERROR ") else (
             f"the daemon did not start (see {log})")

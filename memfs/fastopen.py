@@ -9,7 +9,7 @@ The contract with the handlers (memfs/fs.py) is one rule: an inode is in the set
 a read-only open of it would be answered exactly as the shim answers it, i.e. Python's last
 read-only open of it kept the cache and nothing about its content has changed since. So
 `Operations.open` adds an inode after such an answer, and every change of content, every
-local writer, unlink, rename-over and forget discards it first (`State.on_content`,
+local writer, unlink and rename-over discards it first (`State.on_content`,
 `Operations._unfast`). Reads and fsyncs on a fast handle (``FAST_BIT | inode``) reach
 Python and act by inode: reads happen only after the kernel dropped the cached pages.
 

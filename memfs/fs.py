@@ -281,10 +281,10 @@ class Operations(pyfuse3.Operations):
         fastopen.add(self.ino_base | ino)
 
     def prime_fast_opens(self) -> None:
-        """At the start of a mount every file is new to the kernel (see `_fresh`)."""
+        """At the start of a mount every file is new to the kernel (see `_fresh`), and
+        no handle has unsaved writes yet."""
         for node in self.state.files():
-            if node.ino not in self.state.open_dirty:
-                self._fresh(node.ino)
+            self._fresh(node.ino)
 
     def _buffer(self, of: OpenFile) -> bytearray | None:
         """The open buffer, unless it is clean and the node's content moved on (a

@@ -44,6 +44,8 @@ from typing import Any
 
 import httpx
 
+from memfs.api import tls
+
 START_TIMEOUT = 30.0
 LOG_MAX_BYTES = 5 * 1024 * 1024
 LOG_BACKUPS = 2
@@ -90,7 +92,8 @@ def verify(url: str, key: str, timeout: float = 2.0) -> dict[str, Any] | None:
 
     challenge = secrets.token_hex(16)
     try:
-        r = httpx.get(f"{url}/_memfs/health", params={"challenge": challenge}, timeout=timeout)
+        r = httpx.get(f"{url}/_memfs/health", params={"challenge": challenge}, timeout=timeout,
+                      verify=tls.verify())  # the context prepared, if the process did
         doc = r.json() if r.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None

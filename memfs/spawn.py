@@ -31,12 +31,15 @@ class DaemonProcess:
     def __init__(self, proc: subprocess.Popen, config_w: int, ready_r: int) -> None:
         self.proc, self.config_w, self.ready_r = proc, config_w, ready_r
 
-    def kill(self) -> None:
-        """End a daemon that will not be configured (nothing to clean up yet)."""
+    def close_pipes(self) -> None:
         for fd in (self.config_w, self.ready_r):
             if fd >= 0:
                 os.close(fd)
         self.config_w = self.ready_r = -1
+
+    def kill(self) -> None:
+        """End a daemon that will not be configured (nothing to clean up yet)."""
+        self.close_pipes()
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()

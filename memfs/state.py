@@ -148,16 +148,14 @@ class State(SyncTransitions):
     class _Txn:
         def __init__(self, state: State) -> None:
             self.state = state
-            self.joined = False
 
         def __enter__(self):
             if self.state._batch:  # part of the batch's transaction; it commits or undoes
-                self.joined = True
                 return
             self.state.db.execute("BEGIN")
 
         def __exit__(self, exc_type, *_):
-            if self.joined:
+            if self.state._batch:  # still inside the batch (it resets before its own exit)
                 return False
             db = self.state.db
             if exc_type is None:
@@ -434,15 +432,21 @@ class State(SyncTransitions):
     def remove(self, node: Node) -> None:
         """Unlink a file or remove an empty directory; a memory becomes a tombstone."""
         parent = self.nodes[node.parent]
-        del parent.children[node.name]
-        del self.nodes[node.ino]
-        self.on_content(node.ino, node)
         now = time.time_ns()
         parent.mtime_ns = parent.ctime_ns = now
         with self.transaction():
+            self._drop(node)
             self._tombstone(node)
-            self.db.execute("DELETE FROM nodes WHERE ino=?", (node.ino,))
             self._save(parent)
+
+    def _drop(self, node: Node) -> None:
+        """Take node out of the tree, memory and state.db (inside a transaction). Every
+        way a node leaves goes through here, so the content hook always hears of it
+        (the kernel's fast opens, the handlers' `_gone`)."""
+        del self.nodes[node.parent].children[node.name]
+        del self.nodes[node.ino]
+        self.on_content(node.ino, node)
+        self.db.execute("DELETE FROM nodes WHERE ino=?", (node.ino,))
 
     def _tombstone(self, node: Node) -> None:
         """Detach node's memory; its server delete waits out the delete delay."""
@@ -467,10 +471,7 @@ class State(SyncTransitions):
             if target is not None:
                 # The editors' atomic save: `node` takes the target's place and
                 # identity; node's own memory (if any) is deleted after the delay.
-                del new_parent.children[new_name]
-                del self.nodes[target.ino]
-                self.on_content(target.ino, target)
-                self.db.execute("DELETE FROM nodes WHERE ino=?", (target.ino,))
+                self._drop(target)
                 self.replaced[target.ino] = node.ino
                 if not node.is_dir and target.memory_id is not None:
                     self._tombstone(node)

@@ -367,10 +367,7 @@ class SyncTransitions:
         if taker.sha and taker.sha != EMPTY_SHA and taker.sha != winner.sha:
             self._add_conflict(path, winner.memory_id, taker.sha, winner.base_sha,
                                "the server gave this path to another memory")
-        del parent.children[name]
-        del self.nodes[taker.ino]
-        self.on_content(taker.ino, taker)
-        self.db.execute("DELETE FROM nodes WHERE ino=?", (taker.ino,))
+        self._drop(taker)
         return True
 
     def _move(self: State, node: Node, path: str) -> bool:
@@ -406,10 +403,7 @@ class SyncTransitions:
                 self._save(node)
                 return
             parent = self.nodes[node.parent]
-            del parent.children[node.name]
-            del self.nodes[node.ino]
-            self.on_content(node.ino, node)
-            self.db.execute("DELETE FROM nodes WHERE ino=?", (node.ino,))
+            self._drop(node)
             self.prune(parent)
 
     def add_remote(self: State, remote: Remote) -> Node | None:

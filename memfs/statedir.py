@@ -68,8 +68,10 @@ def reported_server_id(base_url: str, timeout: float = 2.0) -> str | None:
     it reports none (the hosted API: 404); Unreachable when it does not answer."""
     import httpx
 
+    from .api import tls
+
     try:
-        r = httpx.get(health_url(base_url), timeout=timeout)
+        r = httpx.get(health_url(base_url), timeout=timeout, verify=tls.verify())
     except httpx.HTTPError as exc:
         raise Unreachable(str(exc)) from None
     return reported_id(r)
@@ -129,6 +131,12 @@ def key_from_probe(base_url: str, store_id: str, cache_dir: str | None,
     Unreachable it raised)."""
     if not isinstance(reported, Unreachable):
         return key_for(base_url, reported)
+    return offline_key(base_url, store_id, cache_dir)
+
+
+def offline_key(base_url: str, store_id: str, cache_dir: str | None) -> str:
+    """The key when the server cannot be asked: that of the state dir of this store
+    last mounted from base_url (state.db meta), else the URL slug."""
     root = Path(cache_dir) if cache_dir else cache_root()
     best: tuple[float, str] | None = None
     for db in root.glob(f"*/{store_id}/{STATE_DB}"):
@@ -139,24 +147,17 @@ def key_from_probe(base_url: str, store_id: str, cache_dir: str | None,
     return best[1] if best else server_id(base_url)
 
 
-_PROBE = object()  # open_state_dir's default: ask the server's identity now
-
-
 def open_state_dir(base_url: str, store_id: str, cache_dir: str | None,
-                   say: Callable[[str], None], *, key: str | None = None,
-                   reported: str | None | Unreachable | object = _PROBE) -> Path:
+                   say: Callable[[str], None], *, key: str | None = None) -> Path:
     """The store's state directory under the server's key, after adopting the store's
     state kept under other keys: every way of mounting a store goes through here, so
     none can strand the pending changes an older memfs (or another URL) left behind.
 
-    The key is `key` when known (a session root resolves it once for all its stores),
-    else from `reported` (the health probe's answer, when asked already), else probed
-    now. Each adoption's message goes to `say`; adoption never blocks the mount."""
+    The key is `key` when known (from a probe made already, or once for a session
+    root's stores), else the server is probed now. Each adoption's message goes to
+    `say`; adoption never blocks the mount."""
     if key is None:
-        if reported is _PROBE:
-            key = resolve_key(base_url, store_id, cache_dir)
-        else:
-            key = key_from_probe(base_url, store_id, cache_dir, reported)  # type: ignore[arg-type]
+        key = resolve_key(base_url, store_id, cache_dir)
     try:
         for done in adopt(Path(cache_dir) if cache_dir else cache_root(), key, store_id):
             say(done.message())

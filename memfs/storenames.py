@@ -23,7 +23,7 @@ import click
 
 from .api import errors as api_errors
 from .api.models import MemoryStore
-from .api.oneshot import TIMEOUT, call_with_client
+from .api.oneshot import call_with_client
 from .slug import slug
 
 ID_PREFIX = "memstore_"
@@ -117,10 +117,9 @@ def cached_id(text: str, base_url: str, cache_dir: str | None = None) -> str | N
         return None
 
 
-def resolve_sync(base_url: str, api_key: str | None, text: str, *,
-                 timeout: float = TIMEOUT) -> Resolved:
+def resolve_sync(base_url: str, api_key: str | None, text: str) -> Resolved:
     """:func:`resolve` for the CLI (its own short-lived client, as every command's)."""
-    return call_with_client(base_url, api_key, lambda c: resolve(c, text), timeout=timeout)
+    return call_with_client(base_url, api_key, lambda c: resolve(c, text))
 
 
 def resolve_for_cli(base_url: str, api_key: str | None, text: str) -> Resolved:

@@ -20,15 +20,14 @@ TIMEOUT = 15.0
 
 
 def call_with_client(base_url: str, api_key: str | None,
-                     fn: Callable[[MemoryStoresClient], Awaitable[T]], *,
-                     timeout: float = TIMEOUT) -> T:
+                     fn: Callable[[MemoryStoresClient], Awaitable[T]]) -> T:
     """`fn(client)` run to completion under trio with its own short-lived client."""
     import trio
 
     from .client import MemoryStoresClient
 
     async def go() -> T:
-        async with MemoryStoresClient(base_url, api_key, max_retries=1, timeout=timeout) as c:
+        async with MemoryStoresClient(base_url, api_key, max_retries=1, timeout=TIMEOUT) as c:
             return await fn(c)
 
     return trio.run(go)

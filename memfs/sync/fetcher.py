@@ -58,7 +58,6 @@ class Fetcher:
         self._inflight: dict[str, trio.Event] = {}  # memory id -> its single GET
         self._nursery: trio.Nursery | None = None
         self.filled = 0
-        self.running = 0  # batches under way
         #: set when a blob is held; the engine's writer replaces it as it takes them
         self.held = trio.Event()
         self._writing = trio.Lock()
@@ -73,13 +72,9 @@ class Fetcher:
             else:
                 pages = ctx.client.list_memories(ctx.store_id, path_prefix=batch, view="full",
                                                  limit=20)
-            self.running += 1
-            try:
-                async for m in pages:
-                    if isinstance(m, Memory) and m.content is not None:
-                        self._store(m.content.encode("utf-8"), m.content_sha256)
-            finally:
-                self.running -= 1
+            async for m in pages:
+                if isinstance(m, Memory) and m.content is not None:
+                    self._store(m.content.encode("utf-8"), m.content_sha256)
             self._done.add(batch)
         finally:
             done.set()
@@ -140,10 +135,14 @@ class Fetcher:
         while True:
             await self.held.wait()
             self.held = trio.Event()
-            while ((self.running or idle_for() < WRITE_QUIET)
+            while ((self._fetching() or idle_for() < WRITE_QUIET)
                    and cache.held_bytes < HELD_MAX):
                 await trio.sleep(WRITE_QUIET / 3)
             await self.write_held()
+
+    def _fetching(self) -> bool:
+        """A batch is under way (started, its done event not set yet)."""
+        return any(not done.is_set() for done in self._started.values())
 
     def missing(self) -> dict[str, list[Node]]:
         """Clean files whose blob is not cached, by batch."""

@@ -26,13 +26,12 @@ from datetime import datetime
 import trio
 
 from ..api import errors as api_errors
-from ..api.models import Memory, MemoryPrefix
+from ..api.models import Memory, MemoryPrefix, format_time, parse_time
 from ..nodes import Node, Remote, is_parked
 from ..state_sync import Deferred
 from . import decide
 from .common import SyncContext, gather_bounded
-from .feed import EPOCH, LOOKBACK, Change, Feed, parse_time
-from .feed import format_time as feed_time
+from .feed import EPOCH, LOOKBACK, Change, Feed
 from .pusher import local_of, remote_of
 
 log = logging.getLogger(__name__)
@@ -146,7 +145,7 @@ class Reconciler:
             ctx.status.last_sync_seconds = ctx.status.last_sync_at - started
             position = self.feed.position if self.feed.trusted() else None
             ctx.status.feed_position = (None if position is None else "the store's start"
-                                        if position == EPOCH else feed_time(position))
+                                        if position == EPOCH else format_time(position))
             self.state.set_meta("last_sync_at", str(ctx.status.last_sync_at))
             self.state.set_meta("last_sync_seconds", str(ctx.status.last_sync_seconds))
             self.last_pass = time.monotonic()
