@@ -13,7 +13,8 @@ by side, interleaved:
          holds exactly the result (polled with the SDK), vs the SDK's `finish()` of the same
          changes in its downloaded folder;
   creates  `cp -r` of 500 new files into a mount of an empty store and of a 1,500-memory store,
-         in creates/s, vs native disk;
+         in creates/s, vs native disk; then a second `cp -r` of 500 into the first mount while
+         its pusher sends the first 500 (a pass seen under way by `memfs status`);
 then at 0 ms only:
   warm   warm `grep -r` over a mounted 2,000-memory store vs bindfs over the same files on disk;
   rss    the daemon's peak RSS (VmHWM) after that mount has read every file.
@@ -52,6 +53,7 @@ from common import (
     machine_line,
     make_tree,
     new_store,
+    run_timed,
     sdk_session,
     seed_store,
     write_tree,
@@ -493,13 +495,14 @@ def phase_creates(b: Bench, server, a, res: Results, ms: float, full_store: str,
     lk = lat_key(ms)
     src = b.path("create-src") / "tree"
     write_tree(src, make_tree(a.create_files, 0, seed=9, size_range=a.size_range, name="cp"))
+    src2 = b.path("create-src") / "tree2"
+    write_tree(src2, make_tree(a.create_files, 0, seed=10, size_range=a.size_range, name="cp"))
     n = a.create_files
 
-    def cp_into(root: pathlib.Path) -> float:
-        subprocess.run(["sync"], check=True)
-        t0 = time.perf_counter()
-        subprocess.run(["cp", "-r", str(src), str(root)], check=True, timeout=1800)
-        return time.perf_counter() - t0
+    def cp_into(root: pathlib.Path, tree: pathlib.Path = src, *, sync: bool = True) -> float:
+        if sync:
+            subprocess.run(["sync"], check=True)
+        return run_timed(["cp", "-r", str(tree), str(root)])
 
     for rep in repeats(a, f"creates at {lk}"):
         native = b.path("native-cp")
@@ -508,6 +511,14 @@ def phase_creates(b: Bench, server, a, res: Results, ms: float, full_store: str,
         empty = new_store(server, f"creates-empty-{lk}-{rep}")
         m = b.mount(server, empty, "--no-prefetch")
         res.add(f"memfs creates/s empty {lk}", n / cp_into(m.path), "/s")
+        left = push_under_way(m, n)
+        if 0 < left < n:  # at once: the pass is under way (src2 is on disk since the first)
+            took = cp_into(m.path, src2, sync=False)
+            res.add(f"memfs creates/s while pushing {lk}", n / took, "/s")
+            say(f"  cp while pushing: {left} of {n} pending at its start, {n / took:,.0f}/s")
+        else:  # small --quick sizes: a pass may end before `memfs status` answers
+            say(f"  cp while pushing not measured: no pass of the first {n} seen under way "
+                f"({left} pending)")
         finished(m, res, f"creates into the empty store at {lk}")
         m = b.mount(server, full_store, "--no-prefetch")
         res.add(f"memfs creates/s full {lk}", n / cp_into(m.path), "/s")
@@ -517,6 +528,18 @@ def phase_creates(b: Bench, server, a, res: Results, ms: float, full_store: str,
             if gone != n:
                 res.problem(f"creates into the {n_full}-memory store at {lk}: "
                             f"{gone} of {n} reached the server by the end of memfs unmount")
+
+
+def push_under_way(m, n: int, timeout: float = 120.0) -> int:
+    """Wait (polling `memfs status`) until the pusher has sent some but not all of the n
+    files just written; returns how many are still pending (0: the pass ended unseen)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = m.pending_total()
+        if left < n:
+            return left
+        time.sleep(0.02)
+    return n
 
 
 def warm_runs(a) -> int:
@@ -539,10 +562,9 @@ def phase_warm_rss(b: Bench, server, a, res: Results, store_id: str,
     targets = {"native": native, "bindfs": bind, "memfs": m.path}
     for _ in range(warm_runs(a)):  # interleaved: drift hits every target alike
         for name, root in targets.items():
-            t0 = time.perf_counter()
-            subprocess.run(["grep", "-r", SOMEWORD, str(root)], stdout=subprocess.DEVNULL,
-                           timeout=600)
-            res.add(f"warm grep {name}", time.perf_counter() - t0)
+            res.add(f"warm grep {name}", run_timed(["grep", "-r", SOMEWORD, str(root)],
+                                                    timeout=600, ok=(0, 1),
+                                                    stdout=subprocess.DEVNULL))
     if "rss" in a.phase_set and m.pid:
         hwm, rss = vm_kib(m.pid, "VmHWM"), vm_kib(m.pid, "VmRSS")
         if hwm is None:
@@ -617,6 +639,13 @@ def build_rows(a, res: Results) -> list[Row]:
                             f"  creates/s into the store holding {a.notes} vs into an empty one",
                             lk_s, f"{ful:,.0f}/s", f"{emp:,.0f}/s", r, f"{r:.2f}x",
                             ">= 0.9x (as fast, within noise)", 0.9 / r))
+        busy = res.med(f"memfs creates/s while pushing {lk}")
+        if busy and emp:
+            r = busy / emp
+            rows.append(Row("creates pushing/idle",
+                            f"  creates/s while a push pass of the first {a.create_files} runs "
+                            "vs into the idle empty store", lk_s, f"{busy:,.0f}/s",
+                            f"{emp:,.0f}/s", r, f"{r:.2f}x", "-", None))
     mv, bv = res.med("warm grep memfs"), res.med("warm grep bindfs")
     if mv and bv:
         rows.append(Row("warm-grep memfs/bindfs",

@@ -79,10 +79,12 @@ def _offline(state_dir: Path) -> Iterator[tuple[State, BlobCache]]:
             raise click.ClickException(
                 f"a memfs daemon holds {state_dir} but does not answer; try again") from None
         state = State(state_dir / "state.db")
+        cache = BlobCache(state_dir / "objects")
         try:
-            yield state, BlobCache(state_dir / "objects")
+            yield state, cache
         finally:
             state.close()
+            cache.close()
     finally:
         lock.close()
 

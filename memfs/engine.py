@@ -136,7 +136,7 @@ class StoreEngine:
         await self.pusher.stop()
         self.background.cancel()
         result = await self.pusher.flush(timeout)
-        await self.ctx.fetcher.write_held()  # the next mount starts warm
+        await self.ctx.fetcher.write_held()  # the next mount starts warm, nothing staged
         return {"pushed": result.pushed, "left": result.left,
                 "offline": str(result.offline) if result.left and result.offline else None}
 
@@ -147,6 +147,7 @@ class StoreEngine:
 
     def close(self) -> None:
         self.state.close()
+        self.cache.close()
         self._lock.close()
 
     async def _prefetch(self) -> None:

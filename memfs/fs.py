@@ -322,8 +322,8 @@ class Operations(pyfuse3.Operations):
         return data
 
     def _persist(self, of: OpenFile) -> None:
-        """Close's durability point: blob written, row committed (a daemon crash
-        loses nothing).
+        """Close's durability point: content staged, row committed (a daemon crash
+        loses nothing; memfs/cache.py makes the content a file later).
 
         A local disk or database error becomes the syscall's errno (pyfuse3
         would otherwise let it end the main loop); the data stays buffered
@@ -331,7 +331,7 @@ class Operations(pyfuse3.Operations):
         try:
             if of.dirty:
                 data = bytes(of.data or b"")
-                sha = self.cache.put(data)
+                sha = self.cache.stage(data)
                 node = of.node
                 if node.ino in self.state.nodes:
                     self.state.set_content(node, sha, len(data))
@@ -345,7 +345,8 @@ class Operations(pyfuse3.Operations):
             raise _err(exc.errno or errno.EIO) from None
         except sqlite3.Error as exc:
             log.error("cannot persist inode %d: %s", of.node.ino, exc)
-            raise _err(errno.EIO) from None
+            full = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+            raise _err(errno.ENOSPC if full else errno.EIO) from None
 
     async def _sync_to_disk(self, node: Node) -> None:
         """fsync's durability point: the file's blob, its directory entries and the
@@ -587,8 +588,7 @@ class Operations(pyfuse3.Operations):
         node = self.state.new_node(parent, sname, is_dir=False,
                                    mode=stat.S_IFREG | (mode & ~ctx.umask & 0o7777),
                                    uid=ctx.uid, gid=ctx.gid)
-        self.cache.put(b"")
-        self.kick()
+        self.kick()  # the empty file is pending too (its content needs no blob)
         return node
 
     async def create(self, parent_inode, name, mode, flags, ctx):

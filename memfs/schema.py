@@ -89,6 +89,16 @@ CREATE TABLE IF NOT EXISTS conflicts (
 );
 """
 
+#: ``objects/staged.db``, beside the blob files (memfs/cache.py). A close writes
+#: the user's content here, one row in one commit, rather than as a new file;
+#: the blob writer turns each row into a file (fsynced) and only then deletes it.
+STAGED_SCHEMA = """
+CREATE TABLE IF NOT EXISTS staged (
+    sha  TEXT PRIMARY KEY,  -- sha256 of data: the blob file's name to be
+    data BLOB NOT NULL
+);
+"""
+
 #: Columns added after the first release: (table, column, declaration).
 _ADDED = (
     ("nodes", "gen", "INTEGER NOT NULL DEFAULT 0"),

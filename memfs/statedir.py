@@ -405,7 +405,11 @@ def _copy_blob(old: Path, new: Path, sha: str | None) -> bool:
         return True
     from .cache import BlobCache
 
-    data = BlobCache(old / "objects").get(sha)
+    source = BlobCache(old / "objects")  # staged content (a crash left it) included
+    try:
+        data = source.get(sha)
+    finally:
+        source.close()
     if data is None:
         return (new / "objects" / sha[:2] / sha).exists()
     BlobCache(new / "objects").put(data, sha=sha, fsync=True)

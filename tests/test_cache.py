@@ -1,8 +1,11 @@
-"""The blob cache (memfs/cache.py): held blobs, and `has` answered from memory."""
+"""The blob cache (memfs/cache.py): held and staged blobs, and `has` answered from
+memory."""
 
 from __future__ import annotations
 
 import os
+import sqlite3
+import stat
 
 from memfs.cache import BlobCache, sha256
 
@@ -76,3 +79,105 @@ def test_put_of_a_blob_known_missing_writes_without_checking(tmp_path, monkeypat
         sha = cache.put(data)
     assert (tmp_path / "objects" / sha[:2] / sha).read_bytes() == data
     assert cache.has(sha) and cache.put(data) == sha  # again: on disk and in the LRU
+
+
+# -- staged content: a close commits a row of staged.db, the blob writer makes it a file ----
+
+
+def record_fsyncs(monkeypatch) -> list[str]:
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
+def staged_rows(root) -> dict[str, bytes]:
+    db = sqlite3.connect(str(root / "staged.db"))
+    try:
+        return dict(db.execute("SELECT sha, data FROM staged"))
+    finally:
+        db.close()
+
+
+def test_staged_content_survives_a_crash_and_then_becomes_a_durable_file(tmp_path,
+                                                                          monkeypatch):
+    root = tmp_path / "objects"
+    cache = BlobCache(root)
+    data = b"a user's close\n"
+    sha = cache.stage(data)
+    assert sha == sha256(data) and cache.get(sha) == data and cache.has(sha)
+    assert not (root / sha[:2] / sha).exists()  # no file created on the close's path
+    assert staged_rows(root) == {sha: data}
+    for f in root.glob("staged.db*"):  # the database, its WAL and shared memory
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+    assert cache.stage(data) == sha and cache.staged_bytes == len(data)  # once
+
+    restarted = BlobCache(root, memory_bytes=10)  # the daemon was killed: nothing closed
+    assert restarted.get(sha) == data and restarted.has(sha)
+    assert restarted.staged() == [(sha, data)] and restarted.pending_bytes == len(data)
+    synced = record_fsyncs(monkeypatch)
+    restarted.write_staged(restarted.staged())
+    # Before its row goes: the data (as the temp file renamed into place), then the
+    # directory entries.
+    assert any(p.startswith(str(root / sha[:2] / f".{sha}.")) for p in synced)
+    for path in (root / sha[:2], root):
+        assert str(path) in synced, f"{path} was not fsync'd before the row goes"
+    restarted.unstage([sha])
+    assert staged_rows(root) == {} and restarted.staged_bytes == 0
+    assert (root / sha[:2] / sha).read_bytes() == data
+    assert BlobCache(root).staged() == [] and BlobCache(root).get(sha) == data
+
+
+def test_gc_drops_staged_content_nothing_refers_to(tmp_path):
+    """A crash between the content's commit and its file row's commit leaves a staged
+    orphan: the start-up gc removes it with the unreferenced blob files."""
+    root = tmp_path / "objects"
+    cache = BlobCache(root)
+    kept, orphan = cache.stage(b"kept\n"), cache.stage(b"orphan\n")
+    restarted = BlobCache(root)
+    restarted.gc({kept})
+    assert [sha for sha, _ in restarted.staged()] == [kept]
+    assert set(staged_rows(root)) == {kept} and restarted.staged_bytes == len(b"kept\n")
+    assert not restarted.has(orphan)
+
+
+def test_stage_rewrites_a_blob_file_it_has_not_seen_whole(tmp_path):
+    """As `put` does: a blob file torn by a power cut is not trusted because its name
+    matches; the same content written again is staged, and the writer repairs the file."""
+    root = tmp_path / "objects"
+    data = b"the same content, saved after a power cut\n"
+    sha = sha256(data)
+    (root / sha[:2]).mkdir(parents=True)
+    (root / sha[:2] / sha).write_bytes(data[:9])
+    cache = BlobCache(root)
+    cache.gc({sha})  # listed: known on disk, never read
+    assert cache.stage(data) == sha and cache.staged() == [(sha, data)]
+    cache.write_staged(cache.staged())
+    cache.unstage([sha])
+    assert (root / sha[:2] / sha).read_bytes() == data
+    assert cache.stage(data) == sha and cache.staged() == []  # seen whole now: no row
+
+
+def test_a_corrupt_staged_row_is_dropped_not_served(tmp_path):
+    root = tmp_path / "objects"
+    BlobCache(root).stage(b"good\n")
+    db = sqlite3.connect(str(root / "staged.db"))
+    db.execute("INSERT INTO staged (sha, data) VALUES (?, ?)", (sha256(b"x"), b"not x"))
+    db.commit()
+    db.close()
+    cache = BlobCache(root)
+    assert cache.get(sha256(b"x")) is None
+    assert set(staged_rows(root)) == {sha256(b"good\n")}
+
+
+def test_the_empty_blob_is_never_stored(tmp_path):
+    cache = BlobCache(tmp_path / "objects")
+    empty = sha256(b"")
+    assert cache.stage(b"") == empty and cache.put(b"") == empty
+    assert cache.has(empty) and cache.get(empty) == b""
+    assert not cache.staged() and not (tmp_path / "objects" / empty[:2] / empty).exists()

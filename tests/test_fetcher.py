@@ -13,6 +13,7 @@ import trio
 # ruff: noqa: F811  (pytest fixtures imported from test_sync_engine are arguments here)
 from test_sync_engine import Engine, eng, make_engine  # noqa: F401
 
+from memfs.cache import BlobCache
 from memfs.sync.fetcher import batch_of
 
 
@@ -201,3 +202,50 @@ async def test_a_failed_blob_write_keeps_nothing_held(eng, monkeypatch):
     monkeypatch.setattr(cache, "write_many", full)
     await eng.ctx.fetcher.write_held()
     assert cache.held_bytes == 0 and not cache.held()
+
+
+async def test_content_users_wrote_becomes_files_when_the_mount_is_quiet(eng):
+    """Each close stages its content (staged.db, no file created); the same writer makes
+    the files in one worker-thread hop once FUSE is quiet, then forgets the rows."""
+    from memfs.sync import fetcher as fetcher_mod
+
+    cache, fetcher = eng.ctx.cache, eng.ctx.fetcher
+    wrote = {f"/n{i}.md": f"written {i}\n".encode() for i in range(20)}
+    for path, data in wrote.items():
+        await eng.write(path, data)
+    shas = {path: eng.fs.node(path).sha for path in wrote}
+    assert sorted(sha for sha, _ in cache.staged()) == sorted(shas.values())
+    assert not any(on_disk(cache, sha) for sha in shas.values())
+
+    idle = [0.0]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetcher.write_when_quiet, lambda: idle[0])
+        await trio.sleep(3 * fetcher_mod.WRITE_QUIET)
+        assert cache.staged_bytes  # FUSE is busy: nothing moved yet
+        idle[0] = fetcher_mod.WRITE_QUIET
+        with trio.fail_after(5):
+            while cache.staged_bytes:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    for path, data in wrote.items():
+        assert (cache.root / shas[path][:2] / shas[path]).read_bytes() == data
+    assert BlobCache(cache.root).staged() == []  # the rows are gone too
+
+
+async def test_a_failed_move_keeps_the_content_staged(eng, monkeypatch):
+    """Disk trouble while making files: a user's content stays staged (readable, and
+    in staged.db) and a later pass moves it."""
+    cache = eng.ctx.cache
+    await eng.write("/a.md", b"mine\n")
+    sha = eng.fs.node("/a.md").sha
+    real = cache.write_staged
+
+    def full(blobs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cache, "write_staged", full)
+    assert await eng.ctx.fetcher.write_held() is False
+    assert cache.staged() == [(sha, b"mine\n")] and BlobCache(cache.root).get(sha) == b"mine\n"
+    monkeypatch.setattr(cache, "write_staged", real)
+    assert await eng.ctx.fetcher.write_held() is True
+    assert cache.staged() == [] and on_disk(cache, sha)

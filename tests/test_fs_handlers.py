@@ -50,9 +50,10 @@ async def test_create_write_read_flush_is_durable(env):
 
     await env.ops.flush(fh)
     sha = sha256(b"hello world")
-    blob = env.tmp / "objects" / sha[:2] / sha
-    assert blob.read_bytes() == b"hello world"
-    # Crash safety: a new State on the same (unclosed) db sees the content.
+    # Crash safety: a new State and a new cache on the same (unclosed) files see the
+    # content. It is staged (staged.db), not a file yet: the blob writer's job.
+    assert not env.cache._path(sha).exists()
+    assert BlobCache(env.cache.root).get(sha) == b"hello world"
     fresh = env.reopen_state()
     node = fresh.lookup_path("/notes.md")
     assert node is not None and node.sha == sha and node.size == 11
@@ -90,15 +91,22 @@ async def test_fsync_is_the_power_loss_durability_point(env, monkeypatch):
     await env.ops.write(fh, 0, b"synced")
     synced = record_fsyncs(monkeypatch)
     await env.ops.fsync(fh, False)  # never ENOSYS
-    blob = env.cache._path(sha256(b"synced"))
+    sha = sha256(b"synced")
+    blob = env.cache._path(sha)
+    staged = env.cache.root / "staged.db"
     db = env.state.db_path
-    for path in (blob, blob.parent, env.cache.root, db.with_name(db.name + "-wal"), db,
-                 db.parent):
+    # The content is staged: its WAL carries it, as state.db's WAL carries the row.
+    for path in (staged.with_name("staged.db-wal"), staged, env.cache.root,
+                 db.with_name(db.name + "-wal"), db, db.parent):
         assert str(path) in synced, f"{path} was not fsync'd"
-    assert env.reopen_state().lookup_path("/f").sha == sha256(b"synced")
+    assert env.reopen_state().lookup_path("/f").sha == sha
+    # Once the blob writer made it a file, the file and its directory entries.
+    env.cache.write_staged(env.cache.staged())
+    env.cache.unstage([sha])
     synced.clear()
     await env.ops.fsync(fh, True)  # datasync: the same
-    assert str(blob) in synced
+    for path in (blob, blob.parent, env.cache.root):
+        assert str(path) in synced, f"{path} was not fsync'd"
     await env.ops.release(fh)
     synced.clear()
     dfh = await env.ops.opendir(ROOT, ctx())
@@ -115,7 +123,7 @@ async def test_close_is_the_crash_durability_point_without_fsync(env, monkeypatc
     await env.ops.release(fh)
     assert synced == []
     assert env.reopen_state().lookup_path("/f").sha == sha256(b"closed")
-    assert env.cache._path(sha256(b"closed")).read_bytes() == b"closed"
+    assert BlobCache(env.cache.root).get(sha256(b"closed")) == b"closed"  # a restart's view
 
 
 async def test_a_torn_blob_is_rewritten_not_trusted(env, monkeypatch):
@@ -979,22 +987,23 @@ async def test_cp_p_futimens_before_close_keeps_mtime(env):
     assert node.mtime_ns == 2 * 10**9 and node.sha == sha256(b"payload")
 
 
-async def test_local_disk_error_on_close_is_reported_and_loses_nothing(env, monkeypatch):
+async def test_local_disk_error_on_close_is_reported_and_loses_nothing(env):
+    """A full disk under staged.db (SQLite's own SQLITE_FULL, made real by capping the
+    database's pages) is ENOSPC for close and fsync; the data stays buffered."""
     fh, attr = await env.create(ROOT, "f", b"v1", keep_open=True)
     await env.ops.write(fh, 0, b"v2")
-    real_put = env.cache.put
-
-    def full(data, **kw):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(env.cache, "put", full)
+    staging = env.cache._staging()
+    pages = staging.execute("PRAGMA page_count").fetchone()[0]
+    staging.execute(f"PRAGMA max_page_count={pages}")
+    await env.ops.write(fh, 0, b"v2" * 3000)  # more than the free pages hold
     assert await fuse_errno(env.ops.flush(fh)) == errno.ENOSPC
     assert await fuse_errno(env.ops.fsync(fh, False)) == errno.ENOSPC
     assert await fuse_errno(env.ops.release(fh)) == errno.ENOSPC
     # Still buffered: a new open sees it, and the next close persists it.
-    monkeypatch.setattr(env.cache, "put", real_put)
-    assert await env.read_all(attr.st_ino) == b"v2"
-    assert env.reopen_state().lookup_path("/f").sha == sha256(b"v2")
+    staging.execute("PRAGMA max_page_count=1073741823")
+    assert await env.read_all(attr.st_ino) == b"v2" * 3000
+    assert env.reopen_state().lookup_path("/f").sha == sha256(b"v2" * 3000)
+    assert BlobCache(env.cache.root).get(sha256(b"v2" * 3000)) == b"v2" * 3000
 
 
 async def test_fsync_after_close_syncs_the_blob(env, monkeypatch):
@@ -1008,9 +1017,10 @@ async def test_fsync_after_close_syncs_the_blob(env, monkeypatch):
 
 
 async def test_empty_file_reads_without_blob(env):
+    """The empty blob is never stored (a create costs no blob at all)."""
     _, attr = await env.create(ROOT, "empty")
-    env.cache._path(EMPTY_SHA).unlink()  # e.g. a crash between the row commit and the blob
     env.cache.lru.clear()
+    assert not env.cache._path(EMPTY_SHA).exists() and not env.cache.staged()
     assert await env.read_all(attr.st_ino) == b""
 
 

@@ -78,6 +78,64 @@ def test_kill9_after_fsync_then_remount(mounts, server):
     assert ids["/keep/old.md"] == existing.id
 
 
+def test_kill9_right_after_close_finds_the_staged_content(mounts, server):
+    """A close stages its content in objects/staged.db; the blob writer makes files
+    only once FUSE is quiet. A reader keeps the mount busy so the kill surely comes
+    before the move (the test checks that the rows are there), and a remount serves
+    the closed, never-fsync'd writes, makes them files and pushes them."""
+    import sqlite3
+    import threading
+
+    store = mounts.new_store()
+    m = mounts.mount(store, "--write-back-delay", "30")
+    files = {f"/closed/f{i}.md": f"closed, not fsync'd {i}\n" for i in range(20)}
+    (m.path / "closed").mkdir()
+    stop = threading.Event()
+
+    def busy() -> None:  # getxattr always reaches the daemon: FUSE is never quiet
+        while not stop.is_set():
+            try:
+                os.getxattr(m.path / "closed", "user.memfs.state")
+            except OSError:
+                return  # the kill came
+            stop.wait(0.02)
+
+    reader = threading.Thread(target=busy)
+    reader.start()
+    try:
+        for path, text in files.items():
+            (m.path / path[1:]).write_text(text)
+        m.kill9()
+    finally:
+        stop.set()
+        reader.join()
+    db = sqlite3.connect(str(m.state_dir / "objects" / "staged.db"))
+    try:
+        staged = {bytes(data).decode() for _, data in db.execute("SELECT sha, data FROM staged")}
+    finally:
+        db.close()
+    assert staged >= set(files.values()), "the kill came after the move: nothing was tested"
+
+    m2 = mounts.mount(store, "--write-back-delay", "30")
+    for path, text in files.items():
+        assert (m2.path / path[1:]).read_text() == text
+
+    def moved() -> bool:
+        db = sqlite3.connect(str(m2.state_dir / "objects" / "staged.db"))
+        try:
+            return db.execute("SELECT count(*) FROM staged").fetchone()[0] == 0
+        finally:
+            db.close()
+
+    wait_for(moved, timeout=30)  # the writer made them files once the mount was quiet
+    objects = m2.state_dir / "objects"
+    blobs = {p.read_text() for p in objects.glob("??/*") if not p.name.startswith(".")}
+    assert set(files.values()) <= blobs
+    out = m2.unmount()
+    assert "0 left" in out, out
+    assert server_memories(server, store) == files
+
+
 def test_kill9_then_remount_pushes_on_its_own(mounts, server):
     store = mounts.new_store()
     m = mounts.mount(store, "--write-back-delay", "30")

@@ -13,6 +13,9 @@ Fetched blobs are held in memory (`BlobCache.hold`) and written to disk by
 `write_when_quiet` (run by the engine) once FUSE and the fetcher have been
 quiet for `WRITE_QUIET` seconds, or once `HELD_MAX` bytes wait: a cold
 `grep -r` reads from memory and no longer waits for a file creation per memory.
+The same writer turns the content users wrote, staged in staged.db by each
+close (`BlobCache.stage`), into blob files: `cp -r` of 500 files no longer
+waits for 500 file creations either.
 
 Nothing here changes State except through `State.remote_content` (a clean
 file whose server content moved on), like the reconciler's row.
@@ -21,6 +24,7 @@ file whose server content moved on), like the reconciler's row.
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Callable
 
 import trio
@@ -38,8 +42,10 @@ ROOT_BATCH = "/"
 BATCH_MIN = 5
 #: Held blobs go to disk once FUSE and the fetcher have been idle this long (seconds)...
 WRITE_QUIET = 0.3
-#: ... or at once when this many bytes are held (memory stays bounded).
+#: ... or at once when this many bytes are held or staged (memory stays bounded).
 HELD_MAX = 16 * 1024 * 1024
+#: After staged blobs failed to become files (disk trouble), wait this long (seconds).
+WRITE_RETRY = 5.0
 
 
 def batch_of(path: str) -> str:
@@ -58,8 +64,12 @@ class Fetcher:
         self._inflight: dict[str, trio.Event] = {}  # memory id -> its single GET
         self._nursery: trio.Nursery | None = None
         self.filled = 0
-        #: set when a blob is held; the engine's writer replaces it as it takes them
-        self.held = trio.Event()
+        #: set when a blob is held or staged; the engine's writer replaces it as it
+        #: takes them
+        self.pending = trio.Event()
+        ctx.cache.on_pending = lambda: self.pending.set()
+        if ctx.cache.pending_bytes:  # staged by a daemon that crashed
+            self.pending.set()
         self._writing = trio.Lock()
 
     # -- batches ---------------------------------------------------------------------
@@ -104,41 +114,50 @@ class Fetcher:
             return
         if not self.ctx.cache.has(sha):
             self.ctx.cache.hold(sha, data)
-            self.held.set()
             self.filled += 1
         ev = self._arrived.pop(sha, None)
         if ev is not None:
             ev.set()
 
-    async def write_held(self) -> None:
-        """Write the held blobs to disk, in a worker thread (one hop for all)."""
+    async def write_held(self) -> bool:
+        """Write the held and the staged blobs to disk, in a worker thread. False when
+        staged blobs could not be moved (they stay staged)."""
         cache = self.ctx.cache
         async with self._writing:
-            blobs = cache.held()
-            if not blobs:
-                return
-            shas = [sha for sha, _ in blobs]
-            try:
-                await trio.to_thread.run_sync(cache.write_many, blobs)
-            except OSError as exc:  # disk full...: the LRU keeps what it can; misses refetch
-                log.warning("cannot write %d fetched blobs: %s", len(blobs), exc)
-                cache.drop_held(shas)
-                return
-            cache.on_disk(shas)
+            held, staged = cache.held(), cache.staged()
+            if held:
+                shas = [sha for sha, _ in held]
+                try:
+                    await trio.to_thread.run_sync(cache.write_many, held)
+                except OSError as exc:  # disk full...: the LRU keeps what it can; misses refetch
+                    log.warning("cannot write %d fetched blobs: %s", len(held), exc)
+                    cache.drop_held(shas)
+                else:
+                    cache.on_disk(shas)
+            if staged:
+                shas = [sha for sha, _ in staged]
+                try:
+                    await trio.to_thread.run_sync(cache.write_staged, staged)
+                    cache.unstage(shas)
+                except (OSError, sqlite3.Error) as exc:  # they stay staged: nothing is lost
+                    log.warning("cannot move %d staged blobs to files: %s", len(staged), exc)
+                    return False
+        return True
 
     async def write_when_quiet(self, idle_for: Callable[[], float]) -> None:
-        """Run for the engine: write held blobs once no batch runs and FUSE has
-        answered nothing for `WRITE_QUIET` seconds (`idle_for`), so the disk work of
-        a cold fill never competes with the reads that wait for it; sooner once
-        `HELD_MAX` bytes are held, whatever holds them (batches, single GETs)."""
+        """Run for the engine: write held and staged blobs once no batch runs and FUSE
+        has answered nothing for `WRITE_QUIET` seconds (`idle_for`), so their disk work
+        never competes with the reads and writes under way; sooner once `HELD_MAX`
+        bytes wait, whatever put them there (batches, single GETs, closes)."""
         cache = self.ctx.cache
         while True:
-            await self.held.wait()
-            self.held = trio.Event()
+            await self.pending.wait()
+            self.pending = trio.Event()
             while ((self._fetching() or idle_for() < WRITE_QUIET)
-                   and cache.held_bytes < HELD_MAX):
+                   and cache.pending_bytes < HELD_MAX):
                 await trio.sleep(WRITE_QUIET / 3)
-            await self.write_held()
+            if not await self.write_held():
+                await trio.sleep(WRITE_RETRY)
 
     def _fetching(self) -> bool:
         """A batch is under way (started, its done event not set yet)."""
