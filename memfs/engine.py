@@ -60,6 +60,7 @@ class StoreEngine:
         self.cache = BlobCache(self.state_dir / "objects")
         self.client = client
         self.ctx = SyncContext(self.state, self.cache, client, cfg.store_id, cfg.options)
+        self.ctx.idle_for = fs.idle_for
         owner = tuple(cfg.owner) if cfg.owner else None
         self.ops = Operations(self.state, self.cache, read_only=cfg.options.read_only,
                               fetch=self.ctx.fetch, kick=self.ctx.kick,
@@ -91,7 +92,7 @@ class StoreEngine:
         nothing but the flush talks to the server once shutdown begins."""
         await nursery.start(self.ctx.fetcher.serve)
         nursery.start_soon(self._supervised, "blob writer",
-                           partial(self.ctx.fetcher.write_when_quiet, fs.idle_for))
+                           partial(self.ctx.fetcher.write_when_quiet, self.ctx.idle_for))
         if not self.cfg.options.read_only:
             nursery.start_soon(self._supervised, "pusher", self.pusher.run)
 

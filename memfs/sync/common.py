@@ -11,8 +11,10 @@ files (unsaved writes) is in `State.open_dirty`.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -83,6 +85,9 @@ class SyncContext:
         self.invalidation_ready = trio.Event()
         self.online_wakeup = trio.Event()  # set (and renewed) when we come back online
         self.listed = trio.Event()  # set by every finished listing (the prefetch waits)
+        #: Seconds since FUSE last brought a request (the engine sets memfs.fs.idle_for):
+        #: background work yields to the mount's users. Without a mount: always quiet.
+        self.idle_for: Callable[[], float] = lambda: math.inf
         self.fetcher = Fetcher(self, concurrency=options.push_concurrency)
         # Directories that remote changes empty or create: the kernel's entry follows.
         state.on_entry = lambda parent, name: self.invalidate(("entry", parent, name))

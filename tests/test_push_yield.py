@@ -1,0 +1,83 @@
+"""Pushes yield to the mount (memfs/sync/pusher.py `_yield_to_mount`), handler level.
+
+Pushes run on the trio thread that answers FUSE. While requests keep coming (a
+`cp -r`), a push waits for a quiet moment, at most YIELD_MAX, then goes as one of
+at most BUSY_CONCURRENCY; a flush (unmount, `memfs restore`, a session's end) never
+waits. Checked by what was true when each request started, never by timing.
+"""
+
+from __future__ import annotations
+
+import trio
+
+# ruff: noqa: F811  (pytest fixtures imported from test_sync_engine are arguments here)
+from test_sync_engine import Engine, eng, make_engine  # noqa: F401
+
+from memfs.sync import pusher as pusher_mod
+
+
+def watch_creates(eng: Engine, busy: list[bool]) -> list[tuple[bool, int]]:
+    """Wrap create_memory: (mount busy when it started, requests in flight) per call."""
+    seen: list[tuple[bool, int]] = []
+    inflight = [0]
+    create = eng.client.create_memory
+
+    async def watched(*a, **kw):
+        inflight[0] += 1
+        seen.append((busy[0], inflight[0]))
+        try:
+            await trio.sleep(0.05)  # a slow network: concurrent requests overlap
+            return await create(*a, **kw)
+        finally:
+            inflight[0] -= 1
+
+    eng.client.create_memory = watched
+    return seen
+
+
+def busy_mount(eng: Engine) -> list[bool]:
+    """A switch for what the pusher sees: FUSE busy (a request just now) or quiet."""
+    busy = [True]
+    eng.ctx.idle_for = lambda: 0.0 if busy[0] else 10.0
+    return busy
+
+
+async def write_files(eng: Engine, n: int) -> None:
+    for i in range(n):
+        await eng.write(f"/f{i}.md", f"file {i}\n".encode())
+
+
+async def test_a_push_waits_while_the_mount_is_busy_and_goes_once_quiet(eng, monkeypatch):
+    monkeypatch.setattr(pusher_mod, "YIELD_MAX", 30.0)
+    await write_files(eng, 6)
+    busy = busy_mount(eng)
+    seen = watch_creates(eng, busy)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(eng.push)
+        await trio.sleep(10 * pusher_mod.BUSY_WINDOW)
+        assert seen == []  # FUSE busy: nothing sent yet
+        busy[0] = False
+    assert len(seen) == 6 and not any(b for b, _ in seen)
+    assert max(n for _, n in seen) > pusher_mod.BUSY_CONCURRENCY  # quiet: all at once
+    assert eng.state.dirty_files() == []
+
+
+async def test_a_mount_that_stays_busy_still_pushes_a_few_at_a_time(eng, monkeypatch):
+    monkeypatch.setattr(pusher_mod, "YIELD_MAX", 0.2)
+    await write_files(eng, 6)
+    busy = busy_mount(eng)
+    seen = watch_creates(eng, busy)
+    await eng.push()
+    assert len(seen) == 6 and all(b for b, _ in seen)
+    assert max(n for _, n in seen) <= pusher_mod.BUSY_CONCURRENCY
+    assert eng.state.dirty_files() == []
+
+
+async def test_a_flush_does_not_wait_for_a_quiet_mount(eng, monkeypatch):
+    monkeypatch.setattr(pusher_mod, "YIELD_MAX", 30.0)
+    await write_files(eng, 6)
+    busy = busy_mount(eng)
+    seen = watch_creates(eng, busy)
+    with trio.fail_after(20):  # well under YIELD_MAX: a flush that waited would fail here
+        await eng.push(flush=True)
+    assert len(seen) == 6 and max(n for _, n in seen) > pusher_mod.BUSY_CONCURRENCY
