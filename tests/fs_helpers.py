@@ -56,6 +56,19 @@ def b(name: str) -> bytes:
     return name.encode("utf-8")
 
 
+def record_fsyncs(monkeypatch) -> list[str]:
+    """Every fsync(2) from now on, by the path of the file or directory synced."""
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
 async def fuse_errno(coro) -> int:
     """Await coro; return the errno of the FUSEError it raises (fail if none)."""
     with pytest.raises(pyfuse3.FUSEError) as info:

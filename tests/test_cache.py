@@ -7,6 +7,8 @@ import os
 import sqlite3
 import stat
 
+from fs_helpers import record_fsyncs
+
 from memfs.cache import BlobCache, sha256
 
 
@@ -82,18 +84,6 @@ def test_put_of_a_blob_known_missing_writes_without_checking(tmp_path, monkeypat
 
 
 # -- staged content: a close commits a row of staged.db, the blob writer makes it a file ----
-
-
-def record_fsyncs(monkeypatch) -> list[str]:
-    synced: list[str] = []
-    real = os.fsync
-
-    def fsync(fd):
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        return real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    return synced
 
 
 def staged_rows(root) -> dict[str, bytes]:

@@ -16,7 +16,7 @@ import pyfuse3
 import pytest
 import trio
 import trio.testing
-from fs_helpers import ROOT, Fields, FsEnv, attrs, ctx, fuse_errno
+from fs_helpers import ROOT, Fields, FsEnv, attrs, ctx, fuse_errno, record_fsyncs
 
 from memfs import paths
 from memfs.cache import BlobCache, sha256
@@ -69,19 +69,6 @@ async def test_release_without_flush_persists(env):
     await env.ops.write(fi.fh, 0, b"data")
     await env.ops.release(fi.fh)
     assert env.reopen_state().lookup_path("/a").sha == sha256(b"data")
-
-
-def record_fsyncs(monkeypatch) -> list[str]:
-    """Every fsync(2) from now on, by the path of the file or directory synced."""
-    synced: list[str] = []
-    real = os.fsync
-
-    def fsync(fd):
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        return real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    return synced
 
 
 async def test_fsync_is_the_power_loss_durability_point(env, monkeypatch):

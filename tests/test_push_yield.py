@@ -35,23 +35,19 @@ def watch_creates(eng: Engine, busy: list[bool]) -> list[tuple[bool, int]]:
     return seen
 
 
-def busy_mount(eng: Engine) -> list[bool]:
-    """A switch for what the pusher sees: FUSE busy (a request just now) or quiet."""
-    busy = [True]
-    eng.ctx.idle_for = lambda: 0.0 if busy[0] else 10.0
-    return busy
-
-
-async def write_files(eng: Engine, n: int) -> None:
+async def busy_with_files(eng: Engine, monkeypatch, yield_max: float,
+                          n: int = 6) -> tuple[list[bool], list[tuple[bool, int]]]:
+    """n files to push, FUSE busy (a switch the test flips), creates watched."""
+    monkeypatch.setattr(pusher_mod, "YIELD_MAX", yield_max)
     for i in range(n):
         await eng.write(f"/f{i}.md", f"file {i}\n".encode())
+    busy = [True]
+    eng.ctx.idle_for = lambda: 0.0 if busy[0] else 10.0
+    return busy, watch_creates(eng, busy)
 
 
 async def test_a_push_waits_while_the_mount_is_busy_and_goes_once_quiet(eng, monkeypatch):
-    monkeypatch.setattr(pusher_mod, "YIELD_MAX", 30.0)
-    await write_files(eng, 6)
-    busy = busy_mount(eng)
-    seen = watch_creates(eng, busy)
+    busy, seen = await busy_with_files(eng, monkeypatch, 30.0)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(eng.push)
         await trio.sleep(10 * pusher_mod.BUSY_WINDOW)
@@ -63,10 +59,7 @@ async def test_a_push_waits_while_the_mount_is_busy_and_goes_once_quiet(eng, mon
 
 
 async def test_a_mount_that_stays_busy_still_pushes_a_few_at_a_time(eng, monkeypatch):
-    monkeypatch.setattr(pusher_mod, "YIELD_MAX", 0.2)
-    await write_files(eng, 6)
-    busy = busy_mount(eng)
-    seen = watch_creates(eng, busy)
+    _busy, seen = await busy_with_files(eng, monkeypatch, 0.2)
     await eng.push()
     assert len(seen) == 6 and all(b for b, _ in seen)
     assert max(n for _, n in seen) <= pusher_mod.BUSY_CONCURRENCY
@@ -74,10 +67,7 @@ async def test_a_mount_that_stays_busy_still_pushes_a_few_at_a_time(eng, monkeyp
 
 
 async def test_a_flush_does_not_wait_for_a_quiet_mount(eng, monkeypatch):
-    monkeypatch.setattr(pusher_mod, "YIELD_MAX", 30.0)
-    await write_files(eng, 6)
-    busy = busy_mount(eng)
-    seen = watch_creates(eng, busy)
+    _busy, seen = await busy_with_files(eng, monkeypatch, 30.0)
     with trio.fail_after(20):  # well under YIELD_MAX: a flush that waited would fail here
         await eng.push(flush=True)
     assert len(seen) == 6 and max(n for _, n in seen) > pusher_mod.BUSY_CONCURRENCY
