@@ -171,7 +171,12 @@ def run_timed(argv: list[str], *, timeout: float = 1800, ok: tuple[int, ...] = (
         rc = proc.wait()
     finally:
         killer.cancel()
+        if proc.poll() is None:  # interrupted (Ctrl-C): the child goes too
+            proc.kill()
+            proc.wait()
     took = time.perf_counter() - t0
+    if took >= timeout:
+        raise TimeoutError(f"{argv!r} took longer than {timeout:g} s")
     if rc not in ok:
         raise RuntimeError(f"{argv!r} failed ({rc})")
     return took

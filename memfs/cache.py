@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 STAGED_DB = "staged.db"
 
 
+class StagedUnreadable(OSError):
+    """staged.db exists but SQLite cannot read it: it may hold content a user wrote,
+    so nothing opens (or deletes) it silently."""
+
+
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -66,7 +71,14 @@ class BlobCache:
         #: called when a blob starts waiting to be written (the blob writer's wake-up)
         self.on_pending: Callable[[], None] = lambda: None
         if (self.root / STAGED_DB).exists():
-            self._load_staged()
+            try:
+                self._load_staged()
+            except sqlite3.DatabaseError as exc:
+                self.close()
+                raise StagedUnreadable(
+                    f"{self.root / STAGED_DB} cannot be read ({exc}); it holds content "
+                    "closed in the mount but not yet moved to a blob file: copy it somewhere "
+                    "safe, then move it aside to mount without it") from None
 
     def _path(self, sha: str) -> Path:
         return self.root / sha[:2] / sha

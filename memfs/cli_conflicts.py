@@ -24,7 +24,7 @@ import click
 
 from . import conflicts as core
 from . import control
-from .cache import BlobCache
+from .cache import BlobCache, StagedUnreadable
 from .state import State
 from .statedir import read_registry
 from .status import locate
@@ -79,7 +79,14 @@ def _offline(state_dir: Path) -> Iterator[tuple[State, BlobCache]]:
             raise click.ClickException(
                 f"a memfs daemon holds {state_dir} but does not answer; try again") from None
         state = State(state_dir / "state.db")
-        cache = BlobCache(state_dir / "objects")
+        try:
+            cache = BlobCache(state_dir / "objects")
+        except StagedUnreadable as exc:
+            state.close()
+            raise click.ClickException(str(exc)) from None
+        except BaseException:
+            state.close()
+            raise
         try:
             yield state, cache
         finally:

@@ -57,7 +57,12 @@ class StoreEngine:
         except BaseException:
             self._lock.close()  # a store that cannot open stays mountable elsewhere
             raise
-        self.cache = BlobCache(self.state_dir / "objects")
+        try:
+            self.cache = BlobCache(self.state_dir / "objects")
+        except BaseException:
+            self.state.close()
+            self._lock.close()
+            raise
         self.client = client
         self.ctx = SyncContext(self.state, self.cache, client, cfg.store_id, cfg.options)
         self.ctx.idle_for = fs.idle_for

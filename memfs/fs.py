@@ -300,7 +300,7 @@ class Operations(pyfuse3.Operations):
             return bytes(of.data)
         assert node.sha is not None
         if node.sha == EMPTY_SHA:
-            return b""  # needs no blob (a crash may come between row and blob)
+            return b""  # the empty blob is never stored
         data = self.cache.get(node.sha)
         if data is not None:
             return data
@@ -349,9 +349,10 @@ class Operations(pyfuse3.Operations):
             raise _err(errno.ENOSPC if full else errno.EIO) from None
 
     async def _sync_to_disk(self, node: Node) -> None:
-        """fsync's durability point: the file's blob, its directory entries and the
-        SQLite WAL reach the disk (a power loss loses nothing). The fsyncs run in
-        a worker thread: they touch only file descriptors, never State."""
+        """fsync's durability point: the file's content (staged.db, or its blob file
+        and directory entries), state.db and their WALs reach the disk (a power loss
+        loses nothing). The fsyncs run in a worker thread: they touch only file
+        descriptors, never State."""
         sha = node.sha
         files = self.state.durable_files()
         if sha and sha != EMPTY_SHA:

@@ -38,6 +38,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used: `memfs` commands that never adopt stay lean
+    from .cache import BlobCache
 
 STATE_DB = "state.db"
 LOCK = "lock"
@@ -399,20 +403,15 @@ def _pending_rows(db: Path) -> tuple[list[dict], list[dict], int]:
     return dirty, conflicts, deletes
 
 
-def _copy_blob(old: Path, new: Path, sha: str | None) -> bool:
-    """Copy a verified blob between objects/ dirs (fsynced); False when it is missing."""
+def _copy_blob(source: BlobCache, target: BlobCache, sha: str | None) -> bool:
+    """Copy a verified blob between two caches (fsynced; staged content a crash left
+    included); False when it is in neither."""
     if not sha:
         return True
-    from .cache import BlobCache
-
-    source = BlobCache(old / "objects")  # staged content (a crash left it) included
-    try:
-        data = source.get(sha)
-    finally:
-        source.close()
+    data = source.get(sha)
     if data is None:
-        return (new / "objects" / sha[:2] / sha).exists()
-    BlobCache(new / "objects").put(data, sha=sha, fsync=True)
+        return target.has(sha)
+    target.put(data, sha=sha, fsync=True)
     return True
 
 
@@ -431,7 +430,11 @@ def _import(old: Path, target: Path) -> Adoption:
                      f"adopted from earlier state directory {where}: {c['reason']}"))
     new_db = target / STATE_DB
     conn = sqlite3.connect(str(new_db), isolation_level=None)
+    from .cache import BlobCache
+
+    source = dest = None
     try:
+        source, dest = BlobCache(old / "objects"), BlobCache(target / "objects")
         conn.execute("PRAGMA busy_timeout=5000")
         tree = _tree_shas(conn)
         have = set(conn.execute("SELECT path, local_sha FROM conflicts"))
@@ -440,13 +443,16 @@ def _import(old: Path, target: Path) -> Adoption:
             if (path, sha) in have or tree.get(path) == sha:
                 continue  # already there: the same content at the same place
             have.add((path, sha))
-            if not _copy_blob(old, target, sha):
+            if not _copy_blob(source, dest, sha):
                 result.missing.append(path)
                 continue
             todo.append((path, memory_id, sha, tree.get(path), reason))
         _insert_conflicts(conn, new_db, todo)
     finally:
         conn.close()
+        for cache in (source, dest):
+            if cache is not None:
+                cache.close()
     result.imported = [t[0] for t in todo]
     result.pending = len(todo)
     aside = old.with_name(f"{old.name}.adopted-{_stamp()}")

@@ -7,9 +7,10 @@ import os
 import sqlite3
 import stat
 
+import pytest
 from fs_helpers import record_fsyncs
 
-from memfs.cache import BlobCache, sha256
+from memfs.cache import BlobCache, StagedUnreadable, sha256
 
 
 def test_after_gc_has_answers_without_touching_the_disk(tmp_path, monkeypatch):
@@ -171,3 +172,15 @@ def test_the_empty_blob_is_never_stored(tmp_path):
     assert cache.stage(b"") == empty and cache.put(b"") == empty
     assert cache.has(empty) and cache.get(empty) == b""
     assert not cache.staged() and not (tmp_path / "objects" / empty[:2] / empty).exists()
+
+
+def test_an_unreadable_staged_db_stops_the_cache_and_is_kept(tmp_path):
+    """It may hold a user's closes: no mount opens over it, nothing deletes it, and the
+    message says which file and what to do."""
+    root = tmp_path / "objects"
+    root.mkdir()
+    (root / "staged.db").write_bytes(b"this is not an SQLite database" * 100)
+    with pytest.raises(StagedUnreadable) as info:
+        BlobCache(root)
+    assert str(root / "staged.db") in str(info.value) and "move it aside" in str(info.value)
+    assert (root / "staged.db").read_bytes().startswith(b"this is not")

@@ -71,3 +71,18 @@ async def test_a_flush_does_not_wait_for_a_quiet_mount(eng, monkeypatch):
     with trio.fail_after(20):  # well under YIELD_MAX: a flush that waited would fail here
         await eng.push(flush=True)
     assert len(seen) == 6 and max(n for _, n in seen) > pusher_mod.BUSY_CONCURRENCY
+
+
+async def test_a_flush_ends_the_wait_of_a_pass_under_way(eng, monkeypatch):
+    """The pass holds the sync lock while it waits; an unmount's flush queues behind it and
+    must not wait out YIELD_MAX (nor the busy pushes' two at a time)."""
+    busy, seen = await busy_with_files(eng, monkeypatch, 30.0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(eng.push)  # polite: waits for the busy mount
+        await trio.sleep(5 * pusher_mod.BUSY_WINDOW)
+        assert seen == []
+        with trio.fail_after(20):  # well under YIELD_MAX
+            await eng.pusher.flush(timeout=60)
+    assert len(seen) == 6 and all(b for b, _ in seen) and busy[0]
+    assert max(n for _, n in seen) > pusher_mod.BUSY_CONCURRENCY
+    assert eng.state.dirty_files() == []

@@ -258,6 +258,22 @@ def test_adopt_reports_missing_content_and_keeps_the_old_dir(root):
     assert (result.aside / "state.db").exists()  # still there to inspect by hand
 
 
+def test_adopt_imports_content_a_crash_left_staged(root):
+    """A close stages its content in objects/staged.db; a daemon killed before the blob
+    writer made it a file leaves it there. Adoption reads it like a blob file."""
+    old = root / "other" / STORE
+    _state(old, {"/b.md": ("staged only\n", None, None)})
+    sha = sha256(b"staged only\n")
+    (old / "objects" / sha[:2] / sha).unlink()
+    BlobCache(old / "objects").stage(b"staged only\n")  # not closed, never moved: a crash
+    new = root / "srv-abc" / STORE
+    _state(new, {})
+    [result] = statedir.adopt(root, "srv-abc", STORE)
+    assert result.imported == ["/b.md"] and result.missing == []
+    [row] = _conflicts(new)
+    assert row["local_sha"] == sha and _blob(new, sha) == "staged only\n"
+
+
 # -- the known index -----------------------------------------------------------------------
 
 
@@ -280,3 +296,4 @@ def test_known_index(root, tmp_path):
     # The directory moved by an adoption: the entry follows it.
     statedir._repoint_known(d, tmp_path / "moved")
     assert json.loads(statedir.known_file(mp).read_text())["state_dir"] == str(tmp_path / "moved")
+

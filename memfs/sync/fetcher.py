@@ -158,6 +158,7 @@ class Fetcher:
                 await trio.sleep(WRITE_QUIET / 3)
             if not await self.write_held():
                 await trio.sleep(WRITE_RETRY)
+                self.pending.set()  # the staged blobs still wait: try again
 
     def _fetching(self) -> bool:
         """A batch is under way (started, its done event not set yet)."""

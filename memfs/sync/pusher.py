@@ -18,7 +18,6 @@ mount offline and the pass is retried with backoff, honouring retry-after.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import secrets
@@ -79,7 +78,8 @@ class Pusher:
         self._idle_scope: trio.CancelScope | None = None
         self._running = False
         self._not_before = 0.0  # trio clock: a 429's retry-after holds every request
-        self._busy_limiter = trio.CapacityLimiter(BUSY_CONCURRENCY)
+        self._busy_pushes = 0  # pushes in flight that started while FUSE was busy
+        self._flushing = 0  # flushes waiting: a pass under way stops yielding to FUSE
 
     # -- the loop -------------------------------------------------------------------
 
@@ -202,15 +202,15 @@ class Pusher:
                    push: Callable[[object], Awaitable[int]], item, polite: bool) -> None:
         """One file's (or delete's) turn; a failure stays with it."""
         async with limiter:
-            if result.unreachable:
-                return
-            wait = self._not_before - trio.current_time()
-            if wait > 0:
-                await trio.sleep(wait)
-            busy = await self._yield_to_mount() if polite else None
+            busy = await self._yield_to_mount() if polite else False
+            self._busy_pushes += busy  # counted before any checkpoint
             try:
-                async with busy or contextlib.nullcontext():
-                    outcome = await push(item)
+                if result.unreachable:  # (decided after the wait: a sibling may have failed)
+                    return
+                wait = self._not_before - trio.current_time()
+                if wait > 0:
+                    await trio.sleep(wait)
+                outcome = await push(item)
             except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
                 result.offline = exc
                 if isinstance(exc, (api_errors.APIConnectionError,
@@ -224,48 +224,56 @@ class Pusher:
                 log.exception("push of %r failed", item)
                 self.ctx.status.last_error = f"push: {type(exc).__name__}: {exc}"
                 return
+            finally:
+                self._busy_pushes -= busy
             if outcome > 0:
                 result.pushed += 1
             if outcome != 0:
                 result.progress += 1
 
-    async def _yield_to_mount(self) -> trio.CapacityLimiter | None:
-        """While FUSE requests keep coming (a `cp -r`), wait for a quiet moment, at
-        most YIELD_MAX; None once quiet, else the limiter of the pushes started
-        while busy. A push costs the trio thread its request's CPU and, against
-        `memfs serve` on the same machine, the server's commit and fsync: `cp -r`
-        of 500 files into a mount went at 450-490/s while a pass ran, against 1,450-1,560/s
-        on an idle one (docs/BENCHMARKS.md, section 4)."""
+    async def _yield_to_mount(self) -> bool:
+        """While FUSE requests keep coming (a `cp -r`), wait for a quiet moment; after
+        YIELD_MAX, go as one of at most BUSY_CONCURRENCY pushes started while busy
+        (returns True: the caller counts itself in `_busy_pushes`). A push costs the
+        trio thread its request's CPU and, against `memfs serve` on the same machine,
+        the server's commit: `cp -r` of 500 files went at 470-580/s while a pass ran,
+        1,240-1,430/s with this (docs/BENCHMARKS.md, section 4). An unmount or flush
+        waiting on the pass ends the wait."""
         idle_for = self.ctx.idle_for
         give_up = trio.current_time() + YIELD_MAX
-        while idle_for() < BUSY_WINDOW:
-            if trio.current_time() >= give_up:
-                return self._busy_limiter
+        while idle_for() < BUSY_WINDOW and not (self._stop.is_set() or self._flushing):
+            if trio.current_time() >= give_up and self._busy_pushes < BUSY_CONCURRENCY:
+                return True
             await trio.sleep(BUSY_WINDOW)
-        return None
+        return False
 
     async def flush(self, timeout: float) -> PassResult:
         """Push everything now (write-back and delete delays waived) until nothing is
         left or `timeout` passes; transient trouble is retried with backoff
-        (retry-after honoured), a refused file is tried once and reported."""
+        (retry-after honoured), a refused file is tried once and reported. A pass
+        under way stops waiting for a quiet mount (`_yield_to_mount`)."""
         total = PassResult()
         deadline = trio.current_time() + timeout
         first = True
-        with trio.move_on_at(deadline):
-            while True:
-                result = await self.push_pass(flush=True, retry_failed=first)
-                first = False
-                total.pushed += result.pushed
-                total.progress += result.progress
-                total.offline = result.offline
-                if result.left == 0:
-                    break
-                if result.offline is not None:
-                    delay = self.ctx.went_offline(result.offline)
-                    await trio.sleep(min(delay, max(0.0, deadline - trio.current_time())))
-                    continue
-                if result.progress == 0:
-                    break  # what is left waits on a refusal, a conflict or the user
+        self._flushing += 1
+        try:
+            with trio.move_on_at(deadline):
+                while True:
+                    result = await self.push_pass(flush=True, retry_failed=first)
+                    first = False
+                    total.pushed += result.pushed
+                    total.progress += result.progress
+                    total.offline = result.offline
+                    if result.left == 0:
+                        break
+                    if result.offline is not None:
+                        delay = self.ctx.went_offline(result.offline)
+                        await trio.sleep(min(delay, max(0.0, deadline - trio.current_time())))
+                        continue
+                    if result.progress == 0:
+                        break  # what is left waits on a refusal, a conflict or the user
+        finally:
+            self._flushing -= 1
         async with self.ctx.sync_lock:
             total.left = self.pending_total()
         return total
