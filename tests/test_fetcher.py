@@ -249,3 +249,28 @@ async def test_a_failed_move_keeps_the_content_staged(eng, monkeypatch):
     monkeypatch.setattr(cache, "write_staged", real)
     assert await eng.ctx.fetcher.write_held() is True
     assert cache.staged() == [] and on_disk(cache, sha)
+
+
+async def test_the_writer_retries_a_failed_move_on_its_own(eng, monkeypatch):
+    """No new close needed: after WRITE_RETRY the writer tries the staged blobs again."""
+    from memfs.sync import fetcher as fetcher_mod
+
+    monkeypatch.setattr(fetcher_mod, "WRITE_RETRY", 0.05)
+    cache = eng.ctx.cache
+    await eng.write("/a.md", b"mine\n")
+    real, calls = cache.write_staged, []
+
+    def flaky(blobs):
+        calls.append(len(blobs))
+        if len(calls) == 1:
+            raise OSError(5, "Input/output error")
+        return real(blobs)
+
+    monkeypatch.setattr(cache, "write_staged", flaky)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(eng.ctx.fetcher.write_when_quiet, lambda: 10.0)  # always quiet
+        with trio.fail_after(10):
+            while cache.staged_bytes:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert calls == [1, 1] and on_disk(cache, eng.fs.node("/a.md").sha)
