@@ -242,9 +242,9 @@ def watch(render: Callable[[], str], *, interval: float = 1.0) -> None:
     """Redraw `render()` every `interval` seconds until Ctrl-C: in place on a terminal
     (stdout), else one block after another, separated by a blank line.
 
-    Ctrl-C sets a flag instead of raising KeyboardInterrupt: raised while a finalizer
-    runs, the exception is printed and dropped, and the watch went on (seen once in CI:
-    SIGINT at 2.5 s, still redrawing 90 s later)."""
+    Ctrl-C sets a flag instead of raising KeyboardInterrupt, which Python drops when it
+    is raised inside a finalizer; a CI run once saw the watch still redrawing 90 s after
+    its SIGINT (cause not pinned down: this is the one way we know to lose it)."""
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
     try:
