@@ -50,6 +50,7 @@ from common import (
     Bench,
     async_sdk,
     fmt_s,
+    grep_cmd,
     machine_line,
     make_tree,
     new_store,
@@ -562,7 +563,7 @@ def phase_warm_rss(b: Bench, server, a, res: Results, store_id: str,
     targets = {"native": native, "bindfs": bind, "memfs": m.path}
     for _ in range(warm_runs(a)):  # interleaved: drift hits every target alike
         for name, root in targets.items():
-            res.add(f"warm grep {name}", run_timed(["grep", "-r", SOMEWORD, str(root)],
+            res.add(f"warm grep {name}", run_timed(grep_cmd(root),
                                                     timeout=600, ok=(0, 1),
                                                     stdout=subprocess.DEVNULL))
     if "rss" in a.phase_set and m.pid:

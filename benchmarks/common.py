@@ -147,28 +147,18 @@ def median_time(fn: Callable[[], object], repeat: int, *,
     return statistics.median(times), times
 
 
-def sh(cmd: str | list[str], *, check: bool = True, timeout: float = 600) -> None:
-    """Run a command with its output thrown away (shell string or argv)."""
-    r = subprocess.run(cmd, shell=isinstance(cmd, str), stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, timeout=timeout)
-    # grep exits 1 when nothing matched: only > 1 is an error.
-    if check and r.returncode not in (0, 1):
-        raise RuntimeError(f"{cmd!r} failed ({r.returncode}): {r.stderr.decode(errors='replace')}")
-
-
-def run_timed(argv: list[str], *, timeout: float = 1800, ok: tuple[int, ...] = (0,),
-              **kw) -> float:
-    """Run argv to its end and return its wall time (seconds). Never `subprocess.run(...,
-    timeout=)` around a measurement: with a timeout Python polls the child with sleeps that
-    double up to 50 ms, so every time comes out rounded up to that schedule (15.5, 31.5,
-    63.5, 113.5 ms, then every 50 ms): up to 14% on a 0.35 s `cp -r`. Here the wait blocks
-    and a timer kills a child that overruns."""
+def _run(cmd: str | list[str], *, timeout: float, **kw) -> tuple[int, bytes, float]:
+    """Run cmd to its end: (exit status, stderr if piped, wall seconds). Never
+    `subprocess.run(..., timeout=)` around a measurement: with a timeout Python polls the
+    child with sleeps that double up to 50 ms, so every time comes out rounded up to that
+    schedule (15.5, 31.5, 63.5, 113.5 ms, then every 50 ms): up to 14% on a 0.35 s
+    `cp -r`. Here the wait blocks and a timer kills a child that overruns."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, **kw)
+    proc = subprocess.Popen(cmd, **kw)
     killer = threading.Timer(timeout, proc.kill)
     killer.start()
     try:
-        rc = proc.wait()
+        _out, err = proc.communicate()
     finally:
         killer.cancel()
         if proc.poll() is None:  # interrupted (Ctrl-C): the child goes too
@@ -176,7 +166,23 @@ def run_timed(argv: list[str], *, timeout: float = 1800, ok: tuple[int, ...] = (
             proc.wait()
     took = time.perf_counter() - t0
     if took >= timeout:
-        raise TimeoutError(f"{argv!r} took longer than {timeout:g} s")
+        raise TimeoutError(f"{cmd!r} took longer than {timeout:g} s")
+    return proc.returncode, err or b"", took
+
+
+def sh(cmd: str | list[str], *, check: bool = True, timeout: float = 600) -> None:
+    """Run a command with its output thrown away (shell string or argv)."""
+    rc, err, _took = _run(cmd, timeout=timeout, shell=isinstance(cmd, str),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # grep exits 1 when nothing matched: only > 1 is an error.
+    if check and rc not in (0, 1):
+        raise RuntimeError(f"{cmd!r} failed ({rc}): {err.decode(errors='replace')}")
+
+
+def run_timed(argv: list[str], *, timeout: float = 1800, ok: tuple[int, ...] = (0,),
+              **kw) -> float:
+    """Run argv to its end and return its wall time (seconds), measured as `_run` says."""
+    rc, _err, took = _run(argv, timeout=timeout, **kw)
     if rc not in ok:
         raise RuntimeError(f"{argv!r} failed ({rc})")
     return took

@@ -139,7 +139,7 @@ class BlobCache:
             if not intact:
                 self._write(path, sha, data)
         if fsync:
-            fsync_paths(self._file_and_dirs(sha))
+            fsync_paths(self._file_and_dirs(sha))  # a file now, whether staged or not
         self.on_disk([sha])
         self._remember(sha, data)
         return sha
@@ -231,14 +231,16 @@ class BlobCache:
             self._db.close()
             self._db = None
 
-    def hold(self, sha: str, data: bytes) -> None:
-        """Keep a verified fetched blob in memory until `write_many` puts it on disk."""
-        if sha in self._held or sha in self._on_disk or sha in self._staged:
-            return
+    def hold(self, sha: str, data: bytes) -> bool:
+        """Keep a verified fetched blob in memory until `write_many` puts it on disk;
+        False when the cache has it already."""
+        if self.has(sha):
+            return False
         self._held[sha] = data
         self.held_bytes += len(data)
         self._remember(sha, data)
         self.on_pending()
+        return True
 
     def held(self) -> list[tuple[str, bytes]]:
         """The held blobs, to hand to `write_many` (they stay held until `on_disk`)."""
@@ -288,11 +290,13 @@ class BlobCache:
         os.replace(tmp, path)
 
     def durable_files(self, sha: str) -> list[Path]:
-        """What makes blob sha survive a power cut, wherever it is now: its file and
-        directory entries, or staged.db (the writer may move it meanwhile; a file
-        that does not exist is skipped)."""
-        staged = self.root / STAGED_DB
-        return [*self._file_and_dirs(sha), staged.with_name(STAGED_DB + "-wal"), staged]
+        """What makes blob sha survive a power cut where it is now: staged.db (its WAL
+        holds the row), else its file and directory entries. A move under way changes
+        nothing: `write_staged` syncs the file before `unstage` drops the row."""
+        if sha in self._staged:
+            staged = self.root / STAGED_DB
+            return [staged.with_name(STAGED_DB + "-wal"), staged, self.root]
+        return self._file_and_dirs(sha)
 
     def _file_and_dirs(self, sha: str) -> list[Path]:
         path = self._path(sha)

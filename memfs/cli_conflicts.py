@@ -71,29 +71,21 @@ def _state_dir(mountpoint: str) -> tuple[Path, bool]:
 @contextlib.contextmanager
 def _offline(state_dir: Path) -> Iterator[tuple[State, BlobCache]]:
     """state.db and objects/ with no daemon, under the daemon's own lock."""
-    lock = open(state_dir / "lock", "a")  # noqa: SIM115 - closed below
-    try:
+    with contextlib.ExitStack() as opened:
+        lock = opened.enter_context(open(state_dir / "lock", "a"))
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise click.ClickException(
                 f"a memfs daemon holds {state_dir} but does not answer; try again") from None
         state = State(state_dir / "state.db")
+        opened.callback(state.close)
         try:
             cache = BlobCache(state_dir / "objects")
         except StagedUnreadable as exc:
-            state.close()
             raise click.ClickException(str(exc)) from None
-        except BaseException:
-            state.close()
-            raise
-        try:
-            yield state, cache
-        finally:
-            state.close()
-            cache.close()
-    finally:
-        lock.close()
+        opened.callback(cache.close)
+        yield state, cache
 
 
 def _run(mountpoint: str, request: dict, offline) -> dict:

@@ -9,12 +9,12 @@ restarted, and never ends the daemon or blocks another store.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
 import time
 from dataclasses import asdict
-from functools import partial
 from pathlib import Path
 
 import trio
@@ -44,50 +44,46 @@ class StoreEngine:
         self.cfg = cfg
         self.name = name  # the directory under a session root; None for a plain mount
         self.state_dir = Path(cfg.state_dir)
-        self._lock = open(self.state_dir / "lock", "a")  # noqa: SIM115 - held for life
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock.close()
-            raise StoreLocked(f"store {cfg.store_id} is already mounted by another memfs "
-                              f"daemon (state {self.state_dir})") from None
-        try:
+        # A store that cannot open stays mountable elsewhere: whatever fails below
+        # releases what was opened before it (lock, state.db, staged.db).
+        with contextlib.ExitStack() as opening:
+            self._lock = opening.enter_context(open(self.state_dir / "lock", "a"))
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StoreLocked(f"store {cfg.store_id} is already mounted by another memfs "
+                                  f"daemon (state {self.state_dir})") from None
             self.state = State(self.state_dir / "state.db",
                                local_only_patterns=cfg.local_only_patterns)
-        except BaseException:
-            self._lock.close()  # a store that cannot open stays mountable elsewhere
-            raise
-        try:
+            opening.callback(self.state.close)
             self.cache = BlobCache(self.state_dir / "objects")
-        except BaseException:
-            self.state.close()
-            self._lock.close()
-            raise
-        self.client = client
-        self.ctx = SyncContext(self.state, self.cache, client, cfg.store_id, cfg.options)
-        self.ctx.idle_for = fs.idle_for
-        owner = tuple(cfg.owner) if cfg.owner else None
-        self.ops = Operations(self.state, self.cache, read_only=cfg.options.read_only,
-                              fetch=self.ctx.fetch, kick=self.ctx.kick,
-                              invalidate=self.ctx.invalidate, marker=marker, owner=owner,
-                              meta=VersionsTree(client, cfg.store_id, self.cache,
-                                                show_meta=cfg.options.show_meta,
-                                                uid=owner[0] if owner else None,
-                                                gid=owner[1] if owner else None))
-        removed = self.cache.gc(self.state.referenced_shas())
-        if removed:
-            log.info("cache: removed %d unreferenced blobs (store %s)", removed, cfg.store_id)
-        self.pusher = Pusher(self.ctx)
-        self.reconciler = Reconciler(self.ctx)
-        self.background = trio.CancelScope()
-        self.started_at = time.time()
-        self.failure: str | None = None  # the last unexpected error of a background task
-        self.state.set_meta("store_id", cfg.store_id)
-        self.state.set_meta("base_url", cfg.base_url)
-        self.state.set_meta("mountpoint", cfg.mountpoint)
-        if cfg.store_name:  # offline, `memfs mount NAME` finds the store by it
-            self.state.set_meta("store_name", cfg.store_name)
-        self.state.set_meta("options", json.dumps(asdict(cfg.options)))  # offline status
+            opening.callback(self.cache.close)
+            self.client = client
+            self.ctx = SyncContext(self.state, self.cache, client, cfg.store_id, cfg.options)
+            self.ctx.idle_for = fs.idle_for
+            owner = tuple(cfg.owner) if cfg.owner else None
+            self.ops = Operations(self.state, self.cache, read_only=cfg.options.read_only,
+                                  fetch=self.ctx.fetch, kick=self.ctx.kick,
+                                  invalidate=self.ctx.invalidate, marker=marker, owner=owner,
+                                  meta=VersionsTree(client, cfg.store_id, self.cache,
+                                                    show_meta=cfg.options.show_meta,
+                                                    uid=owner[0] if owner else None,
+                                                    gid=owner[1] if owner else None))
+            removed = self.cache.gc(self.state.referenced_shas())
+            if removed:
+                log.info("cache: removed %d unreferenced blobs (store %s)", removed, cfg.store_id)
+            self.pusher = Pusher(self.ctx)
+            self.reconciler = Reconciler(self.ctx)
+            self.background = trio.CancelScope()
+            self.started_at = time.time()
+            self.failure: str | None = None  # the last unexpected error of a background task
+            self.state.set_meta("store_id", cfg.store_id)
+            self.state.set_meta("base_url", cfg.base_url)
+            self.state.set_meta("mountpoint", cfg.mountpoint)
+            if cfg.store_name:  # offline, `memfs mount NAME` finds the store by it
+                self.state.set_meta("store_name", cfg.store_name)
+            self.state.set_meta("options", json.dumps(asdict(cfg.options)))  # offline status
+            opening.pop_all()  # opened for the engine's life: close() releases them
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -96,8 +92,7 @@ class StoreEngine:
         prefetch run in `self.background`, which the final flush cancels first, so
         nothing but the flush talks to the server once shutdown begins."""
         await nursery.start(self.ctx.fetcher.serve)
-        nursery.start_soon(self._supervised, "blob writer",
-                           partial(self.ctx.fetcher.write_when_quiet, self.ctx.idle_for))
+        nursery.start_soon(self._supervised, "blob writer", self.ctx.fetcher.write_when_quiet)
         if not self.cfg.options.read_only:
             nursery.start_soon(self._supervised, "pusher", self.pusher.run)
 

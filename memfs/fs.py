@@ -299,9 +299,7 @@ class Operations(pyfuse3.Operations):
         if of is not None and self._buffer(of) is not None:
             return bytes(of.data)
         assert node.sha is not None
-        if node.sha == EMPTY_SHA:
-            return b""  # the empty blob is never stored
-        data = self.cache.get(node.sha)
+        data = self.cache.get(node.sha)  # the empty blob needs no storage: b""
         if data is not None:
             return data
         if self.fetch is None:

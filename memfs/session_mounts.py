@@ -69,7 +69,7 @@ class SessionMounts:
         self._mount_args = tuple(mount_args)
         self._root: Path | None = None
         self._created_root = False
-        self._control_dir: Path | None = None  # the daemon's state dir, read at mount
+        self._control_dir: Path | None = None  # the daemon's state dir, read at first use
         self._stores: list[tuple[Path, bool]] = []  # (store folder, read-only)
         self._finished = False
         self._disposed = False
@@ -134,12 +134,7 @@ class SessionMounts:
             raise SessionMountError(
                 f"failed to mount the session's memory stores at {root}: "
                 + (result.stderr.decode(errors="replace").strip() or "memfs mount failed"))
-        self._root = root
-        try:  # read once: every later status check and flush asks this directory
-            self._control_dir = await anyio.to_thread.run_sync(self._registered_dir)
-        except (OSError, KeyError) as exc:
-            log.warning("no control directory for %s yet (%s); asked again when used",
-                        root, exc)
+        self._root = root  # the control directory is looked up by the first `_ask`
         self._stores = [(root / name, r.access == "read_only") for r, name in layout]
         for folder in self.roots:
             if not folder.is_dir():

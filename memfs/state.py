@@ -441,8 +441,9 @@ class State(SyncTransitions):
 
     def _drop(self, node: Node) -> None:
         """Take node out of the tree, memory and state.db (inside a transaction). Every
-        way a node leaves goes through here, so the content hook always hears of it
-        (the kernel's fast opens, the handlers' `_gone`)."""
+        way a file leaves goes through here, so the content hook always hears of it
+        (the kernel's fast opens, the handlers' `_gone`); only `prune`'s empty
+        directories, which no open or fast handle can hold, leave on their own."""
         del self.nodes[node.parent].children[node.name]
         del self.nodes[node.ino]
         self.on_content(node.ino, node)

@@ -429,12 +429,15 @@ def _import(old: Path, target: Path) -> Adoption:
         rows.append((c["path"], c["memory_id"], c["local_sha"],
                      f"adopted from earlier state directory {where}: {c['reason']}"))
     new_db = target / STATE_DB
-    conn = sqlite3.connect(str(new_db), isolation_level=None)
     from .cache import BlobCache
 
-    source = dest = None
-    try:
-        source, dest = BlobCache(old / "objects"), BlobCache(target / "objects")
+    with contextlib.ExitStack() as opened:
+        conn = sqlite3.connect(str(new_db), isolation_level=None)
+        opened.callback(conn.close)
+        source = BlobCache(old / "objects")
+        opened.callback(source.close)
+        dest = BlobCache(target / "objects")
+        opened.callback(dest.close)
         conn.execute("PRAGMA busy_timeout=5000")
         tree = _tree_shas(conn)
         have = set(conn.execute("SELECT path, local_sha FROM conflicts"))
@@ -448,11 +451,6 @@ def _import(old: Path, target: Path) -> Adoption:
                 continue
             todo.append((path, memory_id, sha, tree.get(path), reason))
         _insert_conflicts(conn, new_db, todo)
-    finally:
-        conn.close()
-        for cache in (source, dest):
-            if cache is not None:
-                cache.close()
     result.imported = [t[0] for t in todo]
     result.pending = len(todo)
     aside = old.with_name(f"{old.name}.adopted-{_stamp()}")

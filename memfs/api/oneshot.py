@@ -1,8 +1,9 @@
 """One API exchange from synchronous code (the CLI): a fresh client, closed after it.
 
-Every CLI command that talks to the server does so through :func:`call_with_client`,
-so they all wait and retry alike. trio and httpx load only when it is called:
-importing this module stays as light as `memfs.api.errors`.
+The CLI's one-shot exchanges go through :func:`call_with_client`, so they wait and
+retry alike (`memfs history` keeps a client of its own, with its own retries). trio
+and httpx load only when it is called: importing this module stays as light as
+`memfs.api.errors`.
 """
 
 from __future__ import annotations

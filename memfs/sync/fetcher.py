@@ -112,8 +112,7 @@ class Fetcher:
         if sha256(data) != sha:
             log.warning("listing content does not match its sha %s; not cached", sha)
             return
-        if not self.ctx.cache.has(sha):
-            self.ctx.cache.hold(sha, data)
+        if self.ctx.cache.hold(sha, data):
             self.filled += 1
         ev = self._arrived.pop(sha, None)
         if ev is not None:
@@ -144,12 +143,13 @@ class Fetcher:
                     return False
         return True
 
-    async def write_when_quiet(self, idle_for: Callable[[], float]) -> None:
+    async def write_when_quiet(self, idle_for: Callable[[], float] | None = None) -> None:
         """Run for the engine: write held and staged blobs once no batch runs and FUSE
         has answered nothing for `WRITE_QUIET` seconds (`idle_for`), so their disk work
         never competes with the reads and writes under way; sooner once `HELD_MAX`
-        bytes wait, whatever put them there (batches, single GETs, closes)."""
-        cache = self.ctx.cache
+        bytes wait, whatever put them there (batches, single GETs, closes). `idle_for`:
+        the context's (FUSE's), unless a test passes its own."""
+        cache, idle_for = self.ctx.cache, idle_for or self.ctx.idle_for
         while True:
             await self.pending.wait()
             self.pending = trio.Event()
