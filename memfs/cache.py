@@ -290,13 +290,11 @@ class BlobCache:
         os.replace(tmp, path)
 
     def durable_files(self, sha: str) -> list[Path]:
-        """What makes blob sha survive a power cut where it is now: staged.db (its WAL
-        holds the row), else its file and directory entries. A move under way changes
-        nothing: `write_staged` syncs the file before `unstage` drops the row."""
-        if sha in self._staged:
-            staged = self.root / STAGED_DB
-            return [staged.with_name(STAGED_DB + "-wal"), staged, self.root]
-        return self._file_and_dirs(sha)
+        """What makes blob sha survive a power cut, wherever it is now: its file and
+        directory entries, or staged.db (the writer may move it meanwhile; a file
+        that does not exist is skipped)."""
+        staged = self.root / STAGED_DB
+        return [*self._file_and_dirs(sha), staged.with_name(STAGED_DB + "-wal"), staged]
 
     def _file_and_dirs(self, sha: str) -> list[Path]:
         path = self._path(sha)

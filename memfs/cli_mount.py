@@ -405,8 +405,7 @@ class _Daemon:
                     continue
                 except OSError:
                     break  # the daemon is gone: reported below
-        os.close(self.process.config_w)
-        self.process.config_w = -1
+        self.process.close_config()
         buf = b""
         if isinstance(cfg, GroupConfig):
             what, control_dir = f"{len(cfg.stores)} store(s)", Path(cfg.group_dir)
@@ -422,8 +421,7 @@ class _Daemon:
                     if not chunk:
                         break
                     buf += chunk
-        os.close(self.process.ready_r)
-        self.process.ready_r = -1
+        self.process.close_ready()
         line = buf.decode(errors="replace").strip()
         if line == "READY":
             return

@@ -137,7 +137,7 @@ class StoreEngine:
         await self.pusher.stop()
         self.background.cancel()
         result = await self.pusher.flush(timeout)
-        await self.ctx.fetcher.write_held()  # the next mount starts warm, nothing staged
+        await self.ctx.fetcher.write_pending()  # the next mount starts warm, nothing staged
         return {"pushed": result.pushed, "left": result.left,
                 "offline": str(result.offline) if result.left and result.offline else None}
 

@@ -31,11 +31,20 @@ class DaemonProcess:
     def __init__(self, proc: subprocess.Popen, config_w: int, ready_r: int) -> None:
         self.proc, self.config_w, self.ready_r = proc, config_w, ready_r
 
+    def close_config(self) -> None:
+        """The configuration is sent (or cannot be): the daemon reads its end."""
+        if self.config_w >= 0:
+            os.close(self.config_w)
+            self.config_w = -1
+
+    def close_ready(self) -> None:
+        if self.ready_r >= 0:
+            os.close(self.ready_r)
+            self.ready_r = -1
+
     def close_pipes(self) -> None:
-        for fd in (self.config_w, self.ready_r):
-            if fd >= 0:
-                os.close(fd)
-        self.config_w = self.ready_r = -1
+        self.close_config()
+        self.close_ready()
 
     def kill(self) -> None:
         """End a daemon that will not be configured (nothing to clean up yet)."""

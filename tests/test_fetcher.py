@@ -169,10 +169,10 @@ async def test_fetched_blobs_wait_in_memory_until_the_mount_is_quiet(eng):
 
 
 async def test_held_blobs_are_written_past_held_max_even_while_busy(eng, monkeypatch):
-    """Memory stays bounded: past HELD_MAX bytes the writer does not wait for quiet."""
+    """Memory stays bounded: past PENDING_MAX bytes the writer does not wait for quiet."""
     from memfs.sync import fetcher as fetcher_mod
 
-    monkeypatch.setattr(fetcher_mod, "HELD_MAX", 100)
+    monkeypatch.setattr(fetcher_mod, "PENDING_MAX", 100)
     want = await seed(eng, dirs=1, per_dir=30, root=0)
     cache, fetcher = eng.ctx.cache, eng.ctx.fetcher
     calls = record_writes(cache)
@@ -200,7 +200,7 @@ async def test_a_failed_blob_write_keeps_nothing_held(eng, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(cache, "write_many", full)
-    await eng.ctx.fetcher.write_held()
+    await eng.ctx.fetcher.write_pending()
     assert cache.held_bytes == 0 and not cache.held()
 
 
@@ -244,10 +244,10 @@ async def test_a_failed_move_keeps_the_content_staged(eng, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(cache, "write_staged", full)
-    assert await eng.ctx.fetcher.write_held() is False
+    assert await eng.ctx.fetcher.write_pending() is False
     assert cache.staged() == [(sha, b"mine\n")] and BlobCache(cache.root).get(sha) == b"mine\n"
     monkeypatch.setattr(cache, "write_staged", real)
-    assert await eng.ctx.fetcher.write_held() is True
+    assert await eng.ctx.fetcher.write_pending() is True
     assert cache.staged() == [] and on_disk(cache, sha)
 
 

@@ -11,7 +11,7 @@ batch did not bring the blob (the server moved on, or the batch failed).
 
 Fetched blobs are held in memory (`BlobCache.hold`) and written to disk by
 `write_when_quiet` (run by the engine) once FUSE and the fetcher have been
-quiet for `WRITE_QUIET` seconds, or once `HELD_MAX` bytes wait: a cold
+quiet for `WRITE_QUIET` seconds, or once `PENDING_MAX` bytes wait: a cold
 `grep -r` reads from memory and no longer waits for a file creation per memory.
 The same writer turns the content users wrote, staged in staged.db by each
 close (`BlobCache.stage`), into blob files: `cp -r` of 500 files no longer
@@ -43,7 +43,7 @@ BATCH_MIN = 5
 #: Held blobs go to disk once FUSE and the fetcher have been idle this long (seconds)...
 WRITE_QUIET = 0.3
 #: ... or at once when this many bytes are held or staged (memory stays bounded).
-HELD_MAX = 16 * 1024 * 1024
+PENDING_MAX = 16 * 1024 * 1024
 #: After staged blobs failed to become files (disk trouble), wait this long (seconds).
 WRITE_RETRY = 5.0
 
@@ -118,7 +118,7 @@ class Fetcher:
         if ev is not None:
             ev.set()
 
-    async def write_held(self) -> bool:
+    async def write_pending(self) -> bool:
         """Write the held and the staged blobs to disk, in a worker thread. False when
         staged blobs could not be moved (they stay staged)."""
         cache = self.ctx.cache
@@ -146,7 +146,7 @@ class Fetcher:
     async def write_when_quiet(self, idle_for: Callable[[], float] | None = None) -> None:
         """Run for the engine: write held and staged blobs once no batch runs and FUSE
         has answered nothing for `WRITE_QUIET` seconds (`idle_for`), so their disk work
-        never competes with the reads and writes under way; sooner once `HELD_MAX`
+        never competes with the reads and writes under way; sooner once `PENDING_MAX`
         bytes wait, whatever put them there (batches, single GETs, closes). `idle_for`:
         the context's (FUSE's), unless a test passes its own."""
         cache, idle_for = self.ctx.cache, idle_for or self.ctx.idle_for
@@ -154,9 +154,9 @@ class Fetcher:
             await self.pending.wait()
             self.pending = trio.Event()
             while ((self._fetching() or idle_for() < WRITE_QUIET)
-                   and cache.pending_bytes < HELD_MAX):
+                   and cache.pending_bytes < PENDING_MAX):
                 await trio.sleep(WRITE_QUIET / 3)
-            if not await self.write_held():
+            if not await self.write_pending():
                 await trio.sleep(WRITE_RETRY)
                 self.pending.set()  # the staged blobs still wait: try again
 
