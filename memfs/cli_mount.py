@@ -116,6 +116,9 @@ def _preflight(mountpoint: str) -> None:
               "(default: $XDG_CACHE_HOME/memfs).")
 @click.option("--write-back-delay", type=click.FloatRange(0), default=1.0, show_default=True,
               help="Seconds after the last close before a change is pushed.")
+@click.option("--max-push-delay", type=click.FloatRange(0), default=5.0, show_default=True,
+              help="A file that keeps changing is pushed at least this often (seconds "
+              "after its first change not yet pushed).")
 @click.option("--delete-delay", type=click.FloatRange(0), default=30.0, show_default=True,
               help="Seconds a file must stay deleted before its memory is deleted.")
 @click.option("--poll-interval", type=click.FloatRange(0.2), default=2.0, show_default=True,
@@ -135,14 +138,15 @@ def _preflight(mountpoint: str) -> None:
               help="Another file-name pattern kept local-only, never uploaded (repeatable; "
               "added to: " + " ".join(DEFAULT_LOCAL_ONLY_PATTERNS) + ").")
 def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, base_url,
-          api_key_file, read_only, foreground, cache_dir, write_back_delay, delete_delay,
-          poll_interval, full_resync, no_feed, deletes, no_prefetch, flush_timeout, show_meta,
-          local_only):
+          api_key_file, read_only, foreground, cache_dir, write_back_delay, max_push_delay,
+          delete_delay, poll_interval, full_resync, no_feed, deletes, no_prefetch, flush_timeout,
+          show_meta, local_only):
     """Mount STORE (an id, a name or a name's slug) at MOUNTPOINT; returns once the
     mount is live.
 
     `--session ID [ROOT]` and `--all ROOT` mount several stores under ROOT instead."""
-    options = SyncOptions(write_back_delay=write_back_delay, delete_delay=delete_delay,
+    options = SyncOptions(write_back_delay=write_back_delay, max_push_delay=max_push_delay,
+                          delete_delay=delete_delay,
                           poll_interval=poll_interval, deletes=deletes,
                           feed=not no_feed, full_resync=full_resync,
                           prefetch=not no_prefetch, read_only=read_only,
@@ -581,7 +585,11 @@ def format_status(s: dict) -> str:
                      + (f"; MISSED BY THE FEED: {feed['missed']}" if feed.get("missed") else ""))
     lines.append("  pending: {} create(s), {} update(s), {} rename(s), {} delete(s)".format(
         len(p.get("creates", [])), len(p.get("updates", [])), len(p.get("renames", [])),
-        len(p.get("deletes", []))))
+        len(p.get("deletes", [])))
+        + (f", {len(p['unconfirmed'])} unconfirmed" if p.get("unconfirmed") else ""))
+    for u in p.get("unconfirmed", []):
+        lines.append(f"    unconfirmed {u['request']} of {u['path']}: its answer was lost; "
+                     "the server is asked what it did before anything else is sent")
     for d in p.get("deletes", []):
         due = d.get("due_at")
         lines.append(f"    delete {d['path']}" + (f" due in {max(0, due - time.time()):.0f}s"

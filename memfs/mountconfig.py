@@ -18,6 +18,9 @@ DEFAULT_LOCAL_ONLY_PATTERNS = (
 @dataclass
 class SyncOptions:
     write_back_delay: float = 1.0
+    #: A file that keeps changing goes out at least this long after its first change
+    #: not yet pushed (the write-back delay alone would wait for a quiet second).
+    max_push_delay: float = 5.0
     delete_delay: float = 30.0
     poll_interval: float = 2.0  # a feed poll: one request, an empty page when idle
     feed: bool = True           # follow the change feed between full listings

@@ -63,6 +63,9 @@ class Node:
     #: When the base was last set from a server answer (State.epoch; memory only).
     #: A listing that started before it is older news for this node.
     base_epoch: int = field(default=0, repr=False)
+    #: Wall time of the first local change not yet pushed (memory only): bounds how
+    #: long a file that never stops changing waits (SyncOptions.max_push_delay).
+    dirty_since: float | None = field(default=None, repr=False)
 
 
 @dataclass(eq=False)
@@ -96,6 +99,13 @@ class PushTicket:
     previous_sent: str | None
     content_sent: bool = True  # False: a rename only (the content stays the base)
     path_sent: bool = True     # False: content only (the path stays the base path)
+    sent_at: float = 0.0       # wall time it went out
+    doubt: int | None = None   # its row in `doubts` until its answer is applied
+
+    @property
+    def written(self) -> tuple[str, str]:
+        """(path, sha) the memory holds if this request was applied."""
+        return self.path, self.sha if self.content_sent else (self.base_sha or self.sha)
 
     def expected(self, sha: str) -> bool:
         """Whether an answer holding `sha` is what this request (or an earlier one of

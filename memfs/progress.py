@@ -112,7 +112,7 @@ def live(title: str, poll: Poll, *, interval: float = 0.2, delay: float = 0.3) -
 
 # -- what a daemon reports -----------------------------------------------------------------
 
-PENDING_KINDS = ("creates", "updates", "renames", "deletes")
+PENDING_KINDS = ("creates", "updates", "renames", "deletes", "unconfirmed")
 
 
 def _status(state_dir: Path) -> dict | None:

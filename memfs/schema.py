@@ -74,6 +74,29 @@ CREATE TABLE IF NOT EXISTS parks (
     started_at REAL NOT NULL
 );
 
+-- Requests whose outcome is unknown: the answer never came (a connection reset
+-- after the server committed, a proxy timeout, a crash while waiting). A row is
+-- written in the transaction that records the request, before it goes out, and
+-- deleted in the one that applies its answer. While a row is here nothing more is
+-- sent for its file: the pusher and the reconciler first ask the server what
+-- happened (the memory, its versions) and apply that as the lost answer
+-- (memfs/sync/doubts.py), so a local change made meanwhile (an unlink, a rename,
+-- an edit) is applied to whatever the server did.
+CREATE TABLE IF NOT EXISTS doubts (
+    id           INTEGER PRIMARY KEY,
+    ino          INTEGER NOT NULL,   -- the file it was sent for (moved to the file
+                                     --   that replaces it by a rename over it)
+    memory_id    TEXT,               -- NULL: a create
+    path         TEXT NOT NULL,      -- the path the request carried (or kept)
+    sha          TEXT NOT NULL,      -- the content it left (or kept) the memory with
+    base_sha     TEXT,               -- its precondition
+    gen          INTEGER NOT NULL,   -- the file's gen when it was sent
+    previous_sent TEXT,              -- the file's sent_sha before it
+    content_sent INTEGER NOT NULL,   -- it carried content
+    path_sent    INTEGER NOT NULL,   -- it carried a path
+    sent_at      REAL NOT NULL       -- wall time it was sent (bounds the versions read)
+);
+
 -- Local versions that lost to a concurrent server change (or that a restore
 -- replaced). The winning version is in the tree; the local one is kept here
 -- (blob in objects/) until the user restores or discards it. Never dropped
@@ -121,6 +144,12 @@ NODE_COLUMNS = (
 TOMBSTONE_COLUMNS = (
     "memory_id", "base_path", "base_sha", "deleted_at", "sent_sha",
     "fail_count", "retry_at", "error",
+)
+
+#: A `doubts` row, in `PushTicket` field order (memfs/nodes.py).
+DOUBT_COLUMNS = (
+    "ino", "memory_id", "sha", "path", "base_sha", "gen", "previous_sent",
+    "content_sent", "path_sent", "sent_at", "id",
 )
 
 CONFLICT_COLUMNS = ("id", "path", "memory_id", "local_sha", "remote_sha", "reason", "created_at")

@@ -35,12 +35,29 @@ import sqlite3
 import stat
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from . import paths
 from .mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS
-from .nodes import EMPTY_SHA, META_NAME, PARK_DIR, PARK_NAME, ROOT_INO, Node, Tombstone, is_parked
-from .schema import CONFLICT_COLUMNS, NODE_COLUMNS, TOMBSTONE_COLUMNS, create_or_migrate
+from .nodes import (
+    EMPTY_SHA,
+    META_NAME,
+    PARK_DIR,
+    PARK_NAME,
+    ROOT_INO,
+    Node,
+    PushTicket,
+    Tombstone,
+    is_parked,
+)
+from .schema import (
+    CONFLICT_COLUMNS,
+    DOUBT_COLUMNS,
+    NODE_COLUMNS,
+    TOMBSTONE_COLUMNS,
+    create_or_migrate,
+)
 from .state_sync import SyncTransitions
 
 __all__ = ["DEFAULT_LOCAL_ONLY_PATTERNS", "EMPTY_SHA", "PARK_DIR", "PARK_NAME", "ROOT_INO",
@@ -65,6 +82,8 @@ class State(SyncTransitions):
         self.by_memory: dict[str, int] = {}
         self.conflicted: dict[str, int] = {}  # memory_id -> unresolved conflict rows
         self.parks: dict[str, str] = {}  # memory_id -> park path we sent it to
+        #: Requests whose outcome is unknown, by their `doubts` row id (see schema).
+        self.doubts: dict[int, PushTicket] = {}
         #: Inodes whose open buffer holds writes not yet closed (set by fs.py). A
         #: remote change never replaces such a file's content; it waits for the close.
         self.open_dirty: set[int] = set()
@@ -128,6 +147,13 @@ class State(SyncTransitions):
             tomb = Tombstone(**dict(zip(TOMBSTONE_COLUMNS, row, strict=True)))
             self.tombstones[tomb.memory_id] = tomb
         self.parks = dict(self.db.execute("SELECT memory_id, path FROM parks"))
+        self.doubts = {}
+        for row in self.db.execute(f"SELECT {', '.join(DOUBT_COLUMNS)} FROM doubts"):
+            values = dict(zip(DOUBT_COLUMNS, row, strict=True))
+            ticket = PushTicket(*row[:-1], doubt=values["id"])
+            ticket = replace(ticket, content_sent=bool(ticket.content_sent),
+                             path_sent=bool(ticket.path_sent))
+            self.doubts[values["id"]] = ticket
         for (mid,) in self.db.execute("SELECT memory_id FROM conflicts WHERE memory_id NOT NULL"):
             self.conflicted[mid] = self.conflicted.get(mid, 0) + 1
         self._next_ino = max(max(self.nodes) + 1, getattr(self, "_next_ino", 0))
@@ -379,6 +405,8 @@ class State(SyncTransitions):
         """A local change to a file's content, place or identity."""
         node.gen += 1
         node.changed_at = time.time()
+        if node.dirty_since is None:
+            node.dirty_since = node.changed_at
         node.fail_count, node.retry_at, node.error = 0, None, None
 
     def set_open_dirty(self, ino: int, dirty: bool) -> None:
@@ -474,6 +502,7 @@ class State(SyncTransitions):
                 # identity; node's own memory (if any) is deleted after the delay.
                 self._drop(target)
                 self.replaced[target.ino] = node.ino
+                self._move_doubts(target.ino, node.ino)
                 if not node.is_dir and target.memory_id is not None:
                     self._tombstone(node)
                     node.memory_id, node.base_path, node.base_sha = (

@@ -18,10 +18,12 @@ import logging
 import os
 import stat
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from . import paths
 from .nodes import EMPTY_SHA, Node, PushTicket, Remote, Tombstone, is_parked
+from .schema import DOUBT_COLUMNS
 
 if TYPE_CHECKING:
     from .state import State
@@ -48,6 +50,9 @@ class SyncTransitions:
         self.by_memory[remote.id] = node.ino
         self.epoch += 1
         node.base_epoch = self.epoch
+        if node.sha == remote.sha and node.dirty_since is not None \
+                and self.in_tree(node) and self.path_of(node) == remote.path:
+            node.dirty_since = None  # clean again: the next change starts the clock
         if remote.id in self.parks and not is_parked(remote.path):
             self._end_park(remote.id)
 
@@ -111,15 +116,71 @@ class SyncTransitions:
 
     def begin_push(self: State, node: Node, *, content: bool = True,
                    path: bool = True) -> PushTicket:
-        """Record the sha about to be sent (a lost answer is recognised by it later).
-        `content`/`path`: whether the request carries the content / the path."""
+        """Record the request about to be sent: its sha on the node, and the request
+        itself as in doubt until its answer is applied (a lost answer is then looked
+        up on the server, memfs/sync/doubts.py). `content`/`path`: whether the
+        request carries the content / the path."""
         assert node.sha is not None
         ticket = PushTicket(node.ino, node.memory_id, node.sha, self.path_of(node),
-                            node.base_sha, node.gen, node.sent_sha, content, path)
+                            node.base_sha, node.gen, node.sent_sha, content, path,
+                            time.time())
         with self.transaction():
             node.sent_sha = node.sha
             self._save(node)
+            cur = self.db.execute(
+                f"INSERT INTO doubts ({', '.join(DOUBT_COLUMNS[:-1])}) "
+                f"VALUES ({', '.join('?' * (len(DOUBT_COLUMNS) - 1))})",
+                [getattr(ticket, c) for c in DOUBT_COLUMNS[:-1]])
+            ticket = replace(ticket, doubt=int(cur.lastrowid))
+            self.doubts[ticket.doubt] = ticket
         return ticket
+
+    def _end_doubt(self: State, ticket: PushTicket) -> None:
+        if ticket.doubt is not None and self.doubts.pop(ticket.doubt, None) is not None:
+            self.db.execute("DELETE FROM doubts WHERE id=?", (ticket.doubt,))
+
+    def _move_doubts(self: State, ino: int, to: int) -> None:
+        """ino's file was replaced by `to` (a rename over it): its doubts go with it."""
+        for key, ticket in list(self.doubts.items()):
+            if ticket.ino == ino:
+                self.doubts[key] = replace(ticket, ino=to)
+                self.db.execute("UPDATE doubts SET ino=? WHERE id=?", (to, key))
+
+    def doubt_of(self: State, node: Node) -> PushTicket | None:
+        """The request for node's file (or its memory) whose outcome is unknown."""
+        for ticket in self.doubts.values():
+            if ticket.ino == node.ino or (ticket.memory_id is not None
+                                          and ticket.memory_id == node.memory_id):
+                return ticket
+        return None
+
+    def push_answered(self: State, ticket: PushTicket) -> None:
+        """The server answered ticket's request with a refusal: it was not applied
+        (what the refusal means is applied by the caller)."""
+        with self.transaction():
+            self._end_doubt(ticket)
+
+    def push_unanswered(self: State, ticket: PushTicket, *, maybe_applied: bool) -> None:
+        """No answer came. Unless the request provably never reached the server (the
+        connection was refused), its row stays: the request is in doubt."""
+        if maybe_applied:
+            return
+        self.push_not_applied(ticket)
+
+    def push_not_applied(self: State, ticket: PushTicket) -> None:
+        """The request of ticket never took effect (the server shows no trace of it):
+        forget it; whatever its file holds now goes out as if it had never been sent."""
+        with self.transaction():
+            self._end_doubt(ticket)
+            item = self.ticket_node(ticket)
+            if item is None and ticket.memory_id is not None:
+                item = self.tombstones.get(ticket.memory_id)
+            if item is not None and item.sent_sha == ticket.sha:
+                item.sent_sha = ticket.previous_sent
+                if isinstance(item, Node):
+                    self._save(item)
+                else:
+                    self._save_tombstone(item)
 
     def push_landed(self: State, ticket: PushTicket, remote: Remote) -> Node | None:
         """The server now holds `remote` because of ticket's request.
@@ -130,6 +191,7 @@ class SyncTransitions:
         successor has a memory of its own) becomes a tombstone: deleted after the
         delay, preconditioned on exactly what we wrote."""
         with self.transaction():
+            self._end_doubt(ticket)
             known = self.holder(remote.id) if ticket.memory_id is not None else None
             if known is not None and not ticket.path_sent and known.base_path \
                     and remote.path != known.base_path:
@@ -165,14 +227,27 @@ class SyncTransitions:
             if (holder is not None and holder.memory_id is None
                     and not self.is_local_only_name(holder)):
                 return self._landed_on(holder, ticket, remote)
-            if remote.id not in self.by_memory:
-                self._add_tombstone(remote)
+            if remote.id in self.by_memory:
+                return None
+            # The file is gone (unlinked, or its directory removed or moved: then its
+            # successor lives elsewhere). A new file at the created path, not sent
+            # yet, revives the memory, as at a tombstoned path; else it is deleted
+            # after the delay, preconditioned on exactly what we wrote.
+            again = self.lookup_path(remote.path)
+            if (again is not None and not again.is_dir and again.memory_id is None
+                    and not self.is_local_only_name(again) and self.doubt_of(again) is None):
+                self._mark_base(again, remote)
+                self._save(again)
+                return again
+            self._add_tombstone(remote)
             return None
 
     def _landed_on(self: State, holder: Node, ticket: PushTicket, remote: Remote) -> Node:
         self._mark_base(holder, remote)
         if holder.sent_sha in (ticket.sha, remote.sha):
             holder.sent_sha = None
+        # Changed since it was sent: the next push is due max_push_delay from now.
+        holder.dirty_since = time.time() if self.is_dirty(holder) else None
         self._clear_error(holder)
         self._save(holder)
         return holder

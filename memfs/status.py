@@ -95,8 +95,13 @@ def pending(state: State, *, delete_delay: float | None = None,
         if t.error:
             item.update(error=t.error, retry_at=t.retry_at)
         deletes.append(item)
+    # Requests whose answer was lost: the next pass asks the server what they did.
+    unconfirmed = [{"path": t.path, "memory_id": t.memory_id, "sent_at": t.sent_at,
+                    "request": "create" if t.memory_id is None else "update"}
+                   for t in state.doubts.values()]
     return {"creates": creates, "updates": updates, "renames": renames, "deletes": deletes,
-            "refused": refused, "local_only": local_only, "read_only_unpushed": read_only}
+            "unconfirmed": unconfirmed, "refused": refused, "local_only": local_only,
+            "read_only_unpushed": read_only}
 
 
 def daemon_status(daemon: Daemon) -> dict:

@@ -28,10 +28,15 @@ class Gate:
         return f"{self.server.base_url}/_memfs/gate"
 
     def hold(self, method: str = "*", path: str = "", when: str = "before",
-             count: int | None = None, timeout: float | None = None) -> dict:
+             count: int | None = None, timeout: float | None = None,
+             drop: bool = False) -> dict:
         """Hold requests matching method ("*" = any) and path (regex, searched in the
-        URL path) before they are applied or after they committed; returns the rule."""
+        URL path) before they are applied or after they committed; returns the rule.
+        `drop` (with when="after"): once released, the connection is reset instead of
+        answered (the request applied, its answer lost)."""
         body: dict = {"method": method, "path": path, "when": when, "count": count}
+        if drop:
+            body["drop"] = True
         if timeout is not None:
             body["timeout"] = timeout
         r = httpx.post(self.url, json=body, timeout=10)

@@ -9,6 +9,14 @@ number and can be *held*:
     lose     like after, then the response is lost (an httpx transport error)
     fail     like before, then it is never applied (a 503)
 
+Or the action's request k can get an *outcome* (`OUTCOMES`), the interference running
+after the action, while memfs does not know what the server did:
+
+    answered    applied, the answer delivered
+    lost        applied, the answer lost (a connection reset after the commit)
+    unapplied   never applied, and no answer either (a reset before the server read it)
+    refused     not applied, answered 403
+
 A `Scenario` is: setup steps, one *sync action* (a push pass, a flush or a reconcile
 pass) run as a task, and an *interference* (a few local filesystem operations through the
 `Operations` handlers and/or other clients' changes made straight on the `Database`).
@@ -67,6 +75,8 @@ EMPTY_SHA = sha256(b"")
 RESERVED_PREFIX = "/.memfs-moving/"
 POINTS = ("before", "after")
 FAULT_POINTS = ("before", "after", "lose", "fail")
+#: What the server does with one request whose outcome the mount then does not know.
+OUTCOMES = ("answered", "lost", "unapplied", "refused")
 SETTLE_ROUNDS = 8
 #: Interleavings run so far in this process, by kind (reported at the end of a session).
 EXPLORED: dict[str, int] = {}
@@ -250,6 +260,7 @@ class HeldTransport(httpx.AsyncBaseTransport):
         self.records: list[Record] = []
         self.rules: list[FaultRule] = []
         self.hold: tuple[int, str] | None = None  # (action request index, point)
+        self.outcome: tuple[int, str] | None = None  # (action request index, OUTCOMES)
         self.reached = trio.Event()  # set when the hold point is reached
         self.release = trio.Event()
         self.held: Record | None = None
@@ -308,7 +319,16 @@ class HeldTransport(httpx.AsyncBaseTransport):
             if point == "fail":
                 rec.status, rec.outcome = 503, "failed"
                 return _error(503, "api_error", "held request failed by the test")
+            fate = None
+            if self.outcome is not None and rec.index == self.outcome[0]:
+                fate = self.outcome[1]
+            if fate == "unapplied":
+                rec.outcome = "lost"
+                raise httpx.ReadError("connection reset before the server read it (test)",
+                                      request=request)
             rule = self._rule(rec)
+            if fate == "refused":
+                rule = FaultRule(lambda r: True)
             if rule is not None and rule.kind in ("refuse", "fail"):  # not applied
                 status = rule.status if rule.kind == "refuse" else 503
                 payload = {"type": "error", "error": {"type": rule.error_type if
@@ -324,7 +344,7 @@ class HeldTransport(httpx.AsyncBaseTransport):
                     self.created.add(payload["id"])
             if point in ("after", "lose"):
                 await self._park(rec)
-            if point == "lose" or (rule is not None and rule.kind == "lose"):
+            if point == "lose" or fate == "lost" or (rule is not None and rule.kind == "lose"):
                 rec.outcome = "lost"
                 raise httpx.ReadError("response lost by the test", request=request)
             return httpx.Response(status, json=payload)
@@ -608,6 +628,29 @@ class Engine:
     async def op_mkdir(self, path: str) -> None:
         await self._parent(path + "/x")
 
+    async def op_rmtree(self, path: str) -> None:
+        """`rm -r path`: unlink every file below, then remove the directories, deepest
+        first."""
+        top = self.node(path)
+        if top is None or not top.is_dir:
+            raise Skip(f"no directory {path}")
+        below = sorted((self.state.path_of(n) for n in self.state.walk(top)),
+                       key=lambda p: (-p.count("/"), p))
+        for p in below:
+            node = self.node(p)
+            if node is None:
+                continue
+            if not node.is_dir:
+                await self.op_unlink(p)
+            else:
+                d, name = _split(p)
+                await self.ops.rmdir(self.node(d).ino, name.encode(), _ctx())
+
+    def user_tree(self) -> dict[str, str]:
+        """What the user sees: path -> content sha of every file that is to be a memory."""
+        st = self.state
+        return {st.path_of(n): n.sha for n in st.files() if not st.is_local_only_name(n)}
+
     async def op_restore(self, path: str) -> None:
         """`memfs conflicts restore` of the newest conflict at path."""
         rows = [r for r in self.state.conflicts() if r["path"] == path]
@@ -783,6 +826,28 @@ class Oracle:
         return out
 
     @staticmethod
+    def sole_writer(eng: Engine, made: dict[str, str]) -> list[str]:
+        """With no other writer, settling changes nothing the user sees: the tree and the
+        server both equal `made` (the user's tree when the last local step ended), with
+        no conflict, and no memory held by two files."""
+        out = []
+        tree = eng.user_tree()
+        server = {p: sha for p, (_mid, sha) in eng.server().items()
+                  if not p.startswith(RESERVED_PREFIX)}
+        for name, got in (("the tree", tree), ("the server", server)):
+            for p in sorted(set(got) | set(made)):
+                if got.get(p) != made.get(p):
+                    out.append(f"{name} has {p} = {eng.label(got.get(p))}, the user left "
+                               f"{eng.label(made.get(p))}")
+        for c in eng.state.conflicts():
+            out.append(f"conflict #{c['id']} at {c['path']} ({c['reason']}) with no other "
+                       "writer")
+        ids = [n.memory_id for n in eng.state.files() if n.memory_id]
+        for mid in sorted({m for m in ids if ids.count(m) > 1}):
+            out.append(f"{eng.mname(mid)} is held by two files")
+        return out
+
+    @staticmethod
     def tree(eng: Engine) -> list[str]:
         """Never a reserved path in the tree."""
         return [f"reserved path {eng.state.path_of(n)} is in the tree"
@@ -891,6 +956,9 @@ class Scenario:
     check: Check | None = None  # scenario-specific, right after the action
     may_stay: tuple[str, ...] = ()  # see Oracle.settled
     doc: str = ""
+    #: The mount is the store's only writer: settling must leave exactly the tree the
+    #: user made (nothing deleted comes back, no duplicate, no conflict at all).
+    sole_writer: bool = False
 
 
 @dataclass
@@ -924,7 +992,7 @@ async def _settle(eng: Engine, result: RunResult, may_stay: tuple[str, ...]) -> 
         for _ in range(SETTLE_ROUNDS):
             before = _fingerprint(eng)
             age_tombstones(eng)
-            pushed = await eng.pusher.push_pass(flush=True)
+            pushed = await eng.pusher.push_pass(flush=True, retry_failed=True)
             await eng.reconciler.reconcile_pass()
             eng.check_state()
             left = pending_paths(eng.state)
@@ -945,7 +1013,9 @@ def _fingerprint(eng: Engine) -> Any:
 
 
 async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
-    """One interleaving. where: ("none",) | ("pre",) | ("post",) | ("hold", k, point)."""
+    """One interleaving. where: ("none",) | ("pre",) | ("post",) | ("hold", k, point) |
+    ("outcome", k, one of OUTCOMES): request k gets that outcome and the interference runs
+    after the action, before memfs learns what the server did."""
     label = {"none": "alone", "pre": "before the action", "post": "after the action"}.get(
         where[0]) or f"k={where[1]} {where[2]}"
     result = RunResult(label)
@@ -971,6 +1041,8 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
         transport.rules = [FaultRule(**vars(r)) for r in scenario.faults]
         if where[0] == "hold":
             transport.hold = (where[1], where[2])
+        if where[0] == "outcome":
+            transport.outcome = (where[1], where[2])
         done = trio.Event()
 
         async def act() -> None:
@@ -997,7 +1069,7 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
                     transport.release.set()
             await done.wait()
         result.requests = transport.action_count
-        if where[0] == "post" or not result.reached:
+        if where[0] in ("post", "outcome") or not result.reached:
             await interfere()
         if result.action_error is not None:
             result.violations.append(f"the {scenario.action} raised {result.action_error}")
@@ -1012,6 +1084,8 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
                 await eng.do(step)
         finally:
             ORIGIN.reset(token)
+        await eng.close_all()
+        made = eng.user_tree()
         try:
             await _settle(eng, result, scenario.may_stay)
         except Exception as exc:
@@ -1019,6 +1093,8 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
             result.trace = traceback.format_exception(exc)[-6:]
         else:
             result.violations += Oracle.settled(eng, scenario.may_stay)
+            if scenario.sole_writer:
+                result.violations += Oracle.sole_writer(eng, made)
         result.violations += Oracle.requests(eng)
         result.violations += eng.state_errors
     finally:
@@ -1071,13 +1147,16 @@ class Exploration:
         return "\n".join(lines)
 
 
-def explore(scenario: Scenario, tmp: Path) -> Exploration:
-    """Every hold point of every request of the action, plus before and after it."""
+def explore(scenario: Scenario, tmp: Path, *, outcomes: tuple[str, ...] = ()) -> Exploration:
+    """Every hold point of every request of the action, plus before and after it; and
+    with `outcomes`, each of them for every request, the interference after the action
+    (while the mount does not know the outcome)."""
     base = run_one(scenario, tmp / "alone", ("none",))
     n = base.requests
     wheres: list[tuple] = [("pre",)]
     wheres += [("hold", k, p) for k in range(n) for p in scenario.points]
     wheres.append(("post",))
+    wheres += [("outcome", k, o) for k in range(n) for o in outcomes]
     runs = [base] + [run_one(scenario, tmp / f"run{i}", w) for i, w in enumerate(wheres)]
     return Exploration(scenario, n, runs)
 

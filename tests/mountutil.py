@@ -74,14 +74,16 @@ class MountProc:
 
     def pending_total(self) -> int:
         p = self.status()["pending"]
-        return sum(len(p[k]) for k in ("creates", "updates", "renames", "deletes"))
+        return sum(len(p[k]) for k in ("creates", "updates", "renames", "deletes",
+                                        "unconfirmed"))
 
     def wait_synced(self, timeout: float = 30.0, *, deletes: bool = True) -> None:
         """Until nothing is pending (optionally ignoring deletes still in their delay)."""
         deadline = time.monotonic() + timeout
         while True:
             p = self.status()["pending"]
-            kinds = ("creates", "updates", "renames") + (("deletes",) if deletes else ())
+            kinds = ("creates", "updates", "renames", "unconfirmed") + (
+                ("deletes",) if deletes else ())
             if not any(p[k] for k in kinds):
                 return
             if time.monotonic() > deadline:
@@ -161,12 +163,14 @@ class GroupMountProc(MountProc):
         total = 0
         for store in self.status()["stores"]:
             p = store["pending"]
-            total += sum(len(p[k]) for k in ("creates", "updates", "renames", "deletes"))
+            total += sum(len(p[k]) for k in ("creates", "updates", "renames", "deletes",
+                                              "unconfirmed"))
         return total
 
     def wait_synced(self, timeout: float = 30.0, *, deletes: bool = True) -> None:
         deadline = time.monotonic() + timeout
-        kinds = ("creates", "updates", "renames") + (("deletes",) if deletes else ())
+        kinds = ("creates", "updates", "renames", "unconfirmed") + (
+            ("deletes",) if deletes else ())
         while True:
             left = [(s["name"], k) for s in self.status()["stores"]
                     for k in kinds if s["pending"][k]]

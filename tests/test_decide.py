@@ -185,3 +185,49 @@ def test_every_update_is_a_real_change():
 ])
 def test_precondition_row(remote, expected):
     assert decide.precondition_row(remote, MINE, SENT) is expected
+
+
+# -- a request whose answer was lost ---------------------------------------------------------------
+
+WROTE = ("/a", MINE)         # what the request in doubt would leave the memory holding
+
+
+def seen(path="/a", sha=MINE, operation="modified") -> decide.Seen:
+    return decide.Seen(path, sha, operation)
+
+
+DOUBT_ROWS = [
+    # (the memory now, versions since it was sent) -> what the request did
+    (seen(), [], decide.Doubt.APPLIED),                      # it holds our write
+    (seen(), [seen()], decide.Doubt.APPLIED),
+    (seen("/a", BASE), [], decide.Doubt.NOT_APPLIED),        # untouched: never applied
+    (seen("/a", THEIRS), [seen("/a", THEIRS)], decide.Doubt.NOT_APPLIED),  # another's only
+    (seen("/a", THEIRS), [seen("/a", THEIRS), seen()], decide.Doubt.APPLIED_BEFORE),
+    (seen("/b", MINE), [seen("/b", MINE), seen()], decide.Doubt.APPLIED_BEFORE),  # moved on
+    (seen("/b", MINE), [seen("/b", MINE)], decide.Doubt.NOT_APPLIED),  # same bytes elsewhere
+    (None, [], decide.Doubt.NOT_APPLIED),                    # gone, no version of ours
+    (None, [seen(None, None, "deleted"), seen()], decide.Doubt.APPLIED_BEFORE),  # then deleted
+    (None, [seen("/a", MINE, "deleted")], decide.Doubt.NOT_APPLIED),  # a delete is not a write
+    # a create: no memory to name; the versions are every memory created since
+    (None, [seen(operation="created")], decide.Doubt.APPLIED_BEFORE),
+    (None, [seen("/a", THEIRS, "created")], decide.Doubt.NOT_APPLIED),  # another's create
+    (None, [seen("/b", MINE, "created")], decide.Doubt.NOT_APPLIED),    # elsewhere: not ours
+]
+
+
+@pytest.mark.parametrize("head,since,expected", DOUBT_ROWS)
+def test_doubt_row(head, since, expected):
+    assert decide.doubt_row(WROTE, head, since) is expected
+
+
+def test_doubt_row_needs_path_and_sha_both():
+    """Every combination of a right/wrong path and sha, now and in the history: only the
+    exact (path, sha) of our write is ours."""
+    for hp, hs, vp, vs in itertools.product(("/a", "/b"), (MINE, THEIRS), repeat=2):
+        row = decide.doubt_row(WROTE, seen(hp, hs), [seen(vp, vs)])
+        if (hp, hs) == WROTE:
+            assert row is decide.Doubt.APPLIED
+        elif (vp, vs) == WROTE:
+            assert row is decide.Doubt.APPLIED_BEFORE
+        else:
+            assert row is decide.Doubt.NOT_APPLIED

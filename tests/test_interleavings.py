@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from interleave import (
     EXPLORED,
     FAULT_POINTS,
+    OUTCOMES,
     Engine,
     FaultRule,
     RunResult,
@@ -207,6 +208,46 @@ SCENARIOS = [
         "poll", [("r_rename", "/a.md", "/d/a.md"), ("save_as", "/b.md", "saved")],
         doc="two writes to one memory between polls (the feed's newest wins), then more"),
 ]
+
+# -- lost answers: every request kind x every outcome x every local operation -------------
+#
+# The action sends one request for /d/x.md (a sibling, /d/k.md, is on the server). Each
+# (kind, operation) pair is explored at every hold point (the operation while the request
+# is on the wire) and with every outcome (the operation after the action, while memfs does
+# not know what the server did). The mount is the only writer: settling must leave
+# exactly the tree the user made.
+
+SIBLING = [("write", "/d/k.md", "k"), ("push",)]
+REQUEST_KINDS = {  # kind -> (setup, the file's path when the action starts)
+    "create": ([*SIBLING, ("write", "/d/x.md", "v1")], "/d/x.md"),
+    "update": ([*SIBLING, ("write", "/d/x.md", "v1"), ("push",), ("write", "/d/x.md", "v2")],
+               "/d/x.md"),
+    "rename": ([*SIBLING, ("write", "/d/x.md", "v1"), ("push",),
+                ("rename", "/d/x.md", "/d/y.md")], "/d/y.md"),
+    "delete": ([*SIBLING, ("write", "/d/x.md", "v1"), ("push",), ("unlink", "/d/x.md"),
+                ("age",)], "/d/x.md"),
+}
+LOCAL_OPS = {  # operation -> steps on the file at path f
+    "none": lambda f: [],
+    "write": lambda f: [("write", f, "mine")],
+    "editor_save": lambda f: [("save_as", f, "saved")],
+    "rename": lambda f: [("rename", f, "/d/z.md")],
+    "unlink": lambda f: [("unlink", f)],
+    "rename_parent": lambda f: [("rename", "/d", "/e")],
+    "remove_parent_tree": lambda f: [("rmtree", "/d")],
+}
+CROSS = [Scenario(f"{kind}_then_{op}", setup, "push", steps(path), sole_writer=True)
+         for kind, (setup, path) in REQUEST_KINDS.items()
+         for op, steps in LOCAL_OPS.items()]
+
+
+@pytest.mark.parametrize("scenario", CROSS, ids=lambda s: s.name)
+def test_lost_answers(scenario: Scenario, tmp_path: Path) -> None:
+    result = explore(scenario, tmp_path, outcomes=OUTCOMES)
+    print(f"\n{scenario.name}: {len(result.runs)} interleavings")
+    if result.failures:
+        pytest.fail(result.summary(), pytrace=False)
+
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_scenario(scenario: Scenario, tmp_path: Path) -> None:

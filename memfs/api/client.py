@@ -88,6 +88,8 @@ _OPERATIONS = ("created", "modified", "deleted")
 # Transport failures worth retrying. UnsupportedProtocol / LocalProtocolError /
 # ProxyError are configuration or programming errors: reported, not retried.
 _RETRYABLE_TRANSPORT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+#: Transport errors raised before a request could reach the server: its outcome is known.
+_NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 def _refuse(message: str, exc: paths.PathError | None = None) -> BadRequestError:
@@ -351,6 +353,7 @@ class MemoryStoresClient:
             headers["content-type"] = "application/json"
 
         attempt = 0
+        maybe_applied = False  # an attempt may have reached the server (see errors)
         while True:
             self.stats["requests"] += 1
             self.stats["bytes_sent"] += len(content or b"")
@@ -359,10 +362,12 @@ class MemoryStoresClient:
                 response = await self._http.request(method, url, content=content, headers=headers)
             except httpx.TransportError as exc:
                 reason = self._scrub(str(exc) or type(exc).__name__)
+                maybe_applied |= not isinstance(exc, _NEVER_SENT)
                 if not isinstance(exc, _RETRYABLE_TRANSPORT) or attempt >= self.max_retries:
-                    raise APIConnectionError(
-                        f"{method} {path} failed: {type(exc).__name__}: {reason}"
-                    ) from exc
+                    err = APIConnectionError(
+                        f"{method} {path} failed: {type(exc).__name__}: {reason}")
+                    err.maybe_applied = maybe_applied
+                    raise err from exc
                 log.info(
                     "%s %s: %s; retry %d/%d",
                     method,
@@ -378,8 +383,11 @@ class MemoryStoresClient:
                     return self._decode(response)
                 if gone_ok and attempt > 0 and response.status_code == 404:
                     return None
+                maybe_applied |= response.status_code >= 500
                 if attempt >= self.max_retries or not self._should_retry(response):
-                    raise self._error_from_response(response)
+                    err = self._error_from_response(response)
+                    err.maybe_applied = maybe_applied
+                    raise err
                 delay = self._backoff(attempt, response.headers)
                 log.info(
                     "%s %s: HTTP %d; retry %d/%d in %.2fs",

@@ -187,6 +187,18 @@ REFUSED = (BadRequestError, RequestTooLargeError)
 TRANSIENT = (APIConnectionError, RateLimitError, ServerError, RequestTimeoutError)
 
 
+def may_have_applied(exc: BaseException) -> bool:
+    """Whether the request that raised `exc` may have been applied all the same.
+
+    An answer that refuses (any 4xx, a 429) means it was not. No answer (a reset, a
+    timeout while waiting) or a 5xx (a proxy's 502/504 may come after the server
+    committed) leaves it unknown, unless no attempt reached the server at all (every
+    connection refused): the client sets ``maybe_applied`` on what it raises."""
+    if isinstance(exc, RateLimitError) or not isinstance(exc, TRANSIENT):
+        return bool(getattr(exc, "maybe_applied", False))
+    return bool(getattr(exc, "maybe_applied", True))
+
+
 _BY_STATUS: dict[int, type[APIStatusError]] = {
     400: BadRequestError,
     401: AuthenticationError,

@@ -322,9 +322,9 @@ class MemfsApp:
         gated = ex.path.startswith("/v1/")
         drop = False
         if gated:
-            refused = await self.gate.hold(ex.method, ex.path, "before")
-            if refused is not None:
-                await ex.send_error(ApiError(refused, RESPONSES[refused],
+            caught = await self.gate.hold(ex.method, ex.path, "before")
+            if caught is not None and caught.respond is not None:
+                await ex.send_error(ApiError(caught.respond, RESPONSES[caught.respond],
                                              "refused by the test gate"))
                 return
             decision = self.faults.decide()
@@ -354,8 +354,9 @@ class MemfsApp:
             log.exception("internal error handling %s %s", ex.method, ex.raw_path)
             error = ApiError(500, "api_error", "internal server error")
         if gated:  # applied and committed (or refused); the response is not sent yet
-            await self.gate.hold(ex.method, ex.path, "after",
-                                 status=200 if error is None else error.status)
+            caught = await self.gate.hold(ex.method, ex.path, "after",
+                                          status=200 if error is None else error.status)
+            drop = drop or (caught is not None and caught.drop)
         if drop:
             await ex.abort()
         if error is not None:

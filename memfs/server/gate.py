@@ -23,6 +23,10 @@ A ``before`` rule with ``respond`` (an HTTP status from :data:`RESPONSES`)
 holds nothing: the request is answered with that error and never applied, so
 a test can make the server refuse one particular request (a 403 on one
 delete) while every other request goes through.
+
+An ``after`` rule with ``drop`` holds the committed request like any other, and
+when it is released resets the connection instead of answering: the request
+was applied and its answer is lost (a proxy timeout, a laptop going to sleep).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class Rule:
     timeout: float
     caught: int = 0
     respond: int | None = None  # answer with this status instead of holding
+    drop: bool = False  # "after": once released, reset the connection (no answer)
     regex: re.Pattern[str] = field(default=None, repr=False)  # type: ignore[assignment]
 
     def matches(self, method: str, path: str, when: str) -> bool:
@@ -63,7 +68,7 @@ class Rule:
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "method": self.method, "path": self.path, "when": self.when,
                 "count": self.count, "timeout": self.timeout, "caught": self.caught,
-                "respond": self.respond}
+                "respond": self.respond, "drop": self.drop}
 
 
 @dataclass
@@ -105,7 +110,8 @@ class Gate:
         """Add a rule from a JSON object; ValueError when it is malformed."""
         if not isinstance(spec, dict):
             raise ValueError("body must be a JSON object")
-        unknown = sorted(set(spec) - {"method", "path", "when", "count", "timeout", "respond"})
+        unknown = sorted(set(spec) - {"method", "path", "when", "count", "timeout", "respond",
+                                      "drop"})
         if unknown:
             raise ValueError(f"unknown gate setting {unknown[0]!r}")
         method = spec.get("method", "*")
@@ -133,8 +139,11 @@ class Gate:
         if respond is not None and (respond not in RESPONSES or when != "before"):
             raise ValueError("respond must be one of "
                              f"{sorted(RESPONSES)} and goes with when='before'")
+        drop = spec.get("drop", False)
+        if not isinstance(drop, bool) or (drop and when != "after"):
+            raise ValueError("drop is true or false, and true goes with when='after'")
         rule = Rule(next(self._rule_ids), method.upper(), path, when, count,
-                    float(timeout), respond=respond, regex=regex)
+                    float(timeout), respond=respond, drop=drop, regex=regex)
         self._rules.append(rule)
         return rule.to_json()
 
@@ -184,9 +193,10 @@ class Gate:
     # -- the hold points (request tasks) ------------------------------------------
 
     async def hold(self, method: str, path: str, when: str,
-                   status: int | None = None) -> int | None:
+                   status: int | None = None) -> Rule | None:
         """Wait while a rule holds the request; returns at once otherwise.
-        Returns the status to answer with instead of applying it (a `respond` rule)."""
+        Returns the rule that caught it: its `respond` status is the answer instead of
+        applying it, its `drop` says to reset the connection instead of answering."""
         if not self._rules:  # fast path: no gate configured
             return None
         rule = next((r for r in self._rules if r.matches(method, path, when)), None)
@@ -194,7 +204,7 @@ class Gate:
             return None
         rule.caught += 1
         if rule.respond is not None:
-            return rule.respond
+            return rule
         self.total_held += 1
         h = Held(next(self._seq), rule.id, method, path, when, time.time(),
                  time.monotonic(), status)
@@ -212,4 +222,4 @@ class Gate:
             if not h.released:
                 h.released = True
                 self._held.pop(h.seq, None)
-        return None
+        return rule

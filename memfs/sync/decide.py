@@ -200,3 +200,39 @@ def precondition_row(remote_sha: str | None, sent: str, previous_sent: str | Non
     if remote_sha in (sent, previous_sent):
         return Answer.OWN_WRITE
     return Answer.CONFLICT
+
+
+# -- a request whose answer was lost: what the server shows decides ----------------------
+
+
+class Doubt(Enum):
+    APPLIED = "applied"            # the memory holds what the request wrote: that is the answer
+    APPLIED_BEFORE = "applied-before"  # a version since it was sent is its write; another
+    #                                    writer (or a delete) came after: base := our write
+    NOT_APPLIED = "not-applied"    # no trace of it: it never took effect
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A memory (or one of its versions) as the server shows it: path and sha."""
+
+    path: str | None
+    sha: str | None
+    operation: str = "modified"  # a version's operation ("created", "modified", "deleted")
+
+
+def doubt_row(written: tuple[str, str], head: Seen | None, since_sent: list[Seen]) -> Doubt:
+    """A request in doubt wrote `written` (path, sha). `head`: the memory now (None: it
+    is gone, or a create, whose memory we cannot name); `since_sent`: the versions
+    written since the request went out (a create's: every memory created since).
+
+    Only what the server shows counts. A memory that holds exactly our write (now,
+    or in a version since) got it from our request, or from another writer who wrote
+    the same bytes to the same path, which comes to the same: adopting it loses
+    nothing and duplicates nothing."""
+    if head is not None and (head.path, head.sha) == written:
+        return Doubt.APPLIED
+    for v in since_sent:
+        if v.operation != "deleted" and (v.path, v.sha) == written:
+            return Doubt.APPLIED_BEFORE
+    return Doubt.NOT_APPLIED

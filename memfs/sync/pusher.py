@@ -33,7 +33,7 @@ from ..api.models import Memory
 from ..nodes import EMPTY_SHA, Node, PushTicket, Remote, Tombstone
 from ..state import PARK_DIR
 from ..state_sync import Deferred
-from . import decide
+from . import decide, doubts
 from .common import SyncContext
 
 log = logging.getLogger(__name__)
@@ -139,13 +139,24 @@ class Pusher:
         if self.ctx.options.read_only:
             return None
         now = time.time()
-        wbd = self.ctx.options.write_back_delay
-        dues = [max((n.changed_at or 0) + wbd, n.retry_at or 0) - now for n in self._dirty()]
+        dues = [max(self._due_at(n), n.retry_at or 0) - now for n in self._dirty()]
+        if self.state.doubts:
+            dues.append(0.0)  # a request in doubt: find out now
         if self.ctx.options.deletes == "enabled":
             dd = self.ctx.options.delete_delay
             dues += [max(t.deleted_at + dd, t.retry_at or 0) - now
                      for t in self.state.tombstones.values()]
         return min(dues) if dues else None
+
+    def _due_at(self, node: Node) -> float:
+        """When a dirty file goes out: `write_back_delay` after its last change, but no
+        later than `max_push_delay` after the first change not yet pushed (a file that
+        never stops changing, a log or an autosaving editor, still reaches the server)."""
+        opts = self.ctx.options
+        due = (node.changed_at or 0) + opts.write_back_delay
+        if node.dirty_since is not None:
+            due = min(due, node.dirty_since + max(opts.max_push_delay, opts.write_back_delay))
+        return due
 
     def _dirty(self) -> list[Node]:
         """Files with something to push: refused content waits for a new sha,
@@ -158,7 +169,13 @@ class Pusher:
         return node.memory_id is not None and self.state.path_of(node) != node.base_path
 
     def pending_total(self) -> int:
-        return len(self._dirty()) + len(self.state.tombstones)
+        """What is not known to be on the server: dirty files, pending deletes, and
+        requests whose outcome is unknown (a file already gone still has one)."""
+        st = self.state
+        dirty = self._dirty()
+        inos = {n.ino for n in dirty}
+        return len(dirty) + len(st.tombstones) + sum(
+            1 for t in st.doubts.values() if t.ino not in inos)
 
     # -- one pass -------------------------------------------------------------------------
 
@@ -170,15 +187,29 @@ class Pusher:
         if self.ctx.options.read_only:
             return result
         async with self.ctx.sync_lock:
+            st = self.state
+            if st.doubts:
+                # What happened to a request whose answer was lost decides what the
+                # file's next request is: resolve before sending anything.
+                try:
+                    result.progress += await doubts.resolve(self.ctx)
+                except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
+                    result.offline = exc
+                    result.left = self.pending_total()
+                    return result
             now = time.time()
 
             def waiting(item: Node | Tombstone) -> bool:
                 return not retry_failed and item.retry_at is not None and item.retry_at > now
 
-            wbd = self.ctx.options.write_back_delay
+            # A file (or memory) whose request is still in doubt sends nothing more.
+            unsure = {t.ino for t in st.doubts.values()}
+            unsure_ids = {t.memory_id for t in st.doubts.values() if t.memory_id}
             files = [n for n in self._dirty()
-                     if (flush or (n.changed_at or 0) + wbd <= now) and not waiting(n)]
-            deletes = [t for t in self._due_deletes(now, flush) if not waiting(t)]
+                     if (flush or self._due_at(n) <= now) and not waiting(n)
+                     and n.ino not in unsure and n.memory_id not in unsure_ids]
+            deletes = [t for t in self._due_deletes(now, flush)
+                       if not waiting(t) and t.memory_id not in unsure_ids]
             limiter = trio.CapacityLimiter(self.ctx.options.push_concurrency)
             # Deletes first: they free paths (and store slots, at the 2,000 cap)
             # that this pass's creates and renames may need.
@@ -322,15 +353,16 @@ class Pusher:
         ticket = st.begin_push(node, content=create or plan.content, path=create or plan.path)
         try:
             if plan.send is decide.Send.CREATE:
-                memory = await ctx.client.create_memory(ctx.store_id, ticket.path, content)
+                memory = await self._send(ticket, ctx.client.create_memory(
+                    ctx.store_id, ticket.path, content))
             else:
                 fields: dict = {}
                 if plan.content:
                     fields["content"] = content
                 if plan.path:
                     fields["path"] = ticket.path
-                memory = await ctx.client.update_memory(
-                    ctx.store_id, ticket.memory_id, precondition_sha=ticket.base_sha, **fields)
+                memory = await self._send(ticket, ctx.client.update_memory(
+                    ctx.store_id, ticket.memory_id, precondition_sha=ticket.base_sha, **fields))
         except api_errors.PathConflictError as exc:
             return await self._path_conflict(ticket, exc)
         except api_errors.PreconditionFailedError:
@@ -352,6 +384,22 @@ class Pusher:
             return self._failed(ticket, exc)
         st.push_landed(ticket, remote_of(memory))
         return 1
+
+    async def _send(self, ticket: PushTicket, request: Awaitable[Memory]) -> Memory:
+        """Await ticket's request. A refusal is an answer (the request was not
+        applied); no answer leaves the request in doubt unless it provably never
+        reached the server. (An answer that lands is applied by `push_landed`.)"""
+        try:
+            return await request
+        except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
+            self.state.push_unanswered(ticket, maybe_applied=api_errors.may_have_applied(exc))
+            raise
+        except api_errors.APIError as exc:
+            # A refusal is an answer to the last attempt only: an earlier one whose
+            # answer was lost (the client retried) may have been applied.
+            if not api_errors.may_have_applied(exc):
+                self.state.push_answered(ticket)
+            raise
 
     def _failed(self, ticket: PushTicket, exc: api_errors.APIError) -> int:
         """This file waits (doubling backoff) and says why; the others go on."""
@@ -481,8 +529,8 @@ class Pusher:
         st.begin_park(node.memory_id, park)
         ticket = st.begin_push(node, content=False)
         try:
-            memory = await ctx.client.update_memory(
-                ctx.store_id, node.memory_id, precondition_sha=ticket.base_sha, path=park)
+            memory = await self._send(ticket, ctx.client.update_memory(
+                ctx.store_id, node.memory_id, precondition_sha=ticket.base_sha, path=park))
         except (api_errors.ConflictError, api_errors.NotFoundError, *api_errors.REFUSED):
             return 0  # the next pass meets the real cause through the normal path
         except api_errors.PermissionDeniedError as exc:

@@ -29,7 +29,7 @@ from ..api import errors as api_errors
 from ..api.models import Memory, MemoryPrefix, format_time, parse_time
 from ..nodes import Node, Remote, is_parked
 from ..state_sync import Deferred
-from . import decide
+from . import decide, doubts
 from .common import SyncContext, gather_bounded
 from .feed import EPOCH, LOOKBACK, Change, Feed
 from .pusher import local_of, remote_of
@@ -124,6 +124,9 @@ class Reconciler:
         async with ctx.sync_lock:
             if coalesce and self.last_pass != before:
                 return
+            # A request whose answer was lost: what the server did is ours, not a
+            # stranger's change (a memory our lost create made is not "new").
+            await doubts.resolve(ctx)
             started = time.time()
             since = self.state.epoch
             due = (self.last_full is None

@@ -1,0 +1,146 @@
+"""Requests whose answer was lost: ask the server what happened, then apply that.
+
+A request can reach the server and be applied while its answer never arrives (a
+connection reset after the commit, a proxy timeout, a laptop going to sleep, a
+daemon killed while waiting). `State.begin_push` journals every request in the
+`doubts` table before it goes out, and the transaction that applies its answer
+removes the row; a row left over is a request in doubt.
+
+Until a doubt is resolved nothing more is sent for its file: a push pass and a
+reconcile pass both resolve every doubt first (under the sync lock), so a local
+change made meanwhile is applied to whatever the server did. The lost answer is
+recovered from the server (`decide.doubt_row`) and applied exactly as if it had
+arrived (`State.push_landed`, to whoever holds the identity now): after an
+unlink the memory the create made becomes a pending delete preconditioned on
+what we wrote; after a rename, or a rename of a directory above, it is moved; after
+an edit, it is updated. A request with no trace on the server is forgotten
+(`State.push_not_applied`), and the file's state goes out as if it had never
+been sent.
+
+What it costs: one `GET` per update in doubt (plus the memory's versions since it
+was sent when the memory no longer holds our write), and for all the creates in
+doubt together one listing of the versions created since the oldest was sent
+(`operation=created`, newest first, `SKEW` earlier to allow for the server's
+clock). Doubts are rare: only a request that got no answer makes one.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from ..api import errors as api_errors
+from ..api.models import Memory, MemoryVersion, format_time
+from ..nodes import PushTicket, Remote
+from . import decide
+from .common import SyncContext, gather_bounded
+
+log = logging.getLogger(__name__)
+
+#: How much earlier than our own clock's send time the server's versions are read
+#: (seconds): the server's clock may be behind ours.
+SKEW = 600.0
+
+
+async def resolve(ctx: SyncContext) -> int:
+    """Resolve every request in doubt; returns how many were resolved. Called with the
+    sync lock held. A transient error propagates (the pass goes offline and the doubts
+    stay); any other refusal leaves that doubt for the next pass."""
+    st = ctx.state
+    if not st.doubts:
+        return 0
+    tickets = list(st.doubts.values())
+    creates = [t for t in tickets if t.memory_id is None]
+    updates = [t for t in tickets if t.memory_id is not None]
+    resolved = 0
+
+    async def one_update(ticket: PushTicket) -> None:
+        nonlocal resolved
+        if await _resolve_update(ctx, ticket):
+            resolved += 1
+
+    await gather_bounded(updates, one_update, ctx.options.push_concurrency)
+    if creates:
+        resolved += await _resolve_creates(ctx, creates)
+    return resolved
+
+
+def _since(ticket_time: float) -> str:
+    return format_time(datetime.fromtimestamp(max(0.0, ticket_time - SKEW), UTC))
+
+
+def _seen(v: Memory | MemoryVersion) -> decide.Seen:
+    return decide.Seen(v.path, v.content_sha256, getattr(v, "operation", "modified"))
+
+
+def _apply(ctx: SyncContext, ticket: PushTicket, row: decide.Doubt,
+           remote: Remote | None) -> None:
+    st = ctx.state
+    if row is decide.Doubt.NOT_APPLIED or remote is None:
+        log.info("request in doubt for %s: not applied on the server", ticket.path)
+        st.push_not_applied(ticket)
+        return
+    log.info("request in doubt for %s: applied on the server (%s); its lost answer is "
+             "applied now", ticket.path, remote.id)
+    st.push_landed(ticket, remote)
+    ctx.kick()
+
+
+async def _resolve_update(ctx: SyncContext, ticket: PushTicket) -> bool:
+    assert ticket.memory_id is not None
+    client, store = ctx.client, ctx.store_id
+    written = ticket.written
+    try:
+        try:
+            head = await client.get_memory(store, ticket.memory_id, view="basic")
+        except api_errors.NotFoundError:
+            head = None
+        history: list[MemoryVersion] = []
+        if head is None or (head.path, head.content_sha256) != written:
+            history = [v async for v in client.list_versions(
+                store, memory_id=ticket.memory_id, created_gte=_since(ticket.sent_at))]
+    except (*api_errors.TRANSIENT, api_errors.AuthenticationError):
+        raise
+    except api_errors.APIError as exc:
+        ctx.status.note(f"cannot tell whether the change to {ticket.path} reached the "
+                        f"server ({exc}); it waits")
+        return False
+    row = decide.doubt_row(written, _seen(head) if head else None,
+                           [_seen(v) for v in history])
+    remote = None
+    if row is decide.Doubt.APPLIED:
+        assert head is not None
+        remote = Remote(head.id, head.path, head.content_sha256, head.content_size_bytes)
+    elif row is decide.Doubt.APPLIED_BEFORE:
+        size = next((v.content_size_bytes or 0 for v in history
+                     if (v.path, v.content_sha256) == written), 0)
+        remote = Remote(ticket.memory_id, *written, size)
+    _apply(ctx, ticket, row, remote)
+    return True
+
+
+async def _resolve_creates(ctx: SyncContext, tickets: list[PushTicket]) -> int:
+    """One read of the versions created since the oldest create in doubt was sent."""
+    since = _since(min(t.sent_at for t in tickets))
+    try:
+        created = [v async for v in ctx.client.list_versions(
+            ctx.store_id, operation="created", created_gte=since)]
+    except (*api_errors.TRANSIENT, api_errors.AuthenticationError):
+        raise
+    except api_errors.APIError as exc:
+        ctx.status.note(f"cannot tell whether {len(tickets)} create(s) reached the server "
+                        f"({exc}); they wait")
+        return 0
+    st = ctx.state
+    for ticket in tickets:
+        # A memory this mount knows is not the one a lost create made (an earlier create
+        # of the same bytes at the same path, since deleted, is known as a tombstone).
+        mine = [v for v in created if (v.path, v.content_sha256) == ticket.written
+                and v.memory_id not in st.by_memory and v.memory_id not in st.tombstones]
+        row = decide.doubt_row(ticket.written, None, [_seen(v) for v in mine])
+        remote = None
+        if row is not decide.Doubt.NOT_APPLIED:
+            v = mine[0]  # the newest (newest first)
+            remote = Remote(v.memory_id, *ticket.written, v.content_size_bytes or 0)
+        _apply(ctx, ticket, row, remote)
+    return len(tickets)
