@@ -147,7 +147,7 @@ def _start(key: str) -> str:
     err = os.fdopen(fd, "wb")
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "memfs", "serve", "--db", str(directory / "local.db"),
+            [sys.executable, "-P", "-m", "memfs", "serve", "--db", str(directory / "local.db"),
              "--port", "0", "--log-file", str(directory / "local-server.log"),
              "--log-max-bytes", str(LOG_MAX_BYTES), "--log-backups", str(LOG_BACKUPS)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,

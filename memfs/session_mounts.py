@@ -110,7 +110,7 @@ class SessionMounts:
         if not root.exists():
             root.mkdir(parents=True, mode=0o755)
             self._created_root = True
-        args = [sys.executable, "-m", "memfs", "mount", "--session", session.id, str(root),
+        args = [sys.executable, "-P", "-m", "memfs", "mount", "--session", session.id, str(root),
                 "--deletes", self._deletes, *self._mount_args]
         base_url = str(getattr(self._client, "base_url", "") or "")
         if base_url:
@@ -170,7 +170,7 @@ class SessionMounts:
             return
         self._disposed = True
         result = await anyio.run_process(
-            [sys.executable, "-m", "memfs", "unmount", str(self._root),
+            [sys.executable, "-P", "-m", "memfs", "unmount", str(self._root),
              "--timeout", str(FLUSH_TIMEOUT)], check=False, stdin=subprocess.DEVNULL)
         out = (result.stdout + result.stderr).decode(errors="replace").strip()
         if result.returncode != 0:

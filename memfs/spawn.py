@@ -63,7 +63,9 @@ def start() -> DaemonProcess:
     env.pop("ANTHROPIC_API_KEY", None)
     env["MEMFS_CONFIG_FD"], env["MEMFS_READY_FD"] = str(config_r), str(ready_w)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "memfs.daemon"], env=env,
+        # -P: the current directory is not put on the import path (a folder named
+        # `memfs` there must not stand in for the package).
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "memfs.daemon"], env=env,
                                 pass_fds=(config_r, ready_w), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)

@@ -195,3 +195,31 @@ def test_workload_with_lost_answers_ends_exact(mounts, server, seed):
     if got != tree:  # the daemon's own account, for the failure report
         print((m.state_dir / "daemon.log").read_text()[-20000:])
     assert got == tree
+
+
+# -- a file that never stops changing --------------------------------------------------------
+
+
+def test_a_file_that_keeps_changing_is_pushed_while_it_changes(mounts, server):
+    """A log or an autosaving editor rewrites a file more often than the write-back delay:
+    `--max-push-delay` still pushes it while the writes go on (before it, the file
+    reached the server only once the writes stopped)."""
+    import time
+
+    store = mounts.new_store()
+    m = mounts.mount(store, "--write-back-delay", "5", "--max-push-delay", "1")
+    log = m.path / "log.md"
+    lines = []
+    seen = None
+    for i in range(300):  # at most a minute of writes; the first push ends the loop
+        lines.append(f"line {i}\n")
+        with open(log, "a") as f:
+            f.write(lines[-1])
+        time.sleep(0.2)
+        seen = server_memories(server, store).get("/log.md")
+        if seen is not None:
+            break
+    assert seen is not None, "never pushed while the writes went on"
+    assert seen == "".join(lines[:seen.count("\n")])  # a state the file really had
+    flush(m)
+    assert server_memories(server, store) == {"/log.md": "".join(lines)}

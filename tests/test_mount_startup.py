@@ -195,3 +195,35 @@ def test_a_daemon_that_cannot_start_says_why(tmp_path, monkeypatch):
     assert "daemon.log" in line
     log = (tmp_path / "state" / "daemon.log").read_text()
     assert "the daemon could not start" in log and "Traceback" in log
+
+
+@needs_fuse
+def test_a_folder_named_memfs_in_the_current_directory_does_not_matter(mounts, server, tmp_path):
+    """`memfs mount` from a directory holding a folder named `memfs` (an empty one: a
+    namespace package Python would import instead of memfs) mounts all the same: every
+    process memfs starts runs `python -P`, without the current directory on its path."""
+    import shutil
+
+    cwd = tmp_path / "work"
+    (cwd / "memfs").mkdir(parents=True)
+    store = mounts.new_store()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    env = mount_env(server, tmp_path)
+    cli = shutil.which("memfs", path=str(pathlib.Path(sys.executable).parent))
+    assert cli, "the memfs console script is installed beside this Python"
+    try:
+        done = subprocess.run([cli, "mount", store, str(mnt), "--write-back-delay", "0"],
+                              env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        (mnt / "a.md").write_text("from a folder with a memfs/ in it\n")
+        assert (mnt / "a.md").read_text() == "from a folder with a memfs/ in it\n"
+        out = subprocess.run([cli, "unmount", str(mnt)], env=env, cwd=cwd,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert "0 left" in out.stdout
+    finally:
+        if _mounted(mnt):
+            subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+            subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
+    assert server.sdk().beta.memory_stores.memories.list(store).data[0].path == "/a.md"
