@@ -440,6 +440,18 @@ class Database(SessionsMixin):
         with self._txn() as c:
             return _store_json(self._store_row(c, store_id))
 
+    def store_counts(self) -> list[tuple[str, bool, int, int]]:
+        """``(store_id, archived, memories, versions)`` of every store, for the
+        metrics' per-store gauges (one read at scrape time)."""
+        with self._txn() as c:
+            rows = c.execute(
+                "SELECT s.id AS id, s.archived_at AS archived_at,"
+                " (SELECT COUNT(*) FROM memories m WHERE m.store_id = s.id) AS memories,"
+                " (SELECT COUNT(*) FROM versions v WHERE v.store_id = s.id) AS versions"
+                " FROM stores s ORDER BY s.id").fetchall()
+        return [(r["id"], r["archived_at"] is not None, int(r["memories"]), int(r["versions"]))
+                for r in rows]
+
     def list_stores(
         self,
         *,

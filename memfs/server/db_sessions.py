@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,6 +43,8 @@ MAX_INITIAL_EVENTS = 50
 MAX_TOKENS_PER_SESSION = 16
 #: Every session token starts with this, so the server tells it from an API key.
 SESSION_TOKEN_PREFIX = "memfs_sesstok_"
+#: A well-formed token: the prefix and ``secrets.token_urlsafe(32)`` (43 characters).
+SESSION_TOKEN_RE = re.compile(r"memfs_sesstok_[A-Za-z0-9_-]{43}")
 _ACCESS = ("read_write", "read_only")
 #: What memfs serve puts where the hosted API resolves the agent's model.
 UNKNOWN_MODEL = "unknown"
