@@ -35,9 +35,11 @@ def rss_kb(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-def connect(server) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-    return s
+def connect(server, source: str | None = None) -> socket.socket:
+    """A socket to the server; ``source`` another loopback address (127.0.0.2…) to
+    connect as another client (the server's connection share is per address)."""
+    return socket.create_connection(("127.0.0.1", server.port), timeout=10,
+                                    source_address=(source, 0) if source else None)
 
 
 def read_response(s: socket.socket, timeout: float = 10) -> tuple[int, dict[str, str], bytes]:
