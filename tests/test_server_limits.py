@@ -184,6 +184,9 @@ def test_1_bodies_are_bounded_per_route_before_parsing(serve):
     # Within the bound, [{},{},…] is refused on its shape before it is parsed.
     refused(post(sp, f"/v1/memory_stores/{sid}/memories", b"[" + b"{}," * 300_000 + b"{}]"),
             400, "invalid_request_error", "more than 20000 JSON values")
+    # Escaped quotes and no closing one: refused in one pass over the body.
+    refused(post(sp, f"/v1/memory_stores/{sid}/memories", b'"' + b'\\"' * 500_000), 400,
+            "invalid_request_error", "not valid JSON")
     # A session token on its own store: the same bounds.
     refused(post(sp, f"/v1/memory_stores/{sid}/memories", b"[" + b"{}," * 300_000 + b"{}]",
                  key=token), 400, "invalid_request_error", "more than 20000 JSON values")

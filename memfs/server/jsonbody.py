@@ -47,8 +47,10 @@ MAX_VALUES = 20_000
 #: Bodies at least this large are parsed in a worker thread.
 THREAD_PARSE_MIN = 32 * KIB
 
-# A JSON string, escapes included (unrolled, so it is one linear pass).
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# A JSON string, escapes included (unrolled). An unterminated one runs to the end
+# instead of failing: a failed match from each of N escaped quotes (`"\"\"\"…`)
+# would rescan the rest every time, N² steps.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
 _KEEP_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _OPEN = frozenset(b"[{")
 
@@ -86,11 +88,13 @@ def _check_shape(data: bytes) -> None:
     """Count values and nesting with every string blanked out (a bracket or a
     comma inside a string is text, not structure)."""
     skeleton = _STRING.sub(b'""', data)
-    if skeleton.count(b",") + skeleton.count(b":") >= MAX_VALUES:
+    brackets = skeleton.translate(None, _KEEP_BRACKETS)
+    # Every object or array is a value too: `[][][]…` has no comma at all.
+    if skeleton.count(b",") + skeleton.count(b":") + len(brackets) // 2 >= MAX_VALUES:
         raise BodyRefused(400, "invalid_request_error",
                           f"request body holds more than {MAX_VALUES} JSON values", "values")
     depth = 0
-    for byte in skeleton.translate(None, _KEEP_BRACKETS):
+    for byte in brackets:
         if byte in _OPEN:
             depth += 1
             if depth > MAX_DEPTH:
