@@ -4,18 +4,21 @@ HTTP parsing, chunked bodies, keep-alive and connection limits come from
 uvicorn/h11; the routes are Starlette path templates (``http.py``). This
 module is the request pipeline, in this order for ``/v1/…``:
 
-gate "before" → faults (latency, 429, 5xx) → auth (401: the API key, or a
-session token and its grant) → body (413 while streaming, 408 when too slow) →
-route (404/405) → session token scope (404/403) → beta header (400) → JSON and
+framing (content-length with transfer-encoding: 400, closed) → gate "before" →
+faults (latency, 429, 5xx) → auth (401: the API key, or a session token of the
+right shape and its grant) → route (404/405) → session token scope (404/403) →
+body (the route's bound: 413 while streaming, 408 when too slow) → beta header
+(400) → strict, bounded JSON (400; large bodies parsed in a worker thread) →
 shapes (400) → operation (in a worker thread) → gate "after" → response (or,
 for an injected drop, a connection reset after the commit).
 
-Authentication happens before a single body byte is read, so a client
-without the key cannot make the server buffer anything; the body cap is
-enforced on the bytes actually received, whatever ``content-length`` or the
-chunk sizes claim. Every error, including malformed input the operations
-never see, is answered in the API's envelope; an unexpected exception is
-logged and answered 500 without a trace.
+Authentication and routing happen before a single body byte is read, so a
+client without the key cannot make the server buffer anything, and one with it
+no more than its route needs (``jsonbody.py``); the bound is enforced on the
+bytes actually received, whatever ``content-length`` or the chunk sizes claim.
+Every error, including malformed input the operations never see, is answered
+in the API's envelope; an unexpected exception is logged and answered 500
+without a trace.
 """
 
 from __future__ import annotations

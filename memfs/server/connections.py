@@ -23,6 +23,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 log = logging.getLogger("memfs.server")
@@ -60,15 +61,16 @@ class ConnectionLedger:
     """Connections by client, the cap, and the shedding of idle ones."""
 
     def __init__(self, max_connections: int, per_client: int,
-                 on_refused: object = None, on_shed: object = None) -> None:
+                 on_refused: Callable[[str], None] | None = None,
+                 on_shed: Callable[[int], None] | None = None) -> None:
         self.max_connections = max_connections
         self.per_client = per_client
         self.high_water = max(1, max_connections * 9 // 10)
         self.low_water = max(1, max_connections * 8 // 10)
         self.by_client: dict[str, set[Held]] = {}
         self.total = 0
-        self.on_refused = on_refused  # callable(reason) for the metrics
-        self.on_shed = on_shed  # callable(n) for the metrics
+        self.on_refused = on_refused  # (reason): for the metrics
+        self.on_shed = on_shed  # (how many): for the metrics
         self._refused_since_log = 0
         self._last_log = float("-inf")
 
@@ -106,12 +108,12 @@ class ConnectionLedger:
         for conn in victims:
             self.release(conn)
             conn.close_idle()
-        if victims and callable(self.on_shed):
+        if victims and self.on_shed is not None:
             self.on_shed(len(victims))
         return len(victims)
 
     def _refuse(self, reason: str, key: str) -> str:
-        if callable(self.on_refused):
+        if self.on_refused is not None:
             self.on_refused(reason)
         self._refused_since_log += 1
         now = time.monotonic()

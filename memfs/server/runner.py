@@ -105,7 +105,7 @@ class MemfsProtocol(H11Protocol):
 
     header_timeout: float = 10.0
     send_timeout: float = 60.0
-    ledger: ConnectionLedger = ConnectionLedger(1000, 100)
+    ledger: ConnectionLedger  # one per server, set by serve()
     metrics: ServerMetrics | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
