@@ -457,6 +457,7 @@ def test_5_one_client_cannot_lock_out_the_others(many_fds, serve):
     sp = serve("--metrics", "--header-timeout", "5")
     mem = Memory(sp)
     flood = Flooder(sp.port, 1_100)
+    started = time.monotonic()
     flood.fill()  # 1,100 idle sockets at once
     time.sleep(1.0)
     flood.thread.start()  # and from now on, reconnecting to keep 1,100
@@ -504,9 +505,11 @@ def test_5_one_client_cannot_lock_out_the_others(many_fds, serve):
     mem.assert_bounded(200, "flood")
     assert healthy(sp)
     sp.stop()
+    elapsed = time.monotonic() - started
     lines = [ln for ln in sp.log_path.read_text().splitlines() if "refused" in ln]
     print("\n".join(lines[:3]))
-    assert 1 <= len(lines) <= 4, lines  # rate-limited: one line per 10 s at most
+    # Thousands refused, and logged at most once every 10 s (with the count).
+    assert 1 <= len(lines) <= 1 + elapsed / 10, (elapsed, lines)
     assert "Traceback" not in sp.log_path.read_text()
 
 
