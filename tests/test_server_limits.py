@@ -513,6 +513,41 @@ def test_5_one_client_cannot_lock_out_the_others(many_fds, serve):
     assert "Traceback" not in sp.log_path.read_text()
 
 
+def test_5_the_ledger_in_process():
+    """The fairness rules on their own: room while below 90 %; from there a client
+    over its share is refused and every other newcomer closes idle connections of
+    the busiest clients, oldest first, never busy ones."""
+    from memfs.server.connections import ConnectionLedger, client_key
+
+    class Conn:
+        def __init__(self, key: str, t: float, idle: bool = True) -> None:
+            self.client_key, self.last_active, self.idle = key, t, idle
+            self.closed = False
+
+        def is_idle(self) -> bool:
+            return self.idle and not self.closed
+
+        def close_idle(self) -> None:
+            self.closed = True
+
+    assert client_key(("2001:db8:1:2:3:4:5:6", 1, 0, 0)) == "2001:db8:1:2::/64"
+    assert client_key(("::ffff:10.0.0.1", 1, 0, 0)) == "10.0.0.1"
+    assert client_key(("10.0.0.1", 1)) == "10.0.0.1"
+    refused: list[str] = []
+    ledger = ConnectionLedger(20, 4, on_refused=refused.append)
+    busy = [Conn("a", -1.0, idle=False) for _ in range(5)]
+    flood = [Conn("a", float(i)) for i in range(12)]
+    other = Conn("b", 100.0)
+    for c in [*busy, *flood, other]:
+        assert ledger.admit(c) is None  # 18 open: below 90 % of 20, no share applies
+    assert ledger.admit(Conn("a", 50.0)) == "per_client"  # at 90 %: "a" is over its share
+    newcomer = Conn("c", 200.0)
+    assert ledger.admit(newcomer) is None  # made room: 18 → 16 (80 %), then admitted
+    assert [c.closed for c in flood] == [True, True] + [False] * 10  # a's oldest idle ones
+    assert not other.closed and not any(c.closed for c in busy)
+    assert ledger.total == 17 and refused == ["per_client"]
+
+
 # ------------------------------------------------------------ 6. request head
 
 
