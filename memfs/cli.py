@@ -87,9 +87,9 @@ def main() -> None:
 @click.option("--max-connections", type=click.IntRange(1), default=None,
               help="Open connections at most (default: 1000, or fewer if the fd limit is low).")
 @click.option("--max-connections-per-client", type=click.IntRange(1), default=None,
-              help="Open connections per client address (an IPv6 /64) at most (default: a"
-              " tenth of --max-connections, at least 8). Behind a load balancer, raise it to"
-              " --max-connections.")
+              help="Near the connection cap (from 90%), a client address's share (an IPv6"
+              " /64): it gets no more (default: a tenth of --max-connections, at least 8)."
+              " Behind a load balancer, raise it to --max-connections.")
 @click.option("--metrics", "metrics", is_flag=True,
               help="Serve Prometheus metrics on GET /_memfs/metrics (needs the API key).")
 @click.option("--allow-unauthenticated", is_flag=True,
