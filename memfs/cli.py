@@ -86,6 +86,15 @@ def main() -> None:
               help="Seconds a client has to take a response (the connection is reset after).")
 @click.option("--max-connections", type=click.IntRange(1), default=None,
               help="Open connections at most (default: 1000, or fewer if the fd limit is low).")
+@click.option("--max-connections-per-client", type=click.IntRange(1), default=None,
+              help="Near the connection cap (from 90%), a client address's share (an IPv6"
+              " /64): it gets no more (default: a tenth of --max-connections, at least 8)."
+              " Behind a load balancer, raise it to --max-connections.")
+@click.option("--metrics", "metrics", is_flag=True,
+              help="Serve Prometheus metrics on GET /_memfs/metrics (needs the API key).")
+@click.option("--allow-unauthenticated", is_flag=True,
+              help="Listen on a non-loopback --host without an API key (anyone who reaches"
+              " the port can read and write every store). Refused otherwise.")
 @click.option(
     "--fault-error-rate", type=click.FloatRange(0, 1), default=0.0, help="P(injected 5xx)."
 )
@@ -136,6 +145,9 @@ def serve(
     body_timeout: float,
     send_timeout: float,
     max_connections: int | None,
+    max_connections_per_client: int | None,
+    metrics: bool,
+    allow_unauthenticated: bool,
     fault_error_rate: float,
     fault_error_status: str,
     fault_429_rate: float,
@@ -158,7 +170,7 @@ def serve(
     from memfs import logs
     from memfs.server import FaultConfig, Faults, open_database
     from memfs.server.app import Limits, MemfsApp
-    from memfs.server.runner import bind
+    from memfs.server.runner import bind, is_loopback
     from memfs.server.runner import serve as run_server
 
     if api_key_file is not None and not api_key:
@@ -167,6 +179,11 @@ def serve(
         if not api_key:
             raise click.UsageError("--api-key-file is empty")
     api_key = api_key or None
+    if api_key is None and not allow_unauthenticated and not is_loopback(host):
+        raise click.UsageError(
+            f"--host {host} is reachable from other machines and no API key is set: anyone"
+            " who reaches it could read and write every store. Set --api-key-file (or"
+            " MEMFS_SERVE_API_KEY), or pass --allow-unauthenticated to serve it anyway.")
 
     logs.configure(level=logging.INFO if verbose else logging.WARNING, log_file=log_file,
                    fmt=log_format, max_bytes=log_max_bytes, backups=log_backups)
@@ -194,7 +211,8 @@ def serve(
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
     app = MemfsApp(db, api_key=api_key, faults=faults, fault_control=fault_control,
                    verbose=verbose, limits=Limits(body_timeout=body_timeout,
-                                                 send_timeout=send_timeout))
+                                                 send_timeout=send_timeout),
+                   metrics=metrics)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{sock.getsockname()[1]}"
 
@@ -208,7 +226,8 @@ def serve(
 
     try:
         run_server(app, sock, on_listening=on_listening, header_timeout=header_timeout,
-                   send_timeout=send_timeout, max_connections=max_connections)
+                   send_timeout=send_timeout, max_connections=max_connections,
+                   max_per_client=max_connections_per_client)
     finally:
         db.close()  # waits for an in-flight transaction
 

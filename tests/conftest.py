@@ -202,6 +202,7 @@ BOTH_BACKENDS = {
     "test_server_robustness", "test_server_gate", "test_server_hostile", "test_server_controls",
     "test_server_fuzz",
     "test_client_integration", "test_server_db", "test_server_sessions", "test_client_sessions",
+    "test_server_limits", "test_server_metrics",
 }
 
 

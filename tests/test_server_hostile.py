@@ -35,9 +35,11 @@ def rss_kb(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-def connect(server) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-    return s
+def connect(server, source: str | None = None) -> socket.socket:
+    """A socket to the server; ``source`` another loopback address (127.0.0.2…) to
+    connect as another client (the server's connection share is per address)."""
+    return socket.create_connection(("127.0.0.1", server.port), timeout=10,
+                                    source_address=(source, 0) if source else None)
 
 
 def read_response(s: socket.socket, timeout: float = 10) -> tuple[int, dict[str, str], bytes]:
@@ -298,8 +300,9 @@ def forged_cursor(fingerprint: str, key: list[str]) -> str:
 
 def hostile_requests(sid: str) -> list[tuple[str, str, dict]]:
     """(method, path, httpx kwargs) that must each get 400."""
-    deep = b"[" * 100_000 + b"]" * 100_000
-    deep_obj = b'{"name": ' + b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"}"
+    # Deep enough to exhaust a recursive parser, small enough for every route's body bound.
+    deep = b"[" * 50_000 + b"]" * 50_000
+    deep_obj = b'{"name": ' + b'{"a":' * 20_000 + b"1" + b"}" * 20_000 + b"}"
     mem_fp = _fingerprint("memories", sid, "/", 0)
     return [
         ("POST", "/v1/memory_stores", {"content": deep}),
@@ -416,9 +419,9 @@ def test_buffered_bodies_have_a_server_wide_budget(tmp_path):
     from memfs.server.app import Limits
 
     db = Database(tmp_path / "m.db")
-    app = MemfsApp(db, api_key="k", fault_control=True, limits=Limits(max_buffered=MB))
+    app = MemfsApp(db, api_key="k", fault_control=True, limits=Limits(max_buffered=150 * 1024))
     headers = {"x-api-key": "k", "anthropic-beta": MEM}
-    big = json.dumps({"name": "x" * (700 * 1024)}).encode()
+    big = json.dumps({"name": "x" * (100 * 1024)}).encode()  # under the route's 128 KiB
 
     async def main() -> None:
         transport = httpx.ASGITransport(app=app)
@@ -428,12 +431,12 @@ def test_buffered_bodies_have_a_server_wide_budget(tmp_path):
                                                "when": "after", "count": 1})
             first = asyncio.create_task(c.post("/v1/memory_stores", content=big))
             held = await c.get("/_memfs/gate", params={"min_held": 1, "timeout": 10})
-            assert len(held.json()["held"]) == 1  # its 700 kB body is still charged
+            assert len(held.json()["held"]) == 1  # its 100 kB body is still charged
             second = await c.post("/v1/memory_stores", content=big)
             assert second.status_code == 503
             assert second.json()["error"]["type"] == "overloaded_error"
             await c.post("/_memfs/gate/release", json={})
-            assert (await first).status_code == 400  # a 700 kB name: answered normally
+            assert (await first).status_code == 400  # a 100 kB name: answered normally
             third = await c.post("/v1/memory_stores", content=big)
             assert third.status_code == 400  # the budget came back
             assert app.budget.used == 0

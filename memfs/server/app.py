@@ -4,18 +4,21 @@ HTTP parsing, chunked bodies, keep-alive and connection limits come from
 uvicorn/h11; the routes are Starlette path templates (``http.py``). This
 module is the request pipeline, in this order for ``/v1/…``:
 
-gate "before" → faults (latency, 429, 5xx) → auth (401: the API key, or a
-session token and its grant) → body (413 while streaming, 408 when too slow) →
-route (404/405) → session token scope (404/403) → beta header (400) → JSON and
+framing (content-length with transfer-encoding: 400, closed) → gate "before" →
+faults (latency, 429, 5xx) → auth (401: the API key, or a session token of the
+right shape and its grant) → route (404/405) → session token scope (404/403) →
+body (the route's bound: 413 while streaming, 408 when too slow) → beta header
+(400) → strict, bounded JSON (400; large bodies parsed in a worker thread) →
 shapes (400) → operation (in a worker thread) → gate "after" → response (or,
 for an injected drop, a connection reset after the commit).
 
-Authentication happens before a single body byte is read, so a client
-without the key cannot make the server buffer anything; the body cap is
-enforced on the bytes actually received, whatever ``content-length`` or the
-chunk sizes claim. Every error, including malformed input the operations
-never see, is answered in the API's envelope; an unexpected exception is
-logged and answered 500 without a trace.
+Authentication and routing happen before a single body byte is read, so a
+client without the key cannot make the server buffer anything, and one with it
+no more than its route needs (``jsonbody.py``); the bound is enforced on the
+bytes actually received, whatever ``content-length`` or the chunk sizes claim.
+Every error, including malformed input the operations never see, is answered
+in the API's envelope; an unexpected exception is logged and answered 500
+without a trace.
 """
 
 from __future__ import annotations
@@ -31,9 +34,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
+import anyio
+import anyio.to_thread
 from starlette.concurrency import run_in_threadpool
 
 from memfs.healthproof import health_proof
+from memfs.server.authcache import RefusedTokens
 from memfs.server.db import (
     SESSION_TOKEN_PREFIX,
     Actor,
@@ -43,11 +49,13 @@ from memfs.server.db import (
     invalid,
     not_found,
 )
+from memfs.server.db_sessions import SESSION_TOKEN_RE, token_sha256
 from memfs.server.faults import Faults
 from memfs.server.gate import RESPONSES, Gate
 from memfs.server.http import (
     _SESSION_RE,
-    MAX_BODY,
+    BODY_MAX,
+    ROUTE_OF,
     SESSION_HEADER,
     SESSION_OPS,
     Request,
@@ -56,11 +64,24 @@ from memfs.server.http import (
     new_request_id,
     resolve,
 )
+from memfs.server.jsonbody import (
+    OTHER_BODY_MAX,
+    THREAD_PARSE_MIN,
+    BodyRefused,
+    parse_body,
+    too_large,
+)
+from memfs.server.metrics import CONTENT_TYPE, ServerMetrics
 
 log = logging.getLogger("memfs.server")
 
 #: POST /_memfs/sessions/{id}/token: a session token (memfs extension).
 _TOKEN_ROUTE = re.compile(r"^/_memfs/sessions/([^/]+)/token$")
+#: The /_memfs/ routes, as the metrics' ``route`` label names them.
+_INTERNAL_ROUTES = frozenset({"/_memfs/health", "/_memfs/metrics", "/_memfs/faults",
+                              "/_memfs/gate", "/_memfs/gate/release"})
+#: Methods the metrics name; any other token h11 accepts is counted as "other".
+_METHODS = frozenset({"GET", "POST", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"})
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -70,11 +91,11 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 class Limits:
     """Bounds that keep a hostile client from holding the server's resources."""
 
-    max_body: int = MAX_BODY  # bytes actually received, chunked or not
     body_timeout: float = 60.0  # seconds to receive the whole body once headers are in
     send_timeout: float = 60.0  # seconds for a client to take a response (slow readers)
     max_inflight: int = 1024  # /v1/ requests being processed at once (503 beyond)
-    max_buffered: int = 256 * 1024 * 1024  # request body bytes held at once, all requests
+    max_buffered: int = 32 * 1024 * 1024  # request body bytes held at once, all requests
+    parse_threads: int = 4  # large bodies parsed at once (in worker threads)
 
 
 class BodyBudget:
@@ -88,13 +109,18 @@ class BodyBudget:
 
     def take(self, n: int) -> None:
         if self.used + n > self.limit:
-            raise ApiError(503, "overloaded_error", "the server is busy receiving other "
-                           "request bodies; retry", headers={"retry-after": "1"})
+            err = BodyRefused(503, "overloaded_error", "the server is busy receiving other "
+                              "request bodies; retry", "budget")
+            err.headers["retry-after"] = "1"
+            raise err
         self.used += n
 
     def give(self, n: int) -> None:
         self.used -= n
 
+
+#: The test controls' bodies (/_memfs/faults, /_memfs/gate): small objects.
+CONTROL_BODY_MAX = 4 * OTHER_BODY_MAX
 
 #: An unread body up to this size is drained before an early answer (401, 404,
 #: an injected fault...) instead of closing on it, which would reset the connection.
@@ -123,6 +149,9 @@ class _Exchange:
         self.query_string: str = scope.get("query_string", b"").decode("latin-1")
         self.headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
         self.status: int | None = None
+        self.route: str | None = None  # the route template, once resolved (metrics)
+        self.attributed: str | None = None  # x-memfs-session-id, when it was used
+        self.close_connection = False  # answer with connection: close, read nothing
         self.body_read = False
         self._budget: BodyBudget | None = None
         self._charged = 0
@@ -148,19 +177,21 @@ class _Exchange:
         cl = self.header(b"content-length")
         return bool(te) or (cl is not None and cl.strip() not in ("", "0"))
 
-    async def read_body(self, limits: Limits, budget: BodyBudget | None = None) -> bytes:
-        """The whole body: 413 past the cap (counted as it streams in), 408 when
-        it does not arrive within ``body_timeout``, 503 when the server-wide
-        ``budget`` is spent. The bytes stay charged to the budget until
-        :meth:`release_body` (after the response)."""
+    async def read_body(self, limit: int, limits: Limits,
+                        budget: BodyBudget | None = None) -> bytes:
+        """The whole body: 413 past ``limit`` (the route's bound: a larger
+        ``content-length`` before a byte is read, a chunked body as it streams
+        in), 408 when it does not arrive within ``body_timeout``, 503 when the
+        server-wide ``budget`` is spent. The bytes stay charged to the budget
+        until :meth:`release_body` (after the response)."""
         cl = self.header(b"content-length")
         if cl is not None:
             try:
                 declared = int(cl)
             except ValueError:
                 raise invalid("malformed content-length") from None
-            if declared > limits.max_body:
-                raise ApiError(413, "request_too_large", "request body is too large")
+            if declared > limit:
+                raise too_large(limit)
         chunks: list[bytes] = []
         total = 0
         try:
@@ -171,8 +202,8 @@ class _Exchange:
                         raise _Dropped
                     chunk = message.get("body", b"")
                     total += len(chunk)
-                    if total > limits.max_body:
-                        raise ApiError(413, "request_too_large", "request body is too large")
+                    if total > limit:
+                        raise too_large(limit)
                     if budget is not None and chunk:
                         budget.take(len(chunk))
                         self._charged += len(chunk)
@@ -181,8 +212,8 @@ class _Exchange:
                     if not message.get("more_body", False):
                         break
         except TimeoutError:
-            raise ApiError(408, "invalid_request_error",
-                           "request body not received in time") from None
+            raise BodyRefused(408, "invalid_request_error",
+                              "request body not received in time", "timeout") from None
         self.body_read = True
         return b"".join(chunks)
 
@@ -215,12 +246,18 @@ class _Exchange:
         # escape "\ud800" instead of an encoding error.
         data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode(
             "utf-8", "backslashreplace")
-        out = [(b"content-type", b"application/json"),
+        await self.send_bytes(status, data, "application/json", headers)
+
+    async def send_bytes(self, status: int, data: bytes, content_type: str,
+                         headers: dict[str, str] | None = None) -> None:
+        out = [(b"content-type", content_type.encode("latin-1")),
                (b"content-length", str(len(data)).encode()),
                (b"request-id", self.rid.encode())]
         for k, v in (headers or {}).items():
             out.append((k.encode("latin-1"), v.encode("latin-1")))
-        if self.has_body and not self.body_read and not await self._drain():
+        if self.close_connection:
+            out.append((b"connection", b"close"))
+        elif self.has_body and not self.body_read and not await self._drain():
             # Answered without reading a large body: close instead of reading it.
             out.append((b"connection", b"close"))
         self.status = status
@@ -266,6 +303,7 @@ class MemfsApp:
         fault_control: bool = False,
         verbose: bool = False,
         limits: Limits | None = None,
+        metrics: bool = False,
     ) -> None:
         self.db = db
         self.api_key = api_key
@@ -277,6 +315,11 @@ class MemfsApp:
         self.limits = limits or Limits()
         self.inflight = 0
         self.budget = BodyBudget(self.limits.max_buffered)
+        #: Counted always; served on GET /_memfs/metrics only with ``metrics``.
+        self.metrics = ServerMetrics(db)
+        self.metrics_enabled = metrics
+        self.refused_tokens = RefusedTokens()
+        self._parse_limiter: anyio.CapacityLimiter | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -287,7 +330,15 @@ class MemfsApp:
         ex = _Exchange(scope, receive, send, self.limits.send_timeout)
         t0 = time.monotonic()
         try:
-            if ex.path.startswith("/_memfs/"):
+            if ex.header(b"transfer-encoding") is not None and \
+                    ex.header(b"content-length") is not None:
+                # RFC 9112 §6.1: the framing is ambiguous (a proxy may have framed it
+                # by content-length): answer, read nothing more, close.
+                ex.close_connection = True
+                self.metrics.heads_refused.labels("framing").inc()
+                await ex.send_error(invalid("content-length together with transfer-encoding"
+                                            " is refused; the connection is closed"))
+            elif ex.path.startswith("/_memfs/"):
                 await self._internal(ex)
             else:
                 await self._api_request(ex)
@@ -299,12 +350,17 @@ class MemfsApp:
                 await ex.send_error(ApiError(500, "api_error", "internal server error"))
         finally:
             ex.release_body()
+            elapsed = time.monotonic() - t0
+            method = ex.method if ex.method in _METHODS else "other"
+            route = ex.route or "unmatched"
+            self.metrics.requests.labels(route, method, str(ex.status or 0)).inc()
+            self.metrics.latency.labels(route, method).observe(elapsed)
             if self.verbose:
                 client = scope.get("client") or ("-", 0)
                 # raw_path: still percent-encoded, so no control character reaches a log line
-                log.info("%s %s %s %s %.1fms", client[0], ex.method, ex.raw_path,
-                         "dropped" if ex.status == 0 else ex.status,
-                         (time.monotonic() - t0) * 1000)
+                log.info("%s %s %s %s %.1fms%s", client[0], ex.method, ex.raw_path,
+                         "dropped" if ex.status == 0 else ex.status, elapsed * 1000,
+                         f" as {ex.attributed}" if ex.attributed else "")
 
     @staticmethod
     async def _lifespan(receive: Receive, send: Send) -> None:
@@ -347,7 +403,13 @@ class MemfsApp:
         try:
             payload = await self._operate(ex)
         except ApiError as err:
-            error = err
+            # Keep nothing of the request: the traceback (and the context of a
+            # `raise … from None`) holds its frames, the parsed body with them, in a
+            # cycle through this frame that only the collector would break.
+            error = err.with_traceback(None)
+            error.__context__ = error.__cause__ = None
+            if isinstance(error, BodyRefused):
+                self.metrics.bodies_refused.labels(error.reason).inc()
         except _Dropped:
             raise
         except Exception:
@@ -385,7 +447,49 @@ class MemfsApp:
             return
         if supplied is None or not hmac.compare_digest(
                 supplied.encode("latin-1"), self.api_key.encode()):
+            self.metrics.auth_failures.labels("key").inc()
             raise ApiError(401, "authentication_error", "invalid x-api-key")
+
+    async def _grant(self, token: str) -> SessionGrant:
+        """What a session token may do. A malformed token is refused without the
+        database; a refused one is remembered briefly (``RefusedTokens``)."""
+        if not SESSION_TOKEN_RE.fullmatch(token):
+            self.metrics.auth_failures.labels("token_malformed").inc()
+            raise ApiError(401, "authentication_error", "invalid session token")
+        digest = token_sha256(token)
+        cached = self.refused_tokens.get(digest)
+        if cached is not None:
+            self.metrics.auth_failures.labels("token_cached").inc()
+            raise ApiError(401, "authentication_error", cached)
+        try:
+            return await self._db("session_grant", self.db.session_grant, token)
+        except ApiError as err:
+            if err.status == 401:
+                self.refused_tokens.put(digest, err.message)
+                self.metrics.auth_failures.labels("token_unknown").inc()
+            raise
+
+    async def _db(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` (one database transaction) in a worker thread, timed."""
+        t0 = time.monotonic()
+        try:
+            return await run_in_threadpool(fn, *args)
+        except ApiError:
+            raise
+        except Exception:
+            self.metrics.db_errors.labels(name).inc()
+            raise
+        finally:
+            self.metrics.db_time.labels(name).observe(time.monotonic() - t0)
+
+    async def _parse(self, data: bytes) -> Any:
+        """:func:`parse_body`; a large body in a worker thread (at most
+        ``Limits.parse_threads`` at once), so the event loop never waits on it."""
+        if len(data) < THREAD_PARSE_MIN:
+            return parse_body(data)
+        if self._parse_limiter is None:
+            self._parse_limiter = anyio.CapacityLimiter(self.limits.parse_threads)
+        return await anyio.to_thread.run_sync(parse_body, data, limiter=self._parse_limiter)
 
     async def _operate(self, ex: _Exchange) -> dict[str, Any]:
         # Auth before a single body byte is read: the API key, or a session token
@@ -402,14 +506,16 @@ class MemfsApp:
         try:
             grant: SessionGrant | None = None
             if token is not None:
-                grant = await run_in_threadpool(self.db.session_grant, token)
-            body_bytes = await ex.read_body(self.limits, self.budget)
+                grant = await self._grant(token)
             op, params = resolve(ex.method, ex.raw_path)
+            ex.route = ROUTE_OF[op]
             if grant is not None:
                 check_session_scope(grant, op, params)  # 404 / 403
+            body_bytes = await ex.read_body(BODY_MAX[op], self.limits, self.budget)
             check_beta(ex.header_all(b"anthropic-beta"), sessions=op in SESSION_OPS)
             query = dict(parse_qsl(ex.query_string, keep_blank_values=True))
-            body = _parse_json(body_bytes)
+            body = await self._parse(body_bytes)
+            del body_bytes
             actor: Actor | None = self.default_actor
             if grant is not None:
                 actor = grant.actor  # the token decides; x-memfs-session-id is ignored
@@ -419,7 +525,9 @@ class MemfsApp:
                     if not _SESSION_RE.match(session):
                         raise invalid(f"{SESSION_HEADER} must be a sesn_… id")
                     actor = Actor("session_actor", session)
-            return await run_in_threadpool(op, self.db, Request(params, query, body, actor))
+                    ex.attributed = session
+                    self.metrics.attributed.inc()
+            return await self._db(op.__name__, op, self.db, Request(params, query, body, actor))
         finally:
             self.inflight -= 1
 
@@ -427,7 +535,14 @@ class MemfsApp:
 
     async def _internal(self, ex: _Exchange) -> None:
         path, method = ex.path, ex.method
+        if path in _INTERNAL_ROUTES:
+            ex.route = path
+        elif _TOKEN_ROUTE.match(path):
+            ex.route = "/_memfs/sessions/{session_id}/token"
         try:
+            if path == "/_memfs/metrics" and self.metrics_enabled:
+                await self._metrics(ex)
+                return
             if path == "/_memfs/health":
                 if method != "GET":
                     raise ApiError(405, "invalid_request_error", "use GET")
@@ -439,7 +554,7 @@ class MemfsApp:
                     return
                 if method != "POST":
                     raise ApiError(405, "invalid_request_error", "use GET or POST")
-                changes = _parse_json(await ex.read_body(self.limits))
+                changes = parse_body(await ex.read_body(CONTROL_BODY_MAX, self.limits))
                 if changes is None:
                     changes = {}
                 if not isinstance(changes, dict):
@@ -460,6 +575,18 @@ class MemfsApp:
         except ApiError as err:
             await ex.send_error(err)
 
+    async def _metrics(self, ex: _Exchange) -> None:
+        """``GET /_memfs/metrics``: the Prometheus exposition. Protected like the
+        API (the key; a session token gets 403)."""
+        if ex.method != "GET":
+            raise ApiError(405, "invalid_request_error", "use GET", headers={"allow": "GET"})
+        supplied = self._credential(ex)
+        if self._is_session_token(supplied):
+            raise ApiError(403, "permission_error", "metrics need the API key")
+        self._check_auth(supplied)
+        data = await self._db("metrics", self.metrics.exposition)
+        await ex.send_bytes(200, data, CONTENT_TYPE)
+
     async def _session_token(self, ex: _Exchange, session_id: str) -> None:
         """``POST /_memfs/sessions/{id}/token`` → ``{"token": …}``: a fresh token of the
         session (every call mints another; all work until the session is archived or
@@ -471,7 +598,7 @@ class MemfsApp:
             raise ApiError(403, "permission_error",
                            "a session token cannot mint session tokens; use the API key")
         self._check_auth(supplied)
-        token = await run_in_threadpool(self.db.issue_session_token, session_id)
+        token = await self._db("issue_session_token", self.db.issue_session_token, session_id)
         await ex.send_json(200, {"token": token})
 
     def _health(self, ex: _Exchange) -> dict[str, Any]:
@@ -492,7 +619,7 @@ class MemfsApp:
         POST (add a rule), DELETE (drop rules, release all); ``/_memfs/gate/release``:
         POST ``{"seq": n}`` or ``{}`` for all."""
         gate = self.gate
-        body = _parse_json(await ex.read_body(self.limits))
+        body = parse_body(await ex.read_body(CONTROL_BODY_MAX, self.limits))
         if body is None:
             body = {}
         if ex.path == "/_memfs/gate/release":
@@ -530,13 +657,3 @@ class MemfsApp:
         else:
             raise ApiError(405, "invalid_request_error", "use GET, POST or DELETE")
 
-
-def _parse_json(body_bytes: bytes) -> Any:
-    """The body as JSON (None when empty); 400 for anything that is not JSON,
-    including nesting deep enough to exhaust the parser's recursion."""
-    if not body_bytes.strip():
-        return None
-    try:
-        return json.loads(body_bytes)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise invalid("request body is not valid JSON") from None

@@ -206,6 +206,24 @@ SQLITE_STEPS: dict[int, tuple[str, ...]] = {
 # The database
 
 
+def _make_private_dirs(path: str) -> None:
+    """Create ``path`` and every missing directory above it with mode 0700
+    (``os.makedirs`` gives the mode to the last one only); existing ones are
+    left as they are."""
+    missing: list[str] = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+
+
 class Database(SessionsMixin):
     """The store behind `memfs serve`; each public method is one transaction.
 
@@ -233,8 +251,7 @@ class Database(SessionsMixin):
         self.path = target
         if self.path != ":memory:":
             parent = os.path.dirname(os.path.abspath(self.path))
-            if not os.path.isdir(parent):
-                os.makedirs(parent, mode=0o700, exist_ok=True)
+            _make_private_dirs(parent)
             if not os.path.exists(self.path):
                 os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
         self._lock = threading.Lock()
@@ -439,6 +456,18 @@ class Database(SessionsMixin):
     def get_store(self, store_id: str) -> dict[str, Any]:
         with self._txn() as c:
             return _store_json(self._store_row(c, store_id))
+
+    def store_counts(self) -> list[tuple[str, bool, int, int]]:
+        """``(store_id, archived, memories, versions)`` of every store, for the
+        metrics' per-store gauges (one read at scrape time)."""
+        with self._txn() as c:
+            rows = c.execute(
+                "SELECT s.id AS id, s.archived_at AS archived_at,"
+                " (SELECT COUNT(*) FROM memories m WHERE m.store_id = s.id) AS memories,"
+                " (SELECT COUNT(*) FROM versions v WHERE v.store_id = s.id) AS versions"
+                " FROM stores s ORDER BY s.id").fetchall()
+        return [(r["id"], r["archived_at"] is not None, int(r["memories"]), int(r["versions"]))
+                for r in rows]
 
     def list_stores(
         self,

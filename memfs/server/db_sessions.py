@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,10 +39,22 @@ from memfs.slug import MOUNT_ROOT, mount_slugs
 MAX_STORES_PER_SESSION = 8
 MAX_INSTRUCTIONS = 4096
 MAX_INITIAL_EVENTS = 50
+# A session is echoed in every list page (up to 100 a page): each part is bounded,
+# and the whole session too, at creation.
+MAX_TITLE = 1024  # characters
+MAX_SYSTEM = 32_768  # characters of agent.system
+MAX_MODEL_JSON = 1024  # bytes of agent.model (an id, or a small config object)
+MAX_TOOLS = 128  # agent.tools entries
+MAX_SKILLS = 64  # agent.skills and agent.mcp_servers entries, each
+MAX_VAULTS = 64  # vault_ids
+MAX_BUDGET_JSON = 4096  # bytes of budget
+MAX_SESSION_JSON = 128 * 1024  # bytes of the whole session as stored and echoed
 #: Live tokens kept per session; issuing one more revokes the oldest.
 MAX_TOKENS_PER_SESSION = 16
 #: Every session token starts with this, so the server tells it from an API key.
 SESSION_TOKEN_PREFIX = "memfs_sesstok_"
+#: A well-formed token: the prefix and ``secrets.token_urlsafe(32)`` (43 characters).
+SESSION_TOKEN_RE = re.compile(r"memfs_sesstok_[A-Za-z0-9_-]{43}")
 _ACCESS = ("read_write", "read_only")
 #: What memfs serve puts where the hosted API resolves the agent's model.
 UNKNOWN_MODEL = "unknown"
@@ -80,12 +93,24 @@ def _id_string(value: object, name: str) -> str:
     return value
 
 
-def _opt_list(value: object, name: str) -> list[Any]:
+def _opt_list(value: object, name: str, limit: int | None = None) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
         raise invalid(f"{name} must be an array")
+    if limit is not None and len(value) > limit:
+        raise invalid(f"{name} holds at most {limit} entries")
     return value
+
+
+def _json_size(value: object) -> int:
+    """Bytes of ``value`` as JSON text (UTF-8; a lone surrogate counts as escaped)."""
+    return len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+
+def _check_json_size(value: object, name: str, limit: int) -> None:
+    if _json_size(value) > limit:
+        raise invalid(f"{name} is too large: at most {limit} bytes as JSON")
 
 
 def agent_snapshot(agent: object) -> dict[str, Any]:
@@ -119,9 +144,13 @@ def agent_snapshot(agent: object) -> dict[str, Any]:
         model = {"id": model}
     elif not (isinstance(model, dict) and isinstance(model.get("id"), str)):
         raise invalid("agent.model must be a model id or a model config object")
+    _id_string(model["id"], "agent.model id")
+    _check_json_size(model, "agent.model", MAX_MODEL_JSON)
     system = ref.get("system")
     if system is not None and not isinstance(system, str):
         raise invalid("agent.system must be a string")
+    if system is not None and len(system) > MAX_SYSTEM:
+        raise invalid(f"agent.system is at most {MAX_SYSTEM} characters")
     snap = {
         "type": "agent",
         "id": agent_id,
@@ -130,9 +159,9 @@ def agent_snapshot(agent: object) -> dict[str, Any]:
         "description": None,
         "system": system,
         "model": model,
-        "tools": _opt_list(ref.get("tools"), "agent.tools"),
-        "skills": _opt_list(ref.get("skills"), "agent.skills"),
-        "mcp_servers": _opt_list(ref.get("mcp_servers"), "agent.mcp_servers"),
+        "tools": _opt_list(ref.get("tools"), "agent.tools", MAX_TOOLS),
+        "skills": _opt_list(ref.get("skills"), "agent.skills", MAX_SKILLS),
+        "mcp_servers": _opt_list(ref.get("mcp_servers"), "agent.mcp_servers", MAX_SKILLS),
         "execution_identity": {"type": "service_account"},
         "multiagent": None,
     }
@@ -269,12 +298,18 @@ class SessionsMixin:
         if title is not None:
             if not isinstance(title, str):
                 raise invalid("title must be a string")
+            if len(title) > MAX_TITLE:
+                raise invalid(f"title is at most {MAX_TITLE} characters")
             _check_utf8(title, "title")
-        vaults = _opt_list(vault_ids, "vault_ids")
+        vaults = _opt_list(vault_ids, "vault_ids", MAX_VAULTS)
         if not all(isinstance(v, str) for v in vaults):
             raise invalid("vault_ids must be an array of strings")
+        if any(len(v) > 256 for v in vaults):
+            raise invalid("vault_ids entries are at most 256 characters")
         if budget is not None and not isinstance(budget, dict):
             raise invalid("budget must be an object")
+        if budget is not None:
+            _check_json_size(budget, "budget", MAX_BUDGET_JSON)
         events = _opt_list(initial_events, "initial_events")  # accepted; nothing runs
         if len(events) > MAX_INITIAL_EVENTS:
             raise invalid(f"initial_events holds at most {MAX_INITIAL_EVENTS} events")
@@ -283,6 +318,8 @@ class SessionsMixin:
         _check_json_text({"vault_ids": vaults, "budget": budget}, "session")
         body = {"agent": snap, "environment_id": env, "title": title, "metadata": metadata,
                 "vault_ids": vaults, "budget": budget}
+        _check_json_size({"body": body, "resources": attach}, "the session",
+                         MAX_SESSION_JSON)
         sid = new_id("sesn_")
         with self._txn(write=True) as c:
             # Lock the stores in id order (no deadlock between two creates), so none

@@ -27,13 +27,18 @@ from memfs.server.db import (
     not_found,
     parse_timestamp,
 )
+from memfs.server.jsonbody import (
+    MEMORY_WRITE_BODY_MAX,
+    OTHER_BODY_MAX,
+    SESSION_CREATE_BODY_MAX,
+    STORE_WRITE_BODY_MAX,
+)
 
 MEMORY_BETA = "agent-memory-2026-07-22"
 LEGACY_BETA = "managed-agents-2026-04-01"
 #: Session endpoints keep using the managed-agents beta (reference §1.3, §6.1).
 SESSIONS_BETA = LEGACY_BETA
 SESSION_HEADER = "x-memfs-session-id"
-MAX_BODY = 32 * 1024 * 1024
 
 _SESSION_RE = re.compile(r"^sesn_[A-Za-z0-9_-]{1,128}$")
 
@@ -320,6 +325,19 @@ SESSION_TOKEN_READS: frozenset[Op] = frozenset(
     {get_store, list_memories, get_memory, list_versions, get_version}
 )
 SESSION_TOKEN_WRITES: frozenset[Op] = frozenset({create_memory, update_memory, delete_memory})
+#: Each operation's route template (the metrics' ``route`` label).
+ROUTE_OF: dict[Op, str] = {
+    op: template for template, methods in ROUTE_TABLE for op in methods.values()
+}
+#: How large each operation's body may be (bytes); see ``jsonbody.py``.
+BODY_MAX: dict[Op, int] = {
+    **{op: OTHER_BODY_MAX for op in ROUTE_OF},
+    create_memory: MEMORY_WRITE_BODY_MAX,
+    update_memory: MEMORY_WRITE_BODY_MAX,
+    create_session: SESSION_CREATE_BODY_MAX,
+    create_store: STORE_WRITE_BODY_MAX,
+    update_store: STORE_WRITE_BODY_MAX,
+}
 ROUTES: list[tuple[re.Pattern[str], dict[str, Op]]] = [
     (compile_path(template)[0], methods) for template, methods in ROUTE_TABLE
 ]

@@ -10,8 +10,13 @@ protocol:
 * **A send deadline.** A response the client has not taken ``send_timeout``
   seconds after it was written (a reader that never reads keeps it in the
   server's buffers) resets the connection.
-* **A connection cap.** Past ``max_connections`` open connections, a new one is
-  closed at once instead of taking a file descriptor and memory.
+* **A connection cap, fair per client.** Past ``max_connections`` open
+  connections, or past a client address's share, a new one is closed at once
+  with 503 instead of taking a file descriptor and memory; near the cap, idle
+  connections of the busiest clients are closed first (``connections.py``).
+* **The request-head limit, enforced.** h11 checks its 16 KiB only on a head
+  that arrives in pieces; a whole head in one read was parsed at any size. A
+  head over ``MAX_HEAD`` gets 400 before h11 parses it, however it arrives.
 * **Errors in the API's envelope.** A request h11 cannot parse (an HTTP/0.9
   request line, a bad chunk size, oversized headers) gets 400 with the usual
   ``{"type": "error", ...}`` body, not uvicorn's plain text.
@@ -28,12 +33,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
+import re
 import resource
 import signal
 import socket
 import struct
+import time
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -42,9 +50,17 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from memfs.server.app import MemfsApp
+from memfs.server.connections import ConnectionLedger, client_key
 from memfs.server.http import new_request_id
+from memfs.server.metrics import ServerMetrics
 
 log = logging.getLogger("memfs.server")
+
+
+#: The documented request-head limit (request line and headers), bytes.
+MAX_HEAD = 16 * 1024
+# The end of a head, as h11 finds it (bare LF line ends are accepted too).
+_HEAD_END = re.compile(rb"\n\r?\n")
 
 
 def default_max_connections() -> int:
@@ -53,6 +69,25 @@ def default_max_connections() -> int:
     if soft == resource.RLIM_INFINITY:
         return 1000
     return max(16, min(1000, soft - 64))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback one (127.0.0.0/8, ::1)."""
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return False
+    try:
+        return bool(infos) and all(
+            ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]).is_loopback
+            for info in infos)
+    except ValueError:
+        return False
+
+
+def default_per_client(max_connections: int) -> int:
+    """A client address's share: a tenth of the cap, at least 8."""
+    return max(8, max_connections // 10)
 
 
 def _error_bytes(status: int, reason: str, etype: str, message: str) -> bytes:
@@ -70,7 +105,8 @@ class MemfsProtocol(H11Protocol):
 
     header_timeout: float = 10.0
     send_timeout: float = 60.0
-    max_connections: int = 1000
+    ledger: ConnectionLedger  # one per server, set by serve()
+    metrics: ServerMetrics | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -84,6 +120,8 @@ class MemfsProtocol(H11Protocol):
         self.app = app
         self._header_timer: asyncio.TimerHandle | None = None
         self._send_timer: asyncio.TimerHandle | None = None
+        self.client_key = "-"
+        self.last_active = time.monotonic()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -91,16 +129,35 @@ class MemfsProtocol(H11Protocol):
         if sock is not None:  # h11 writes the head and the body apart: no Nagle stall
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if len(self.connections) > self.max_connections:
-            log.warning("connection cap (%d) reached: closing a new connection",
-                        self.max_connections)
+        self.client_key = client_key(transport.get_extra_info("peername"))
+        refused = self.ledger.admit(self)
+        self._count_open()
+        if refused is not None:
+            message = ("too many connections from your address; retry"
+                       if refused == "per_client" else "too many connections; retry")
             transport.write(_error_bytes(503, "Service Unavailable", "overloaded_error",
-                                         "too many connections; retry"))
+                                         message))
             transport.close()
             return
         self._arm_header_timer()
 
+    def _count_open(self) -> None:
+        if self.metrics is not None:
+            self.metrics.connections_open.set(self.ledger.total)
+
+    def is_idle(self) -> bool:
+        """No request in progress: kept alive between requests, or still short of
+        a complete request head."""
+        return (not self.transport.is_closing() and self.conn.their_state is h11.IDLE
+                and (self.cycle is None or self.cycle.response_complete))
+
+    def close_idle(self) -> None:
+        """Closed by the ledger to make room near the cap (no answer: nothing was asked)."""
+        self.transport.close()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self.ledger.release(self)
+        self._count_open()
         self._disarm_header_timer()
         if self._send_timer is not None:
             self._send_timer.cancel()
@@ -108,6 +165,7 @@ class MemfsProtocol(H11Protocol):
         super().connection_lost(exc)
 
     def on_response_complete(self) -> None:
+        self.last_active = time.monotonic()
         # asyncio buffers whatever the client has not taken yet: a client that never
         # reads would keep the response in memory forever. It gets send_timeout.
         if self.transport.get_write_buffer_size() > 0 and self._send_timer is None:
@@ -122,6 +180,7 @@ class MemfsProtocol(H11Protocol):
             self._abort()
 
     def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
         # The deadline runs from the first byte of a request head (or from the
         # connect); an idle keep-alive connection is uvicorn's keep-alive timeout's.
         if self._header_timer is None and self.conn.their_state is h11.IDLE:
@@ -129,6 +188,27 @@ class MemfsProtocol(H11Protocol):
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:  # the head is complete
             self._disarm_header_timer()
+
+    def handle_events(self) -> None:
+        # Also runs for a pipelined request's head once the previous answer is out.
+        if self.conn.their_state is h11.IDLE and self._head_too_large():
+            self._refused_head("too_large")
+            self._reply_and_close(400, "Bad Request", "invalid_request_error",
+                                  f"request head is larger than {MAX_HEAD} bytes")
+            return
+        super().handle_events()
+
+    def _head_too_large(self) -> bool:
+        """Whether the request head waiting in h11's buffer is (or will be) over
+        MAX_HEAD, whether or not it is complete."""
+        buffered, _ = self.conn.trailing_data
+        if len(buffered) <= MAX_HEAD:
+            return False
+        return _HEAD_END.search(buffered, 0, MAX_HEAD) is None
+
+    def _refused_head(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.heads_refused.labels(reason).inc()
 
     def _arm_header_timer(self) -> None:
         self._disarm_header_timer()
@@ -146,10 +226,12 @@ class MemfsProtocol(H11Protocol):
         waiting_for_head = self.conn.their_state is h11.IDLE and (
             self.cycle is None or self.cycle.response_complete)
         if waiting_for_head:
+            self._refused_head("timeout")
             self._reply_and_close(408, "Request Timeout", "invalid_request_error",
                                   "request headers not received in time")
 
     def send_400_response(self, msg: str) -> None:
+        self._refused_head("malformed")
         self._reply_and_close(400, "Bad Request", "invalid_request_error",
                               "malformed HTTP request")
 
@@ -224,12 +306,20 @@ def bind(host: str, port: int) -> socket.socket:
 
 def serve(app: MemfsApp, sock: socket.socket, *, on_listening: Callable[[], None],
           header_timeout: float = 10.0, send_timeout: float = 60.0,
-          max_connections: int | None = None, keep_alive: int = 75) -> None:
+          max_connections: int | None = None, max_per_client: int | None = None,
+          keep_alive: int = 75) -> None:
     """Serve ``app`` on ``sock`` until SIGTERM/SIGINT."""
+    cap = max_connections or default_max_connections()
+    metrics = app.metrics
+    ledger = ConnectionLedger(
+        cap, max_per_client or default_per_client(cap),
+        on_refused=lambda reason: metrics.connections_refused.labels(reason).inc(),
+        on_shed=metrics.idle_closed.inc)
     protocol = type("BoundMemfsProtocol", (MemfsProtocol,), {
         "header_timeout": header_timeout,
         "send_timeout": send_timeout,
-        "max_connections": max_connections or default_max_connections(),
+        "ledger": ledger,
+        "metrics": metrics,
     })
     config = uvicorn.Config(
         app,
