@@ -982,6 +982,8 @@ async def _action(eng: Engine, kind: str) -> Any:
             return await eng.reconciler.reconcile_pass(full=kind == "reconcile")
         except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
             return f"offline: {type(exc).__name__}"  # Reconciler.run backs off: fine
+        except api_errors.APIError as exc:  # a refused listing: Reconciler.run reports it
+            return f"listing failed: {type(exc).__name__}"
     raise ValueError(kind)
 
 

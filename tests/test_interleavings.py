@@ -290,7 +290,9 @@ def cases(draw) -> tuple[Scenario, tuple]:
         draw(st.sampled_from(["push", "flush", "reconcile", "poll"])),
         draw(st.lists(st.one_of(LOCAL, REMOTE), min_size=1, max_size=3)),
         list_limit=draw(st.sampled_from([None, 2])))
-    where = ("hold", draw(st.integers(0, 3)), draw(st.sampled_from(FAULT_POINTS)))
+    where = draw(st.one_of(
+        st.tuples(st.just("hold"), st.integers(0, 3), st.sampled_from(FAULT_POINTS)),
+        st.tuples(st.just("outcome"), st.integers(0, 3), st.sampled_from(OUTCOMES))))
     return scenario, where
 
 

@@ -301,3 +301,24 @@ def test_temp_names_are_local_only(mounts, server):
     assert os.stat(m.path / ".big.swp").st_size == LIMIT * 3
     m.unmount()
     assert server_memories(server, store) == {"/a": "real\n"}
+
+
+def test_fallocate_is_not_supported_and_changes_nothing(mounts, server):
+    """memfs has no fallocate handler: the kernel answers EOPNOTSUPP (docs/SEMANTICS.md),
+    and the file is left as it was."""
+    store = mounts.new_store()
+    m = mounts.mount(store)
+    f = m.path / "a.md"
+    f.write_text("kept\n")
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    fd = os.open(f, os.O_RDWR)
+    try:
+        # fallocate(2) itself: glibc's posix_fallocate would fall back to writing zeros.
+        assert libc.fallocate(fd, 0, 0, 4096) == -1
+        assert ctypes.get_errno() == errno.EOPNOTSUPP
+    finally:
+        os.close(fd)
+    assert f.read_text() == "kept\n"
