@@ -351,6 +351,7 @@ class Pusher:
         except api_errors.APIError as exc:  # 403, 422, an unexpected 409...
             return self._failed(ticket, exc)
         st.push_landed(ticket, remote_of(memory))
+        ctx.events.pushed(memory.path, memory)
         return 1
 
     def _failed(self, ticket: PushTicket, exc: api_errors.APIError) -> int:
@@ -577,6 +578,7 @@ class Pusher:
             return False
         if mid in st.tombstones:
             st.tombstone_settled(mid)
+        ctx.events.pushed(tomb.base_path, memory_id=mid)
         return True
 
 
