@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import click
 import trio
 
@@ -200,7 +201,7 @@ async def poll_store(client: MemoryStoresClient, store_id: str, store: str,
         horizon = position - LOOKBACK
         for vid in [vid for vid, when in seen.items() if when < horizon]:
             del seen[vid]
-        await trio.sleep(interval)
+        await anyio.sleep(interval)  # trio, or asyncio under `memfs mcp --http`
 
 
 # -- the command ------------------------------------------------------------------------------
