@@ -132,6 +132,7 @@ def _build(stores: tuple[str, ...], session_id: str | None, mount: str | None,
     from .tool_store import StoreMemory, resolve_server
 
     link: MountLink | None = None
+    rows: list = []
     if mount is not None:
         link, rows, url = _mount_rows(mount, stores)
         base_url = base_url or url
@@ -140,6 +141,12 @@ def _build(stores: tuple[str, ...], session_id: str | None, mount: str | None,
     except (ConfigError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
     # rows: (store id, display name, directory name or None, read-only, mount dir)
+    if mount is not None and rows and rows[0][2] is None:  # a store mount: its name (slug)
+        try:
+            store = call_with_client(url, key, lambda c: c.get_store(rows[0][0]))
+            rows = [(store.id, store.name, None, *rows[0][3:])]
+        except Exception as exc:  # offline: the id stands for the name
+            logging.getLogger("memfs.mcp").warning("store name: %s", exc)
     if mount is not None:
         pass
     elif session_id is not None:
@@ -196,8 +203,8 @@ def _mount_rows(mount: str, stores: tuple[str, ...]):
     if "stores" not in info:  # a plain mount: one store, the mountpoint itself
         if stores and info["store_id"] not in stores:
             raise click.UsageError(f"{mount} holds {info['store_id']} only")
-        name = status.get("store_name") or info["store_id"]
-        rows = [(info["store_id"], name, None, bool(status.get("read_only")), Path(path))]
+        ro = bool(status.get("read_only"))
+        rows = [(info["store_id"], info["store_id"], None, ro, Path(path))]
         return MountLink(control_dir), rows, info.get("base_url")
     by_id = {s.get("store_id"): s for s in status.get("stores", [])}
     rows = []
