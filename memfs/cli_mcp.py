@@ -80,6 +80,13 @@ def mcp(stores: tuple[str, ...], session_id: str | None, mount: str | None, read
     stdio by default (for Claude Code, Claude Desktop and other harnesses)."""
     logging.basicConfig(stream=sys.stderr, level=os.environ.get("MEMFS_LOG_LEVEL", "WARNING"),
                         format="memfs mcp: %(levelname)s %(message)s")
+    try:
+        import mcp as _sdk  # noqa: F401
+    except ImportError:
+        raise click.ClickException("memfs mcp needs the MCP SDK: pip install "
+                                   "'memfs[mcp]'") from None
+    if token_file and not http:
+        raise click.UsageError("--token-file goes with --http")
     token = _token(token_file)
     host_port = _host_port(http) if http else None
     if host_port is not None:
@@ -89,13 +96,6 @@ def mcp(stores: tuple[str, ...], session_id: str | None, mount: str | None, read
             raise click.ClickException(
                 f"--http {http}: {host_port[0]} is not a loopback address, so every request "
                 f"must carry a bearer token: set ${TOKEN_ENV} or give --token-file")
-    elif token_file:
-        raise click.UsageError("--token-file goes with --http")
-    try:
-        import mcp as _sdk  # noqa: F401
-    except ImportError:
-        raise click.ClickException("memfs mcp needs the MCP SDK: pip install "
-                                   "'memfs[mcp]'") from None
     app = _build(stores, session_id, mount, read_only, poll_interval, page_size, base_url,
                  api_key_file)
     import anyio

@@ -135,6 +135,28 @@ def request(state_dir: Path, payload: dict, *, timeout: float = 10.0) -> dict:
     return json.loads(buf.split(b"\n", 1)[0])
 
 
+async def stream_async(state_dir: Path, payload: dict) -> AsyncIterator[dict]:
+    """:func:`stream` for async code (anyio: trio or asyncio), with no thread that could
+    outlive its caller blocked on a read."""
+    import anyio
+
+    if not (state_dir / SOCKET_NAME).exists():
+        raise FileNotFoundError("no control socket (is the daemon running?)")
+    with _short_path(state_dir) as short:
+        conn = await anyio.connect_unix(short)
+    async with conn:
+        await conn.send(json.dumps(payload).encode() + b"\n")
+        buf = b""
+        while True:
+            try:
+                buf += await conn.receive(65536)
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                return
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                yield json.loads(line)
+
+
 def stream(state_dir: Path, payload: dict, *, timeout: float = 10.0) -> Iterator[dict]:
     """Blocking client of a stream command: its objects as they come (no timeout
     once connected); ends when the daemon closes. Raises OSError when no daemon

@@ -477,32 +477,20 @@ class MemoryMCP:
             await anyio.sleep(self.poll_interval)
 
     async def _follow_mount(self) -> None:
-        """The daemon's `events` stream, read in a thread (the control client blocks);
-        when the daemon goes away, try again every poll interval."""
+        """The daemon's `events` stream; when the daemon goes away, try again every
+        poll interval."""
         assert self.mount is not None
-        link = self.mount
-        send, receive = anyio.create_memory_object_stream[dict](100)
-
-        def reader() -> None:
-            request: dict[str, Any] = {"cmd": "events"}
-            if link.store:
-                request["store"] = link.store
+        request: dict[str, Any] = {"cmd": "events"}
+        if self.mount.store:
+            request["store"] = self.mount.store
+        while True:
             try:
-                for line in control.stream(link.control_dir, request):
+                async for line in control.stream_async(self.mount.control_dir, request):
                     if "kind" in line:
-                        anyio.from_thread.run(send.send, line)
+                        await self.changed(line)
             except (OSError, ValueError) as exc:
                 log.warning("the mount's events: %s", exc)
-
-        async with anyio.create_task_group() as tg:
-            async def pump() -> None:
-                async for line in receive:
-                    await self.changed(line)
-
-            tg.start_soon(pump)
-            while True:
-                await anyio.to_thread.run_sync(reader, abandon_on_cancel=True)
-                await anyio.sleep(self.poll_interval)
+            await anyio.sleep(self.poll_interval)
 
 
 def _connection(ctx) -> int:

@@ -286,3 +286,25 @@ async def test_http_beyond_loopback_needs_its_token(server, tmp_path):
                     assert len((await session.list_tools()).tools) == 7
     finally:
         stop(proc)
+
+
+def exits_when_stdin_closes(env: dict, *args: str) -> None:
+    """A stdio server must end with its input, writing nothing but JSON-RPC to stdout."""
+    proc = subprocess.run([sys.executable, "-m", "memfs", "mcp", *args], env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (0, ""), proc.stderr
+
+
+def test_stdio_ends_with_stdin_and_refuses_bad_input(server, tmp_path):
+    store = new_store(server, "quiet")
+    env = env_for(server, tmp_path)
+    exits_when_stdin_closes(env, store)
+    for args, message in ((["no-such-store"], "no-such-store"),
+                          (["--mount", str(tmp_path)], "is not a live memfs mount"),
+                          ([store, "--http", "127.0.0.1:x"], "give HOST:PORT"),
+                          ([store, "--token-file", str(tmp_path / "t")], "goes with --http")):
+        proc = subprocess.run([sys.executable, "-m", "memfs", "mcp", *args], env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode != 0 and message in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr

@@ -16,7 +16,7 @@ from conftest import start_server
 from mcp.types import ResourceUpdatedNotification
 from mountutil import Mounts, needs_fuse
 from synchelpers import cat, sdk_create, sdk_update, wait_for
-from test_mcp import call, env_for, stdio_session
+from test_mcp import call, env_for, exits_when_stdin_closes, stdio_session
 from test_watch import Watcher
 from toolutil import outcome, sync_tool
 
@@ -93,6 +93,7 @@ async def test_mcp_over_a_mount_reads_from_its_cache(verbose, tmp_path):
             while not any(isinstance(n, ResourceUpdatedNotification) for n in notes):
                 await trio.sleep(0.05)
         assert cat(m.path / "a.md") == "changed\n"
+    exits_when_stdin_closes(env_for(server, tmp_path), "--mount", str(m.path))
 
 
 async def test_watchers_add_no_request_to_an_idle_mount(verbose, tmp_path):
