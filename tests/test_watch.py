@@ -167,3 +167,28 @@ async def test_a_slow_reader_drops_counts_and_is_told():
     bus.detach(sub)
     bus.remote("created", Memory("m", "memstore_x", "/z.md", None, 1, "s", "v"))
     assert sub.dropped == 0  # no subscriber: no event at all
+
+
+@needs_fuse
+def test_watch_a_store_of_a_session_root(mounts, server, watchers):
+    from test_session_mount import make_session
+
+    sdk = server.sdk()
+    prefs = sdk.beta.memory_stores.create(name="User Preferences").id
+    docs = sdk.beta.memory_stores.create(name="Reference Docs").id
+    sid = make_session(sdk, [{"type": "memory_store", "memory_store_id": prefs},
+                             {"type": "memory_store", "memory_store_id": docs}])
+    m = mounts.mount_group("--session", sid)
+    both = watchers(m.env, "--json", str(m.path))
+    one = watchers(m.env, "--json", str(m.path / "reference-docs"))
+    both.wait_started()
+    one.wait_started()
+    sdk_create(server, prefs, "/p.md", "p")
+    m.sync_now()
+    event = both.next()
+    assert (event["store"], event["store_id"], event["kind"], event["path"]) == (
+        "user-preferences", prefs, "created", "/p.md")
+    sdk_create(server, docs, "/d.md", "d")
+    m.sync_now()
+    assert (both.next()["store"], one.next()["store"]) == ("reference-docs", "reference-docs")
+    assert one.lines.empty()  # the other store's change never reached it
