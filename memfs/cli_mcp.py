@@ -62,7 +62,7 @@ def _host_port(text: str) -> tuple[str, int]:
               f"HOST needs a bearer token (${TOKEN_ENV} or --token-file).")
 @click.option("--token-file", default=None, help="With --http: the bearer token every "
               f"request must carry (default: ${TOKEN_ENV}).")
-@click.option("--poll-interval", default=5.0, show_default=True, type=click.FloatRange(0.1),
+@click.option("--poll-interval", default=2.0, show_default=True, type=click.FloatRange(0.1),
               help="Without --mount: seconds between polls of each store's versions "
               "(resource notifications).")
 @click.option("--page-size", default=100, show_default=True, type=click.IntRange(1, 1000),

@@ -130,7 +130,7 @@ class MemoryMCP:
     """The MCP server of some stores (one `Server`, any number of sessions)."""
 
     def __init__(self, stores: list[Served], *, base_url: str, api_key: str | None,
-                 mount: MountLink | None = None, poll_interval: float = 5.0,
+                 mount: MountLink | None = None, poll_interval: float = 2.0,
                  page_size: int = 100) -> None:
         if not stores:
             raise ValueError("no store to serve")

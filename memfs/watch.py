@@ -314,7 +314,7 @@ def _follow_store(target: str, since: str | None, interval: float,
 @click.option("--since", default=None, metavar="VERSION|TIME",
               help="Replay the versions list from a version id, an RFC 3339 time or an "
               "age (10m, 2h, 1d) first.")
-@click.option("--poll-interval", default=5.0, show_default=True, type=click.FloatRange(0.1),
+@click.option("--poll-interval", default=2.0, show_default=True, type=click.FloatRange(0.1),
               help="Without a mount: seconds between polls of the store's versions.")
 @click.option("--base-url", default=None, help="Without a mount: the API base URL "
               "(default: $ANTHROPIC_BASE_URL, else the embedded local server).")
