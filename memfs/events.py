@@ -105,7 +105,10 @@ class EventBus:
     # -- what the sync code calls (one line each) ---------------------------------------
 
     def learn(self, version: MemoryVersion) -> None:
-        """A version the feed read: its author, for the event that applies it."""
+        """A version the feed read: its author, for the event that applies it (read in
+        the same pass, so nothing is kept while nobody listens)."""
+        if not self.subscribers:
+            return
         self.authors[version.id] = version.created_by
         self.authors.move_to_end(version.id)
         mark = (version.created_at, version.id)
