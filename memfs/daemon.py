@@ -349,8 +349,9 @@ class Daemon:
             if not engines:
                 return {"ok": False, "error": f"no store {req.get('store')!r} under "
                         f"{self.cfg.mountpoint} ({', '.join(e.name or '' for e in self.engines)})"}
-            from .watch import follow_buses
-            return control.Stream(follow_buses(engines, req.get("since")))
+            from .watch import QUEUE_LIMIT, follow_buses
+            return control.Stream(follow_buses(engines, req.get("since"),
+                                               int(req.get("queue") or QUEUE_LIMIT)))
         if cmd == "unmount":
             self.cfg.flush_timeout = float(req.get("timeout", self.cfg.flush_timeout))
             self.shutdown_requested.set()

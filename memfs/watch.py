@@ -33,7 +33,7 @@ import trio
 from .api import errors as api_errors
 from .api.client import MemoryStoresClient
 from .api.models import MemoryVersion, format_time, parse_time
-from .events import DROPPED, Event, EventBus, Subscriber, version_events
+from .events import DROPPED, QUEUE_LIMIT, Event, EventBus, Subscriber, version_events
 from .sync.feed import LOOKBACK
 
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
@@ -95,10 +95,13 @@ async def _paths_before(client: MemoryStoresClient, store_id: str,
 # -- the daemon's side: `events` on the control socket ------------------------------------
 
 
-async def follow_buses(engines: list, since: str | None) -> AsyncIterator[dict]:
+async def follow_buses(engines: list, since: str | None, queue: int = QUEUE_LIMIT,
+                       ) -> AsyncIterator[dict]:
     """The `events` stream of a mount's daemon: a first line `{"ok": ...}`, the replay
-    (if asked), then every event its engines' buses emit, as JSON objects."""
-    sub = Subscriber()
+    (if asked), then every event its engines' buses emit, as JSON objects. At most
+    `queue` events wait for the reader; the rest are dropped, and the count is told
+    before the next event, or as soon as the reader has caught up."""
+    sub = Subscriber(max(1, min(queue, QUEUE_LIMIT)))
     buses: dict[str, tuple[EventBus, MemoryStoresClient]] = {}
     for engine in engines:
         buses[engine.ctx.store_id] = (engine.ctx.events, engine.ctx.client)
@@ -129,6 +132,10 @@ async def follow_buses(engines: list, since: str | None) -> AsyncIterator[dict]:
             bus, client = buses[event.store_id]
             await _fill_author(bus, client, event)
             yield event.to_json()
+            if not sub.receive.statistics().current_buffer_used:
+                lost = sub.take_dropped()
+                if lost is not None:
+                    yield lost.to_json()
     finally:
         for bus, _ in buses.values():
             bus.detach(sub)

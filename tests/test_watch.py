@@ -192,3 +192,40 @@ def test_watch_a_store_of_a_session_root(mounts, server, watchers):
     m.sync_now()
     assert (both.next()["store"], one.next()["store"]) == ("reference-docs", "reference-docs")
     assert one.lines.empty()  # the other store's change never reached it
+
+
+@needs_fuse
+def test_a_reader_that_stops_reading_never_slows_the_mount(mounts, server):
+    """A reader of the daemon's `events` stream that stops reading: the daemon's socket
+    buffer fills, then the reader's queue (5 here); further events are dropped and counted,
+    the mount goes on (a remote burst lands, a local write is pushed), and once the reader
+    reads again it is told how many it missed: delivered + dropped = every change."""
+    import socket as sockets
+
+    from memfs import control
+
+    store = mounts.new_store()
+    m = mounts.mount(store)
+    burst = 400
+    with control._short_path(m.state_dir) as short, \
+            sockets.socket(sockets.AF_UNIX) as sock:
+        sock.connect(short)
+        sock.sendall(json.dumps({"cmd": "events", "queue": 5}).encode() + b"\n")
+        lines = sock.makefile("rb")
+        assert json.loads(lines.readline())["ok"] is True
+        sdk = server.sdk()
+        for i in range(burst):  # not read meanwhile
+            sdk.beta.memory_stores.memories.create(store, path=f"/burst/{i}.md", content="x")
+        m.sync_now()
+        wait_for(lambda: len(list((m.path / "burst").iterdir())) == burst, what="burst")
+        (m.path / "mine.md").write_text("still writable\n")
+        flush(m)
+        delivered = dropped = 0
+        sock.settimeout(30)
+        while delivered + dropped < burst + 1:
+            event = json.loads(lines.readline())
+            if event["kind"] == "dropped":
+                dropped += event["dropped"]
+            else:
+                delivered += 1
+        assert dropped > 0 and delivered + dropped == burst + 1
