@@ -308,3 +308,23 @@ def test_stdio_ends_with_stdin_and_refuses_bad_input(server, tmp_path):
                               timeout=60)
         assert proc.returncode != 0 and message in proc.stderr, (args, proc.stderr)
         assert "Traceback" not in proc.stderr
+
+
+async def test_listen_streams_of_2026_clients(server, tmp_path):
+    """A client of the 2026-07-28 protocol (the SDK's `Client`, which negotiates it) gets
+    the same changes on a `subscriptions/listen` stream."""
+    from mcp import Client
+    from mcp.shared.subscriptions import ResourceUpdated
+
+    store = new_store(server, "listened")
+    sdk = server.sdk()
+    mid = sdk.beta.memory_stores.memories.create(store, path="/a.md", content="1").id
+    params = StdioServerParameters(command=sys.executable, env=env_for(server, tmp_path),
+                                   args=["-m", "memfs", "mcp", store, "--poll-interval", "0.2"])
+    async with Client(params) as client:
+        assert {t.name for t in (await client.list_tools()).tools} >= {"view", "search"}
+        async with client.listen(resource_subscriptions=["memory://listened/a.md"]) as sub:
+            sdk.beta.memory_stores.memories.update(mid, memory_store_id=store, content="2")
+            with trio.fail_after(60):
+                event = await sub.__anext__()
+        assert event == ResourceUpdated(uri="memory://listened/a.md")
