@@ -42,6 +42,9 @@ def environment(server, tmp_path: pathlib.Path, extra: dict | None = None) -> di
     env.pop("MEMFS_LOG_LEVEL", None)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     for name, value in (extra or {}).items():
+        assert name in ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY_FILE"), name
+        if name == "ANTHROPIC_BASE_URL":  # the hosted API in the doc, the test server here
+            value = server.base_url
         if name == "ANTHROPIC_API_KEY_FILE":  # the doc's path, made here with the test key
             value = str(tmp_path / "api-key")
             pathlib.Path(value).write_text(server.api_key + "\n")
