@@ -229,3 +229,16 @@ def test_a_reader_that_stops_reading_never_slows_the_mount(mounts, server):
             else:
                 delivered += 1
         assert dropped > 0 and delivered + dropped == burst + 1
+
+
+def test_watch_since_an_age_replays_without_a_mount(server, tmp_path, watchers):
+    store = server.sdk().beta.memory_stores.create(name="Replayed").id
+    mid = sdk_create(server, store, "/r.md", "1\n").id
+    sdk_update(server, store, mid, path="/s.md")
+    sdk_delete(server, store, mid)
+    w = watchers(mount_env(server, tmp_path), "--json", "--since", "10m", store)
+    w.wait_started()
+    got = [w.next() for _ in range(3)]
+    assert [(e["kind"], e["path"], e.get("old_path")) for e in got] == [
+        ("created", "/r.md", None), ("renamed", "/s.md", "/r.md"), ("deleted", "/s.md", None)]
+    assert all(e["author"]["type"] == "api_actor" for e in got)
