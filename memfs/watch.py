@@ -20,7 +20,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -169,15 +169,18 @@ async def _fill_author(bus: EventBus, client: MemoryStoresClient, event: Event) 
 
 
 async def poll_store(client: MemoryStoresClient, store_id: str, store: str,
-                     since: str | None, interval: float) -> AsyncIterator[Event]:
+                     since: str | None, interval: float,
+                     ready: Callable[[], None] = lambda: None) -> AsyncIterator[Event]:
     """Every change of the store from now (or from `since`), polling the versions list
     every `interval` seconds; a write committed out of order within LOOKBACK is
-    still caught (the window is asked again, seen ids skipped)."""
+    still caught (the window is asked again, seen ids skipped). `ready()` once "now"
+    is known: every change after that call is reported."""
     seen: dict[str, datetime] = {}
     paths: dict[str, str] = {}
     position = datetime(1970, 1, 1, tzinfo=UTC)
-    async for v in client.list_versions(store_id, limit=1):
+    async for v in client.list_versions(store_id, limit=1):  # the newest: one request
         position = parse_time(v.created_at)
+        break
     if since:
         for event in await replay(client, store_id, store, since):
             if event.version_id:
@@ -186,6 +189,8 @@ async def poll_store(client: MemoryStoresClient, store_id: str, store: str,
                 paths[event.memory_id] = event.path
             yield event
     first = since is None  # a replay already brought what was there
+    if not first:
+        ready()
     while True:
         fresh: list[MemoryVersion] = []
         async for v in client.list_versions(store_id,
@@ -200,6 +205,7 @@ async def poll_store(client: MemoryStoresClient, store_id: str, store: str,
                 if v.operation != "deleted" and v.path:
                     paths.setdefault(v.memory_id, v.path)
             first = False
+            ready()
         else:
             paths.update(await _paths_before(client, store_id, [
                 v for v in fresh if v.memory_id not in paths]))
@@ -289,13 +295,15 @@ def _follow_store(target: str, since: str | None, interval: float,
         except ValueError as exc:
             raise click.ClickException(str(exc)) from None
     out: queue.Queue = queue.Queue(maxsize=1000)
-    click.echo(f"watching {store.name or store.id} on {url}, polling every {interval:g} s "
-               "(Ctrl-C to stop)", err=True)
+
+    def ready() -> None:
+        click.echo(f"watching {store.name or store.id} on {url}, polling every {interval:g} s "
+                   "(Ctrl-C to stop)", err=True)
 
     async def run() -> None:
         async with MemoryStoresClient(url, key) as client:
             async for event in poll_store(client, store.id, store.name or store.id, since,
-                                          interval):
+                                          interval, ready):
                 out.put(event.to_json())
 
     def thread() -> None:
