@@ -66,6 +66,8 @@ URI_SCHEME = "memory://"
 RESOURCE_NOT_FOUND = -32002  # the MCP specification's code for an unknown resource
 #: The most search results one call returns.
 MAX_MATCHES = 200
+#: Seconds the server waits, at start, for each store's change feed position.
+STARTUP_WAIT = 10.0
 
 mimetypes.add_type("text/markdown", ".md")
 
@@ -455,22 +457,31 @@ class MemoryMCP:
             for subs in self.subscribed.values():
                 subs.pop(key, None)
 
-    async def follow(self) -> None:
-        """Feed `changed` forever: the mount's events, else each store's versions list."""
+    async def follow(self, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+        """Feed `changed` forever: the mount's events, else each store's versions list.
+        Started once every store's starting point is known (at most STARTUP_WAIT
+        seconds: an unreachable store must not keep the server from answering), so a
+        change made after the first request is never taken for an old one."""
         if self.mount is not None:
+            task_status.started()
             await self._follow_mount()
             return
         async with anyio.create_task_group() as tg:
-            for store in self.stores:
-                tg.start_soon(self._poll, store)
+            known = [anyio.Event() for _ in self.stores]
+            for store, event in zip(self.stores, known, strict=True):
+                tg.start_soon(self._poll, store, event.set)
+            with anyio.move_on_after(STARTUP_WAIT):
+                for event in known:
+                    await event.wait()
+            task_status.started()
 
-    async def _poll(self, store: Served) -> None:
+    async def _poll(self, store: Served, ready) -> None:
         while True:
             try:
                 async with MemoryStoresClient(self.base_url, self._api_key,
                                               sleep=anyio.sleep) as client:
                     async for event in poll_store(client, store.store_id, store.slug, None,
-                                                  self.poll_interval):
+                                                  self.poll_interval, ready):
                         await self.changed(event.to_json())
             except (api_errors.APIError, OSError) as exc:
                 log.warning("polling %s: %s", store.slug, exc)
@@ -529,7 +540,7 @@ async def serve_stdio(app: MemoryMCP) -> None:
     from mcp.server.stdio import stdio_server
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(app.follow)
+        await tg.start(app.follow)
         async with stdio_server() as (read, write):
             await app.server.run(read, write, app.init_options)
         tg.cancel_scope.cancel()
@@ -585,6 +596,6 @@ async def serve_http(app: MemoryMCP, host: str, port: int, token: str | None,
     on_listening(sock.getsockname()[1])
     server = uvicorn.Server(uvicorn.Config(asgi, log_level="warning", lifespan="on"))
     async with anyio.create_task_group() as tg:
-        tg.start_soon(app.follow)
+        await tg.start(app.follow)
         await server.serve(sockets=[sock])
         tg.cancel_scope.cancel()
