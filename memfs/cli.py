@@ -16,6 +16,8 @@ LAZY_COMMANDS = {
     "stores": "memfs.cli_mount:stores",
     "conflicts": "memfs.cli_conflicts:conflicts",  # list / restore / discard local versions
     "tool": "memfs.cli_tool:tool",           # the memory tool straight over a store
+    "mcp": "memfs.cli_mcp:mcp",              # the memory tool and memories as an MCP server
+    "watch": "memfs.watch:watch",            # a store's changes as they are applied
     "history": "memfs.cli_history:history",  # a file's versions, from the versions API
     "show": "memfs.cli_history:show",
     "restore": "memfs.cli_history:restore",

@@ -343,6 +343,15 @@ class Daemon:
                 return {"ok": False, "error": "name the store: a directory under "
                         f"{self.cfg.mountpoint} ({', '.join(e.name for e in self.engines)})"}
             return engine.conflict_command(cmd, req)
+        if cmd == "events":
+            engines = self.engines if not req.get("store") else \
+                [e for e in self.engines if e.name == req.get("store")]
+            if not engines:
+                return {"ok": False, "error": f"no store {req.get('store')!r} under "
+                        f"{self.cfg.mountpoint} ({', '.join(e.name or '' for e in self.engines)})"}
+            from .watch import QUEUE_LIMIT, follow_buses
+            return control.Stream(follow_buses(engines, req.get("since"),
+                                               int(req.get("queue") or QUEUE_LIMIT)))
         if cmd == "unmount":
             self.cfg.flush_timeout = float(req.get("timeout", self.cfg.flush_timeout))
             self.shutdown_requested.set()

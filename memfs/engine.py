@@ -60,6 +60,7 @@ class StoreEngine:
             opening.callback(self.cache.close)
             self.client = client
             self.ctx = SyncContext(self.state, self.cache, client, cfg.store_id, cfg.options)
+            self.ctx.events.store = name or cfg.store_id  # what `memfs watch` calls it
             self.ctx.idle_for = fs.idle_for
             owner = tuple(cfg.owner) if cfg.owner else None
             self.ops = Operations(self.state, self.cache, read_only=cfg.options.read_only,

@@ -49,6 +49,7 @@ from .tool_text import (
     missing,
     missing_short,
     not_a_file,
+    read_only,
     render_directory,
     render_file,
     replace_once,
@@ -154,10 +155,17 @@ class StoreMemory:
         timeout: float = 30.0,
         backoff_base: float = 0.25,
         backoff_max: float = 4.0,
+        base: tuple[str, ...] = (),
+        read_only: bool = False,
     ) -> None:
+        """``base``: the store is ``/memories/<base...>`` (``memfs mcp`` with several
+        stores); ``read_only``: every change is refused, before anything is sent."""
         if not isinstance(store_id, str) or not store_id:
             raise ValueError("store_id must be a non-empty string")
         self.store_id = store_id
+        self.base = base
+        self.root = "/".join((ROOT, *base))
+        self.read_only = read_only
         self.base_url = base_url
         self._api_key = api_key
         self._client_options: dict[str, Any] = {
@@ -266,6 +274,13 @@ class StoreMemory:
                 f"The memory store at {self.base_url} cannot be used: {exc}"
             ) from None
 
+    def _resolve(self, path: object, *, changing: bool = True) -> ToolPath:
+        """The path in this store; a change of a read-only store is refused here."""
+        target = resolve(path, self.base)
+        if changing and self.read_only:
+            raise ToolFailure(read_only(target.raw, self.root))
+        return target
+
     # ------------------------------------------------------------------ lookups
 
     @staticmethod
@@ -321,10 +336,37 @@ class StoreMemory:
                 return True
         return False
 
+    # ------------------------------------------------------------------ for memfs mcp
+
+    async def memories(self, prefix: str = "/", *, content: bool = False) -> list[Memory]:
+        """Every memory below `prefix` (a directory path ending in ``/``), with its
+        content if asked: the MCP server's resources and its search without a mount.
+        Store errors are the commands' sentences (ToolFailure)."""
+
+        async def run(call: _Call) -> list[Memory]:
+            listing = call.client.list_memories(
+                call.store_id, path_prefix=prefix, view="full" if content else "basic",
+                limit=100,
+            )
+            return [item async for item in listing if isinstance(item, Memory)]
+
+        return await self._guard(run, None)
+
+    async def read_memory(self, memory_path: str) -> Memory | None:
+        """The memory at a store path with its content; None when there is none."""
+        target = ToolPath(self.root + memory_path, tuple(memory_path.strip("/").split("/")),
+                          self.root)
+
+        async def run(call: _Call) -> Memory | None:
+            found = await self._lookup(call, target)
+            return await self._read(call, found) if isinstance(found, Memory) else None
+
+        return await self._guard(run, None)
+
     # ------------------------------------------------------------------ commands
 
     async def view(self, path: object, view_range: object = None) -> str:
-        target = resolve(path)
+        target = self._resolve(path, changing=False)
 
         async def run(call: _Call) -> str:
             for _ in range(MAX_ATTEMPTS):
@@ -347,7 +389,7 @@ class StoreMemory:
         return await self._guard(run, None)
 
     async def create(self, path: object, file_text: object) -> str:
-        target = resolve(path)
+        target = self._resolve(path)
         if not isinstance(file_text, str):
             raise ToolFailure("The create command needs `file_text` to be a string")
 
@@ -366,7 +408,7 @@ class StoreMemory:
                     blocker, target.memory_path
                 ):
                     raise ToolFailure(
-                        f"File {target.raw} was not created: {ROOT}{blocker} is a file, so it "
+                        f"File {target.raw} was not created: {self.root}{blocker} is a file, so it "
                         "cannot hold other files."
                     ) from None
                 if call.retries > before:  # maybe our first attempt, saved, answer lost
@@ -427,7 +469,7 @@ class StoreMemory:
             new_str = ""  # the memory tool's documentation: an omitted new_str deletes old_str
         if not isinstance(new_str, str):
             raise ToolFailure("The str_replace command needs `new_str` to be a string")
-        target = resolve(path)
+        target = self._resolve(path)
         replacement: str = new_str
         return await self._edit(
             target, lambda content: replace_once(target.raw, content, old_str, replacement)
@@ -436,7 +478,7 @@ class StoreMemory:
     async def insert(self, path: object, insert_line: object, insert_text: object) -> str:
         if not isinstance(insert_text, str):
             raise ToolFailure("The insert command needs `insert_text` to be a string")
-        target = resolve(path)
+        target = self._resolve(path)
         return await self._edit(
             target, lambda content: insert_lines(target.raw, content, insert_line, insert_text)
         )
@@ -495,9 +537,9 @@ class StoreMemory:
         return await self._guard(run, target.raw)
 
     async def delete(self, path: object) -> str:
-        target = resolve(path)
+        target = self._resolve(path)
         if target.is_root:
-            raise ToolFailure(f"Cannot delete the {ROOT} directory itself")
+            raise ToolFailure(f"Cannot delete the {self.root} directory itself")
 
         async def run(call: _Call) -> str:
             for attempt in range(MAX_ATTEMPTS):
@@ -586,10 +628,10 @@ class StoreMemory:
             return []
 
     async def rename(self, old_path: object, new_path: object) -> str:
-        old = resolve(old_path)
-        new = resolve(new_path)
+        old = self._resolve(old_path)
+        new = self._resolve(new_path)
         if old.is_root:
-            raise ToolFailure(f"Cannot rename the {ROOT} directory itself")
+            raise ToolFailure(f"Cannot rename the {self.root} directory itself")
         done = f"Successfully renamed {old.raw} to {new.raw}"
 
         async def run(call: _Call) -> str:
@@ -654,7 +696,7 @@ class StoreMemory:
         blocker = exc.conflicting_path or ""
         if blocker and paths.is_ancestor(blocker, new.memory_path):
             return (
-                f"Cannot rename {old.raw} to {new.raw}: {ROOT}{blocker} is a file, so it "
+                f"Cannot rename {old.raw} to {new.raw}: {new.root}{blocker} is a file, so it "
                 "cannot hold other files."
             )
         return f"The destination {new.raw} already exists"
@@ -672,7 +714,7 @@ class StoreMemory:
             except paths.PathError as exc:
                 raise ToolFailure(
                     f"Cannot rename {old.raw} to {new.raw}: the memory store does not accept "
-                    f"the new path of {ROOT}{memory.path} ({_refused_reason(exc)})."
+                    f"the new path of {self.root}{memory.path} ({_refused_reason(exc)})."
                 ) from None
         done = 0
         for _ in range(MAX_DIRECTORY_ROUNDS):

@@ -28,6 +28,7 @@ __all__ = [
     "missing",
     "missing_short",
     "not_a_file",
+    "read_only",
 ]
 
 #: What the agent calls the store's root.
@@ -67,6 +68,7 @@ class ToolPath:
 
     raw: str
     segments: tuple[str, ...]
+    root: str = "/memories"  # where the store is: ``/memories/<slug>`` for one of several
 
     @property
     def is_root(self) -> bool:
@@ -79,10 +81,10 @@ class ToolPath:
 
     def shown(self, memory_path: str) -> str:
         """How the agent would name another memory path (``/p`` is ``/memories/p``)."""
-        return ROOT + memory_path
+        return self.root + memory_path
 
 
-def resolve(path: object) -> ToolPath:
+def resolve(path: object, base: tuple[str, ...] = ()) -> ToolPath:
     """Check a tool path and find the memory path it names.
 
     The reference tests ``startswith("/memories")`` on the raw string (so
@@ -90,6 +92,9 @@ def resolve(path: object) -> ToolPath:
     the rest the way the OS would: empty and ``.`` segments vanish and ``..`` climbs,
     even above the root and back (``/memories/../memories/a`` is ``/a``). A store has
     no symlinks, so that resolution is purely lexical here.
+
+    ``base``: the store is the directory ``/memories/<base...>`` (several stores served
+    together, each under its slug, as in a session mount); the path must land in it.
     """
     if not isinstance(path, str) or not path.startswith(ROOT):
         raise ToolFailure(f"Path must start with {ROOT}, got: {path}")
@@ -104,7 +109,13 @@ def resolve(path: object) -> ToolPath:
         where.append(name)
     if where[:2] != [_ABOVE, "memories"]:
         raise ToolFailure(f"Path {path} would escape {ROOT} directory")
-    return ToolPath(raw=path, segments=tuple(str(n) for n in where[2:]))
+    segments = tuple(str(n) for n in where[2:])
+    if not base:
+        return ToolPath(raw=path, segments=segments)
+    root = "/".join((ROOT, *base))
+    if segments[: len(base)] != base:
+        raise ToolFailure(f"Path {path} is not in the memory store at {root}")
+    return ToolPath(raw=path, segments=segments[len(base) :], root=root)
 
 
 # --------------------------------------------------------------------------- messages
@@ -122,6 +133,12 @@ def missing_short(path: str) -> str:
 
 def not_a_file(path: str) -> str:
     return f"The path {path} is not a file."
+
+
+def read_only(path: str, root: str) -> str:
+    """The refusal of every change in a read-only store (a session's ``read_only``
+    resource, an archived store), made before anything is sent."""
+    return f"{path} was not changed: the memory store at {root} is read-only."
 
 
 # --------------------------------------------------------------------------- view

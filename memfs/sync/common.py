@@ -22,6 +22,7 @@ import trio
 from ..api import errors as api_errors
 from ..api.client import MemoryStoresClient
 from ..cache import BlobCache
+from ..events import EventBus
 from ..mountconfig import SyncOptions
 from ..nodes import Node, Remote
 from ..state import State
@@ -89,6 +90,7 @@ class SyncContext:
         #: background work yields to the mount's users. Without a mount: always quiet.
         self.idle_for: Callable[[], float] = lambda: math.inf
         self.fetcher = Fetcher(self, concurrency=options.push_concurrency)
+        self.events = EventBus(store_id)  # `memfs watch`, `memfs mcp` (memfs/events.py)
         # Directories that remote changes empty or create: the kernel's entry follows.
         state.on_entry = lambda parent, name: self.invalidate(("entry", parent, name))
 
@@ -158,6 +160,7 @@ class SyncContext:
                                      gen=gen, tombstone_own=tombstone_own)
         path = self.state.path_of(node)
         if cid is not None:
+            self.events.conflict(path, full)
             self.status.note(f"conflict #{cid} at {path}: {reason}; the server's version is in "
                              f"the tree, yours is kept (memfs conflicts)")
         self.invalidate(("inode", node.ino))

@@ -59,6 +59,7 @@ class Feed:
     last_poll: float | None = None              # monotonic, of the last good poll
     position_seen_at: float = 0.0               # monotonic: when position last moved
     look_back: bool = False                     # the next poll looks back in any case
+    learn: Callable[[MemoryVersion], None] = lambda v: None  # each version read (events)
 
     async def head(self) -> datetime:
         """The newest version's time (the feed position a listing starts from)."""
@@ -111,6 +112,7 @@ class Feed:
         for v in versions:  # newest first: the first one of a memory is its newest
             when = parse_time(v.created_at)
             self.seen[v.id] = when
+            self.learn(v)
             if when > self.position:
                 self.position, self.position_seen_at = when, time.monotonic()
             if v.memory_id not in newest:

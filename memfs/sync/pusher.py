@@ -383,6 +383,7 @@ class Pusher:
         except api_errors.APIError as exc:  # 403, 422, an unexpected 409...
             return self._failed(ticket, exc)
         st.push_landed(ticket, remote_of(memory))
+        ctx.events.pushed(memory.path, memory)
         return 1
 
     async def _send(self, ticket: PushTicket, request: Awaitable[Memory]) -> Memory:
@@ -625,6 +626,7 @@ class Pusher:
             return False
         if mid in st.tombstones:
             st.tombstone_settled(mid)
+        ctx.events.pushed(tomb.base_path, memory_id=mid)
         return True
 
 

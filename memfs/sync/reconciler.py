@@ -46,7 +46,7 @@ class Reconciler:
         self.ctx = ctx
         self.state = ctx.state
         self._parked_since: dict[str, float] = {}
-        self.feed = Feed(ctx.client, ctx.store_id)
+        self.feed = Feed(ctx.client, ctx.store_id, learn=ctx.events.learn)
         self.last_full: float | None = None  # monotonic time of the last full listing
         self.last_pass: float | None = None  # monotonic time of the last finished pass
 
@@ -259,6 +259,7 @@ class Reconciler:
                                  "not shown until that is resolved")
         else:
             self._entry_changed(node)
+            self.ctx.events.remote("created", m)
 
     def _fingerprint(self, mid: str) -> tuple:
         """What a row can change about one memory here (to see whether it acted)."""
@@ -360,6 +361,7 @@ class Reconciler:
             try:
                 st.remote_content(node, remote_of(m), gen=node.gen)
                 ctx.invalidate(("inode", node.ino))
+                ctx.events.remote("modified", m)
             except Deferred:
                 return
         elif content is C.CONFLICT:
@@ -376,6 +378,7 @@ class Reconciler:
             if st.remote_moved(node, m.path):
                 ctx.invalidate(("entry", old_parent, old_name))
                 self._entry_changed(node)
+                ctx.events.remote("renamed", m, old_path=local.path)
             else:
                 ctx.status.note(f"cannot move {local.path} to {m.path} (renamed on the "
                                 "server): the place is taken locally")
@@ -394,6 +397,7 @@ class Reconciler:
         st, ctx = self.state, self.ctx
         path = st.path_of(node)
         parent, name = node.parent, node.name
+        ctx.events.deleted(path, node.memory_id)
         row = decide.absent_row(local_of(st, node), found=False)
         st.remote_deleted(node, keep=row is decide.Absent.KEEP_AS_NEW)
         if row is decide.Absent.KEEP_AS_NEW:

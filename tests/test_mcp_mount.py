@@ -1,0 +1,133 @@
+"""`memfs mcp --mount` and `memfs watch` on a live mount: reads from the mount's cache,
+changes from the daemon's own feed, and not one request more for an idle mount (counted
+in `memfs serve --verbose`'s request log)."""
+
+from __future__ import annotations
+
+# ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
+import os
+import pathlib
+import re
+import time
+
+import pytest
+import trio
+from conftest import start_server
+from mcp.types import ResourceUpdatedNotification
+from mountutil import Mounts, needs_fuse
+from synchelpers import cat, sdk_create, sdk_update, wait_for
+from test_mcp import call, env_for, exits_when_stdin_closes, stdio_session
+from test_watch import Watcher
+from toolutil import outcome, sync_tool
+
+pytestmark = needs_fuse
+
+#: A /v1/ request in the server's --verbose log: (method, path).
+REQUEST = re.compile(r"memfs\.server: \S+ ([A-Z]+) (/v1/\S*?)(?:\?\S*)? (?:\d{3}|dropped) ")
+
+
+def requests(log: pathlib.Path, start: int) -> list[tuple[str, str]]:
+    with open(log, "rb") as f:
+        f.seek(start)
+        return REQUEST.findall(f.read().decode(errors="replace"))
+
+
+def is_feed_poll(request: tuple[str, str]) -> bool:
+    method, path = request
+    return method == "GET" and path.rstrip("/").endswith("/memory_versions")
+
+
+@pytest.fixture
+def verbose(tmp_path):
+    """A `memfs serve --verbose` (every request in its log) and mounts on it."""
+    sp = start_server(tmp_path, api_key="test-key", extra_args=("--fault-control",
+                                                                "--verbose"))
+    ms = Mounts(sp, tmp_path)
+    try:
+        yield sp, ms
+    finally:
+        ms.cleanup()
+        sp.stop()
+
+
+async def test_mcp_over_a_mount_reads_from_its_cache(verbose, tmp_path):
+    server, mounts = verbose
+    store = mounts.new_store("Mounted Notes")
+    mid = sdk_create(server, store, "/a.md", "alpha\nbeta\n").id
+    sdk_create(server, store, "/d/b.md", "gamma\n")
+    m = mounts.mount(store)
+    wait_for(lambda: cat(m.path / "d" / "b.md") == "gamma\n", what="seeded")
+    reference = sync_tool(server, store)
+    notes: list = []
+    async with stdio_session(env_for(server, tmp_path), "--mount", str(m.path),
+                             notes=notes) as session:
+        reads = [{"command": "view", "path": "/memories"},
+                 {"command": "view", "path": "/memories/a.md"},
+                 {"command": "view", "path": "/memories/a.md", "view_range": [2, 2]},
+                 {"command": "view", "path": "/memories/d"},
+                 {"command": "view", "path": "/memories/nope.md"}]
+        expected = [await trio.to_thread.run_sync(outcome, reference, c) for c in reads]
+        start = server.log_path.stat().st_size
+        assert [await call(session, c) for c in reads] == expected
+        uris = [r.uri for r in (await session.list_resources()).resources]
+        assert uris == ["memory://mounted-notes/a.md", "memory://mounted-notes/d/b.md"]
+        read = await session.read_resource("memory://mounted-notes/d/b.md")
+        assert read.contents[0].text == "gamma\n"
+        found = await session.call_tool("search", {"pattern": "mm"})
+        assert found.content[0].text.endswith("/memories/d/b.md:1: gamma")
+        # Every read above came from the mount: at most its own feed polls meanwhile.
+        assert all(is_feed_poll(r) for r in requests(server.log_path, start))
+
+        # A change through the tool goes to the store, and the mount shows it at once.
+        assert await call(session, {"command": "create", "path": "/memories/new.md",
+                                    "file_text": "fresh\n"}) == (
+            "ok", "File created successfully at: /memories/new.md")
+        assert cat(m.path / "new.md") == "fresh\n"
+        assert (await call(session, {"command": "view", "path": "/memories/new.md"}))[1] \
+            .endswith("     1\tfresh\n     2\t")
+
+        # A change made elsewhere: `updated`, from the daemon's feed.
+        await session.subscribe_resource("memory://mounted-notes/a.md")
+        sdk_update(server, store, mid, content="changed\n")
+        with trio.fail_after(60):
+            while not any(isinstance(n, ResourceUpdatedNotification) for n in notes):
+                await trio.sleep(0.05)
+        assert cat(m.path / "a.md") == "changed\n"
+    exits_when_stdin_closes(env_for(server, tmp_path), "--mount", str(m.path))
+
+
+async def test_watchers_add_no_request_to_an_idle_mount(verbose, tmp_path):
+    """An idle mount makes its feed polls and nothing else; with a `memfs watch` and a
+    `memfs mcp --mount` attached it makes exactly the same kind and no more of them.
+    `MEMFS_IDLE_WINDOW` (seconds, default 4) lengthens the windows for docs/BENCHMARKS.md."""
+    server, mounts = verbose
+    window = float(os.environ.get("MEMFS_IDLE_WINDOW", "4"))
+    store = mounts.new_store("idle")
+    for i in range(20):
+        sdk_create(server, store, f"/n/{i}.md", f"note {i}\n")
+    m = mounts.mount(store)  # --poll-interval 1
+    wait_for(lambda: cat(m.path / "n" / "19.md") == "note 19\n", what="seeded")
+    m.wait_synced()
+    await trio.sleep(2)  # the start-up listing and prefetch are over
+
+    def measure() -> list[tuple[str, str]]:
+        start = server.log_path.stat().st_size
+        time.sleep(window)
+        return requests(server.log_path, start)
+
+    alone = await trio.to_thread.run_sync(measure)
+    watcher = Watcher(m.env, "--json", str(m.path))
+    try:
+        watcher.wait_started()
+        async with stdio_session(env_for(server, tmp_path), "--mount", str(m.path)) as session:
+            await session.list_tools()
+            watched = await trio.to_thread.run_sync(measure)
+    finally:
+        watcher.stop()
+    print(f"\nidle mount, {window:g} s, --poll-interval 1: alone {len(alone)} request(s) "
+          f"({sum(map(is_feed_poll, alone))} feed polls); with memfs watch and memfs mcp "
+          f"--mount: {len(watched)} ({sum(map(is_feed_poll, watched))} feed polls)")
+    assert alone and all(is_feed_poll(r) for r in alone), alone
+    assert watched and all(is_feed_poll(r) for r in watched), watched
+    assert len(watched) <= window / 1.0 + 1  # one poll a second at most, as alone
+    assert watcher.lines.empty()  # nothing changed: nothing printed

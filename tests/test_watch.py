@@ -1,0 +1,244 @@
+"""`memfs watch`: a store's changes, one line each, from a live mount's own feed (the
+daemon's `events` stream) or, without a mount, from the versions list it polls."""
+
+from __future__ import annotations
+
+# ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
+import json
+import queue
+import subprocess
+import sys
+import threading
+
+import pytest
+from mountutil import mount_env, mounts, needs_fuse  # noqa: F401
+from synchelpers import cat, flush, sdk_create, sdk_delete, sdk_update, wait_for
+
+from memfs.events import Event, EventBus, Subscriber
+
+
+class Watcher:
+    """`memfs watch ARGS` as a process; its stdout lines on a queue, its stderr kept."""
+
+    def __init__(self, env: dict, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "memfs", "watch", *args], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.err: list[str] = []
+        self.started = threading.Event()
+        threading.Thread(target=self._pump_out, daemon=True).start()
+        threading.Thread(target=self._pump_err, daemon=True).start()
+
+    def _pump_out(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def _pump_err(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.err.append(line)
+            if line.startswith("watching "):
+                self.started.set()
+
+    def wait_started(self) -> None:
+        assert self.started.wait(60), "".join(self.err)
+
+    def next(self, timeout: float = 60) -> dict:
+        try:
+            return json.loads(self.lines.get(timeout=timeout))
+        except queue.Empty:
+            raise AssertionError(f"no event; stderr: {''.join(self.err)}") from None
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+@pytest.fixture
+def watchers():
+    made: list[Watcher] = []
+    yield lambda env, *args: made.append(Watcher(env, *args)) or made[-1]
+    for w in made:
+        w.stop()
+
+
+@needs_fuse
+def test_watch_json_on_a_mount_in_order_with_authors(mounts, server, watchers):
+    store = mounts.new_store()
+    conflicted = sdk_create(server, store, "/c.md", "base\n").id
+    m = mounts.mount(store, "--write-back-delay", "30")
+    wait_for(lambda: cat(m.path / "c.md") == "base\n", what="seeded")
+    w = watchers(m.env, "--json", str(m.path))
+    w.wait_started()
+
+    def step(action, kind: str, path: str) -> dict:
+        action()
+        m.sync_now()
+        event = w.next()
+        assert (event["kind"], event["path"]) == (kind, path), event
+        assert event["store_id"] == store and event["version_id"].startswith("memver_")
+        assert event["author"]["type"] == "api_actor" and event["author"]["api_key_id"], event
+        assert event["time"].endswith("Z")
+        return event
+
+    mid = step(lambda: sdk_create(server, store, "/a.md", "one\n"), "created", "/a.md")[
+        "memory_id"]
+    step(lambda: sdk_update(server, store, mid, content="two\n"), "modified", "/a.md")
+    renamed = step(lambda: sdk_update(server, store, mid, path="/b.md"), "renamed", "/b.md")
+    assert renamed["old_path"] == "/a.md"
+    step(lambda: sdk_delete(server, store, mid), "deleted", "/b.md")
+
+    def local_write() -> None:
+        (m.path / "local.md").write_text("mine\n")
+        flush(m)
+
+    pushed = step(local_write, "pushed", "/local.md")
+    versions = server.sdk().beta.memory_stores.memory_versions.list(
+        store, memory_id=pushed["memory_id"])
+    assert pushed["version_id"] == next(iter(versions)).id
+
+    def conflict() -> None:
+        (m.path / "c.md").write_text("local edit\n")
+        sdk_update(server, store, conflicted, content="remote edit\n")
+
+    step(conflict, "conflict", "/c.md")
+    assert w.lines.empty()
+
+
+@needs_fuse
+def test_watch_human_lines_and_since_replay(mounts, server, watchers):
+    store = mounts.new_store("Team Notes")
+    mid = sdk_create(server, store, "/x.md", "1\n").id
+    first = next(iter(server.sdk().beta.memory_stores.memory_versions.list(
+        store, memory_id=mid))).id
+    sdk_update(server, store, mid, path="/y.md")
+    sdk_delete(server, store, mid)
+    m = mounts.mount(store)
+    w = watchers(m.env, str(m.path), "--since", first)
+    w.wait_started()
+    lines = [w.lines.get(timeout=60) for _ in range(2)]
+    assert " renamed /x.md -> /y.md (api:" in lines[0], lines
+    assert " deleted /y.md (api:" in lines[1], lines
+    assert lines[0].split()[1] == store  # a plain mount names its store by id
+
+
+def test_watch_without_mount_polls_the_versions_list(server, tmp_path, watchers):
+    store = server.sdk().beta.memory_stores.create(name="Polled").id
+    env = mount_env(server, tmp_path)
+    w = watchers(env, "--json", "--poll-interval", "0.2", "polled")
+    w.wait_started()
+    mid = sdk_create(server, store, "/p.md", "1\n").id
+    assert (w.next()["kind"], "/p.md") == ("created", "/p.md")
+    sdk_update(server, store, mid, path="/q.md")
+    event = w.next()
+    assert (event["kind"], event["old_path"], event["path"]) == ("renamed", "/p.md", "/q.md")
+    assert event["store"] == "Polled" and event["author"]["type"] == "api_actor"
+
+
+def test_watch_refuses_a_bad_since(server, tmp_path):
+    server.sdk().beta.memory_stores.create(name="s")
+    proc = subprocess.run([sys.executable, "-m", "memfs", "watch", "s", "--since", "soon"],
+                          env=mount_env(server, tmp_path), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1
+    assert "--since 'soon': give a version id" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+async def test_a_slow_reader_drops_counts_and_is_told():
+    """The bus never waits for a reader: past the queue's size events are dropped, and
+    the reader learns how many with the next one it takes."""
+    bus, sub = EventBus("memstore_x", "notes"), Subscriber(limit=3)
+    bus.attach(sub)
+    from memfs.api.models import Memory
+
+    for i in range(10):
+        bus.remote("created", Memory(f"mem_{i}", "memstore_x", f"/{i}.md", None, 1, "s",
+                                     f"memver_{i}"))
+    got = [sub.receive.receive_nowait() for _ in range(3)]
+    assert [e.path for e in got] == ["/0.md", "/1.md", "/2.md"]
+    lost = sub.take_dropped()
+    assert isinstance(lost, Event) and lost.dropped == 7 and sub.take_dropped() is None
+    bus.detach(sub)
+    bus.remote("created", Memory("m", "memstore_x", "/z.md", None, 1, "s", "v"))
+    assert sub.dropped == 0  # no subscriber: no event at all
+
+
+@needs_fuse
+def test_watch_a_store_of_a_session_root(mounts, server, watchers):
+    from test_session_mount import make_session
+
+    sdk = server.sdk()
+    prefs = sdk.beta.memory_stores.create(name="User Preferences").id
+    docs = sdk.beta.memory_stores.create(name="Reference Docs").id
+    sid = make_session(sdk, [{"type": "memory_store", "memory_store_id": prefs},
+                             {"type": "memory_store", "memory_store_id": docs}])
+    m = mounts.mount_group("--session", sid)
+    both = watchers(m.env, "--json", str(m.path))
+    one = watchers(m.env, "--json", str(m.path / "reference-docs"))
+    both.wait_started()
+    one.wait_started()
+    sdk_create(server, prefs, "/p.md", "p")
+    m.sync_now()
+    event = both.next()
+    assert (event["store"], event["store_id"], event["kind"], event["path"]) == (
+        "user-preferences", prefs, "created", "/p.md")
+    sdk_create(server, docs, "/d.md", "d")
+    m.sync_now()
+    assert (both.next()["store"], one.next()["store"]) == ("reference-docs", "reference-docs")
+    assert one.lines.empty()  # the other store's change never reached it
+
+
+@needs_fuse
+def test_a_reader_that_stops_reading_never_slows_the_mount(mounts, server):
+    """A reader of the daemon's `events` stream that stops reading: the daemon's socket
+    buffer fills, then the reader's queue (5 here); further events are dropped and counted,
+    the mount goes on (a remote burst lands, a local write is pushed), and once the reader
+    reads again it is told how many it missed: delivered + dropped = every change."""
+    import socket as sockets
+
+    from memfs import control
+
+    store = mounts.new_store()
+    m = mounts.mount(store)
+    burst = 400
+    with control._short_path(m.state_dir) as short, \
+            sockets.socket(sockets.AF_UNIX) as sock:
+        sock.connect(short)
+        sock.sendall(json.dumps({"cmd": "events", "queue": 5}).encode() + b"\n")
+        lines = sock.makefile("rb")
+        assert json.loads(lines.readline())["ok"] is True
+        sdk = server.sdk()
+        for i in range(burst):  # not read meanwhile
+            sdk.beta.memory_stores.memories.create(store, path=f"/burst/{i}.md", content="x")
+        m.sync_now()
+        wait_for(lambda: len(list((m.path / "burst").iterdir())) == burst, what="burst")
+        (m.path / "mine.md").write_text("still writable\n")
+        flush(m)
+        delivered = dropped = 0
+        sock.settimeout(30)
+        while delivered + dropped < burst + 1:
+            event = json.loads(lines.readline())
+            if event["kind"] == "dropped":
+                dropped += event["dropped"]
+            else:
+                delivered += 1
+        assert dropped > 0 and delivered + dropped == burst + 1
+
+
+def test_watch_since_an_age_replays_without_a_mount(server, tmp_path, watchers):
+    store = server.sdk().beta.memory_stores.create(name="Replayed").id
+    mid = sdk_create(server, store, "/r.md", "1\n").id
+    sdk_update(server, store, mid, path="/s.md")
+    sdk_delete(server, store, mid)
+    w = watchers(mount_env(server, tmp_path), "--json", "--since", "10m", store)
+    w.wait_started()
+    got = [w.next() for _ in range(3)]
+    assert [(e["kind"], e["path"], e.get("old_path")) for e in got] == [
+        ("created", "/r.md", None), ("renamed", "/s.md", "/r.md"), ("deleted", "/s.md", None)]
+    assert all(e["author"]["type"] == "api_actor" for e in got)
