@@ -95,7 +95,19 @@ SWAP = [("write", "/a.md", "A"), ("write", "/b.md", "B"), ("push",)]
 SWAP_RENAMES = [("rename", "/a.md", "/t.md"), ("rename", "/b.md", "/a.md"),
                 ("rename", "/t.md", "/b.md")]
 
+def _is_create(rec) -> bool:
+    return rec.method == "POST" and rec.path.endswith("/memories")
+
+
 SCENARIOS = [
+    Scenario(
+        "two_lost_creates_then_edits", [("write", "/x.md", "v1")], "push",
+        [("write", "/x.md", "v2")],
+        faults=[FaultRule(_is_create, kind="lose", origins=("action", "settle"), times=2)],
+        sole_writer=True,
+        doc="issue 20: the answers of two creates of one file are lost, with an edit between "
+            "them; before, the second create's 409 forgot the first's sha and the edit "
+            "became a false conflict (\"another writer created the same path\")"),
     Scenario(
         "editor_save_during_update", PUSHED_X, "push", [("save_as", "/x.md", "v3")],
         doc="defect 1: temp file renamed over x.md while x.md's update is on the wire"),
