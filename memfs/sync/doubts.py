@@ -27,6 +27,7 @@ clock). Doubts are rare: only a request that got no answer makes one.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ..api import errors as api_errors
@@ -42,27 +43,34 @@ log = logging.getLogger(__name__)
 SKEW = 600.0
 
 
-async def resolve(ctx: SyncContext) -> int:
-    """Resolve every request in doubt; returns how many were resolved. Called with the
-    sync lock held. A transient error propagates (the pass goes offline and the doubts
-    stay); any other refusal leaves that doubt for the next pass."""
+@dataclass
+class Resolved:
+    """What one resolution did: requests resolved, and of those, applied (their change
+    reached the server: a push, counted as one)."""
+
+    resolved: int = 0
+    applied: int = 0
+
+
+async def resolve(ctx: SyncContext) -> Resolved:
+    """Resolve every request in doubt. Called with the sync lock held. A transient error
+    propagates (the pass goes offline and the doubts stay); any other refusal leaves that
+    doubt for the next pass."""
     st = ctx.state
+    done = Resolved()
     if not st.doubts:
-        return 0
+        return done
     tickets = list(st.doubts.values())
     creates = [t for t in tickets if t.memory_id is None]
     updates = [t for t in tickets if t.memory_id is not None]
-    resolved = 0
 
     async def one_update(ticket: PushTicket) -> None:
-        nonlocal resolved
-        if await _resolve_update(ctx, ticket):
-            resolved += 1
+        await _resolve_update(ctx, ticket, done)
 
     await gather_bounded(updates, one_update, ctx.options.push_concurrency)
     if creates:
-        resolved += await _resolve_creates(ctx, creates)
-    return resolved
+        await _resolve_creates(ctx, creates, done)
+    return done
 
 
 def _since(ticket_time: float) -> str:
@@ -74,8 +82,9 @@ def _seen(v: Memory | MemoryVersion) -> decide.Seen:
 
 
 def _apply(ctx: SyncContext, ticket: PushTicket, row: decide.Doubt,
-           remote: Remote | None) -> None:
+           remote: Remote | None, done: Resolved) -> None:
     st = ctx.state
+    done.resolved += 1
     if row is decide.Doubt.NOT_APPLIED or remote is None:
         log.info("request in doubt for %s: not applied on the server", ticket.path)
         st.push_not_applied(ticket)
@@ -88,6 +97,7 @@ def _apply(ctx: SyncContext, ticket: PushTicket, row: decide.Doubt,
     log.info("request in doubt for %s: applied on the server (%s); its lost answer is "
              "applied now", ticket.path, remote.id)
     st.push_landed(ticket, remote)
+    done.applied += 1
     ctx.kick()
 
 
@@ -101,7 +111,7 @@ def _superseded(ctx: SyncContext, ticket: PushTicket) -> bool:
     return item is not None and item.base_sha not in (ticket.base_sha, ticket.written[1])
 
 
-async def _resolve_update(ctx: SyncContext, ticket: PushTicket) -> bool:
+async def _resolve_update(ctx: SyncContext, ticket: PushTicket, done: Resolved) -> None:
     assert ticket.memory_id is not None
     client, store = ctx.client, ctx.store_id
     written = ticket.written
@@ -119,7 +129,7 @@ async def _resolve_update(ctx: SyncContext, ticket: PushTicket) -> bool:
     except api_errors.APIError as exc:
         ctx.status.note(f"cannot tell whether the change to {ticket.path} reached the "
                         f"server ({exc}); it waits")
-        return False
+        return
     row = decide.doubt_row(written, _seen(head) if head else None,
                            [_seen(v) for v in history])
     remote = None
@@ -130,11 +140,11 @@ async def _resolve_update(ctx: SyncContext, ticket: PushTicket) -> bool:
         size = next((v.content_size_bytes or 0 for v in history
                      if (v.path, v.content_sha256) == written), 0)
         remote = Remote(ticket.memory_id, *written, size)
-    _apply(ctx, ticket, row, remote)
-    return True
+    _apply(ctx, ticket, row, remote, done)
 
 
-async def _resolve_creates(ctx: SyncContext, tickets: list[PushTicket]) -> int:
+async def _resolve_creates(ctx: SyncContext, tickets: list[PushTicket],
+                           done: Resolved) -> None:
     """One read of the versions created since the oldest create in doubt was sent."""
     since = _since(min(t.sent_at for t in tickets))
     try:
@@ -145,7 +155,7 @@ async def _resolve_creates(ctx: SyncContext, tickets: list[PushTicket]) -> int:
     except api_errors.APIError as exc:
         ctx.status.note(f"cannot tell whether {len(tickets)} create(s) reached the server "
                         f"({exc}); they wait")
-        return 0
+        return
     st = ctx.state
     for ticket in tickets:
         # A memory this mount knows is not the one a lost create made (an earlier create
@@ -157,5 +167,4 @@ async def _resolve_creates(ctx: SyncContext, tickets: list[PushTicket]) -> int:
         if row is not decide.Doubt.NOT_APPLIED:
             v = mine[0]  # the newest (newest first)
             remote = Remote(v.memory_id, *ticket.written, v.content_size_bytes or 0)
-        _apply(ctx, ticket, row, remote)
-    return len(tickets)
+        _apply(ctx, ticket, row, remote, done)

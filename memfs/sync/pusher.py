@@ -192,7 +192,9 @@ class Pusher:
                 # What happened to a request whose answer was lost decides what the
                 # file's next request is: resolve before sending anything.
                 try:
-                    result.progress += await doubts.resolve(self.ctx)
+                    done = await doubts.resolve(self.ctx)
+                    result.progress += done.resolved
+                    result.pushed += done.applied  # the change did reach the server
                 except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
                     result.offline = exc
                     result.left = self.pending_total()

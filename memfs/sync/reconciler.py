@@ -126,7 +126,7 @@ class Reconciler:
                 return
             # A request whose answer was lost: what the server did is ours, not a
             # stranger's change (a memory our lost create made is not "new").
-            await doubts.resolve(ctx)
+            ctx.status.pushed += (await doubts.resolve(ctx)).applied
             started = time.time()
             since = self.state.epoch
             due = (self.last_full is None
