@@ -35,6 +35,17 @@ class LazyGroup(click.Group):
             self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
         return super().get_command(ctx, cmd_name)
 
+    def invoke(self, ctx: click.Context):
+        """Any API error a command did not word itself is still one line, not a
+        traceback (commands say more through `memfs.cli_errors`)."""
+        from .api import errors as api_errors
+        from .cli_errors import describe
+
+        try:
+            return super().invoke(ctx)
+        except api_errors.APIError as exc:
+            raise click.ClickException(describe(None, exc)) from None
+
 
 @click.group(cls=LazyGroup)
 @click.version_option(package_name="memfs")

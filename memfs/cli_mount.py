@@ -23,6 +23,7 @@ from .api import errors as api_errors
 from .api import tls
 from .api.config import ConfigError, resolve_config
 from .api.oneshot import call_with_client
+from .cli_errors import call, check_url, describe, warn_open_key_file
 from .completion import complete_mountpoints, complete_stores
 from .mountconfig import (
     DEFAULT_LOCAL_ONLY_PATTERNS,
@@ -57,8 +58,10 @@ def _server_info(base_url: str | None, api_key_file: str | None,
         cfg = resolve_config(base_url, None, api_key_file)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
+    warn_open_key_file(api_key_file or (None if os.environ.get("ANTHROPIC_API_KEY")
+                                        else os.environ.get("ANTHROPIC_API_KEY_FILE")))
     if cfg.base_url:
-        return cfg.base_url, cfg.api_key, False
+        return check_url(cfg.base_url), cfg.api_key, False
     from .local_server import ensure_local_server
 
     try:
@@ -189,6 +192,9 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
                     "cached") from None
             click.echo(f"memfs: {url} is unreachable; mounting from the cache (offline)",
                        err=True)
+        except api_errors.APIError as exc:
+            raise click.ClickException(describe(url, exc, f"cannot mount {store_id}")) \
+                from None
         cfg = MountConfig(store_id=store_id, mountpoint=mountpoint, base_url=url,
                           state_dir=str(state_dir), options=options, embedded=embedded,
                           store_name=store_name, **common)
@@ -330,6 +336,8 @@ def _plan_group(session_id, root, base_url, api_key_file, cache_dir, options, re
         cfg = _offline_group(session_id, where, cached, url=url, cache_dir=cache_dir,
                              options=options, read_only=read_only, embedded=embedded,
                              **common)
+    except api_errors.APIError as exc:
+        raise click.ClickException(describe(url, exc, "cannot plan the mount")) from None
     return cfg, key
 
 
@@ -664,7 +672,7 @@ def stores_list(base_url, api_key_file, include_archived, as_json):
     async def go(c):
         return [s async for s in c.list_stores(include_archived=include_archived)]
 
-    items = call_with_client(url, key, go)
+    items = call(url, key, go, "cannot list stores")
     if as_json:
         click.echo(json.dumps([_store_json(s) for s in items], indent=2))
         return
@@ -680,7 +688,8 @@ def stores_list(base_url, api_key_file, include_archived, as_json):
 def stores_create(name, description, base_url, api_key_file):
     """Create a store; prints its id."""
     url, key = _server(base_url, api_key_file)
-    s = call_with_client(url, key, lambda c: c.create_store(name, description=description))
+    s = call(url, key, lambda c: c.create_store(name, description=description),
+             f"cannot create store {name!r}")
     click.echo(s.id)
 
 
@@ -695,5 +704,6 @@ def stores_archive(store_id, base_url, api_key_file):
     if found.archived:
         click.echo(f"{found.describe()} is already archived")
         return
-    s = call_with_client(url, key, lambda c: c.archive_store(found.id))
+    s = call(url, key, lambda c: c.archive_store(found.id),
+             f"cannot archive {found.describe()}")
     click.echo(f"archived {s.id}")

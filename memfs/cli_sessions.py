@@ -15,6 +15,7 @@ import click
 from . import storenames
 from .api import errors as api_errors
 from .api.oneshot import call_with_client
+from .cli_errors import call, describe
 from .cli_mount import _server
 from .completion import complete_stores
 
@@ -67,10 +68,7 @@ def sessions_create(stores_, agent, environment, base_url, api_key_file):
                     for name, access in wanted]
         return await c.create_session(attached, agent=agent, environment_id=environment)
 
-    try:
-        s = call_with_client(url, key, go)
-    except api_errors.APIStatusError as exc:
-        raise click.ClickException(exc.message) from None
+    s = call(url, key, go, "cannot create the session")
     for r in s.memory_stores:
         click.echo(f"  {r.mount_path}\t{r.access}\t{r.name}", err=True)
     click.echo(s.id)
@@ -93,7 +91,7 @@ def sessions_list(store, as_json, base_url, api_key_file):
                 store_id = (await storenames.resolve(c, store)).id
         return [s async for s in c.list_sessions(store_id)]
 
-    items = call_with_client(url, key, go)
+    items = call(url, key, go, "cannot list sessions")
     if as_json:
         click.echo(json.dumps([_session_json(s) for s in items], indent=2))
         return
@@ -113,4 +111,7 @@ def sessions_show(session_id, as_json, base_url, api_key_file):
         s = call_with_client(url, key, lambda c: c.get_session(session_id))
     except api_errors.NotFoundError:
         raise click.ClickException(f"unknown session {session_id} on {url}") from None
+    except api_errors.APIError as exc:
+        raise click.ClickException(describe(url, exc, f"cannot show session {session_id}")) \
+            from None
     click.echo(json.dumps(_session_json(s), indent=2) if as_json else _describe(s))
