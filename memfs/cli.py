@@ -48,7 +48,7 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup)
-@click.version_option(package_name="memfs")
+@click.version_option(package_name="memfs-fuse")  # the distribution's name
 def main() -> None:
     """Mount Memory Stores as filesystems."""
 

@@ -9,7 +9,8 @@ No FUSE mount is needed: each command goes to the store through memfs's API clie
 drop into its tool runners unchanged; answers and error texts are those of the SDK's
 ``BetaLocalFilesystemMemoryTool`` (see docs/TOOL.md for the two documented differences).
 
-This module needs the ``anthropic`` package (``pip install 'memfs[tool]'``); the rest of
+This module needs the ``anthropic`` package (the ``tool`` extra of the ``memfs-fuse``
+distribution: ``pip install -e '.[tool]'`` in a checkout); the rest of
 memfs never imports it.
 """
 
