@@ -76,7 +76,7 @@ def _is_mounted(path: str) -> bool:
         return any(line.split()[1].encode().decode("unicode_escape") == real for line in f)
 
 
-def _preflight(mountpoint: str) -> None:
+def _preflight(mountpoint: str, allow_non_empty: bool = False) -> None:
     if not os.path.exists("/dev/fuse"):
         raise click.ClickException("/dev/fuse is missing: load the fuse module (modprobe fuse)")
     if shutil.which("fusermount3") is None:
@@ -85,6 +85,24 @@ def _preflight(mountpoint: str) -> None:
         raise click.ClickException(f"{mountpoint} is busy: something is already mounted there")
     if not os.path.isdir(mountpoint):
         raise click.ClickException(f"mountpoint {mountpoint} does not exist or is not a directory")
+    if not allow_non_empty:
+        _refuse_non_empty(mountpoint)
+
+
+def _refuse_non_empty(mountpoint: str) -> None:
+    """A mount hides what the directory holds until it is unmounted (rclone's rule:
+    refuse unless asked), so files there seem lost."""
+    try:
+        with os.scandir(mountpoint) as entries:
+            names = sorted(e.name for e in entries)
+    except OSError as exc:
+        raise click.ClickException(f"cannot read {mountpoint}: {exc.strerror}") from None
+    if names:
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        raise click.ClickException(
+            f"{mountpoint} is not empty ({len(names)} entr{'y' if len(names) == 1 else 'ies'}: "
+            f"{shown}): a mount would hide them until unmounted; use an empty directory, "
+            "or --allow-non-empty")
 
 
 # -- mount -------------------------------------------------------------------------------
@@ -134,13 +152,18 @@ def _preflight(mountpoint: str) -> None:
               help="Bound on the flush at unmount or SIGTERM.")
 @click.option("--show-meta", is_flag=True, help="List the read-only .memfs directory "
               "(version history) in the root; it is always reachable by name.")
+@click.option("--allow-non-empty", is_flag=True, help="Mount over a directory that holds "
+              "files (hidden until unmount); refused by default.")
+@click.option("--allow-partial", is_flag=True, help="--session/--all: mount the stores that "
+              "can be mounted when others cannot (each one left out is named); without it "
+              "nothing is mounted and the exit status is 1.")
 @click.option("--local-only", "local_only", multiple=True, metavar="GLOB",
               help="Another file-name pattern kept local-only, never uploaded (repeatable; "
               "added to: " + " ".join(DEFAULT_LOCAL_ONLY_PATTERNS) + ").")
 def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, base_url,
           api_key_file, read_only, foreground, cache_dir, write_back_delay, delete_delay,
           poll_interval, full_resync, no_feed, deletes, no_prefetch, flush_timeout, show_meta,
-          local_only):
+          allow_non_empty, allow_partial, local_only):
     """Mount STORE (an id, a name or a name's slug) at MOUNTPOINT; returns once the
     mount is live.
 
@@ -161,12 +184,15 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
         if all_stores and store_id is None:
             raise click.UsageError("--all needs ROOT")
         _mount_group(session_id, store_id, base_url, api_key_file, cache_dir, options,
-                     read_only, foreground, common)
+                     read_only, foreground, common,
+                     allow=dict(non_empty=allow_non_empty, partial=allow_partial))
         return
+    if allow_partial:
+        raise click.UsageError("--allow-partial goes with --session or --all")
     if store_id is None or mountpoint is None:
         raise click.UsageError("give STORE and MOUNTPOINT (or --session / --all)")
     mountpoint = os.path.abspath(mountpoint)
-    _preflight(mountpoint)
+    _preflight(mountpoint, allow_non_empty)
     with _Daemon.start(foreground) as daemon:  # importing while the store is looked up
         tls.prepare()
         url, api_key, embedded = _server_info(base_url, api_key_file)
@@ -268,19 +294,20 @@ def _owner(uid: int | None, gid: int | None) -> list[int] | None:
 
 
 def _mount_group(session_id, root, base_url, api_key_file, cache_dir, options, read_only,
-                 foreground, common) -> None:
+                 foreground, common, allow: dict) -> None:
     """`--session` / `--all`: plan the root, then start one daemon for all its stores."""
     with _Daemon.start(foreground) as daemon:  # importing while the root is planned
         tls.prepare()
         cfg, key = _plan_group(session_id, root, base_url, api_key_file, cache_dir, options,
                                read_only, common)
+        cfg.allow_partial = allow["partial"]
         if not os.path.exists(cfg.root) and not _is_mounted(cfg.root):
             try:
                 os.makedirs(cfg.root, mode=0o755)
             except OSError as exc:
                 raise click.ClickException(f"cannot create {cfg.root}: {exc.strerror}") \
                     from None
-        _preflight(cfg.root)
+        _preflight(cfg.root, allow["non_empty"])
         for store in cfg.stores:
             remember(f"{cfg.root}/{store.name}", Path(store.state_dir), store.store_id,
                      cfg.base_url)
@@ -289,11 +316,27 @@ def _mount_group(session_id, root, base_url, api_key_file, cache_dir, options, r
 
             sys.exit(run(cfg, foreground=True, api_key=key))
         daemon.hand_over(cfg, key)
+    skipped = _left_out(cfg)
+    gone = {s["store_id"] for s in skipped}
     what = f"session {session_id}" if session_id else "every store"
     click.echo(f"mounted {what} at {cfg.root}: " + (", ".join(
         f"{s.name}" + (" (read-only)" if s.read_only or cfg.read_only else "")
-        for s in cfg.stores) or "no stores"))
+        for s in cfg.stores if s.store_id not in gone) or "no stores"))
+    for s in skipped:  # only with --allow-partial: else the daemon refused to mount
+        click.echo(f"memfs: left out {s['name']} ({s['store_id']}): {s['error']}", err=True)
     _done()
+
+
+def _left_out(cfg: GroupConfig) -> list[dict]:
+    """The stores of a live root its daemon could not open (--allow-partial)."""
+    from . import control
+
+    if not cfg.allow_partial:
+        return []
+    try:
+        return control.request(Path(cfg.group_dir), {"cmd": "status"})["status"]["skipped"]
+    except (OSError, ValueError, KeyError) as exc:
+        return [{"name": "?", "store_id": "?", "error": f"the daemon does not say ({exc})"}]
 
 
 def _plan_group(session_id, root, base_url, api_key_file, cache_dir, options, read_only,

@@ -385,6 +385,15 @@ def setup_logging(state_dir: Path, foreground: bool) -> None:
     logging.getLogger("httpcore").setLevel(logging.WARNING)
 
 
+def left_out(cfg: GroupConfig, skipped: list[dict], *, mounted: int) -> str:
+    """Why a root is not mounted: each store that cannot open, and why (one line)."""
+    why = "; ".join(f"{s['name']}: {s['error']}" for s in skipped)
+    hint = ("" if not mounted else
+            "; --allow-partial mounts the others")
+    return (f"{len(skipped)} of {len(skipped) + mounted} store(s) of {cfg.root} cannot be "
+            f"mounted ({why}): nothing mounted{hint}")
+
+
 def run(cfg: MountConfig | GroupConfig, *, foreground: bool, api_key: str | None,
         ready_fd: int | None = None) -> int:
     """Mount and serve until unmounted; returns the exit status."""
@@ -414,6 +423,13 @@ def run(cfg: MountConfig | GroupConfig, *, foreground: bool, api_key: str | None
         log.exception("the daemon could not start")
         report(f"ERROR the daemon could not start: {type(exc).__name__}: {exc} "
                f"(see {control_dir / 'daemon.log'})")
+        return 1
+    if isinstance(cfg, GroupConfig) and daemon.skipped and (
+            not cfg.allow_partial or not daemon.engines):
+        daemon.close()
+        message = left_out(cfg, daemon.skipped, mounted=len(daemon.engines))
+        log.error("%s", message)
+        report(f"ERROR {message}")
         return 1
     reg = registry_file(cfg.mountpoint)  # before mounting: it resolves paths
     try:
