@@ -508,7 +508,11 @@ def _pid_alive(pid: int) -> bool:
 @click.option("--timeout", type=click.FloatRange(0), default=30.0, show_default=True,
               help="Bound on the flush of pending changes.")
 def unmount(mountpoint, timeout):
-    """Flush pending changes, unmount MOUNTPOINT and wait for its daemon to exit."""
+    """Flush pending changes, unmount MOUNTPOINT and wait for its daemon to exit.
+
+    Names every file that stays local, and why. Exit status 3: unmounted, but some
+    change did not reach the server (the server refused a file, or it could not be
+    reached in time: kept in the journal for the next mount); 1: not unmounted."""
     mountpoint = os.path.abspath(mountpoint)
     info = read_registry(mountpoint)
     if info is None:
@@ -549,6 +553,27 @@ def unmount(mountpoint, timeout):
     if left:
         click.echo(f"  {left} change(s) stay journaled and go out on the next mount"
                    + (f" ({reply['offline']})" if reply.get("offline") else ""))
+    if not report_kept(reply) or left:
+        sys.exit(NOT_ALL_PUSHED)
+
+
+#: `memfs unmount`'s exit status when it unmounted but something written there did
+#: not reach the server (each file named); 1 means it did not unmount.
+NOT_ALL_PUSHED = 3
+
+
+def report_kept(reply: dict) -> bool:
+    """Name each file a flush could not push, and why; True when every file the user
+    wrote reached the server (editor temp files are local by design)."""
+    not_pushed, temp = reply.get("not_pushed", []), reply.get("local_only", [])
+    if not_pushed:
+        click.echo(f"  {len(not_pushed)} file(s) stay here only, NOT on the server:")
+        for item in not_pushed:
+            click.echo(f"    {item['path']}: {item['reason']}")
+    if temp:
+        click.echo(f"  {len(temp)} editor/tool temp file(s) stay local by design: "
+                   + ", ".join(i["path"] for i in temp[:5]) + (", ..." if len(temp) > 5 else ""))
+    return not not_pushed
 
 
 # -- status ------------------------------------------------------------------------------

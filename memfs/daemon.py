@@ -156,7 +156,8 @@ class Daemon:
         stores = await self._each(lambda e: e.final_flush(self.cfg.flush_timeout))
         total = {"pushed": sum(s["pushed"] for s in stores),
                  "left": sum(s["left"] for s in stores),
-                 "offline": next((s["offline"] for s in stores if s["offline"]), None)}
+                 "offline": next((s["offline"] for s in stores if s["offline"]), None),
+                 **_kept(stores)}
         if self.group:
             total["stores"] = stores
         return total
@@ -330,7 +331,8 @@ class Daemon:
                 return {"ok": True, **await self.engines[0].flush(timeout)}
             stores = await self._each(lambda e: e.flush(timeout))
             return {"ok": True, "pushed": sum(s["pushed"] for s in stores),
-                    "left": sum(s["left"] for s in stores), "stores": stores}
+                    "left": sum(s["left"] for s in stores), "stores": stores,
+                    **_kept(stores)}
         if cmd == "sync":
             full = bool(req.get("full"))
             if not self.group:
@@ -383,6 +385,16 @@ def setup_logging(state_dir: Path, foreground: bool) -> None:
     root.setLevel(level)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("httpcore").setLevel(logging.WARNING)
+
+
+def _kept(stores: list[dict]) -> dict:
+    """Every store's kept-local files, their paths prefixed with the store's directory
+    under a session root (a plain mount has one store and no name)."""
+    def under(s: dict, item: dict) -> dict:
+        return {**item, "path": f"/{s['name']}{item['path']}"} if s.get("name") else item
+
+    return {kind: [under(s, i) for s in stores for i in s.get(kind, [])]
+            for kind in ("not_pushed", "local_only")}
 
 
 def left_out(cfg: GroupConfig, skipped: list[dict], *, mounted: int) -> str:

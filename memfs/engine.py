@@ -149,7 +149,19 @@ class StoreEngine:
         result = await self.pusher.flush(timeout)
         await self.ctx.fetcher.write_pending()  # the next mount starts warm, nothing staged
         return {"pushed": result.pushed, "left": result.left,
-                "offline": str(result.offline) if result.left and result.offline else None}
+                "offline": str(result.offline) if result.left and result.offline else None,
+                **self.kept_local()}
+
+    def kept_local(self) -> dict:
+        """What a flush cannot push, by path and why: files the server refused (not
+        UTF-8, too large, ...) and edits a read-only mount keeps (`not_pushed`), and
+        editor/tool temp files, local by design (`local_only`)."""
+        from .status import pending
+
+        p = pending(self.state, read_only=self.cfg.options.read_only)
+        temp = [i for i in p["local_only"] if i["reason"] == "editor/tool temp file"]
+        return {"not_pushed": p["refused"] + [i for i in p["local_only"] if i not in temp],
+                "local_only": temp}
 
     def set_read_only(self, read_only: bool) -> None:
         """The store was archived (or vanished) under an `--all` mount."""
@@ -193,7 +205,7 @@ class StoreEngine:
 
     async def flush(self, timeout: float) -> dict:
         result = await self.pusher.flush(timeout)
-        return {"pushed": result.pushed, "left": result.left}
+        return {"pushed": result.pushed, "left": result.left, **self.kept_local()}
 
     async def sync(self, full: bool) -> dict:
         try:

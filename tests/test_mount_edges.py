@@ -50,3 +50,44 @@ def test_a_second_mount_of_a_session_is_refused(server, mounts, tmp_path):  # no
         assert f"2 of 2 store(s) of {second} cannot be mounted" in proc.stderr
         assert f"already mounted at {first.path}/a by another memfs daemon" in proc.stderr
         assert "nothing mounted" in proc.stderr and not os.path.ismount(second)
+
+
+def _wait(cond, what: str, timeout: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"no {what} after {timeout}s"
+        time.sleep(0.1)
+
+
+def test_unmount_names_what_stays_local_and_fails(server, mounts):  # noqa: F811
+    store = mounts.new_store("Kept")
+    m = mounts.mount(store)
+    (m.path / "good.md").write_text("ok\n")
+    (m.path / "bad.md").write_bytes(b"\xff\xfe not UTF-8\n")  # cp says nothing: exit 0
+    (m.path / "notes.md~").write_text("an editor's backup\n")
+    _wait(lambda: m.status()["pending"]["refused"], "refusal")
+    out = m.unmount(kept=True)
+    assert out.startswith(f"unmounted {m.path}: pushed 0 change(s), 0 left\n"), out
+    assert "  1 file(s) stay here only, NOT on the server:\n    /bad.md: " in out, out
+    assert "UTF-8" in out.split("/bad.md: ", 1)[1].splitlines()[0], out
+    assert "  1 editor/tool temp file(s) stay local by design: /notes.md~" in out, out
+    # The refused file is still kept at the next mount; once it is gone, only the temp
+    # file stays local, by design: a clean exit.
+    again = mounts.mount(store, name="again")
+    assert (again.path / "bad.md").read_bytes() == b"\xff\xfe not UTF-8\n"
+    (again.path / "bad.md").unlink()
+    again.wait_synced()
+    out = again.unmount()
+    assert "NOT on the server" not in out and "stay local by design: /notes.md~" in out, out
+
+
+def test_a_session_root_unmount_names_the_store_of_each_kept_file(server, mounts):  # noqa: F811
+    store = mounts.new_store("Team")
+    g = mounts.mount_group("--all")
+    (g.path / "team" / "bad.md").write_bytes(b"\xc3\x28\n")
+    _wait(lambda: g.status()["stores"][0]["pending"]["refused"], "refusal")
+    out = g.unmount(kept=True)
+    assert "  1 file(s) stay here only, NOT on the server:\n    /team/bad.md: " in out, out
+    assert server.sdk().beta.memory_stores.memories.list(store).data == []
