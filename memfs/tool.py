@@ -135,6 +135,10 @@ class MemoryStoreTool(BetaAbstractMemoryTool):
     def rename(self, command: BetaMemoryTool20250818RenameCommand) -> str:
         return self._run(self._store.rename, command.old_path, command.new_path)
 
+    def clear_all_memory(self) -> str:
+        """Delete every memory of the store (the SDK's local tool empties its folder)."""
+        return self._run(self._store.clear_all)
+
 
 class AsyncMemoryStoreTool(BetaAsyncAbstractMemoryTool):
     """The memory tool on a Memory Store, for the SDK's async tool runner.
@@ -186,3 +190,7 @@ class AsyncMemoryStoreTool(BetaAsyncAbstractMemoryTool):
 
     async def rename(self, command: BetaMemoryTool20250818RenameCommand) -> str:
         return await self._run(self._store.rename(command.old_path, command.new_path))
+
+    async def clear_all_memory(self) -> str:
+        """Delete every memory of the store (the SDK's local tool empties its folder)."""
+        return await self._run(self._store.clear_all())
