@@ -227,11 +227,20 @@ def serve(
 @serve.command("stop")
 @click.option("--timeout", type=click.FloatRange(0), default=10.0, show_default=True,
               help="Seconds to wait for it to exit.")
-def serve_stop(timeout: float) -> None:
-    """Stop the embedded local server (the one `memfs mount` starts)."""
+@click.option("--force", is_flag=True, help="Stop it even while live mounts use it (they go "
+              "offline, keep their changes journaled, and follow it when it starts again).")
+def serve_stop(timeout: float, force: bool) -> None:
+    """Stop the embedded local server (the one `memfs mount` starts); refused while
+    live mounts use it, unless --force."""
     from memfs import local_server
 
-    result = local_server.stop(timeout=timeout)
+    try:
+        result = local_server.stop(timeout=timeout, force=force)
+    except local_server.InUse as exc:
+        raise click.ClickException(
+            f"the embedded server ({exc.url}) serves {len(exc.mountpoints)} live mount(s): "
+            + ", ".join(exc.mountpoints) + "; unmount them first (memfs unmount), or "
+            "--force (they go offline and catch up when it runs again)") from None
     click.echo(result)
 
 

@@ -198,10 +198,12 @@ class Daemon:
         our key (local_server.running_url) is followed."""
         from . import local_server
 
-        while True:
-            await trio.sleep(2.0)
+        while True:  # at every poll (at least every 2 s): found within one poll
+            await trio.sleep(min(self.cfg.options.poll_interval, 2.0))
             if all(e.ctx.status.online for e in self.engines):
                 continue
+            if local_server.recorded_url() in (None, self.client.base_url):
+                continue  # nothing new recorded: no health check to make
             url = await trio.to_thread.run_sync(local_server.running_url)
             if url is None or url == self.client.base_url:
                 continue
@@ -281,7 +283,8 @@ class Daemon:
         sits in which directory (rewritten when `--all` adds one)."""
         entry: dict = {"mountpoint": canonical_mountpoint(self.cfg.mountpoint),
                        "pid": os.getpid(), "state_dir": str(self.control_dir),
-                       "base_url": self.cfg.base_url}
+                       "base_url": self.cfg.base_url,
+                       "embedded": self.cfg.embedded}  # `memfs serve stop` asks
         if isinstance(self.cfg, GroupConfig):
             entry.update(kind=self.cfg.kind, session_id=self.cfg.session_id,
                          stores=[{"name": e.name, "store_id": e.cfg.store_id,

@@ -91,3 +91,44 @@ def test_a_session_root_unmount_names_the_store_of_each_kept_file(server, mounts
     out = g.unmount(kept=True)
     assert "  1 file(s) stay here only, NOT on the server:\n    /team/bad.md: " in out, out
     assert server.sdk().beta.memory_stores.memories.list(store).data == []
+
+
+def test_serve_stop_refuses_under_live_mounts_and_they_follow_a_restart(tmp_path):
+    """`memfs serve stop` names the mounts that use the embedded server and refuses;
+    --force stops it; another command starts it again (a new port) and the mount finds
+    it at its next poll (--poll-interval 0.5), pushing what was written meanwhile."""
+    from test_mount_statedir import Embedded
+
+    embedded = Embedded(tmp_path)
+    path = tmp_path / "mnt"
+    path.mkdir()
+    m = MountProc(path, "", embedded.env, ("--write-back-delay", "0.1",
+                                           "--poll-interval", "0.5"))
+    try:
+        m.store_id = m.memfs("stores", "create", "emb").stdout.split()[-1]
+        first = embedded.info()
+        m.mount()
+        refused = m.memfs("serve", "stop", check=False)
+        assert refused.returncode == 1, refused.stderr
+        assert refused.stderr.strip() == (
+            f"Error: the embedded server ({first['url']}) serves 1 live mount(s): {path}; "
+            "unmount them first (memfs unmount), or --force (they go offline and catch up "
+            "when it runs again)")
+        assert embedded.sdk().beta.memory_stores.retrieve(m.store_id).id == m.store_id
+        assert m.memfs("serve", "stop", "--force").stdout.startswith("stopped (pid ")
+        (path / "a.md").write_text("written while it was stopped\n")
+        _wait(lambda: m.status()["online"] is False, "offline status")
+        m.memfs("stores", "list")  # any command starts the embedded server again
+        second = embedded.info()
+        assert second["url"] != first["url"]
+        _wait(lambda: m.status()["online"], "the mount back online")
+        m.wait_synced()
+        assert m.status()["server"] == second["url"]
+        memories = embedded.sdk().beta.memory_stores.memories.list(m.store_id, view="full")
+        assert {x.path: x.content for x in memories} == {"/a.md": "written while it was stopped\n"}
+        out = m.unmount()
+        assert "pushed" in out
+        assert m.memfs("serve", "stop").stdout.startswith("stopped (pid ")  # no mount left
+    finally:
+        m.cleanup()
+        embedded.cleanup()
