@@ -44,6 +44,17 @@ from .statedir import (
     remember,
 )
 
+BASE_URL_HELP = ("API base URL (default: $ANTHROPIC_BASE_URL, else the embedded local "
+                 "server).")
+KEY_FILE_HELP = "Read the API key from this file (default: $ANTHROPIC_API_KEY)."
+JSON_HELP = "Machine-readable output."
+
+
+def server_options(fn):
+    """--base-url and --api-key-file, as every command that talks to a server has them."""
+    fn = click.option("--api-key-file", default=None, help=KEY_FILE_HELP)(fn)
+    return click.option("--base-url", default=None, help=BASE_URL_HELP)(fn)
+
 
 def _server(base_url: str | None, api_key_file: str | None) -> tuple[str, str | None]:
     """(base_url, api_key); the embedded local server when nothing is configured."""
@@ -127,10 +138,7 @@ def _refuse_non_empty(mountpoint: str) -> None:
 @click.option("--gid", type=click.IntRange(0), default=None,
               help="Show every file as owned by this gid (default: --uid's group, or as "
               "created).")
-@click.option("--base-url", default=None, help="API base URL (default: $ANTHROPIC_BASE_URL, "
-              "else the embedded local server).")
-@click.option("--api-key-file", default=None, help="Read the API key from this file "
-              "(default: $ANTHROPIC_API_KEY).")
+@server_options
 @click.option("--read-only", is_flag=True, help="Mount read-only: nothing is ever pushed.")
 @click.option("--foreground", "-f", is_flag=True, help="Stay in the foreground.")
 @click.option("--cache-dir", default=None, help="State and cache root "
@@ -231,7 +239,8 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
             sys.exit(run(cfg, foreground=True, api_key=api_key))
         daemon.hand_over(cfg, api_key)
     remember(mountpoint, state_dir, store_id, url)  # status/conflicts find it after unmount
-    click.echo(f"mounted {store_id} at {mountpoint}" + (" (read-only)" if read_only else ""))
+    shown = f"{store_name} ({store_id})" if store_name else store_id
+    click.echo(f"mounted {shown} at {mountpoint}" + (" (read-only)" if read_only else ""))
     _done()
 
 
@@ -729,10 +738,9 @@ def _store_json(s) -> dict:
 
 
 @stores.command("list")
-@click.option("--base-url", default=None)
-@click.option("--api-key-file", default=None)
-@click.option("--include-archived", is_flag=True)
-@click.option("--json", "as_json", is_flag=True)
+@server_options
+@click.option("--include-archived", is_flag=True, help="List archived stores too (marked).")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def stores_list(base_url, api_key_file, include_archived, as_json):
     """List the stores on the server."""
     url, key = _server(base_url, api_key_file)
@@ -750,9 +758,8 @@ def stores_list(base_url, api_key_file, include_archived, as_json):
 
 @stores.command("create")
 @click.argument("name")
-@click.option("--description", default=None)
-@click.option("--base-url", default=None)
-@click.option("--api-key-file", default=None)
+@click.option("--description", default=None, help="The store's description (free text).")
+@server_options
 def stores_create(name, description, base_url, api_key_file):
     """Create a store; prints its id."""
     url, key = _server(base_url, api_key_file)
@@ -763,8 +770,7 @@ def stores_create(name, description, base_url, api_key_file):
 
 @stores.command("archive")
 @click.argument("store_id", metavar="STORE", shell_complete=complete_stores)
-@click.option("--base-url", default=None)
-@click.option("--api-key-file", default=None)
+@server_options
 def stores_archive(store_id, base_url, api_key_file):
     """Archive STORE (an id, a name or a slug; one-way: it becomes read-only)."""
     url, key = _server(base_url, api_key_file)

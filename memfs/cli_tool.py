@@ -20,6 +20,7 @@ import trio
 from . import storenames
 from .api.config import ConfigError
 from .cli_errors import check_url, warn_open_key_file
+from .cli_mount import server_options
 from .completion import complete_stores
 from .tool_store import StoreMemory, resolve_server
 from .tool_text import ToolFailure
@@ -53,10 +54,7 @@ def serve_lines(store: StoreMemory, lines: Any, out: TextIO) -> None:
 
 @click.command("tool")
 @click.argument("store_id", metavar="STORE", shell_complete=complete_stores)
-@click.option("--base-url", default=None, help="API base URL (default: $ANTHROPIC_BASE_URL, "
-              "else the embedded local server).")
-@click.option("--api-key-file", default=None, help="Read the API key from this file "
-              "(default: $ANTHROPIC_API_KEY).")
+@server_options
 def tool(store_id: str, base_url: str | None, api_key_file: str | None) -> None:
     """Run memory tool commands (JSON, one per stdin line) on STORE (id, name or slug).
 

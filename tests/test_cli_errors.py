@@ -139,3 +139,33 @@ def test_a_refusal_by_the_server_is_one_line(server, tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith(f"Error: cannot create store '': {server.base_url} "
                                   "refused it (HTTP 400): "), proc.stderr
+
+
+def test_every_option_has_help():
+    missing = [f"memfs {name} {p.opts[0]}" for name, cmd in leaf_commands()
+               for p in cmd.params if isinstance(p, click.Option) and not p.help]
+    assert not missing, missing
+
+
+def test_a_key_file_others_can_read_is_used_with_a_warning(server, tmp_path):
+    key = tmp_path / "key"
+    key.write_text(server.api_key + "\n")
+    env = user_env(tmp_path, server.base_url, "")
+    env.pop("ANTHROPIC_API_KEY")
+    for mode, warned in ((0o644, True), (0o600, False)):
+        key.chmod(mode)
+        proc = run(["stores", "list", "--api-key-file", str(key)], env)
+        assert proc.returncode == 0, proc.stderr
+        warning = (f"memfs: warning: the API key file {key} is readable by others (mode 644): "
+                   f"chmod 600 {key}")
+        assert (warning in proc.stderr) == warned, proc.stderr
+        assert server.api_key not in proc.stderr
+
+
+def test_an_access_typo_gets_a_hint(server, tmp_path):
+    server.sdk().beta.memory_stores.create(name="Docs")
+    env = user_env(tmp_path, server.base_url, server.api_key)
+    proc = run(["sessions", "create", "--store", "Docs:readonly"], env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "'readonly' is not an access: to attach 'Docs' read-only, write Docs:read_only" \
+        in proc.stderr, proc.stderr

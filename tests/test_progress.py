@@ -123,10 +123,10 @@ def test_first_mount_progress(server, mounts, tmp_path) -> None:
                 assert code == 0, out
                 assert f"mounting Big Store at {path}" in out
                 assert "listing the store" in out or "fetching" in out
-                assert f"mounted {store} at {path}" in out
+                assert f"mounted Big Store ({store}) at {path}" in out
             else:
                 proc = m.memfs(*args)
-                assert proc.stdout == f"mounted {store} at {path}\n"
+                assert proc.stdout == f"mounted Big Store ({store}) at {path}\n"
                 assert proc.stderr == ""
         finally:
             server.clear_faults()
