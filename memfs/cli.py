@@ -173,8 +173,16 @@ def serve(
     from memfs.server.runner import serve as run_server
 
     if api_key_file is not None and not api_key:
-        with open(api_key_file, encoding="utf-8") as f:
-            api_key = f.readline().strip()
+        from .cli_errors import warn_open_key_file
+
+        warn_open_key_file(api_key_file)
+        try:
+            with open(api_key_file, encoding="utf-8") as f:
+                api_key = f.readline().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or type(exc).__name__
+            raise click.ClickException(f"cannot read --api-key-file {api_key_file}: {reason}") \
+                from None
         if not api_key:
             raise click.UsageError("--api-key-file is empty")
     api_key = api_key or None

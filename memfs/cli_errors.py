@@ -48,6 +48,8 @@ def describe(url: str | None, exc: api_errors.APIError, doing: str = "") -> str:
         return f"{head}bad credentials for{where.rstrip()}: {exc.message}"
     if isinstance(exc, api_errors.TRANSIENT):
         return f"{head}cannot reach{where}: {exc.message}"
+    if isinstance(exc, api_errors.APIResponseValidationError):
+        return f"{head}{where.strip()} gave an answer memfs does not understand: {exc.message}"
     status = f" (HTTP {exc.status})" if exc.status else ""
     return f"{head}{where.strip()} refused it{status}: {exc.message}"
 
@@ -70,12 +72,17 @@ def call(url: str, key: str | None, fn: Callable[[MemoryStoresClient], Awaitable
         return call_with_client(url, key, fn)
 
 
-def warn_open_key_file(path: str | None) -> None:
+def warn_open_key_file(flag: str | None) -> None:
     """A key file others can read is used, with a warning naming the fix (the README
-    asks for 0600): refusing it would break a working setup without need."""
+    asks for 0600): refusing it would break a working setup without need. The file is
+    the one `resolve_config` reads: the flag's, else ANTHROPIC_API_KEY_FILE unless
+    ANTHROPIC_API_KEY is set."""
+    import os
+
+    path = flag or (None if os.environ.get("ANTHROPIC_API_KEY")
+                    else os.environ.get("ANTHROPIC_API_KEY_FILE"))
     if not path:
         return
-    import os
 
     try:
         mode = os.stat(os.path.expanduser(path)).st_mode

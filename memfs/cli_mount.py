@@ -69,8 +69,7 @@ def _server_info(base_url: str | None, api_key_file: str | None,
         cfg = resolve_config(base_url, None, api_key_file)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    warn_open_key_file(api_key_file or (None if os.environ.get("ANTHROPIC_API_KEY")
-                                        else os.environ.get("ANTHROPIC_API_KEY_FILE")))
+    warn_open_key_file(api_key_file)
     if cfg.base_url:
         return check_url(cfg.base_url), cfg.api_key, False
     from .local_server import ensure_local_server
