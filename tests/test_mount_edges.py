@@ -132,3 +132,14 @@ def test_serve_stop_refuses_under_live_mounts_and_they_follow_a_restart(tmp_path
     finally:
         m.cleanup()
         embedded.cleanup()
+
+
+def test_a_store_mounted_elsewhere_names_that_mountpoint(server, mounts, tmp_path):  # noqa: F811
+    store = mounts.new_store("Once")
+    first = mounts.mount(store, name="first")
+    second = tmp_path / "second"
+    second.mkdir()
+    proc = first.memfs("mount", store, str(second), check=False)
+    assert proc.returncode == 1 and not os.path.ismount(second)
+    assert proc.stderr.strip() == (f"Error: store {store} is already mounted at {first.path} "
+                                   "by another memfs daemon"), proc.stderr
