@@ -101,10 +101,11 @@ def _preflight(mountpoint: str, allow_non_empty: bool = False) -> None:
 
 def _refuse_non_empty(mountpoint: str) -> None:
     """A mount hides what the directory holds until it is unmounted (rclone's rule:
-    refuse unless asked), so files there seem lost."""
+    refuse unless asked), so files there seem lost. Empty directories hide nothing:
+    a session root whose store folders were made beforehand (/mnt/memory/<slug>, as
+    in an agent's container) mounts."""
     try:
-        with os.scandir(mountpoint) as entries:
-            names = sorted(e.name for e in entries)
+        names = sorted(e.name for e in _entries(mountpoint) if _holds_something(e))
     except OSError as exc:
         raise click.ClickException(f"cannot read {mountpoint}: {exc.strerror}") from None
     if names:
@@ -113,6 +114,18 @@ def _refuse_non_empty(mountpoint: str) -> None:
             f"{mountpoint} is not empty ({len(names)} entr{'y' if len(names) == 1 else 'ies'}: "
             f"{shown}): a mount would hide them until unmounted; use an empty directory, "
             "or --allow-non-empty")
+
+
+def _entries(path: str) -> list[os.DirEntry]:
+    with os.scandir(path) as it:
+        return list(it)
+
+
+def _holds_something(entry: os.DirEntry) -> bool:
+    """Anything but a directory tree with no file in it (stops at the first file)."""
+    if not entry.is_dir(follow_symlinks=False):
+        return True
+    return any(_holds_something(e) for e in _entries(entry.path))
 
 
 # -- mount -------------------------------------------------------------------------------

@@ -34,6 +34,17 @@ def test_a_non_empty_mountpoint_is_refused_unless_asked(server, mounts, tmp_path
     assert (m.path / "mine.txt").read_text() == "mine\n"  # back once unmounted
     g = mounts.mount_group("--session", sid, args=("--allow-non-empty",), name="session")
     assert os.listdir(g.path) == ["notes"]
+    # Empty directories hide nothing: a root whose store folders were made beforehand
+    # (as /mnt/memory/<slug> in an agent's container) mounts without the flag.
+    g.unmount()
+    made = tmp_path / "premade"
+    (made / "notes" / "sub").mkdir(parents=True)
+    g2 = mounts.mount_group("--session", sid, name="premade")
+    assert os.listdir(g2.path) == ["notes"]
+    g2.unmount()
+    (made / "notes" / "sub" / "f.txt").write_text("a file, deep down\n")
+    proc = cli.memfs("mount", "--session", sid, str(made), check=False)
+    assert proc.returncode == 1 and "is not empty (1 entry: notes)" in proc.stderr, proc.stderr
 
 
 def test_a_second_mount_of_a_session_is_refused(server, mounts, tmp_path):  # noqa: F811
