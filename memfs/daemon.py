@@ -138,6 +138,10 @@ class Daemon:
             self.flush_result = await self._final_flush()
             log.info("flush: pushed %d, left %d", self.flush_result["pushed"],
                      self.flush_result["left"])
+            kept = self.flush_result.get("not_pushed", [])
+            if kept:  # a SIGTERM (systemctl stop) has no `memfs unmount` to tell it
+                log.warning("%d file(s) stay here only, NOT on the server: %s", len(kept),
+                            "; ".join(f"{i['path']}: {i['reason']}" for i in kept))
             self.flush_done.set()
             if not unmounted_outside:
                 await trio.sleep(0.05)  # let the control reply go out
