@@ -38,15 +38,15 @@ class StoreLocked(Exception):
     """Another memfs daemon holds this store's state directory."""
 
 
-def locked_message(store_id: str, state_dir: Path) -> str:
+def locked_message(cfg: MountConfig, state_dir: Path) -> str:
     """Who holds the store: the mountpoint its daemon recorded (state.db), else the state
     directory (a daemon of an older memfs, or one that has not recorded it yet)."""
     from .statedir import STATE_DB, _meta
 
+    store = f"{cfg.store_name} ({cfg.store_id})" if cfg.store_name else cfg.store_id
     where = _meta(state_dir / STATE_DB, "mountpoint")
-    return (f"store {store_id} is already mounted at {where} by another memfs daemon"
-            if where else
-            f"store {store_id} is already mounted by another memfs daemon (state {state_dir})")
+    return (f"store {store} is already mounted at {where} by another memfs daemon" if where
+            else f"store {store} is already mounted by another memfs daemon (state {state_dir})")
 
 
 class StoreEngine:
@@ -62,7 +62,7 @@ class StoreEngine:
             try:
                 fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise StoreLocked(locked_message(cfg.store_id, self.state_dir)) from None
+                raise StoreLocked(locked_message(cfg, self.state_dir)) from None
             self.state = State(self.state_dir / "state.db",
                                local_only_patterns=cfg.local_only_patterns)
             opening.callback(self.state.close)

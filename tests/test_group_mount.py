@@ -202,13 +202,13 @@ def test_a_store_mounted_elsewhere_is_named_and_skipped_only_if_asked(server, mo
             "sessions", "create", "--store", busy, "--store", free).stdout.split()[-1])):
         refused = single.memfs("mount", *select, str(root), check=False)
         assert refused.returncode == 1, refused.stderr
-        assert (f"busy: store {busy} is already mounted at {single.path} by another memfs "
-                "daemon") in refused.stderr, refused.stderr
+        assert (f"busy: store Busy ({busy}) is already mounted at {single.path} by another "
+                "memfs daemon") in refused.stderr, refused.stderr
         assert "nothing mounted; --allow-partial mounts the others" in refused.stderr
         assert not os.path.ismount(root) and os.listdir(root) == []
     m = mounts.mount_group("--all", args=("--allow-partial",), env=single.env)
     assert m.outputs[-1].stdout.startswith(f"mounted every store at {m.path}: free\n")
-    assert f"memfs: left out busy ({busy}): store {busy} is already mounted at " \
+    assert f"memfs: left out busy ({busy}): store Busy ({busy}) is already mounted at " \
         f"{single.path}" in m.outputs[-1].stderr
     assert os.listdir(m.path) == ["free"]
     st = m.status()

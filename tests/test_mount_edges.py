@@ -152,5 +152,5 @@ def test_a_store_mounted_elsewhere_names_that_mountpoint(server, mounts, tmp_pat
     second.mkdir()
     proc = first.memfs("mount", store, str(second), check=False)
     assert proc.returncode == 1 and not os.path.ismount(second)
-    assert proc.stderr.strip() == (f"Error: store {store} is already mounted at {first.path} "
-                                   "by another memfs daemon"), proc.stderr
+    assert proc.stderr.strip() == (f"Error: store Once ({store}) is already mounted at "
+                                   f"{first.path} by another memfs daemon"), proc.stderr
