@@ -7,12 +7,12 @@ from __future__ import annotations
 import os
 
 import pytest
-from mountutil import MountProc, mount_env, mounts, needs_fuse  # noqa: F401
+from mountutil import MountProc, mount_env, needs_fuse
 
-pytestmark = [needs_fuse, pytest.mark.timeout(180)]
+pytestmark = [needs_fuse, pytest.mark.mount, pytest.mark.timeout(180)]
 
 
-def test_a_non_empty_mountpoint_is_refused_unless_asked(server, mounts, tmp_path):  # noqa: F811
+def test_a_non_empty_mountpoint_is_refused_unless_asked(server, mounts, tmp_path):
     store = mounts.new_store("Notes")
     cli = MountProc(tmp_path, "", mount_env(server, tmp_path), ())
     sid = cli.memfs("sessions", "create", "--store", store).stdout.split()[-1]
@@ -47,7 +47,7 @@ def test_a_non_empty_mountpoint_is_refused_unless_asked(server, mounts, tmp_path
     assert proc.returncode == 1 and "is not empty (1 entry: notes)" in proc.stderr, proc.stderr
 
 
-def test_a_second_mount_of_a_session_is_refused(server, mounts, tmp_path):  # noqa: F811
+def test_a_second_mount_of_a_session_is_refused(server, mounts, tmp_path):
     a = mounts.new_store("A")
     b = mounts.new_store("B")
     cli = MountProc(tmp_path, "", mount_env(server, tmp_path), ())
@@ -72,7 +72,7 @@ def _wait(cond, what: str, timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-def test_unmount_names_what_stays_local_and_fails(server, mounts):  # noqa: F811
+def test_unmount_names_what_stays_local_and_fails(server, mounts):
     store = mounts.new_store("Kept")
     m = mounts.mount(store)
     (m.path / "good.md").write_text("ok\n")
@@ -94,7 +94,7 @@ def test_unmount_names_what_stays_local_and_fails(server, mounts):  # noqa: F811
     assert "NOT on the server" not in out and "stay local by design: /notes.md~" in out, out
 
 
-def test_a_session_root_unmount_names_the_store_of_each_kept_file(server, mounts):  # noqa: F811
+def test_a_session_root_unmount_names_the_store_of_each_kept_file(server, mounts):
     store = mounts.new_store("Team")
     g = mounts.mount_group("--all")
     (g.path / "team" / "bad.md").write_bytes(b"\xc3\x28\n")
@@ -145,7 +145,7 @@ def test_serve_stop_refuses_under_live_mounts_and_they_follow_a_restart(tmp_path
         embedded.cleanup()
 
 
-def test_a_store_mounted_elsewhere_names_that_mountpoint(server, mounts, tmp_path):  # noqa: F811
+def test_a_store_mounted_elsewhere_names_that_mountpoint(server, mounts, tmp_path):
     store = mounts.new_store("Once")
     first = mounts.mount(store, name="first")
     second = tmp_path / "second"

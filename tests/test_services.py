@@ -145,6 +145,7 @@ def opt_install():
 
 
 @needs_fuse
+@pytest.mark.mount
 def test_the_documented_units_run_as_installed(opt_install, tmp_path: pathlib.Path) -> None:
     """memfs-serve.service's ExecStart as an unprivileged user in its StateDirectory, then
     memfs@.service's ExecStartPre/ExecStart/ExecStop with the env file docs/INSTALL.md
