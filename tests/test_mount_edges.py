@@ -5,9 +5,10 @@ session whose stores are all mounted already (refused, even with --allow-partial
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
-from mountutil import MountProc, mount_env, needs_fuse
+from mountutil import MountProc, mount_env, needs_fuse, server_memories
 
 pytestmark = [needs_fuse, pytest.mark.mount, pytest.mark.timeout(180)]
 
@@ -64,8 +65,6 @@ def test_a_second_mount_of_a_session_is_refused(server, mounts, tmp_path):
 
 
 def _wait(cond, what: str, timeout: float = 30.0) -> None:
-    import time
-
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, f"no {what} after {timeout}s"
@@ -154,3 +153,18 @@ def test_a_store_mounted_elsewhere_names_that_mountpoint(server, mounts, tmp_pat
     assert proc.returncode == 1 and not os.path.ismount(second)
     assert proc.stderr.strip() == (f"Error: store Once ({store}) is already mounted at "
                                    f"{first.path} by another memfs daemon"), proc.stderr
+
+
+def test_a_server_started_again_on_its_port_is_seen_at_the_next_poll(server, mounts):
+    """Nothing listening is probed at every poll, not after a growing backoff (up to
+    10 s at --poll-interval 0.5): the mount is online again as soon as the server is."""
+    store = mounts.new_store("Back")
+    m = mounts.mount(store, "--poll-interval", "0.5")
+    server.stop()
+    _wait(lambda: m.status()["online"] is False, "offline status")
+    (m.path / "while-down.md").write_text("queued\n")
+    time.sleep(3)  # failed probes: an exponential backoff would have grown
+    server.start()  # the same port
+    _wait(lambda: m.status()["online"], "the mount back online")
+    m.wait_synced()
+    assert server_memories(server, store) == {"/while-down.md": "queued\n"}
