@@ -194,10 +194,11 @@ def test_the_documented_units_run_as_installed(opt_install, tmp_path: pathlib.Pa
         store = made.stdout.split()[-1]
 
         point = base / "mnt" / "notes"
-        (etc / "mnt-notes.env").write_text(
-            "STORE=team-notes\nMEMFS_OPTIONS=--poll-interval 5\n"
-            f"ANTHROPIC_BASE_URL=http://127.0.0.1:{port}\n"
-            f"ANTHROPIC_API_KEY_FILE={etc / 'api-key'}\n")
+        documented = re.search(r"cat > /etc/memfs/mnt-notes.env <<'ENV'\n(.*?\n)ENV\n",
+                               (REPO / "docs" / "INSTALL.md").read_text(), re.S).group(1)
+        assert "STORE=team-notes\n" in documented and "127.0.0.1:8765" in documented
+        (etc / "mnt-notes.env").write_text(documented.replace("8765", str(port))
+                                           .replace("/etc/memfs", str(etc)))
         text = (HELPERS / "memfs@.service").read_text().replace(INSTALLED, str(opt_install))
         specifiers = {"%i": "mnt-notes", "%S": str(state), "%C": str(cache)}
         env = {**unit_environment(text, specifiers, etc), "HOME": "/root"}
