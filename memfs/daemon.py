@@ -407,8 +407,7 @@ def _kept(stores: list[dict]) -> dict:
 def left_out(cfg: GroupConfig, skipped: list[dict], *, mounted: int) -> str:
     """Why a root is not mounted: each store that cannot open, and why (one line)."""
     why = "; ".join(f"{s['name']}: {s['error']}" for s in skipped)
-    hint = ("" if not mounted else
-            "; --allow-partial mounts the others")
+    hint = "; --allow-partial mounts the others" if mounted else ""
     return (f"{len(skipped)} of {len(skipped) + mounted} store(s) of {cfg.root} cannot be "
             f"mounted ({why}): nothing mounted{hint}")
 
