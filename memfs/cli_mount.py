@@ -660,7 +660,9 @@ def _ago(ts: float | None) -> str:
 
 def format_status(s: dict) -> str:
     p = s.get("pending", {})
-    lines = [f"{s.get('mountpoint')}: store {s.get('store_id')} on {s.get('server')}"]
+    store = (f"{s['store_name']} ({s.get('store_id')})" if s.get("store_name")
+             else s.get("store_id"))
+    lines = [f"{s.get('mountpoint')}: store {store} on {s.get('server')}"]
     if not s.get("running"):
         lines.append("  daemon: not running (from state.db)")
     elif s.get("online"):

@@ -141,7 +141,7 @@ def test_status_watch(server, mounts) -> None:
     code, out = run_pty(m.env, "status", str(m.path), "--watch", "--interval", "0.3",
                         interrupt_after=2.5)
     assert code == 0, out
-    assert out.count(f"{m.path}: store {m.store_id}") >= 3, out  # redrawn several times
+    assert out.count(f"{m.path}: store watched ({m.store_id})") >= 3, out  # redrawn several times
     proc = subprocess.Popen([sys.executable, "-m", "memfs", "status", str(m.path), "--watch",
                              "--interval", "0.3"], env=m.env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
