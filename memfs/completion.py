@@ -103,7 +103,7 @@ def complete_mountpoints(ctx, param, incomplete: str) -> list[CompletionItem]:
         full = os.path.abspath(incomplete)
         found = [m for m in mounts if m.startswith(full)]
         # keep what was typed relative: offer the mount relative to the cwd
-        items = [CompletionItem(incomplete + m[len(full):]) for m in found]
+        items = [CompletionItem(_quoted(incomplete + m[len(full):])) for m in found]
     else:
-        items = [CompletionItem(m) for m in mounts if m.startswith(incomplete)]
+        items = [CompletionItem(_quoted(m)) for m in mounts if m.startswith(incomplete)]
     return items or [CompletionItem(incomplete, type="dir")]

@@ -124,3 +124,10 @@ def test_bash_itself_gets_one_word_for_a_name_with_spaces(server, tmp_path):
     proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.stdout.strip() == "1:Team Notes", (proc.stdout, proc.stderr)
+
+
+@needs_fuse
+def test_a_mountpoint_with_a_space_is_one_argument_in_bash(server, mounts) -> None:
+    m = mounts.mount(mounts.new_store("m"), name="my notes")
+    proc = complete(m.env, "bash", "memfs unmount ")
+    assert values("bash", proc.stdout) == [str(m.path).replace(" ", "\\\\ ")], proc.stdout
