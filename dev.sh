@@ -128,6 +128,8 @@ ensure_venv() {
   if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$(venv_stamp)" ] || [ ! -x "$VENV/bin/memfs" ]; then
     say "pip install -e '.[test]' into .venv (pyfuse3 builds from source: ~1 min)"
     "$VENV/bin/python" -m pip install -q --upgrade pip || warn "could not upgrade pip; going on"
+    # The distribution was called `memfs` before (a name PyPI gives another project).
+    "$VENV/bin/python" -m pip uninstall -q -y memfs 2>/dev/null || true
     "$VENV/bin/python" -m pip install -q -e '.[test]'
     venv_stamp >"$STAMP"
   fi

@@ -1,7 +1,7 @@
 """Only the C part of memfs; everything else is declared in pyproject.toml.
 
 `memfs/_fastopen.c` answers warm read-only opens without entering Python (see that file and
-docs/DESIGN.md, "Fast opens"). It is optional: where it cannot be built (no compiler or no
+docs/ARCHITECTURE.md, "Fast opens"). It is optional: where it cannot be built (no compiler or no
 libfuse3 headers) the install goes on without it and every open goes through Python.
 """
 

@@ -37,9 +37,20 @@ class LazyGroup(click.Group):
             self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
         return super().get_command(ctx, cmd_name)
 
+    def invoke(self, ctx: click.Context):
+        """Any API error a command did not word itself is still one line, not a
+        traceback (commands say more through `memfs.cli_errors`)."""
+        from .api import errors as api_errors
+        from .cli_errors import describe
+
+        try:
+            return super().invoke(ctx)
+        except api_errors.APIError as exc:
+            raise click.ClickException(describe(None, exc)) from None
+
 
 @click.group(cls=LazyGroup)
-@click.version_option(package_name="memfs")
+@click.version_option(package_name="memfs-fuse")  # the distribution's name
 def main() -> None:
     """Mount Memory Stores as filesystems."""
 
@@ -176,8 +187,16 @@ def serve(
     from memfs.server.runner import serve as run_server
 
     if api_key_file is not None and not api_key:
-        with open(api_key_file, encoding="utf-8") as f:
-            api_key = f.readline().strip()
+        from .cli_errors import warn_open_key_file
+
+        warn_open_key_file(api_key_file)
+        try:
+            with open(api_key_file, encoding="utf-8") as f:
+                api_key = f.readline().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or type(exc).__name__
+            raise click.ClickException(f"cannot read --api-key-file {api_key_file}: {reason}") \
+                from None
         if not api_key:
             raise click.UsageError("--api-key-file is empty")
     api_key = api_key or None
@@ -237,11 +256,20 @@ def serve(
 @serve.command("stop")
 @click.option("--timeout", type=click.FloatRange(0), default=10.0, show_default=True,
               help="Seconds to wait for it to exit.")
-def serve_stop(timeout: float) -> None:
-    """Stop the embedded local server (the one `memfs mount` starts)."""
+@click.option("--force", is_flag=True, help="Stop it even while live mounts use it (they go "
+              "offline, keep their changes journaled, and follow it when it starts again).")
+def serve_stop(timeout: float, force: bool) -> None:
+    """Stop the embedded local server (the one `memfs mount` starts); refused while
+    live mounts use it, unless --force."""
     from memfs import local_server
 
-    result = local_server.stop(timeout=timeout)
+    try:
+        result = local_server.stop(timeout=timeout, force=force)
+    except local_server.InUse as exc:
+        raise click.ClickException(
+            f"the embedded server ({exc.url}) serves {len(exc.mountpoints)} live mount(s): "
+            + ", ".join(exc.mountpoints) + "; unmount them first (memfs unmount), or "
+            "--force (they go offline and catch up when it runs again)") from None
     click.echo(result)
 
 

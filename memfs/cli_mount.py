@@ -23,6 +23,7 @@ from .api import errors as api_errors
 from .api import tls
 from .api.config import ConfigError, resolve_config
 from .api.oneshot import call_with_client
+from .cli_errors import call, check_url, describe, warn_open_key_file
 from .completion import complete_mountpoints, complete_stores
 from .mountconfig import (
     DEFAULT_LOCAL_ONLY_PATTERNS,
@@ -43,6 +44,17 @@ from .statedir import (
     remember,
 )
 
+BASE_URL_HELP = ("API base URL (default: $ANTHROPIC_BASE_URL, else the embedded local "
+                 "server).")
+KEY_FILE_HELP = "Read the API key from this file (default: $ANTHROPIC_API_KEY)."
+JSON_HELP = "Machine-readable output."
+
+
+def server_options(fn):
+    """--base-url and --api-key-file, as every command that talks to a server has them."""
+    fn = click.option("--api-key-file", default=None, help=KEY_FILE_HELP)(fn)
+    return click.option("--base-url", default=None, help=BASE_URL_HELP)(fn)
+
 
 def _server(base_url: str | None, api_key_file: str | None) -> tuple[str, str | None]:
     """(base_url, api_key); the embedded local server when nothing is configured."""
@@ -57,8 +69,9 @@ def _server_info(base_url: str | None, api_key_file: str | None,
         cfg = resolve_config(base_url, None, api_key_file)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
+    warn_open_key_file(api_key_file)
     if cfg.base_url:
-        return cfg.base_url, cfg.api_key, False
+        return check_url(cfg.base_url), cfg.api_key, False
     from .local_server import ensure_local_server
 
     try:
@@ -73,7 +86,7 @@ def _is_mounted(path: str) -> bool:
         return any(line.split()[1].encode().decode("unicode_escape") == real for line in f)
 
 
-def _preflight(mountpoint: str) -> None:
+def _preflight(mountpoint: str, allow_non_empty: bool = False) -> None:
     if not os.path.exists("/dev/fuse"):
         raise click.ClickException("/dev/fuse is missing: load the fuse module (modprobe fuse)")
     if shutil.which("fusermount3") is None:
@@ -82,6 +95,37 @@ def _preflight(mountpoint: str) -> None:
         raise click.ClickException(f"{mountpoint} is busy: something is already mounted there")
     if not os.path.isdir(mountpoint):
         raise click.ClickException(f"mountpoint {mountpoint} does not exist or is not a directory")
+    if not allow_non_empty:
+        _refuse_non_empty(mountpoint)
+
+
+def _refuse_non_empty(mountpoint: str) -> None:
+    """A mount hides what the directory holds until it is unmounted (rclone's rule:
+    refuse unless asked), so files there seem lost. Empty directories hide nothing:
+    a session root whose store folders were made beforehand (/mnt/memory/<slug>, as
+    in an agent's container) mounts."""
+    try:
+        names = sorted(e.name for e in _entries(mountpoint) if _holds_something(e))
+    except OSError as exc:
+        raise click.ClickException(f"cannot read {mountpoint}: {exc.strerror}") from None
+    if names:
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        raise click.ClickException(
+            f"{mountpoint} is not empty ({len(names)} entr{'y' if len(names) == 1 else 'ies'}: "
+            f"{shown}): a mount would hide them until unmounted; use an empty directory, "
+            "or --allow-non-empty")
+
+
+def _entries(path: str) -> list[os.DirEntry]:
+    with os.scandir(path) as it:
+        return list(it)
+
+
+def _holds_something(entry: os.DirEntry) -> bool:
+    """Anything but a directory tree with no file in it (stops at the first file)."""
+    if not entry.is_dir(follow_symlinks=False):
+        return True
+    return any(_holds_something(e) for e in _entries(entry.path))
 
 
 # -- mount -------------------------------------------------------------------------------
@@ -106,10 +150,7 @@ def _preflight(mountpoint: str) -> None:
 @click.option("--gid", type=click.IntRange(0), default=None,
               help="Show every file as owned by this gid (default: --uid's group, or as "
               "created).")
-@click.option("--base-url", default=None, help="API base URL (default: $ANTHROPIC_BASE_URL, "
-              "else the embedded local server).")
-@click.option("--api-key-file", default=None, help="Read the API key from this file "
-              "(default: $ANTHROPIC_API_KEY).")
+@server_options
 @click.option("--read-only", is_flag=True, help="Mount read-only: nothing is ever pushed.")
 @click.option("--foreground", "-f", is_flag=True, help="Stay in the foreground.")
 @click.option("--cache-dir", default=None, help="State and cache root "
@@ -134,13 +175,18 @@ def _preflight(mountpoint: str) -> None:
               help="Bound on the flush at unmount or SIGTERM.")
 @click.option("--show-meta", is_flag=True, help="List the read-only .memfs directory "
               "(version history) in the root; it is always reachable by name.")
+@click.option("--allow-non-empty", is_flag=True, help="Mount over a directory that holds "
+              "files (hidden until unmount); refused by default.")
+@click.option("--allow-partial", is_flag=True, help="--session/--all: mount the stores that "
+              "can be mounted when others cannot (each one left out is named); without it "
+              "nothing is mounted and the exit status is 1.")
 @click.option("--local-only", "local_only", multiple=True, metavar="GLOB",
               help="Another file-name pattern kept local-only, never uploaded (repeatable; "
               "added to: " + " ".join(DEFAULT_LOCAL_ONLY_PATTERNS) + ").")
 def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, base_url,
           api_key_file, read_only, foreground, cache_dir, write_back_delay, max_push_delay,
           delete_delay, poll_interval, full_resync, no_feed, deletes, no_prefetch, flush_timeout,
-          show_meta, local_only):
+          show_meta, allow_non_empty, allow_partial, local_only):
     """Mount STORE (an id, a name or a name's slug) at MOUNTPOINT; returns once the
     mount is live.
 
@@ -162,12 +208,15 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
         if all_stores and store_id is None:
             raise click.UsageError("--all needs ROOT")
         _mount_group(session_id, store_id, base_url, api_key_file, cache_dir, options,
-                     read_only, foreground, common)
+                     read_only, foreground, common,
+                     allow=dict(non_empty=allow_non_empty, partial=allow_partial))
         return
+    if allow_partial:
+        raise click.UsageError("--allow-partial goes with --session or --all")
     if store_id is None or mountpoint is None:
         raise click.UsageError("give STORE and MOUNTPOINT (or --session / --all)")
     mountpoint = os.path.abspath(mountpoint)
-    _preflight(mountpoint)
+    _preflight(mountpoint, allow_non_empty)
     with _Daemon.start(foreground) as daemon:  # importing while the store is looked up
         tls.prepare()
         url, api_key, embedded = _server_info(base_url, api_key_file)
@@ -193,6 +242,9 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
                     "cached") from None
             click.echo(f"memfs: {url} is unreachable; mounting from the cache (offline)",
                        err=True)
+        except api_errors.APIError as exc:
+            raise click.ClickException(describe(url, exc, f"cannot mount {store_id}")) \
+                from None
         cfg = MountConfig(store_id=store_id, mountpoint=mountpoint, base_url=url,
                           state_dir=str(state_dir), options=options, embedded=embedded,
                           store_name=store_name, **common)
@@ -203,7 +255,8 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
             sys.exit(run(cfg, foreground=True, api_key=api_key))
         daemon.hand_over(cfg, api_key)
     remember(mountpoint, state_dir, store_id, url)  # status/conflicts find it after unmount
-    click.echo(f"mounted {store_id} at {mountpoint}" + (" (read-only)" if read_only else ""))
+    shown = f"{store_name} ({store_id})" if store_name else store_id
+    click.echo(f"mounted {shown} at {mountpoint}" + (" (read-only)" if read_only else ""))
     _done()
 
 
@@ -266,19 +319,20 @@ def _owner(uid: int | None, gid: int | None) -> list[int] | None:
 
 
 def _mount_group(session_id, root, base_url, api_key_file, cache_dir, options, read_only,
-                 foreground, common) -> None:
+                 foreground, common, allow: dict) -> None:
     """`--session` / `--all`: plan the root, then start one daemon for all its stores."""
     with _Daemon.start(foreground) as daemon:  # importing while the root is planned
         tls.prepare()
         cfg, key = _plan_group(session_id, root, base_url, api_key_file, cache_dir, options,
                                read_only, common)
+        cfg.allow_partial = allow["partial"]
         if not os.path.exists(cfg.root) and not _is_mounted(cfg.root):
             try:
                 os.makedirs(cfg.root, mode=0o755)
             except OSError as exc:
                 raise click.ClickException(f"cannot create {cfg.root}: {exc.strerror}") \
                     from None
-        _preflight(cfg.root)
+        _preflight(cfg.root, allow["non_empty"])
         for store in cfg.stores:
             remember(f"{cfg.root}/{store.name}", Path(store.state_dir), store.store_id,
                      cfg.base_url)
@@ -287,11 +341,27 @@ def _mount_group(session_id, root, base_url, api_key_file, cache_dir, options, r
 
             sys.exit(run(cfg, foreground=True, api_key=key))
         daemon.hand_over(cfg, key)
+    skipped = _left_out(cfg)
+    gone = {s["store_id"] for s in skipped}
     what = f"session {session_id}" if session_id else "every store"
     click.echo(f"mounted {what} at {cfg.root}: " + (", ".join(
         f"{s.name}" + (" (read-only)" if s.read_only or cfg.read_only else "")
-        for s in cfg.stores) or "no stores"))
+        for s in cfg.stores if s.store_id not in gone) or "no stores"))
+    for s in skipped:  # only with --allow-partial: else the daemon refused to mount
+        click.echo(f"memfs: left out {s['name']} ({s['store_id']}): {s['error']}", err=True)
     _done()
+
+
+def _left_out(cfg: GroupConfig) -> list[dict]:
+    """The stores of a live root its daemon could not open (--allow-partial)."""
+    from . import control
+
+    if not cfg.allow_partial:
+        return []
+    try:
+        return control.request(Path(cfg.group_dir), {"cmd": "status"})["status"]["skipped"]
+    except (OSError, ValueError, KeyError) as exc:
+        return [{"name": "?", "store_id": "?", "error": f"the daemon does not say ({exc})"}]
 
 
 def _plan_group(session_id, root, base_url, api_key_file, cache_dir, options, read_only,
@@ -334,6 +404,8 @@ def _plan_group(session_id, root, base_url, api_key_file, cache_dir, options, re
         cfg = _offline_group(session_id, where, cached, url=url, cache_dir=cache_dir,
                              options=options, read_only=read_only, embedded=embedded,
                              **common)
+    except api_errors.APIError as exc:
+        raise click.ClickException(describe(url, exc, "cannot plan the mount")) from None
     return cfg, key
 
 
@@ -461,7 +533,11 @@ def _pid_alive(pid: int) -> bool:
 @click.option("--timeout", type=click.FloatRange(0), default=30.0, show_default=True,
               help="Bound on the flush of pending changes.")
 def unmount(mountpoint, timeout):
-    """Flush pending changes, unmount MOUNTPOINT and wait for its daemon to exit."""
+    """Flush pending changes, unmount MOUNTPOINT and wait for its daemon to exit.
+
+    Names every file that stays local, and why. Exit status 3: unmounted, but some
+    change did not reach the server (the server refused a file, or it could not be
+    reached in time: kept in the journal for the next mount); 1: not unmounted."""
     mountpoint = os.path.abspath(mountpoint)
     info = read_registry(mountpoint)
     if info is None:
@@ -502,6 +578,27 @@ def unmount(mountpoint, timeout):
     if left:
         click.echo(f"  {left} change(s) stay journaled and go out on the next mount"
                    + (f" ({reply['offline']})" if reply.get("offline") else ""))
+    if not report_kept(reply) or left:
+        sys.exit(NOT_ALL_PUSHED)
+
+
+#: `memfs unmount`'s exit status when it unmounted but something written there did
+#: not reach the server (each file named); 1 means it did not unmount.
+NOT_ALL_PUSHED = 3
+
+
+def report_kept(reply: dict) -> bool:
+    """Name each file a flush could not push, and why; True when every file the user
+    wrote reached the server (editor temp files are local by design)."""
+    not_pushed, temp = reply.get("not_pushed", []), reply.get("local_only", [])
+    if not_pushed:
+        click.echo(f"  {len(not_pushed)} file(s) stay here only, NOT on the server:")
+        for item in not_pushed:
+            click.echo(f"    {item['path']}: {item['reason']}")
+    if temp:
+        click.echo(f"  {len(temp)} editor/tool temp file(s) stay local by design: "
+                   + ", ".join(i["path"] for i in temp[:5]) + (", ..." if len(temp) > 5 else ""))
+    return not not_pushed
 
 
 # -- status ------------------------------------------------------------------------------
@@ -567,7 +664,9 @@ def _ago(ts: float | None) -> str:
 
 def format_status(s: dict) -> str:
     p = s.get("pending", {})
-    lines = [f"{s.get('mountpoint')}: store {s.get('store_id')} on {s.get('server')}"]
+    store = (f"{s['store_name']} ({s.get('store_id')})" if s.get("store_name")
+             else s.get("store_id"))
+    lines = [f"{s.get('mountpoint')}: store {store} on {s.get('server')}"]
     if not s.get("running"):
         lines.append("  daemon: not running (from state.db)")
     elif s.get("online"):
@@ -661,10 +760,9 @@ def _store_json(s) -> dict:
 
 
 @stores.command("list")
-@click.option("--base-url", default=None)
-@click.option("--api-key-file", default=None)
-@click.option("--include-archived", is_flag=True)
-@click.option("--json", "as_json", is_flag=True)
+@server_options
+@click.option("--include-archived", is_flag=True, help="List archived stores too (marked).")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def stores_list(base_url, api_key_file, include_archived, as_json):
     """List the stores on the server."""
     url, key = _server(base_url, api_key_file)
@@ -672,7 +770,7 @@ def stores_list(base_url, api_key_file, include_archived, as_json):
     async def go(c):
         return [s async for s in c.list_stores(include_archived=include_archived)]
 
-    items = call_with_client(url, key, go)
+    items = call(url, key, go, "cannot list stores")
     if as_json:
         click.echo(json.dumps([_store_json(s) for s in items], indent=2))
         return
@@ -682,20 +780,19 @@ def stores_list(base_url, api_key_file, include_archived, as_json):
 
 @stores.command("create")
 @click.argument("name")
-@click.option("--description", default=None)
-@click.option("--base-url", default=None)
-@click.option("--api-key-file", default=None)
+@click.option("--description", default=None, help="The store's description (free text).")
+@server_options
 def stores_create(name, description, base_url, api_key_file):
     """Create a store; prints its id."""
     url, key = _server(base_url, api_key_file)
-    s = call_with_client(url, key, lambda c: c.create_store(name, description=description))
+    s = call(url, key, lambda c: c.create_store(name, description=description),
+             f"cannot create store {name!r}")
     click.echo(s.id)
 
 
 @stores.command("archive")
 @click.argument("store_id", metavar="STORE", shell_complete=complete_stores)
-@click.option("--base-url", default=None)
-@click.option("--api-key-file", default=None)
+@server_options
 def stores_archive(store_id, base_url, api_key_file):
     """Archive STORE (an id, a name or a slug; one-way: it becomes read-only)."""
     url, key = _server(base_url, api_key_file)
@@ -703,5 +800,6 @@ def stores_archive(store_id, base_url, api_key_file):
     if found.archived:
         click.echo(f"{found.describe()} is already archived")
         return
-    s = call_with_client(url, key, lambda c: c.archive_store(found.id))
+    s = call(url, key, lambda c: c.archive_store(found.id),
+             f"cannot archive {found.describe()}")
     click.echo(f"archived {s.id}")

@@ -15,7 +15,8 @@ import click
 from . import storenames
 from .api import errors as api_errors
 from .api.oneshot import call_with_client
-from .cli_mount import _server
+from .cli_errors import call, describe
+from .cli_mount import JSON_HELP, _server, server_options
 from .completion import complete_stores
 
 ACCESS = ("read_write", "read_only")
@@ -49,8 +50,7 @@ def sessions():
 @click.option("--agent", default="memfs", show_default=True, help="Agent id (echoed).")
 @click.option("--environment", default="memfs", show_default=True,
               help="Environment id (echoed).")
-@click.option("--base-url", default=None)
-@click.option("--api-key-file", default=None)
+@server_options
 def sessions_create(stores_, agent, environment, base_url, api_key_file):
     """Create a session with these stores attached; prints its id on the last line."""
     url, key = _server(base_url, api_key_file)
@@ -63,25 +63,34 @@ def sessions_create(stores_, agent, environment, base_url, api_key_file):
 
     async def go(c):  # one client, one listing for every --store
         stores = [s async for s in c.list_stores(include_archived=True)]
-        attached = [(storenames.choose(name, stores, where=f" on {url}").id, access)
-                    for name, access in wanted]
+        attached = [(_choose(name, stores, url), access) for name, access in wanted]
         return await c.create_session(attached, agent=agent, environment_id=environment)
 
-    try:
-        s = call_with_client(url, key, go)
-    except api_errors.APIStatusError as exc:
-        raise click.ClickException(exc.message) from None
+    s = call(url, key, go, "cannot create the session")
     for r in s.memory_stores:
         click.echo(f"  {r.mount_path}\t{r.access}\t{r.name}", err=True)
     click.echo(s.id)
 
 
+def _choose(name: str, stores: list, url: str) -> str:
+    """The id of the store `name` names; a miss on `X:readonly` and the like hints at
+    the access suffix it meant (only `:read_only` and `:read_write` are one)."""
+    try:
+        return storenames.choose(name, stores, where=f" on {url}").id
+    except storenames.StoreNotFound as exc:
+        base, sep, suffix = name.rpartition(":")
+        if not sep:
+            raise
+        raise storenames.StoreNotFound(
+            f"{exc.message}; {suffix!r} is not an access: to attach {base!r} read-only, "
+            f"write {base}:read_only (or :read_write)") from None
+
+
 @sessions.command("list")
 @click.option("--store", default=None, shell_complete=complete_stores,
               help="Only sessions that attach this store.")
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--base-url", default=None)
-@click.option("--api-key-file", default=None)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@server_options
 def sessions_list(store, as_json, base_url, api_key_file):
     """List sessions (newest first), with the stores each attaches."""
     url, key = _server(base_url, api_key_file)
@@ -93,7 +102,7 @@ def sessions_list(store, as_json, base_url, api_key_file):
                 store_id = (await storenames.resolve(c, store)).id
         return [s async for s in c.list_sessions(store_id)]
 
-    items = call_with_client(url, key, go)
+    items = call(url, key, go, "cannot list sessions")
     if as_json:
         click.echo(json.dumps([_session_json(s) for s in items], indent=2))
         return
@@ -103,9 +112,8 @@ def sessions_list(store, as_json, base_url, api_key_file):
 
 @sessions.command("show")
 @click.argument("session_id")
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--base-url", default=None)
-@click.option("--api-key-file", default=None)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@server_options
 def sessions_show(session_id, as_json, base_url, api_key_file):
     """One session and its stores."""
     url, key = _server(base_url, api_key_file)
@@ -113,4 +121,7 @@ def sessions_show(session_id, as_json, base_url, api_key_file):
         s = call_with_client(url, key, lambda c: c.get_session(session_id))
     except api_errors.NotFoundError:
         raise click.ClickException(f"unknown session {session_id} on {url}") from None
+    except api_errors.APIError as exc:
+        raise click.ClickException(describe(url, exc, f"cannot show session {session_id}")) \
+            from None
     click.echo(json.dumps(_session_json(s), indent=2) if as_json else _describe(s))

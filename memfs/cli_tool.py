@@ -18,8 +18,9 @@ import click
 import trio
 
 from . import storenames
-from .api import errors as api_errors
 from .api.config import ConfigError
+from .cli_errors import check_url, warn_open_key_file
+from .cli_mount import server_options
 from .completion import complete_stores
 from .tool_store import StoreMemory, resolve_server
 from .tool_text import ToolFailure
@@ -53,29 +54,18 @@ def serve_lines(store: StoreMemory, lines: Any, out: TextIO) -> None:
 
 @click.command("tool")
 @click.argument("store_id", metavar="STORE", shell_complete=complete_stores)
-@click.option("--base-url", default=None, help="API base URL (default: $ANTHROPIC_BASE_URL, "
-              "else the embedded local server).")
-@click.option("--api-key-file", default=None, help="Read the API key from this file "
-              "(default: $ANTHROPIC_API_KEY).")
+@server_options
 def tool(store_id: str, base_url: str | None, api_key_file: str | None) -> None:
     """Run memory tool commands (JSON, one per stdin line) on STORE (id, name or slug).
 
-    Prints one JSON object per command: {"ok": TEXT} or {"error": TEXT}.
+    Prints one JSON object per command: {"ok": TEXT} or {"error": TEXT}. STORE is
+    looked up first: a server that cannot be reached or refuses the key ends the
+    command there, with one line and exit status 1.
     """
     try:
         url, key = resolve_server(base_url, None, api_key_file)
     except (ConfigError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
-    store_id = _resolve(url, key, store_id)
+    warn_open_key_file(api_key_file)
+    store_id = storenames.resolve_for_cli(check_url(url), key, store_id).id
     serve_lines(StoreMemory(store_id, url, key), sys.stdin.buffer, sys.stdout)
-
-
-def _resolve(url: str, key: str | None, text: str) -> str:
-    """The store's id from an id, a name or a slug; unreachable server: `text` as given
-    (each tool command then reports the failure as its answer)."""
-    try:
-        return storenames.resolve_sync(url, key, text).id
-    except (*api_errors.TRANSIENT,):
-        return text
-    except (api_errors.AuthenticationError, api_errors.PermissionDeniedError):
-        return text  # every answer says the key was refused, as before

@@ -57,16 +57,39 @@ def store_names(ctx) -> list[tuple[str, str]]:
 
 
 def complete_stores(ctx, param, incomplete: str) -> list[CompletionItem]:
+    """Ids (for an id prefix), names and the slugs of names (`team-notes` for "Team
+    Notes", when no other store has it), each quoted as the shell needs it."""
+    from collections import Counter
+
+    from .slug import slug
     from .storenames import ID_PREFIX
 
+    stores = store_names(ctx)
+    slugs = Counter(slug(name) for name, _ in stores)
     out = []
-    for name, store_id in store_names(ctx):
+    for name, store_id in stores:
         if incomplete.startswith(ID_PREFIX):
             if store_id.startswith(incomplete):
-                out.append(CompletionItem(store_id, help=name))
-        elif name.startswith(incomplete):
-            out.append(CompletionItem(name, help=store_id))
+                out.append(CompletionItem(_quoted(store_id), help=name))
+            continue
+        if name.startswith(incomplete):
+            out.append(CompletionItem(_quoted(name), help=store_id))
+        short = slug(name)
+        if short and short != name and slugs[short] == 1 and short.startswith(incomplete):
+            out.append(CompletionItem(short, help=f"{name} ({store_id})"))
     return out
+
+
+def _quoted(value: str) -> str:
+    """bash inserts a completion as it is (`Team Notes` would be two arguments): escape
+    what its parser splits on, twice, since click's bash script reads each line with
+    `read` (no -r), which takes one backslash off. zsh's compadd and fish quote what
+    they insert themselves."""
+    if not os.environ.get("_MEMFS_COMPLETE", "").startswith("bash"):
+        return value
+    import re
+
+    return re.sub(r"([^\w@%+=:,./-])", r"\\\\\1", value)
 
 
 def complete_mountpoints(ctx, param, incomplete: str) -> list[CompletionItem]:
@@ -80,7 +103,7 @@ def complete_mountpoints(ctx, param, incomplete: str) -> list[CompletionItem]:
         full = os.path.abspath(incomplete)
         found = [m for m in mounts if m.startswith(full)]
         # keep what was typed relative: offer the mount relative to the cwd
-        items = [CompletionItem(incomplete + m[len(full):]) for m in found]
+        items = [CompletionItem(_quoted(incomplete + m[len(full):])) for m in found]
     else:
-        items = [CompletionItem(m) for m in mounts if m.startswith(incomplete)]
+        items = [CompletionItem(_quoted(m)) for m in mounts if m.startswith(incomplete)]
     return items or [CompletionItem(incomplete, type="dir")]

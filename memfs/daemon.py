@@ -138,6 +138,10 @@ class Daemon:
             self.flush_result = await self._final_flush()
             log.info("flush: pushed %d, left %d", self.flush_result["pushed"],
                      self.flush_result["left"])
+            kept = self.flush_result.get("not_pushed", [])
+            if kept:  # a SIGTERM (systemctl stop) has no `memfs unmount` to tell it
+                log.warning("%d file(s) stay here only, NOT on the server: %s", len(kept),
+                            "; ".join(f"{i['path']}: {i['reason']}" for i in kept))
             self.flush_done.set()
             if not unmounted_outside:
                 await trio.sleep(0.05)  # let the control reply go out
@@ -156,7 +160,8 @@ class Daemon:
         stores = await self._each(lambda e: e.final_flush(self.cfg.flush_timeout))
         total = {"pushed": sum(s["pushed"] for s in stores),
                  "left": sum(s["left"] for s in stores),
-                 "offline": next((s["offline"] for s in stores if s["offline"]), None)}
+                 "offline": next((s["offline"] for s in stores if s["offline"]), None),
+                 **_kept(stores)}
         if self.group:
             total["stores"] = stores
         return total
@@ -197,10 +202,12 @@ class Daemon:
         our key (local_server.running_url) is followed."""
         from . import local_server
 
-        while True:
-            await trio.sleep(2.0)
+        while True:  # at every poll (at least every 2 s): found within one poll
+            await trio.sleep(min(self.cfg.options.poll_interval, 2.0))
             if all(e.ctx.status.online for e in self.engines):
                 continue
+            if local_server.recorded_url() in (None, self.client.base_url):
+                continue  # nothing new recorded: no health check to make
             url = await trio.to_thread.run_sync(local_server.running_url)
             if url is None or url == self.client.base_url:
                 continue
@@ -280,7 +287,8 @@ class Daemon:
         sits in which directory (rewritten when `--all` adds one)."""
         entry: dict = {"mountpoint": canonical_mountpoint(self.cfg.mountpoint),
                        "pid": os.getpid(), "state_dir": str(self.control_dir),
-                       "base_url": self.cfg.base_url}
+                       "base_url": self.cfg.base_url,
+                       "embedded": self.cfg.embedded}  # `memfs serve stop` asks
         if isinstance(self.cfg, GroupConfig):
             entry.update(kind=self.cfg.kind, session_id=self.cfg.session_id,
                          stores=[{"name": e.name, "store_id": e.cfg.store_id,
@@ -330,7 +338,8 @@ class Daemon:
                 return {"ok": True, **await self.engines[0].flush(timeout)}
             stores = await self._each(lambda e: e.flush(timeout))
             return {"ok": True, "pushed": sum(s["pushed"] for s in stores),
-                    "left": sum(s["left"] for s in stores), "stores": stores}
+                    "left": sum(s["left"] for s in stores), "stores": stores,
+                    **_kept(stores)}
         if cmd == "sync":
             full = bool(req.get("full"))
             if not self.group:
@@ -394,6 +403,24 @@ def setup_logging(state_dir: Path, foreground: bool) -> None:
     logging.getLogger("httpcore").setLevel(logging.WARNING)
 
 
+def _kept(stores: list[dict]) -> dict:
+    """Every store's kept-local files, their paths prefixed with the store's directory
+    under a session root (a plain mount has one store and no name)."""
+    def under(s: dict, item: dict) -> dict:
+        return {**item, "path": f"/{s['name']}{item['path']}"} if s.get("name") else item
+
+    return {kind: [under(s, i) for s in stores for i in s.get(kind, [])]
+            for kind in ("not_pushed", "local_only")}
+
+
+def left_out(cfg: GroupConfig, skipped: list[dict], *, mounted: int) -> str:
+    """Why a root is not mounted: each store that cannot open, and why (one line)."""
+    why = "; ".join(f"{s['name']}: {s['error']}" for s in skipped)
+    hint = "; --allow-partial mounts the others" if mounted else ""
+    return (f"{len(skipped)} of {len(skipped) + mounted} store(s) of {cfg.root} cannot be "
+            f"mounted ({why}): nothing mounted{hint}")
+
+
 def run(cfg: MountConfig | GroupConfig, *, foreground: bool, api_key: str | None,
         ready_fd: int | None = None) -> int:
     """Mount and serve until unmounted; returns the exit status."""
@@ -423,6 +450,13 @@ def run(cfg: MountConfig | GroupConfig, *, foreground: bool, api_key: str | None
         log.exception("the daemon could not start")
         report(f"ERROR the daemon could not start: {type(exc).__name__}: {exc} "
                f"(see {control_dir / 'daemon.log'})")
+        return 1
+    if isinstance(cfg, GroupConfig) and daemon.skipped and (
+            not cfg.allow_partial or not daemon.engines):
+        daemon.close()
+        message = left_out(cfg, daemon.skipped, mounted=len(daemon.engines))
+        log.error("%s", message)
+        report(f"ERROR {message}")
         return 1
     reg = registry_file(cfg.mountpoint)  # before mounting: it resolves paths
     try:

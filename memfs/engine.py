@@ -38,6 +38,17 @@ class StoreLocked(Exception):
     """Another memfs daemon holds this store's state directory."""
 
 
+def locked_message(cfg: MountConfig, state_dir: Path) -> str:
+    """Who holds the store: the mountpoint its daemon recorded (state.db), else the state
+    directory (a daemon of an older memfs, or one that has not recorded it yet)."""
+    from .statedir import STATE_DB, _meta
+
+    store = f"{cfg.store_name} ({cfg.store_id})" if cfg.store_name else cfg.store_id
+    where = _meta(state_dir / STATE_DB, "mountpoint")
+    return (f"store {store} is already mounted at {where} by another memfs daemon" if where
+            else f"store {store} is already mounted by another memfs daemon (state {state_dir})")
+
+
 class StoreEngine:
     def __init__(self, cfg: MountConfig, client: MemoryStoresClient, *,
                  marker: bytes | None = None, name: str | None = None) -> None:
@@ -51,8 +62,7 @@ class StoreEngine:
             try:
                 fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise StoreLocked(f"store {cfg.store_id} is already mounted by another memfs "
-                                  f"daemon (state {self.state_dir})") from None
+                raise StoreLocked(locked_message(cfg, self.state_dir)) from None
             self.state = State(self.state_dir / "state.db",
                                local_only_patterns=cfg.local_only_patterns)
             opening.callback(self.state.close)
@@ -140,7 +150,19 @@ class StoreEngine:
         result = await self.pusher.flush(timeout)
         await self.ctx.fetcher.write_pending()  # the next mount starts warm, nothing staged
         return {"pushed": result.pushed, "left": result.left,
-                "offline": str(result.offline) if result.left and result.offline else None}
+                "offline": str(result.offline) if result.left and result.offline else None,
+                **self.kept_local()}
+
+    def kept_local(self) -> dict:
+        """What a flush cannot push, by path and why: files the server refused (not
+        UTF-8, too large, ...) and edits a read-only mount keeps (`not_pushed`), and
+        editor/tool temp files, local by design (`local_only`)."""
+        from .status import pending
+
+        p = pending(self.state, read_only=self.cfg.options.read_only)
+        temp = [i for i in p["local_only"] if i["reason"] == "editor/tool temp file"]
+        return {"not_pushed": p["refused"] + [i for i in p["local_only"] if i not in temp],
+                "local_only": temp}
 
     def set_read_only(self, read_only: bool) -> None:
         """The store was archived (or vanished) under an `--all` mount."""
@@ -184,7 +206,7 @@ class StoreEngine:
 
     async def flush(self, timeout: float) -> dict:
         result = await self.pusher.flush(timeout)
-        return {"pushed": result.pushed, "left": result.left}
+        return {"pushed": result.pushed, "left": result.left, **self.kept_local()}
 
     async def sync(self, full: bool) -> dict:
         try:

@@ -61,6 +61,10 @@ LOCAL_ONLY_MAX_BYTES = 64 * 1024 * 1024
 #: The store marker's name and inode. Session mounts show it at each store's root,
 #: as the SDK's folder sync writes it, so tools that check it trust the folder.
 #: State numbers its nodes upwards from 1 and never reaches this inode.
+#: The longest name (bytes) of one path component, as statfs reports it (f_namemax)
+#: and as every Linux filesystem enforces it: longer names are ENAMETOOLONG.
+NAME_MAX = 255
+
 MARKER_NAME = ".anthropic-memory-store"
 MARKER_INO = 2**32
 
@@ -182,6 +186,8 @@ class Operations(pyfuse3.Operations):
 
     @staticmethod
     def _name(raw: bytes) -> str:
+        if len(raw) > NAME_MAX:
+            raise _err(errno.ENAMETOOLONG)
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -480,7 +486,7 @@ class Operations(pyfuse3.Operations):
         s.f_bfree = s.f_bavail = max(0, s.f_blocks - (used_bytes + 4095) // 4096)
         s.f_files = cap
         s.f_ffree = s.f_favail = max(0, cap - used_files)
-        s.f_namemax = 255
+        s.f_namemax = NAME_MAX
         return s
 
     # -- xattrs: read-only sync state -----------------------------------------------
@@ -607,11 +613,13 @@ class Operations(pyfuse3.Operations):
 
     async def symlink(self, parent_inode, name, target, ctx):
         self._refuse_virtual(parent_inode)
+        self._name(name)  # ENAMETOOLONG first, as on any filesystem
         self._writable()
         raise _err(errno.EPERM)
 
     async def link(self, inode, new_parent_inode, new_name, ctx):
         self._refuse_virtual(inode, new_parent_inode)
+        self._name(new_name)
         self._writable()
         raise _err(errno.EPERM)
 

@@ -23,7 +23,7 @@ from .fastopen import FAST_BIT  # first: it loads the C shim that pyfuse3 must b
 # isort: split
 import pyfuse3
 
-from .fs import Operations, guard_handlers
+from .fs import NAME_MAX, Operations, guard_handlers
 from .state import ROOT_INO
 
 SHIFT = 40
@@ -101,6 +101,8 @@ class GroupOperations(pyfuse3.Operations):
 
     async def lookup(self, parent_inode, name, ctx):
         if parent_inode == GROUP_ROOT:
+            if len(name) > NAME_MAX:
+                raise _err(errno.ENAMETOOLONG)
             slot = self.by_name.get(name.decode("utf-8", "replace"))
             if slot is None:
                 e = pyfuse3.EntryAttributes()
@@ -178,7 +180,7 @@ class GroupOperations(pyfuse3.Operations):
         if not self.slots:
             s = pyfuse3.StatvfsData()
             s.f_bsize = s.f_frsize = 4096
-            s.f_namemax = 255
+            s.f_namemax = NAME_MAX
             return s
         total = None
         for slot in self.slots.values():  # the sum of the stores' capacities

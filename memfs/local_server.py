@@ -121,6 +121,12 @@ def _write_info(info: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def recorded_url() -> str | None:
+    """The URL local-server.json records (not verified: a cheap look at a file)."""
+    info = _read_info()
+    return info["url"] if info else None
+
+
 def running_url() -> str | None:
     """URL of our running embedded server (verified), or None."""
     info = _read_info()
@@ -232,8 +238,34 @@ def _terminate(pid: int, timeout: float) -> bool:
     return True
 
 
-def stop(timeout: float = 10.0) -> str:
-    """Stop the embedded server (SIGTERM: it finishes what is in flight); what happened."""
+class InUse(Exception):
+    """Live mounts use the embedded server: stopping it would leave them offline."""
+
+    def __init__(self, url: str, mountpoints: list[str]) -> None:
+        super().__init__(url, mountpoints)
+        self.url, self.mountpoints = url, mountpoints
+
+
+def mounts_using(url: str) -> list[str]:
+    """The mountpoints of live memfs mounts (the mount registry, daemons alive) on the
+    embedded server: started on it, or registered at its URL."""
+    from .statedir import registry_dir
+
+    out = []
+    for f in sorted(registry_dir().glob("*.json")):
+        try:
+            entry = json.loads(f.read_text())
+            pid, point = int(entry["pid"]), str(entry["mountpoint"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if (entry.get("embedded") or entry.get("base_url") == url) and _alive(pid):
+            out.append(point)
+    return out
+
+
+def stop(timeout: float = 10.0, *, force: bool = False) -> str:
+    """Stop the embedded server (SIGTERM: it finishes what is in flight); what happened.
+    Refused (:class:`InUse`) while live mounts use it, unless `force`."""
     with _lock():
         info = _read_info()
         if info is None:
@@ -243,6 +275,9 @@ def stop(timeout: float = 10.0) -> str:
         if not isinstance(pid, int) or not _alive(pid) or not _is_our_server(pid):
             path.unlink(missing_ok=True)
             return "not running (removed a stale record)"
+        users = mounts_using(info["url"])
+        if users and not force:
+            raise InUse(info["url"], users)
         graceful = _terminate(pid, timeout)
         path.unlink(missing_ok=True)
         if not graceful:

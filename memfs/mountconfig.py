@@ -96,6 +96,8 @@ class GroupConfig:
     cache_dir: str | None = None
     state_key: str | None = None
     read_only: bool = False  # --all --read-only: every store read-only
+    #: --allow-partial: mount the stores that open even when others cannot
+    allow_partial: bool = False
 
     @property
     def mountpoint(self) -> str:

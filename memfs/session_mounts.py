@@ -172,11 +172,16 @@ class SessionMounts:
         result = await anyio.run_process(
             [sys.executable, "-P", "-m", "memfs", "unmount", str(self._root),
              "--timeout", str(FLUSH_TIMEOUT)], check=False, stdin=subprocess.DEVNULL)
+        from .cli_mount import NOT_ALL_PUSHED
+
         out = (result.stdout + result.stderr).decode(errors="replace").strip()
-        if result.returncode != 0:
+        if result.returncode == NOT_ALL_PUSHED:  # unmounted; the output names what is kept
+            log.warning("%s", out)
+        elif result.returncode != 0:
             log.warning("memory store unmount failed: %s", out)
             return
-        log.info("%s", out)
+        else:
+            log.info("%s", out)
         if self._created_root:
             _rmdir_quietly(self._root)
 
@@ -231,6 +236,10 @@ class SessionMounts:
         if reply.get("left"):
             log.warning("memory flush cut off: %d change(s) not pushed yet; they stay "
                         "journaled and go out when the server answers", reply["left"])
+        kept = reply.get("not_pushed", [])
+        if kept:
+            log.warning("%d memory file(s) stay local, NOT on the server: %s", len(kept),
+                        "; ".join(f"{i['path']}: {i['reason']}" for i in kept))
 
 
 def _rmdir_quietly(path: Path) -> None:

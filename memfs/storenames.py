@@ -132,10 +132,12 @@ def resolve_for_cli(base_url: str, api_key: str | None, text: str) -> Resolved:
 def resolve_errors(base_url: str, text: str) -> Iterator[None]:
     """API failures while resolving `text` as one-line click errors: also around a
     :func:`resolve` inside a command's own client, so it says what `resolve_for_cli` says."""
+    from .cli_errors import describe
+
     try:
         yield
     except (api_errors.AuthenticationError, api_errors.PermissionDeniedError) as exc:
-        raise click.ClickException(f"bad credentials for {base_url}: {exc.message}") from None
+        raise click.ClickException(describe(base_url, exc)) from None
     except api_errors.APIError as exc:
-        raise click.ClickException(f"cannot resolve store {text!r} on {base_url}: "
-                                   f"{getattr(exc, 'message', exc)}") from None
+        raise click.ClickException(describe(base_url, exc, f"cannot resolve store {text!r}")) \
+            from None

@@ -9,7 +9,8 @@ No FUSE mount is needed: each command goes to the store through memfs's API clie
 drop into its tool runners unchanged; answers and error texts are those of the SDK's
 ``BetaLocalFilesystemMemoryTool`` (see docs/TOOL.md for the two documented differences).
 
-This module needs the ``anthropic`` package (``pip install 'memfs[tool]'``); the rest of
+This module needs the ``anthropic`` package (the ``tool`` extra of the ``memfs-fuse``
+distribution: ``pip install -e '.[tool]'`` in a checkout); the rest of
 memfs never imports it.
 """
 
@@ -134,6 +135,10 @@ class MemoryStoreTool(BetaAbstractMemoryTool):
     def rename(self, command: BetaMemoryTool20250818RenameCommand) -> str:
         return self._run(self._store.rename, command.old_path, command.new_path)
 
+    def clear_all_memory(self) -> str:
+        """Delete every memory of the store (the SDK's local tool empties its folder)."""
+        return self._run(self._store.clear_all)
+
 
 class AsyncMemoryStoreTool(BetaAsyncAbstractMemoryTool):
     """The memory tool on a Memory Store, for the SDK's async tool runner.
@@ -185,3 +190,7 @@ class AsyncMemoryStoreTool(BetaAsyncAbstractMemoryTool):
 
     async def rename(self, command: BetaMemoryTool20250818RenameCommand) -> str:
         return await self._run(self._store.rename(command.old_path, command.new_path))
+
+    async def clear_all_memory(self) -> str:
+        """Delete every memory of the store (the SDK's local tool empties its folder)."""
+        return await self._run(self._store.clear_all())

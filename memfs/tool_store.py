@@ -571,18 +571,31 @@ class StoreMemory:
 
         return await self._guard(run, target.raw)
 
+    async def clear_all(self) -> str:
+        """The SDK's ``clear_all_memory``: every memory of the store deleted, as a
+        delete of the root directory would (each with its precondition, rounds that
+        catch memories created meanwhile); an empty store is already clear."""
+        root = resolve(ROOT)
+
+        async def run(call: _Call) -> str:
+            await self._delete_directory(call, root, empty_ok=True)
+            return "All memory cleared"
+
+        return await self._guard(run, ROOT)
+
     async def _gone(self, call: _Call, target: ToolPath, memory: Memory) -> bool:
         """After a lost answer: is the memory no longer at the path?"""
         now = await self._lookup(call, target)
         return not (isinstance(now, Memory) and now.id == memory.id)
 
-    async def _delete_directory(self, call: _Call, target: ToolPath) -> None:
+    async def _delete_directory(self, call: _Call, target: ToolPath, *,
+                                empty_ok: bool = False) -> None:
         """Delete every memory below ``target``; a failure says how far it got."""
         done = 0
         for _ in range(MAX_DIRECTORY_ROUNDS):
             below = await self._below(call, target)
             if not below:
-                if done == 0:  # emptied by someone else since the lookup
+                if done == 0 and not empty_ok:  # emptied by someone else since the lookup
                     raise ToolFailure(missing_short(target.raw))
                 return
             for memory in below:

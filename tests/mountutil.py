@@ -99,10 +99,13 @@ class MountProc:
         reply = control.request(self.state_dir, {"cmd": "sync", "full": full}, timeout=30)
         assert reply.get("ok"), reply
 
-    def unmount(self, *args: str) -> str:
-        out = self.memfs("unmount", str(self.path), *args).stdout
+    def unmount(self, *args: str, kept: bool = False) -> str:
+        """`memfs unmount`; `kept`: changes are expected to stay local (exit status 3)."""
+        proc = self.memfs("unmount", str(self.path), *args, check=not kept)
+        if kept:
+            assert proc.returncode == 3, (proc.returncode, proc.stdout, proc.stderr)
         self._wait_pid()
-        return out
+        return proc.stdout
 
     def kill9(self) -> None:
         """Simulate a crash: SIGKILL the daemon, then clear the dead mount."""

@@ -1073,3 +1073,30 @@ async def test_an_open_racing_a_rename_over_finds_the_replaced_file(env):
     await env.ops.flush(w.fh)
     await env.ops.release(w.fh)
     assert await env.read_all(env.ino("/a.md")) == b"new\n"
+
+
+async def test_a_name_over_255_bytes_is_enametoolong_in_every_handler(env):
+    """f_namemax is 255: every handler that takes a name answers a longer one with
+    ENAMETOOLONG, as every Linux filesystem does; 255 bytes (also in UTF-8) is fine."""
+    long, mode = b"n" * 256, stat.S_IFREG | 0o644
+    _, attr = await env.create(ROOT, "ok")
+    d = await env.mkdir(ROOT, "d")
+    calls = {
+        "lookup": env.ops.lookup(ROOT, long, ctx()),
+        "create": env.ops.create(ROOT, long, mode, os.O_WRONLY, ctx()),
+        "mknod": env.ops.mknod(ROOT, long, mode, 0, ctx()),
+        "mkdir": env.ops.mkdir(ROOT, long, 0o755, ctx()),
+        "rename to": env.ops.rename(ROOT, b"ok", d, long, 0, ctx()),
+        "rename from": env.ops.rename(ROOT, long, d, b"x", 0, ctx()),
+        "unlink": env.ops.unlink(ROOT, long, ctx()),
+        "rmdir": env.ops.rmdir(ROOT, long, ctx()),
+        "symlink": env.ops.symlink(ROOT, long, b"target", ctx()),
+        "link": env.ops.link(attr.st_ino, d, long, ctx()),
+    }
+    for what, call in calls.items():
+        assert await fuse_errno(call) == errno.ENAMETOOLONG, what
+    assert env.state.lookup_path("/ok") is not None
+    await env.create(ROOT, "\u00e9" * 127 + "x")  # 255 bytes in UTF-8
+    assert await fuse_errno(env.ops.create(ROOT, ("\u00e9" * 128).encode(), mode, os.O_WRONLY,
+                                           ctx())) == errno.ENAMETOOLONG  # 256 bytes
+    assert (await env.ops.statfs(ctx())).f_namemax == 255

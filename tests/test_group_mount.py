@@ -191,12 +191,25 @@ def test_all_read_only_and_unmount_flushes_every_store(server, mounts):
     assert errno_of(lambda: (ro.path / "store-1" / "n3.md").unlink()) == errno.EROFS
 
 
-def test_a_store_mounted_elsewhere_is_skipped_not_fatal(server, mounts):
+def test_a_store_mounted_elsewhere_is_named_and_skipped_only_if_asked(server, mounts):
     sdk = server.sdk()
     busy = sdk.beta.memory_stores.create(name="Busy").id
     free = sdk.beta.memory_stores.create(name="Free").id
     single = mounts.mount(busy, name="single")
-    m = mounts.mount_group("--all", env=single.env)  # the same cache: busy's state is locked
+    root = single.path.parent / "root"
+    root.mkdir()
+    for select in (("--all",), ("--session", single.memfs(
+            "sessions", "create", "--store", busy, "--store", free).stdout.split()[-1])):
+        refused = single.memfs("mount", *select, str(root), check=False)
+        assert refused.returncode == 1, refused.stderr
+        assert (f"busy: store Busy ({busy}) is already mounted at {single.path} by another "
+                "memfs daemon") in refused.stderr, refused.stderr
+        assert "nothing mounted; --allow-partial mounts the others" in refused.stderr
+        assert not os.path.ismount(root) and os.listdir(root) == []
+    m = mounts.mount_group("--all", args=("--allow-partial",), env=single.env)
+    assert m.outputs[-1].stdout.startswith(f"mounted every store at {m.path}: free\n")
+    assert f"memfs: left out busy ({busy}): store Busy ({busy}) is already mounted at " \
+        f"{single.path}" in m.outputs[-1].stderr
     assert os.listdir(m.path) == ["free"]
     st = m.status()
     assert st["skipped"] and st["skipped"][0]["store_id"] == busy
@@ -318,7 +331,7 @@ def test_a_store_whose_state_cannot_open_is_skipped(server, mounts):
     db.write_bytes(b"this is not a database" * 100)
     for extra in ("state.db-wal", "state.db-shm"):
         (stores[bad] / extra).unlink(missing_ok=True)
-    again = mounts.mount_group("--all", name="again")
+    again = mounts.mount_group("--all", args=("--allow-partial",), name="again")
     assert os.listdir(again.path) == ["fine"]
     [skipped] = again.status()["skipped"]
     assert skipped["store_id"] == bad and "database" in skipped["error"]

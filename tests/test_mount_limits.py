@@ -267,8 +267,8 @@ def test_non_utf8_content_is_kept_local(mounts, server):
     assert server_memories(server, store) == {"/text.md": "text\n"}
     refused = m.status()["pending"]["refused"]
     assert [r["path"] for r in refused] == ["/bin.dat"]
-    # Survives a remount, still local, still refused.
-    m.unmount()
+    # Survives a remount, still local, still refused; unmount names it (exit status 3).
+    assert "/bin.dat: " in m.unmount(kept=True)
     m = mounts.mount(store)
     assert binf.read_bytes() == data
     assert xattr(binf, "state") == "refused"
@@ -322,3 +322,20 @@ def test_fallocate_is_not_supported_and_changes_nothing(mounts, server):
     finally:
         os.close(fd)
     assert f.read_text() == "kept\n"
+
+
+def test_a_name_over_255_bytes_is_enametoolong(mounts, server):  # noqa: F811
+    """statfs says f_namemax 255: the mount holds to it (pjdfstest's NAME_MAX checks)."""
+    store = mounts.new_store()
+    m = mounts.mount(store)
+    assert os.statvfs(m.path).f_namemax == 255
+    fits, over = "a" * 255, "a" * 256
+    create_file(m.path / fits, b"255\n")
+    (m.path / "d").mkdir()
+    for fn, args in ((create_file, (m.path / over,)), (os.mkdir, (m.path / over,)),
+                     (os.stat, (m.path / over,)), (os.rename, (m.path / fits, m.path / over)),
+                     (os.symlink, ("t", m.path / over)), (os.link, (m.path / fits, m.path / over)),
+                     (os.unlink, (m.path / over,)), (os.rmdir, (m.path / over,))):
+        expect_errno(errno.ENAMETOOLONG, fn, *args)
+    m.wait_synced()
+    assert server_memories(server, store) == {"/" + fits: "255\n"}

@@ -135,7 +135,7 @@ def test_refused_delete_waits_alone_while_everything_else_goes_out(mounts, serve
         [delete] = m.status()["pending"]["deletes"]
         assert "PermissionDenied" in delete["error"]
         assert "failing: delete /a.md" in m.memfs("status", str(m.path)).stdout
-        out = m.unmount("--timeout", "10")          # does not crash the daemon
+        out = m.unmount("--timeout", "10", kept=True)  # does not crash the daemon
         assert re.search(r"1 left", out), out
     assert set(server_memories(server, store)) == {"/a.md", "/b.md", "/c.md"}
 
@@ -319,7 +319,7 @@ def test_unmount_with_the_server_down_reports_exactly_what_is_left(mounts, serve
     for i in range(3):
         (m.path / f"f{i}.md").write_text(f"{i}\n")
     server.stop()
-    out = m.unmount("--timeout", "3")
+    out = m.unmount("--timeout", "3", kept=True)
     assert re.search(r"pushed 0 change\(s\), 3 left", out), out
     status = m.status()
     assert [c["path"] for c in status["pending"]["creates"]] == ["/f0.md", "/f1.md", "/f2.md"]

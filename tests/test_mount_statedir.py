@@ -113,7 +113,7 @@ def test_pending_change_survives_embedded_server_restart_on_a_new_port(embedded,
 
         _kill9(first["pid"])
         (path / "b.md").write_text("two\n")
-        out = m.unmount("--timeout", "2")
+        out = m.unmount("--timeout", "2", kept=True)
         assert "1 left" in out, out
 
         m.mount()  # starts a new embedded server on a new port
@@ -175,7 +175,7 @@ def test_url_keyed_state_of_an_older_memfs_is_adopted(mounts, server, tmp_path):
     m.wait_synced()
     server.stop()
     (m.path / "b.md").write_text("two\n")
-    assert "1 left" in m.unmount("--timeout", "1")
+    assert "1 left" in m.unmount("--timeout", "1", kept=True)
     # What an older memfs left behind: the same state under host-port.
     new_dir = m.state_dir
     old_dir = new_dir.parent.parent / statedir.server_id(server.base_url) / store
@@ -219,7 +219,7 @@ def test_status_and_conflicts_find_an_unmounted_cache_dir_mount(mounts, server, 
 
     server.stop()
     (m.path / "d.md").write_text("pending\n")
-    assert "1 left" in m.unmount("--timeout", "1")
+    assert "1 left" in m.unmount("--timeout", "1", kept=True)
     assert not list((tmp_path / "xdg-cache" / "memfs").glob(f"*/{store}/state.db"))
 
     st = m.status()  # `memfs status M --json`

@@ -153,7 +153,7 @@ def test_status_live_and_from_state_db(mounts, server):
 
     # A clean unmount (no registry at all): still found through its state.db.
     m2 = mounts.mount(store, "--delete-delay", "60", name="mnt")
-    m2.unmount("--timeout", "0")
+    m2.unmount("--timeout", "0", kept=True)
     st = m2.status()
     assert st["running"] is False and st["mountpoint"] == str(m2.path)
 

@@ -8,17 +8,20 @@ import pathlib
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 
+import anthropic
 import pytest
 from mountutil import MountProc, mount_env, needs_fuse, server_memories
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 HELPERS = REPO / "mount_helpers"
 UNITS = ("memfs@.service", "memfs-serve.service")
-INSTALLED = "/usr/local/bin/memfs"
+INSTALLED = "/opt/memfs/bin/memfs"
 
 
 def memfs_wrapper(tmp_path: pathlib.Path) -> pathlib.Path:
@@ -85,45 +88,161 @@ def _expand(command: str, env: dict[str, str], mountpoint: str) -> list[str]:
     return words
 
 
-@needs_fuse
-def test_template_commands_mount_and_flush(server, mounts, tmp_path: pathlib.Path) -> None:
-    """ExecStart (foreground mount, store by name) and ExecStop (flush + unmount), as the
-    template runs them with its EnvironmentFile."""
-    memfs = memfs_wrapper(tmp_path)
-    text = unit_text("memfs@.service", memfs)
-    store = mounts.new_store("Service Notes")
-    path = tmp_path / "svc"
-    path.mkdir()
-    env_file = {"STORE": "Service Notes", "MEMFS_OPTIONS": "--write-back-delay 30"}
-    env = {**mount_env(server, tmp_path), **env_file}
-    m = MountProc(path, store, env, ())
-    mounts.made.append(m)
-    start = _expand(directives(text, "ExecStart")[0], env, str(path))
-    stop = _expand(directives(text, "ExecStop")[0], env, str(path))
-    assert start[1:4] == ["mount", "--foreground", "--write-back-delay"]
-    proc = subprocess.Popen(start, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+def unit_environment(text: str, specifiers: dict[str, str], etc: pathlib.Path) -> dict:
+    """The environment systemd gives the unit's commands: its default PATH, then
+    Environment= (specifiers expanded), then each EnvironmentFile= (``-``: optional)."""
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+           "LANG": "C.UTF-8"}
+    for line in directives(text, "Environment"):
+        for word in shlex.split(_specifiers(line, specifiers)):
+            key, value = word.split("=", 1)
+            env[key] = value
+    for name in directives(text, "EnvironmentFile"):
+        path = pathlib.Path(_specifiers(name.lstrip("-"), specifiers)
+                            .replace("/etc/memfs", str(etc)))
+        if not path.exists() and name.startswith("-"):
+            continue
+        for raw in path.read_text().splitlines():
+            raw = raw.strip()
+            if raw and not raw.startswith("#"):
+                key, value = raw.split("=", 1)
+                env[key.strip()] = value.strip()
+    return env
+
+
+def _specifiers(text: str, specifiers: dict[str, str]) -> str:
+    for spec, value in specifiers.items():
+        text = text.replace(spec, value)
+    return text
+
+
+@pytest.fixture(scope="module")
+def opt_install():
+    """docs/INSTALL.md's install for the units, into a directory standing for /opt/memfs:
+    a venv of the system Python and a real `pip install` of the checkout's files,
+    world-readable (the dynamic user of memfs-serve.service must run it)."""
+    python = "/usr/bin/python3"
+    if not os.path.exists(python) or os.geteuid() != 0:
+        pytest.skip("needs root and the system Python")
+    base = pathlib.Path(tempfile.mkdtemp(prefix="memfs-opt-"))
     try:
+        base.chmod(0o755)
+        src = base / "src"  # the checkout's package files, not its .venv nor build leftovers
+        src.mkdir()
+        for name in ("pyproject.toml", "setup.py", "README.md"):
+            shutil.copy2(REPO / name, src / name)
+        shutil.copytree(REPO / "memfs", src / "memfs",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+        venv = base / "opt" / "memfs"
+        subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=120)
+        proc = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(src)],
+                              capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            pytest.skip(f"pip install failed here (no package index?): {proc.stderr[-500:]}")
+        yield venv / "bin" / "memfs"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@needs_fuse
+@pytest.mark.mount
+def test_the_documented_units_run_as_installed(opt_install, tmp_path: pathlib.Path) -> None:
+    """memfs-serve.service's ExecStart as an unprivileged user in its StateDirectory, then
+    memfs@.service's ExecStartPre/ExecStart/ExecStop with the env file docs/INSTALL.md
+    shows, both with the unit's environment: a store made by name, mounted by its slug,
+    and a file written there reaching the server at the stop's flush."""
+    base = pathlib.Path(tempfile.mkdtemp(prefix="memfs-units-"))  # nobody must reach it
+    serve = mount = None
+    try:
+        base.chmod(0o755)
+        state, cache, etc = base / "var-lib", base / "var-cache", base / "etc-memfs"
+        for d in (state, cache):
+            d.mkdir()
+        etc.mkdir(mode=0o700)
+        key = "k-" + os.urandom(8).hex()
+        (etc / "serve.env").write_text(f"MEMFS_SERVE_API_KEY={key}\n")
+        (etc / "api-key").write_text(key + "\n")
+        for f in ("serve.env", "api-key"):
+            (etc / f).chmod(0o600)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with open(etc / "serve.env", "a") as f:
+            f.write(f"MEMFS_SERVE_PORT={port}\n")  # 8765 may be taken here
+
+        text = (HELPERS / "memfs-serve.service").read_text().replace(INSTALLED, str(opt_install))
+        assert directives(text, "DynamicUser") == ["yes"]
+        (state / directives(text, "StateDirectory")[0]).mkdir()
+        os.chown(state / "memfs-serve", 65534, 65534)  # as systemd makes it for the user
+        env = {**unit_environment(text, {"%S": str(state)}, etc), "HOME": "/"}
+        argv = _expand(directives(text, "ExecStart")[0], env, "")
+        serve = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534",
+                                  "--clear-groups", "--", *argv], env=env, cwd="/",
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = serve.stdout.readline()
+        assert line == f"memfs serve: listening on http://127.0.0.1:{port}\n", \
+            (line, serve.poll() is not None and serve.communicate())
+        assert (state / "memfs-serve" / "memfs.db").stat().st_uid == 65534
+
+        shell = {**os.environ, "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}",
+                 "ANTHROPIC_API_KEY_FILE": str(etc / "api-key"),
+                 "XDG_CACHE_HOME": str(base / "shell-cache")}
+        shell.pop("ANTHROPIC_API_KEY", None)
+        made = subprocess.run([str(opt_install), "stores", "create", "Team Notes"], env=shell,
+                              capture_output=True, text=True, timeout=60)
+        assert made.returncode == 0 and made.stderr == "", made.stderr
+        store = made.stdout.split()[-1]
+
+        point = base / "mnt" / "notes"
+        documented = re.search(r"cat > /etc/memfs/mnt-notes.env <<'ENV'\n(.*?\n)ENV\n",
+                               (REPO / "docs" / "INSTALL.md").read_text(), re.S).group(1)
+        assert "STORE=team-notes\n" in documented and "127.0.0.1:8765" in documented
+        (etc / "mnt-notes.env").write_text(documented.replace("8765", str(port))
+                                           .replace("/etc/memfs", str(etc)))
+        text = (HELPERS / "memfs@.service").read_text().replace(INSTALLED, str(opt_install))
+        specifiers = {"%i": "mnt-notes", "%S": str(state), "%C": str(cache)}
+        env = {**unit_environment(text, specifiers, etc), "HOME": "/root"}
+        for d in ("CacheDirectory", "StateDirectory"):
+            (pathlib.Path(env["XDG_CACHE_HOME" if d == "CacheDirectory" else "XDG_DATA_HOME"])
+             / directives(text, d)[0]).mkdir(exist_ok=True)
+        pre = _expand(directives(text, "ExecStartPre")[0], env, str(point))
+        subprocess.run(pre, env=env, check=True, timeout=30)
+        m = MountProc(point, store, env, ())
+        start = _expand(directives(text, "ExecStart")[0], env, str(point))
+        mount = subprocess.Popen(start, env=env, cwd="/", stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30
         while True:
             try:
                 m.pid = int(m.registry()["pid"])
                 break
             except AssertionError:
-                assert proc.poll() is None, proc.communicate()
+                assert mount.poll() is None, mount.communicate()
                 assert time.monotonic() < deadline, "the foreground mount never came up"
                 time.sleep(0.1)
-        assert m.pid == proc.pid  # the service's main process is the mount itself
-        (path / "note.md").write_text("from a service")  # pushed only by the stop's flush
+        assert m.pid == mount.pid  # the service's main process is the mount itself
+        (point / "note.md").write_text("from a service")
+        stop = _expand(directives(text, "ExecStop")[0], env, str(point))
         out = subprocess.run(stop, env=env, capture_output=True, text=True, timeout=90)
-        assert out.returncode == 0, out.stderr
-        assert "pushed 1 change(s), 0 left" in out.stdout
-        assert proc.wait(timeout=30) == 0  # Restart=on-failure: a clean stop is not restarted
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert f"unmounted {point}: pushed 1 change(s), 0 left" in out.stdout
+        assert mount.wait(timeout=30) == 0  # Restart=on-failure: a clean stop is not restarted
+        sdk = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key=key,
+                                  max_retries=0)
+        assert {x.path: x.content for x in sdk.beta.memory_stores.memories.list(
+            store, view="full")} == {"/note.md": "from a service"}
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert server_memories(server, store) == {"/note.md": "from a service"}
+        for proc in (mount, serve):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()  # SIGTERM, as systemctl stop sends
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        if mount is not None and os.path.ismount(base / "mnt" / "notes"):
+            subprocess.run(["fusermount3", "-uz", str(base / "mnt" / "notes")], check=False)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 # -- fstab -----------------------------------------------------------------------------------

@@ -248,3 +248,41 @@ async def test_the_control_directory_is_read_once_and_again_only_when_it_fails(
     await stores.sync_if_due()
     assert (len(reads), asked[7:]) == (5, [two, two])
     assert caplog.text.count(f"no memfs daemon is registered for {stores._root}") == 2
+
+
+async def test_a_flush_names_what_stays_local(server, tmp_path, worker_env, caplog):
+    """A file the server refuses (not UTF-8) is counted and named, with its store's
+    folder and the reason, by flush_writes (as by finish); dispose still unmounts."""
+    import logging
+
+    import trio
+
+    sdk = server.sdk()
+    store = sdk.beta.memory_stores.create(name="Agent Memory").id
+    sid = sdk.beta.sessions.create(agent="x", environment_id="e", resources=[
+        {"type": "memory_store", "memory_store_id": store}]).id
+    client = anthropic.AsyncAnthropic(base_url=server.base_url, api_key=server.api_key,
+                                      max_retries=0)
+    session = _relocated(await client.beta.sessions.retrieve(sid), tmp_path / "memory")
+    worker_env.append(tmp_path / "memory")
+    stores = SessionMemoryStores(client, workdir=tmp_path / "work")
+    try:
+        await stores.download(session)
+        (folder,) = stores.roots
+        (folder / "bad.md").write_bytes(b"\xff not UTF-8\n")
+        (folder / "good.md").write_text("fine\n")
+        with trio.fail_after(30):
+            while not ((await stores._status()) or {}).get("stores", [{}])[0].get(
+                    "pending", {}).get("refused"):
+                await trio.sleep(0.1)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="memfs.session_mounts"):
+            await stores.flush_writes()
+        kept = [r.getMessage() for r in caplog.records if "stay local" in r.getMessage()]
+        assert len(kept) == 1 and kept[0].startswith(
+            f"1 memory file(s) stay local, NOT on the server: /{folder.name}/bad.md: "), kept
+    finally:
+        await stores.dispose()
+        await client.close()
+    assert not _mounted(tmp_path / "memory")
+    assert server_memories(server, store) == {"/good.md": "fine\n"}

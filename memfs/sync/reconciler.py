@@ -63,6 +63,10 @@ class Reconciler:
                 delay = self.ctx.options.poll_interval
             except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
                 delay = self.ctx.went_offline(exc)
+                if isinstance(exc, api_errors.APIConnectionError):
+                    # Nothing answered: a probe per poll costs what an online poll
+                    # costs, and a server started again is seen within one poll.
+                    delay = min(delay, self.ctx.options.poll_interval)
             except api_errors.APIError as exc:
                 # 403, 404 (store gone), a malformed page...: not "offline", but no
                 # reason to take the mount down either. Report it and try again later.

@@ -1,0 +1,171 @@
+"""Every `memfs` command against every way its server can be wrong: nothing listening,
+a wrong key, a URL without ``http://``. Each must end with one clear line and a non-zero
+exit status, never a traceback.
+
+The commands are enumerated from the click group, so a command added later is run
+here too; its arguments get placeholders by name (a new argument name fails the test
+until it has one in PLACEHOLDERS).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import click
+import pytest
+from conftest import REPO
+
+from memfs.cli import main
+
+pytestmark = pytest.mark.timeout(600)
+
+#: Commands that manage the embedded local server only: they never use the configured
+#: URL or key, and "not running" (exit 0) is their true answer here.
+EMBEDDED_ONLY = {"serve status", "serve stop"}
+
+#: Variants of one command that take another path to the server.
+EXTRA = [["mount", "--all", "{dir}/all-root"], ["mount", "--session", "sesn_x", "{dir}/sroot"]]
+
+
+def leaf_commands() -> list[tuple[str, click.Command]]:
+    out = []
+
+    def walk(cmd: click.Command, path: list[str]) -> None:
+        if isinstance(cmd, click.Group):
+            ctx = click.Context(cmd)
+            for name in cmd.list_commands(ctx):
+                walk(cmd.get_command(ctx, name), [*path, name])
+            if not cmd.invoke_without_command:
+                return
+        out.append((" ".join(path), cmd))
+
+    walk(main, [])
+    return out
+
+
+def placeholders(tmp: pathlib.Path) -> dict[str, str]:
+    (tmp / "empty").mkdir(exist_ok=True)
+    (tmp / "file.md").write_text("x\n")
+    return {
+        "store_id": "notes", "name": "notes", "stores_": "notes", "session_id": "sesn_x",
+        "mountpoint": str(tmp / "empty"), "cid": "1", "file": str(tmp / "file.md"),
+        "spec": f"{tmp / 'file.md'}@1",
+        "version": "1",
+    }
+
+
+def argv_for(path: str, cmd: click.Command, tmp: pathlib.Path) -> list[str]:
+    """The command with a placeholder for every argument and required option."""
+    values = placeholders(tmp)
+    argv = path.split()
+    for p in cmd.params:
+        if not (isinstance(p, click.Argument) or p.required):
+            continue
+        assert p.name in values, f"`memfs {path}`: give {p.name!r} a placeholder"
+        argv += [values[p.name]] if isinstance(p, click.Argument) else [p.opts[0],
+                                                                         values[p.name]]
+    return argv
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "memfs", *argv], env=env, cwd=REPO,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=120)
+
+
+def user_env(tmp: pathlib.Path, url: str, key: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ANTHROPIC_", "XDG_", "MEMFS_"))}
+    env.update(HOME=str(tmp / "home"), ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=key,
+               PYTHONPATH=str(REPO))
+    return env
+
+
+def test_the_command_list_is_found():
+    names = {name for name, _ in leaf_commands()}
+    assert {"stores list", "stores create", "sessions show", "mount", "tool",
+            "serve stop"} <= names, names
+
+
+@pytest.mark.parametrize("scenario", ["no server", "wrong key", "malformed URL"])
+def test_every_command_fails_in_one_line(scenario, server, tmp_path):
+    host_port = server.base_url.split("://", 1)[1]
+    url, key, says = {
+        "no server": (f"http://127.0.0.1:{free_port()}", server.api_key, "cannot reach"),
+        "wrong key": (server.base_url, "wrong-key", "bad credentials for"),
+        "malformed URL": (host_port, server.api_key, "must start with http:// or https://"),
+    }[scenario]
+    env = user_env(tmp_path, url, key)
+    runs = [(name, argv_for(name, cmd, tmp_path), cmd) for name, cmd in leaf_commands()]
+    runs += [(x[0], [a.format(dir=tmp_path) for a in x], main.get_command(
+        click.Context(main), x[0])) for x in EXTRA]
+    failures = []
+    for name, argv, cmd in runs:
+        proc = run(argv, env)
+        text = proc.stdout + proc.stderr
+        if "Traceback" in text:
+            failures.append(f"memfs {' '.join(argv)}: a traceback\n{text}")
+            continue
+        if name in EMBEDDED_ONLY:
+            continue
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+        if proc.returncode == 0 or len(errors) != 1:
+            failures.append(f"memfs {' '.join(argv)}: exit {proc.returncode}, "
+                            f"{len(errors)} error lines\n{text}")
+            continue
+        talks_to_server = any(p.name == "base_url" for p in cmd.params)
+        if talks_to_server and says not in errors[0]:
+            failures.append(f"memfs {' '.join(argv)}: {errors[0]!r} does not say {says!r}")
+        if key and key in text and scenario == "wrong key":
+            failures.append(f"memfs {' '.join(argv)}: the key is in its output")
+    assert not failures, "\n\n".join(failures)
+    assert not (tmp_path / "home" / ".local" / "share" / "memfs" / "local.db").exists()
+
+
+def test_a_refusal_by_the_server_is_one_line(server, tmp_path):
+    """A 400 (an empty store name) names what was refused, by whom and why."""
+    env = user_env(tmp_path, server.base_url, server.api_key)
+    proc = run(["stores", "create", ""], env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"Error: cannot create store '': {server.base_url} "
+                                  "refused it (HTTP 400): "), proc.stderr
+
+
+def test_every_option_has_help():
+    missing = [f"memfs {name} {p.opts[0]}" for name, cmd in leaf_commands()
+               for p in cmd.params if isinstance(p, click.Option) and not p.help]
+    assert not missing, missing
+
+
+def test_a_key_file_others_can_read_is_used_with_a_warning(server, tmp_path):
+    key = tmp_path / "key"
+    key.write_text(server.api_key + "\n")
+    env = user_env(tmp_path, server.base_url, "")
+    env.pop("ANTHROPIC_API_KEY")
+    for mode, warned in ((0o644, True), (0o600, False)):
+        key.chmod(mode)
+        proc = run(["stores", "list", "--api-key-file", str(key)], env)
+        assert proc.returncode == 0, proc.stderr
+        warning = (f"memfs: warning: the API key file {key} is readable by others (mode 644): "
+                   f"chmod 600 {key}")
+        assert (warning in proc.stderr) == warned, proc.stderr
+        assert server.api_key not in proc.stderr
+
+
+def test_an_access_typo_gets_a_hint(server, tmp_path):
+    server.sdk().beta.memory_stores.create(name="Docs")
+    env = user_env(tmp_path, server.base_url, server.api_key)
+    proc = run(["sessions", "create", "--store", "Docs:readonly"], env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "'readonly' is not an access: to attach 'Docs' read-only, write Docs:read_only" \
+        in proc.stderr, proc.stderr
