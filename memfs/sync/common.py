@@ -22,6 +22,7 @@ import trio
 from ..api import errors as api_errors
 from ..api.client import MemoryStoresClient
 from ..cache import BlobCache
+from ..mount_metrics import StoreMetrics
 from ..mountconfig import SyncOptions
 from ..nodes import Node, Remote
 from ..state import State
@@ -76,6 +77,7 @@ class SyncContext:
         self.store_id = store_id
         self.options = options
         self.status = SyncStatus()
+        self.metrics = StoreMetrics()  # counters for `--metrics-addr` (memfs/mount_metrics.py)
         self.sync_lock = trio.Lock()
         self.push_wakeup = trio.Event()
         self.reconcile_wakeup = trio.Event()
