@@ -923,8 +923,8 @@ def _guarded(handler, timed: bool):
                 self.fuse_timing.error(op, errno.EIO)
             raise _err(errno.EIO) from None
         finally:
-            if timed and self.fuse_timing is not None:
-                self.fuse_timing.record(op, time.monotonic() - start)
+            if timed and (timing := self.fuse_timing) is not None:
+                timing.record(op, time.monotonic() - start)
 
     return wrapper
 

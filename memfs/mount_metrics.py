@@ -56,8 +56,9 @@ class FuseTiming:
         self.errors: dict[tuple[str, str], int] = {}
 
     def record(self, op: str, seconds: float) -> None:
-        row = self.ops.get(op)
-        if row is None:
+        try:
+            row = self.ops[op]
+        except KeyError:
             row = self.ops[op] = [0.0] + [0] * (len(FUSE_BUCKETS) + 1)
         row[0] += seconds
         row[1 + bisect_left(FUSE_BUCKETS, seconds)] += 1
