@@ -17,9 +17,8 @@ import httpx
 import pytest
 from mountutil import mount_env, needs_fuse, server_memories
 from prometheus_client.parser import text_string_to_metric_families
-from synchelpers import wait_for
+from synchelpers import flush, versions, wait_for
 
-from memfs import control
 from memfs.metrics_export import families, outcome
 from memfs.mount_metrics import FUSE_BUCKETS, FuseTiming, StoreMetrics, classify, purpose
 from memfs.mountconfig import is_loopback, parse_metrics_addr
@@ -74,12 +73,6 @@ def check_matches_status(s: Scrape, status: dict) -> None:
         pytest.approx(status["last_sync_at"])
 
 
-def flush(m) -> dict:
-    reply = control.request(m.state_dir, {"cmd": "flush", "timeout": 30}, timeout=60)
-    assert reply["ok"], reply
-    return reply
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -96,9 +89,10 @@ def test_plain_mount_metrics_match_status_and_the_workload(mounts, server):
     shared = sdk.beta.memory_stores.memories.create(store, path="/shared.md",
                                                     content="base\n").id
     sdk.beta.memory_stores.memories.create(store, path="/notes/r.md", content="read me\n")
-    # A long write-back delay: what is written stays pending until the flush below.
+    # A long write-back delay: what is written stays pending until the flush below; no
+    # prefetch: the read below is the one fetch.
     m = mounts.mount(store, "--metrics-addr", "0", "--write-back-delay", "600",
-                     defaults=False)
+                     "--no-prefetch", defaults=False)
     url = m.status()["metrics_url"]
     assert url.startswith("http://127.0.0.1:"), url  # no host given: loopback
 
@@ -129,10 +123,15 @@ def test_plain_mount_metrics_match_status_and_the_workload(mounts, server):
     assert before.get("memfs_fuse_request_duration_seconds_sum", store=store, op="create") > 0
     assert before.get("memfs_fuse_errors_total", store=store, op="link",
                       errno="EPERM") == 1  # the hard link refused
-    # The read: its content came from the cache or a fetch, either counted.
-    assert before.get("memfs_cache_hits_total", store=store) + \
-        before.get("memfs_cache_misses_total", store=store) >= 1
-    assert before.get("memfs_fetched_blobs_total", store=store) >= 2  # shared.md, r.md
+    # The read of r.md: the one miss, its batch (/notes/) the one blob fetched, by a read.
+    assert before.get("memfs_cache_misses_total", store=store) == 1
+    assert before.get("memfs_fetched_blobs_total", store=store) == 1
+    assert before.get("memfs_fetch_requests_total", store=store, purpose="read",
+                      outcome="ok") >= 1
+    assert before.get("memfs_fetch_received_bytes_total", store=store) > len("read me\n")
+    assert before.get("memfs_cache_hits_total", store=store) >= 1  # shared.md's reads
+    assert before.get("memfs_fuse_request_duration_seconds_count", store=store,
+                      op="read") >= 2
     # The sync above polled the feed: at least one poll, each poll at least a request.
     polls = before.get("memfs_feed_polls_total", store=store)
     assert polls >= 1
@@ -165,6 +164,10 @@ def test_plain_mount_metrics_match_status_and_the_workload(mounts, server):
     sent = after.get("memfs_api_sent_bytes_total", store=store, purpose="push",
                      endpoint="create")
     assert sent > len("a.md\nb.md\nc.md\n")
+    # The server's own count: 3 writes of the SDK (2 creates, 1 update), 3 of the mount.
+    ops = sorted(v.operation for v in versions(server, store))
+    assert ops == ["created"] * 5 + ["modified"]
+    assert after.total("memfs_pushes_total", store=store, outcome="ok") == len(ops) - 3
     assert after.get("memfs_last_push_timestamp_seconds", store=store) == \
         pytest.approx(status["last_push_at"])
     # Counters only grow.
