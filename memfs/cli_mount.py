@@ -622,6 +622,8 @@ def format_status(s: dict) -> str:
         lines.append(f"    #{c['id']} {c['path']}: {c['reason']}")
     if s.get("last_error"):
         lines.append(f"  last error: {s['last_error']}")
+    if s.get("metrics_url"):
+        lines.append(f"  metrics: {s['metrics_url']}")
     return "\n".join(lines)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -266,6 +267,11 @@ class MetricsServer:
         log.info("metrics at %s", self.url)
 
     def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        """Stop serving, without waiting: the server notices at its next poll (up to
+        0.5 s, which `memfs unmount`, waiting for the daemon to exit, would wait out)."""
+
+        def stop() -> None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+        threading.Thread(target=stop, name="metrics-stop", daemon=True).start()

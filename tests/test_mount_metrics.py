@@ -95,6 +95,7 @@ def test_plain_mount_metrics_match_status_and_the_workload(mounts, server):
                      "--no-prefetch", defaults=False)
     url = m.status()["metrics_url"]
     assert url.startswith("http://127.0.0.1:"), url  # no host given: loopback
+    assert f"metrics: {url}" in m.memfs("status", str(m.path)).stdout
 
     # A conflict: edited here, changed on the server (the SDK) before the push.
     (m.path / "shared.md").write_text("mine\n")
