@@ -19,6 +19,7 @@ from mountutil import mount_env, needs_fuse, server_memories
 from prometheus_client.parser import text_string_to_metric_families
 from synchelpers import flush, versions, wait_for
 
+from memfs import control
 from memfs.metrics_export import families, outcome
 from memfs.mount_metrics import FUSE_BUCKETS, FuseTiming, StoreMetrics, classify, purpose
 from memfs.mountconfig import is_loopback, parse_metrics_addr
@@ -205,6 +206,42 @@ def test_metrics_addr_errors_are_one_line_and_mount_nothing(mounts, server, tmp_
     assert "Traceback" not in busy.stderr and len(busy.stderr.strip().splitlines()) == 1
     with open("/proc/mounts") as f:
         assert str(where) not in f.read()
+
+
+@needs_fuse
+def test_offline_and_back_in_metrics(mounts, server):
+    """The server stops: the mount's metrics say offline, the push that cannot go out
+    and its pending create, as `memfs status` does; then back online, pushed."""
+    store = mounts.new_store()
+    m = mounts.mount(store, "--metrics-addr", "0")
+    url = m.status()["metrics_url"]
+    (m.path / "a.md").write_text("a\n")
+    m.wait_synced()
+    server.stop()
+    (m.path / "b.md").write_text("b\n")
+
+    def failed_push() -> Scrape | None:
+        s = scrape(url)
+        return s if s.get("memfs_pushes_total", store=store, kind="create",
+                          outcome="unreachable") else None
+
+    s = wait_for(failed_push, what="the push of b.md fails")
+    assert s.get("memfs_online", store=store) == 0
+    status = m.status()
+    assert status["online"] is False
+    check_matches_status(s, status)
+    assert s.get("memfs_pending_changes", store=store, kind="create") == 1
+    assert s.get("memfs_pushes_total", store=store, kind="create", outcome="ok") == 1
+    server.start()  # the same port and database
+    wait_for(lambda: control.request(m.state_dir, {"cmd": "sync"}, timeout=30)["ok"],
+             what="back online")
+    m.wait_synced()
+    s = scrape(url)
+    check_matches_status(s, m.status())
+    assert s.get("memfs_online", store=store) == 1
+    assert s.get("memfs_pushes_total", store=store, kind="create", outcome="ok") == 2
+    assert s.get("memfs_pending_changes", store=store, kind="create") == 0
+    assert s.get("memfs_seconds_since_last_sync", store=store) < 60
 
 
 # -- a session root --------------------------------------------------------------------------
