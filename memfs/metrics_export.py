@@ -94,6 +94,7 @@ class MountCollector(Collector):
             stores.append({
                 "id": engine.cfg.store_id, "name": engine.name or "",
                 "mountpoint": engine.cfg.mountpoint, "status": engine.status(),
+                "deletes_sent": engine.cfg.options.deletes == "enabled",
                 "fuse": {op: list(row) for op, row in m.fuse.ops.items()},
                 "fuse_errors": dict(m.fuse.errors),
                 "cache_hits": m.cache_hits, "cache_misses": m.cache_misses,
@@ -182,8 +183,10 @@ def families(snap: dict) -> Iterator[Metric]:
         refused.add_metric([sid], len(p["refused"]))
         local_only.add_metric([sid], len(p["local_only"]))
         conflicts.add_metric([sid], len(st["conflicts"]))
+        # Deletes never sent (--deletes log-only|disabled) are never overdue.
         dues = [item["due_at"] for key, _ in PENDING_KINDS for item in p[key]
-                if item.get("due_at") is not None]
+                if item.get("due_at") is not None
+                and (key != "deletes" or s.get("deletes_sent", True))]
         overdue.add_metric([sid], max(0.0, now - min(dues)) if dues else 0.0)
         if st["last_sync_at"] is not None:
             last_sync.add_metric([sid], st["last_sync_at"])

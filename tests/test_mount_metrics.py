@@ -360,6 +360,10 @@ def test_fuse_timing_buckets_and_exposition():
     assert s.get("memfs_fuse_errors_total", op="lookup", errno="ENOENT") == 2
     assert math.isinf(s.get("memfs_seconds_since_last_sync"))
     assert s.get("memfs_pending_overdue_seconds") == 60.0
+    never_sent = {**store, "deletes_sent": False}  # --deletes log-only|disabled
+    gauges = {m.name: m for m in families({"now": 160.0, "stores": [never_sent],
+                                           "fast_opens": {}})}
+    assert gauges["memfs_pending_overdue_seconds"].samples[0].value == 0.0
     assert s.get("memfs_pushes_total", kind="delete", outcome="conflict") == 2
     assert s.get("memfs_fetch_requests_total", purpose="read", outcome="unreachable") == 1
     assert s.get("memfs_api_received_bytes_total", purpose="push", endpoint="delete") == 20
