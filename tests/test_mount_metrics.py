@@ -206,10 +206,14 @@ def test_metrics_addr_errors_are_one_line_and_mount_nothing(mounts, server, tmp_
     where = tmp_path / "mnt"
     where.mkdir()
 
-    def mount(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "memfs", "mount", store, str(where),
+    def mount(*args: str, at=where) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "memfs", "mount", store, str(at),
                                *args], env=env, capture_output=True, text=True, timeout=120)
 
+    # Another host than loopback is served only when named, and said out loud (here the
+    # mount then fails on its missing mountpoint: nothing listens).
+    wide = mount("--metrics-addr", "0.0.0.0:9464", at=tmp_path / "missing")
+    assert "metrics at 0.0.0.0:9464 are served to the network" in wide.stderr, wide.stderr
     bad = mount("--metrics-addr", "127.0.0.1:http")
     assert bad.returncode == 2 and "HOST:PORT" in bad.stderr, bad.stderr
     assert "Traceback" not in bad.stderr
