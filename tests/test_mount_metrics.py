@@ -241,12 +241,12 @@ def test_offline_and_back_in_metrics(mounts, server):
     server.stop()
     (m.path / "b.md").write_text("b\n")
 
-    def failed_push() -> Scrape | None:
+    def offline() -> bool:  # each attempt is counted: the client retries before giving up
         s = scrape(url)
-        return s if s.get("memfs_pushes_total", store=store, kind="create",
-                          outcome="unreachable") else None
+        return s.get("memfs_online", store=store) == 0 and s.get(
+            "memfs_pushes_total", store=store, kind="create", outcome="unreachable") > 0
 
-    s = wait_for(failed_push, what="the push of b.md fails")
+    wait_for(offline, what="the push of b.md fails, the mount goes offline")
     s, status = scrape_with_status(url, m)
     assert s.get("memfs_online", store=store) == 0
     assert status["online"] is False
