@@ -31,6 +31,8 @@ from .mountconfig import (
     GroupStore,
     MountConfig,
     SyncOptions,
+    is_loopback,
+    parse_metrics_addr,
 )
 from .statedir import (
     Unreachable,
@@ -131,6 +133,21 @@ def _holds_something(entry: os.DirEntry) -> bool:
 # -- mount -------------------------------------------------------------------------------
 
 
+def _metrics_addr(ctx, param, value: str | None) -> str | None:
+    """--metrics-addr as HOST:PORT; a non-loopback HOST is the user's explicit choice,
+    said out loud."""
+    if value is None:
+        return None
+    try:
+        host, port = parse_metrics_addr(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if not is_loopback(host):
+        click.echo(f"memfs: metrics at {host}:{port} are served to the network, without "
+                   "authentication", err=True)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 @click.command()
 @click.argument("store_id", metavar="[STORE|ROOT]", required=False,
                 shell_complete=complete_stores)
@@ -183,10 +200,13 @@ def _holds_something(entry: os.DirEntry) -> bool:
 @click.option("--local-only", "local_only", multiple=True, metavar="GLOB",
               help="Another file-name pattern kept local-only, never uploaded (repeatable; "
               "added to: " + " ".join(DEFAULT_LOCAL_ONLY_PATTERNS) + ").")
+@click.option("--metrics-addr", default=None, metavar="[HOST:]PORT", callback=_metrics_addr,
+              help="Serve Prometheus metrics at http://HOST:PORT/metrics (HOST defaults to "
+              "127.0.0.1; any other address serves the network, without authentication).")
 def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, base_url,
           api_key_file, read_only, foreground, cache_dir, write_back_delay, max_push_delay,
           delete_delay, poll_interval, full_resync, no_feed, deletes, no_prefetch, flush_timeout,
-          show_meta, allow_non_empty, allow_partial, local_only):
+          show_meta, allow_non_empty, allow_partial, local_only, metrics_addr):
     """Mount STORE (an id, a name or a name's slug) at MOUNTPOINT; returns once the
     mount is live.
 
@@ -199,7 +219,8 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
                           show_meta=show_meta)
     owner = _owner(uid, gid)
     common = dict(flush_timeout=flush_timeout, allow_other=allow_other, owner=owner,
-                  local_only_patterns=[*DEFAULT_LOCAL_ONLY_PATTERNS, *local_only])
+                  local_only_patterns=[*DEFAULT_LOCAL_ONLY_PATTERNS, *local_only],
+                  metrics_addr=metrics_addr)
     if session_id or all_stores:
         if session_id and all_stores:
             raise click.UsageError("--session and --all exclude each other")
@@ -708,6 +729,8 @@ def format_status(s: dict) -> str:
         lines.append(f"    #{c['id']} {c['path']}: {c['reason']}")
     if s.get("last_error"):
         lines.append(f"  last error: {s['last_error']}")
+    if s.get("metrics_url"):
+        lines.append(f"  metrics: {s['metrics_url']}")
     return "\n".join(lines)
 
 

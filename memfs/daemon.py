@@ -70,6 +70,8 @@ class Daemon:
         self.flush_result: dict | None = None
         self.flush_done = trio.Event()
         self.started_at = time.time()
+        self.trio_token: trio.lowlevel.TrioToken | None = None  # for a metrics scrape
+        self.metrics_url: str | None = None  # `--metrics-addr`: where they are served
 
     def _add_store(self, store: GroupStore) -> StoreEngine | None:
         assert isinstance(self.cfg, GroupConfig) and isinstance(self.ops, GroupOperations)
@@ -102,6 +104,7 @@ class Daemon:
 
     async def run(self, on_ready) -> None:
         unmounted_outside = False
+        self.trio_token = trio.lowlevel.current_trio_token()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._fuse_main)
@@ -369,14 +372,15 @@ class Daemon:
         return {"ok": False, "error": f"unknown command {cmd!r}"}
 
     def status(self) -> dict:
+        metrics = {"metrics_url": self.metrics_url} if self.metrics_url else {}
         if not isinstance(self.cfg, GroupConfig):
-            return {**self.engines[0].status(), "fast_opens": fastopen.stats()}
+            return {**self.engines[0].status(), "fast_opens": fastopen.stats(), **metrics}
         return {"running": True, "group": True, "kind": self.cfg.kind, "pid": os.getpid(),
                 "mountpoint": self.cfg.root, "session_id": self.cfg.session_id,
                 "server": self.cfg.base_url,
                 "stores": [e.status() for e in self.engines], "skipped": self.skipped,
                 "fast_opens": fastopen.stats(),
-                "uptime_seconds": time.time() - self.started_at}
+                "uptime_seconds": time.time() - self.started_at, **metrics}
 
     def close(self) -> None:
         for engine in self.engines:
@@ -458,10 +462,23 @@ def run(cfg: MountConfig | GroupConfig, *, foreground: bool, api_key: str | None
         log.error("%s", message)
         report(f"ERROR {message}")
         return 1
+    metrics = None
+    if cfg.metrics_addr:
+        from .metrics_export import MetricsServer
+
+        try:
+            metrics = MetricsServer(daemon, cfg.metrics_addr)
+        except OSError as exc:
+            daemon.close()
+            report(f"ERROR cannot serve metrics on {cfg.metrics_addr}: {exc.strerror or exc}")
+            return 1
+        daemon.metrics_url = metrics.url
     reg = registry_file(cfg.mountpoint)  # before mounting: it resolves paths
     try:
         daemon.mount()
     except Exception as exc:
+        if metrics is not None:
+            metrics.close()
         daemon.close()
         report(f"ERROR cannot mount {cfg.mountpoint}: {exc}")
         return 1
@@ -486,6 +503,8 @@ def run(cfg: MountConfig | GroupConfig, *, foreground: bool, api_key: str | None
         except Exception as exc:
             log.warning("close: %s", exc)
         reg.unlink(missing_ok=True)
+        if metrics is not None:
+            metrics.close()
         daemon.close()
         log.info("daemon exit")
     return 0 if ok else 1

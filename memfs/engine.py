@@ -25,6 +25,7 @@ from .api.client import MemoryStoresClient
 from .cache import BlobCache
 from .fs import Operations
 from .fs_versions import VersionsTree
+from .mount_metrics import PURPOSE, purpose
 from .mountconfig import MountConfig
 from .state import State
 from .sync.common import SyncContext
@@ -32,6 +33,10 @@ from .sync.pusher import Pusher
 from .sync.reconciler import Reconciler
 
 log = logging.getLogger("memfs.engine")
+
+
+#: What each background task's requests are for (memfs/mount_metrics.py).
+_PURPOSES = {"pusher": "push", "reconciler": "sync"}
 
 
 class StoreLocked(Exception):
@@ -80,6 +85,9 @@ class StoreEngine:
                                                     show_meta=cfg.options.show_meta,
                                                     uid=owner[0] if owner else None,
                                                     gid=owner[1] if owner else None))
+            self.ops.metrics = self.ctx.metrics
+            if cfg.metrics_addr:  # time every request only while someone can see it
+                self.ops.fuse_timing = self.ctx.metrics.fuse
             removed = self.cache.gc(self.state.referenced_shas())
             if removed:
                 log.info("cache: removed %d unreferenced blobs (store %s)", removed, cfg.store_id)
@@ -119,6 +127,7 @@ class StoreEngine:
     async def _supervised(self, what: str, fn) -> None:
         """Run a background loop; an unexpected error is logged, shown in status and
         the loop restarted after a pause, so one store's bug never ends the mount."""
+        PURPOSE.set(_PURPOSES.get(what, what))  # this task's requests, for the metrics
         while True:
             try:
                 await fn()
@@ -135,7 +144,7 @@ class StoreEngine:
         reconciler's loop keeps trying and the store starts empty)."""
         if self.state.get_meta("last_sync_at") is not None:
             return
-        with trio.move_on_after(timeout):
+        with trio.move_on_after(timeout), purpose("sync"):
             try:
                 await self.reconciler.reconcile_pass(coalesce=True)
             except Exception as exc:
@@ -147,7 +156,8 @@ class StoreEngine:
         What it reports is exactly what state.db still holds pending."""
         await self.pusher.stop()
         self.background.cancel()
-        result = await self.pusher.flush(timeout)
+        with purpose("push"):
+            result = await self.pusher.flush(timeout)
         await self.ctx.fetcher.write_pending()  # the next mount starts warm, nothing staged
         return {"pushed": result.pushed, "left": result.left,
                 "offline": str(result.offline) if result.left and result.offline else None,
@@ -205,12 +215,14 @@ class StoreEngine:
         self.ops.ino_base = base
 
     async def flush(self, timeout: float) -> dict:
-        result = await self.pusher.flush(timeout)
+        with purpose("push"):
+            result = await self.pusher.flush(timeout)
         return {"pushed": result.pushed, "left": result.left, **self.kept_local()}
 
     async def sync(self, full: bool) -> dict:
         try:
-            await self.reconciler.reconcile_pass(full=full)
+            with purpose("sync"):
+                await self.reconciler.reconcile_pass(full=full)
         except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
             self.ctx.went_offline(exc)
             return {"ok": False, "offline": True, "error": self.ctx.status.offline_reason}

@@ -48,6 +48,7 @@ import trio
 from . import paths
 from .cache import BlobCache, fsync_paths, sha256
 from .fs_versions import FH_BASE, META_INO, META_NAME, VersionsTree, is_virtual
+from .mount_metrics import FuseTiming, StoreMetrics
 from .state import EMPTY_SHA, ROOT_INO, Node, State, check_new_path
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,8 @@ class Operations(pyfuse3.Operations):
     supports_dot_lookup = False
     enable_writeback_cache = False
     enable_acl = False
+    #: Each request's latency and errno, while the mount exports metrics (the engine sets it).
+    fuse_timing: FuseTiming | None = None
 
     def __init__(self, state: State, cache: BlobCache, *, read_only: bool = False,
                  fetch: Fetch | None = None, kick: Callable[[], None] | None = None,
@@ -142,6 +145,7 @@ class Operations(pyfuse3.Operations):
         #: The read-only `.memfs` tree (memfs/fs_versions.py): inodes in its reserved
         #: range and file handles from FH_BASE go there; every change there is EROFS.
         self.meta = meta
+        self.metrics = StoreMetrics()  # the engine shares its sync context's
 
     # -- the virtual .memfs tree: small hooks ---------------------------------------
 
@@ -307,7 +311,9 @@ class Operations(pyfuse3.Operations):
         assert node.sha is not None
         data = self.cache.get(node.sha)  # the empty blob needs no storage: b""
         if data is not None:
+            self.metrics.cache_hits += 1
             return data
+        self.metrics.cache_misses += 1
         if self.fetch is None:
             log.error("content of %s (%s) is missing from the cache",
                       self.state.path_of(node) if node.ino in self.state.nodes else node.name,
@@ -902,21 +908,31 @@ def idle_for() -> float:
     return time.monotonic() - _busy_at
 
 
-def _guarded(handler):
+def _guarded(handler, timed: bool):
     """pyfuse3 stops its main loop on any exception but FUSEError: one bad
-    request must cost that request an EIO, never the whole mount."""
+    request must cost that request an EIO, never the whole mount. `timed`: the
+    class has `fuse_timing`; when set, each request's latency and errno go there
+    (memfs/mount_metrics.py: a few hundred nanoseconds a request)."""
+    op = handler.__name__
 
     @functools.wraps(handler)
     async def wrapper(self, *args):
         global _busy_at
-        _busy_at = time.monotonic()
+        _busy_at = start = time.monotonic()
         try:
             return await handler(self, *args)
-        except pyfuse3.FUSEError:
+        except pyfuse3.FUSEError as exc:
+            if timed and self.fuse_timing is not None:
+                self.fuse_timing.error(op, exc.errno)
             raise
         except Exception:
-            log.exception("%s%r failed", handler.__name__, args[:2])
+            log.exception("%s%r failed", op, args[:2])
+            if timed and self.fuse_timing is not None:
+                self.fuse_timing.error(op, errno.EIO)
             raise _err(errno.EIO) from None
+        finally:
+            if timed and (timing := self.fuse_timing) is not None:
+                timing.record(op, time.monotonic() - start)
 
     return wrapper
 
@@ -928,9 +944,11 @@ HANDLERS = ("lookup", "getattr", "setattr", "opendir", "readdir", "releasedir", 
 
 
 def guard_handlers(cls: type) -> None:
-    """Wrap every request handler of cls in `_guarded`."""
+    """Wrap every request handler of cls in `_guarded` (timed if cls has `fuse_timing`:
+    a session root's own class has not, its stores' handlers time each request)."""
+    timed = hasattr(cls, "fuse_timing")
     for name in HANDLERS:
-        setattr(cls, name, _guarded(getattr(cls, name)))
+        setattr(cls, name, _guarded(getattr(cls, name), timed))
 
 
 guard_handlers(Operations)

@@ -52,6 +52,8 @@ class MountConfig:
     #: The store's name as `memfs mount` resolved it ("" when mounted offline): the
     #: daemon's process title shows it (memfs/proctitle.py).
     store_name: str = ""
+    #: "HOST:PORT" the daemon serves Prometheus metrics on (`--metrics-addr`), or None
+    metrics_addr: str | None = None
 
     def to_json(self) -> str:
         return json.dumps({"kind": "store", **asdict(self)})
@@ -98,6 +100,7 @@ class GroupConfig:
     read_only: bool = False  # --all --read-only: every store read-only
     #: --allow-partial: mount the stores that open even when others cannot
     allow_partial: bool = False
+    metrics_addr: str | None = None  # "HOST:PORT": every store's metrics, one endpoint
 
     @property
     def mountpoint(self) -> str:
@@ -111,7 +114,8 @@ class GroupConfig:
                                                      or self.options.read_only)),
             flush_timeout=self.flush_timeout, embedded=self.embedded,
             local_only_patterns=list(self.local_only_patterns),
-            allow_other=self.allow_other, owner=self.owner, store_name=store.display_name)
+            allow_other=self.allow_other, owner=self.owner, store_name=store.display_name,
+            metrics_addr=self.metrics_addr)
 
     def to_json(self) -> str:
         return json.dumps({**asdict(self), "kind": self.kind, "group": True})
@@ -129,3 +133,34 @@ def config_from_json(text: str) -> MountConfig | GroupConfig:
     if json.loads(text).get("group"):
         return GroupConfig.from_json(text)
     return MountConfig.from_json(text)
+
+
+def parse_metrics_addr(text: str) -> tuple[str, int]:
+    """(host, port) of `--metrics-addr`: HOST:PORT, [IPv6]:PORT, :PORT or PORT. With
+    no host, 127.0.0.1: serving the network must be asked for by naming its address.
+    Raises ValueError with a one-line reason."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep:
+        host, port = "", text.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"{text!r}: give HOST:PORT, e.g. 127.0.0.1:9464") from None
+    if not 0 <= number <= 65535:
+        raise ValueError(f"{text!r}: the port must be 0-65535")
+    if any(c.isspace() or c in "/[]" for c in host):
+        raise ValueError(f"{text!r}: not a host name or address")
+    return host or "127.0.0.1", number
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -69,6 +69,8 @@ def test_value_options_pass_through(fake_memfs: Path) -> None:
         "base_url=http://127.0.0.1:8765,cache_dir=/var/cache/it's here,poll_interval=2",
         "-o",
         "write_back_delay=0.5,delete_delay=5,no_prefetch,x-systemd.automount",
+        "-o",
+        "metrics_addr=127.0.0.1:9464",
     )
     assert argv_of(proc) == [
         "mount",
@@ -85,6 +87,8 @@ def test_value_options_pass_through(fake_memfs: Path) -> None:
         "--delete-delay",
         "5",
         "--no-prefetch",
+        "--metrics-addr",
+        "127.0.0.1:9464",
     ]
 
 

@@ -210,6 +210,9 @@ class MemoryStoresClient:
             "bytes_received": 0,
             "retries": 0,
         }
+        #: Told of every attempt: (method, path, HTTP status or 0 when no answer came,
+        #: bytes sent, bytes received). A mount's metrics count with it.
+        self.on_response: Callable[[str, str, int, int, int], None] | None = None
         # The only trio call in the client: httpx itself runs on trio and asyncio
         # alike, so a caller on asyncio passes ``sleep=anyio.sleep`` (memfs.tool does).
         # Replaceable in tests.
@@ -361,6 +364,7 @@ class MemoryStoresClient:
             try:
                 response = await self._http.request(method, url, content=content, headers=headers)
             except httpx.TransportError as exc:
+                self._observe(method, path, 0, len(content or b""), 0)
                 reason = self._scrub(str(exc) or type(exc).__name__)
                 maybe_applied |= not isinstance(exc, _NEVER_SENT)
                 if not isinstance(exc, _RETRYABLE_TRANSPORT) or attempt >= self.max_retries:
@@ -379,6 +383,8 @@ class MemoryStoresClient:
                 delay = self._backoff(attempt, None)
             else:
                 self.stats["bytes_received"] += len(response.content)
+                self._observe(method, path, response.status_code, len(content or b""),
+                              len(response.content))
                 if response.is_success:
                     return self._decode(response)
                 if gone_ok and attempt > 0 and response.status_code == 404:
@@ -401,6 +407,10 @@ class MemoryStoresClient:
             attempt += 1
             self.stats["retries"] += 1
             await self._sleep(delay)
+
+    def _observe(self, method: str, path: str, status: int, sent: int, received: int) -> None:
+        if self.on_response is not None:
+            self.on_response(method, path, status, sent, received)
 
     def _decode(self, response: httpx.Response) -> Any:
         if not response.content:

@@ -23,6 +23,7 @@ from ..api import errors as api_errors
 from ..api.client import MemoryStoresClient
 from ..cache import BlobCache
 from ..events import EventBus
+from ..mount_metrics import StoreMetrics
 from ..mountconfig import SyncOptions
 from ..nodes import Node, Remote
 from ..state import State
@@ -77,6 +78,7 @@ class SyncContext:
         self.store_id = store_id
         self.options = options
         self.status = SyncStatus()
+        self.metrics = StoreMetrics()  # counters for `--metrics-addr` (memfs/mount_metrics.py)
         self.sync_lock = trio.Lock()
         self.push_wakeup = trio.Event()
         self.reconcile_wakeup = trio.Event()

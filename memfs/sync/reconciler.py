@@ -139,6 +139,7 @@ class Reconciler:
                 await self._full_pass(since, safety_net=self.feed.trusted() and not full)
             else:
                 try:
+                    ctx.metrics.feed_polls += 1
                     changes = await self.feed.poll(self._applied)
                     ctx.came_online()
                     if changes is None:  # a burst: one listing is cheaper
