@@ -126,6 +126,7 @@ def _build(stores: tuple[str, ...], session_id: str | None, mount: str | None,
     from . import storenames
     from .api.config import ConfigError
     from .api.oneshot import call_with_client
+    from .cli_errors import check_url
     from .cli_group import session_layout
     from .mcp_server import MemoryMCP, MountLink, Served
     from .slug import mount_slugs, slug
@@ -140,6 +141,7 @@ def _build(stores: tuple[str, ...], session_id: str | None, mount: str | None,
         url, key = resolve_server(base_url, None, api_key_file)
     except (ConfigError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
+    url = check_url(url)
     # rows: (store id, display name, directory name or None, read-only, mount dir)
     if mount is not None and rows and rows[0][2] is None:  # a store mount: its name (slug)
         try:

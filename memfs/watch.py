@@ -282,12 +282,14 @@ def _follow_store(target: str, since: str | None, interval: float,
 
     from . import storenames
     from .api.config import ConfigError
+    from .cli_errors import check_url
     from .tool_store import resolve_server
 
     try:
         url, key = resolve_server(base_url, None, api_key_file)
     except (ConfigError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
+    url = check_url(url)
     store = storenames.resolve_for_cli(url, key, target).store
     if since:
         try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -30,9 +31,11 @@ needs_fuse = pytest.mark.skipif(
 
 
 def _mounted(path: pathlib.Path) -> bool:
+    """Whether path is a mountpoint now (/proc/mounts writes a space as \\040)."""
     real = str(path)
     with open("/proc/mounts") as f:
-        return any(line.split()[1] == real for line in f)
+        return any(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)),
+                          line.split()[1]) == real for line in f)
 
 
 @dataclass

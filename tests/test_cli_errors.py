@@ -51,7 +51,8 @@ def placeholders(tmp: pathlib.Path) -> dict[str, str]:
     (tmp / "empty").mkdir(exist_ok=True)
     (tmp / "file.md").write_text("x\n")
     return {
-        "store_id": "notes", "name": "notes", "stores_": "notes", "session_id": "sesn_x",
+        "store_id": "notes", "name": "notes", "stores_": "notes", "stores": "notes",
+        "target": "notes", "session_id": "sesn_x",
         "mountpoint": str(tmp / "empty"), "cid": "1", "file": str(tmp / "file.md"),
         "spec": f"{tmp / 'file.md'}@1",
         "version": "1",

@@ -193,7 +193,7 @@ def test_plain_mount_metrics_match_status_and_the_workload(mounts, server):
     for name in ("memfs_feed_polls_total", "memfs_feed_requests_total",
                  "memfs_fetched_blobs_total"):
         assert after.get(name, store=store) >= before.get(name, store=store), name
-    m.unmount()
+    m.unmount(kept=True)  # exit status 3: bin.dat (not UTF-8) stays here only
     assert server_memories(server, store) == {
         "/shared.md": "theirs\n", "/notes/r.md": "read me\n",
         "/a.md": "a.md\n", "/b.md": "b.md\n", "/c.md": "c.md\n"}
@@ -318,7 +318,7 @@ def test_session_root_metrics_per_store(mounts, server):
     assert s.get("memfs_pushes_total", store=first, kind="create", outcome="ok") == 2
     assert s.total("memfs_pushes_total", store=second) == 0  # bin.dat refused, s.md synced
     assert s.get("memfs_refused_files", store=second) == 1
-    m.unmount()
+    m.unmount(kept=True)  # exit status 3: bin.dat (not UTF-8) stays here only
     assert server_memories(server, first) == {"/one.md": "1\n", "/two.md": "2\n"}
 
 

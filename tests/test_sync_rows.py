@@ -192,7 +192,7 @@ def test_remote_delete_of_dirty_file_read_only_keeps_it(mounts, server):
     assert "read-only" in st["pending"]["local_only"][0]["reason"]
     assert not st["pending"]["creates"] and not st["pending"]["updates"]
     assert any("a.md" in w and "read-only" in w for w in st["warnings"])
-    ro.unmount()
+    ro.unmount(kept=True)  # exit status 3: a.md stays here only
     assert server_memories(server, store) == {}  # nothing was ever pushed
 
 

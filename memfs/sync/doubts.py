@@ -98,6 +98,7 @@ def _apply(ctx: SyncContext, ticket: PushTicket, row: decide.Doubt,
              "applied now", ticket.path, remote.id)
     st.push_landed(ticket, remote)
     done.applied += 1
+    ctx.events.pushed(remote.path, memory_id=remote.id)
     ctx.kick()
 
 
