@@ -46,7 +46,8 @@ class StoreLocked(Exception):
 def locked_message(cfg: MountConfig, state_dir: Path) -> str:
     """Who holds the store: the mountpoint its daemon recorded (state.db), else the state
     directory (a daemon of an older memfs, or one that has not recorded it yet)."""
-    from .statedir import STATE_DB, _meta
+    from .schema import STATE_DB
+    from .statedir import _meta
 
     store = f"{cfg.store_name} ({cfg.store_id})" if cfg.store_name else cfg.store_id
     where = _meta(state_dir / STATE_DB, "mountpoint")

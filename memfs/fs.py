@@ -8,14 +8,16 @@ Rules that keep this fast and safe:
 - lookup/getattr/readdir/open/flush of a clean file touch neither the disk nor
   the network: the tree is in memory (`State`), blobs are in the LRU.
 - The only network I/O in a handler is the content fetch on a cache miss
-  (`read`), through the `fetch` callable the daemon injects.
+  (`read`, `_materialize`), through the `fetch` callable the daemon injects, and
+  a version read of the `.memfs/versions` tree not cached yet (fs_versions.py).
 - Handlers never call `pyfuse3.invalidate_*`; they hand invalidations to
   `self.invalidate` (a queue drained outside request handling).
-- Durability (docs/SEMANTICS.md): after `flush` (close) returns, the blob is
-  written (temp file + rename) and the node row committed, so a daemon crash
-  loses nothing; after `fsync` returns, the blob, its directory entries and
-  the SQLite WAL are also fsync'd (in a worker thread), so a power loss
-  loses nothing either.
+- Durability (docs/SEMANTICS.md): after `flush` (close) returns, the content is
+  committed as a row of `objects/staged.db` and the node row in `state.db`, so a
+  daemon crash loses nothing (the blob file is written later, once the mount is
+  quiet: cache.py); after `fsync` returns, both places the content may be
+  (staged.db's WAL and the blob file), their directory entries and the state
+  WAL are also fsync'd (in a worker thread), so a power loss loses nothing either.
 - What the sync side must know about open files (unsaved writes) is kept in
   `State.open_dirty`; a clean buffer whose node changed under it is dropped
   on the next read (`loaded_sha`), so the sync code never reaches in here.

@@ -381,10 +381,3 @@ class VersionsTree:
         self.cache.put(data)
         return data
 
-    # -- the root's hooks -----------------------------------------------------------------
-
-    def root_entry(self):
-        """(name, attributes) to add to a root listing, or None (hidden)."""
-        if not self.show_meta:
-            return None
-        return (META_NAME, self.attr(META_INO))

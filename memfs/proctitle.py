@@ -32,14 +32,6 @@ def set_title(title: str) -> None:
     setproctitle.setproctitle(title)
 
 
-def get_title() -> str | None:
-    try:
-        import setproctitle
-    except ImportError:
-        return None
-    return setproctitle.getproctitle()
-
-
 def safe_db(db: str) -> str:
     """The database as shown: a URL without its password (or its query, which may carry
     one), a path as is."""

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import sqlite3
 
+#: The file name of a mount's state database, in its state directory.
+STATE_DB = "state.db"
+
 SCHEMA = """
 -- Key/value facts about this mount: store_id, base_url, last_sync_at, ...
 CREATE TABLE IF NOT EXISTS meta (

@@ -567,10 +567,3 @@ class SyncTransitions:
         with self.transaction():
             for path, memory_id, local_sha, remote_sha, reason in rows:
                 self._add_conflict(path, memory_id, local_sha, remote_sha, reason)
-
-    def add_conflict(self: State, path: str, memory_id: str | None, local_sha: str,
-                     remote_sha: str | None, reason: str) -> int:
-        """A conflict row on its own (tools and reproductions; the sync code adds rows
-        only together with the change that made them)."""
-        with self.transaction():
-            return self._add_conflict(path, memory_id, local_sha, remote_sha, reason)

@@ -40,10 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .schema import STATE_DB
+
 if TYPE_CHECKING:  # imported where used: `memfs` commands that never adopt stay lean
     from .cache import BlobCache
 
-STATE_DB = "state.db"
 LOCK = "lock"
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 

@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .progress import tree_summary
+from .schema import STATE_DB
 from .state import State
-
-STATE_DB = "state.db"
 
 
 def locate(mountpoint: str) -> tuple[Path, dict | None] | None:

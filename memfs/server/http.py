@@ -113,13 +113,6 @@ class Request:
         return body
 
 
-def _opt_str(body: dict[str, Any], name: str) -> str | None:
-    v = body.get(name)
-    if v is not None and not isinstance(v, str):
-        raise invalid(f"{name} must be a string")
-    return v
-
-
 # --------------------------------------------------------------------------
 # Operations (one per route+method)
 

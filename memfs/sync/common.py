@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 import trio
 
-from ..api import errors as api_errors
 from ..api.client import MemoryStoresClient
 from ..cache import BlobCache
 from ..events import EventBus
@@ -191,6 +190,5 @@ async def gather_bounded(items, fn, limit: int) -> None:
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, api_errors.APIError):
-        return f"{type(exc).__name__}: {exc}"  # the message, then (HTTP status, type)
+    """The class and message (an API error's message ends with its HTTP status and type)."""
     return f"{type(exc).__name__}: {exc}"
