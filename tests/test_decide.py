@@ -220,6 +220,14 @@ def test_doubt_row(head, since, expected):
     assert decide.doubt_row(WROTE, head, since) is expected
 
 
+@pytest.mark.parametrize("head,since,expected", DOUBT_ROWS)
+def test_doubt_row_when_a_later_read_set_the_base(head, since, expected):
+    """Only our write found in the history (the memory moved on) yields to a base set
+    since from a fresher read; what the memory holds now, or no trace, is the same."""
+    want = decide.Doubt.SUPERSEDED if expected is decide.Doubt.APPLIED_BEFORE else expected
+    assert decide.doubt_row(WROTE, head, since, base_moved=True) is want
+
+
 def test_doubt_row_needs_path_and_sha_both():
     """Every combination of a right/wrong path and sha, now and in the history: only the
     exact (path, sha) of our write is ours."""

@@ -210,6 +210,8 @@ class Doubt(Enum):
     APPLIED_BEFORE = "applied-before"  # a version since it was sent is its write; another
     #                                    writer (or a delete) came after: base := our write
     NOT_APPLIED = "not-applied"    # no trace of it: it never took effect
+    SUPERSEDED = "superseded"      # applied before, but the base was set since from a
+    #                                later read (a conflict settled on it): that stands
 
 
 @dataclass(frozen=True)
@@ -221,10 +223,13 @@ class Seen:
     operation: str = "modified"  # a version's operation ("created", "modified", "deleted")
 
 
-def doubt_row(written: tuple[str, str], head: Seen | None, since_sent: list[Seen]) -> Doubt:
+def doubt_row(written: tuple[str, str], head: Seen | None, since_sent: list[Seen], *,
+              base_moved: bool = False) -> Doubt:
     """A request in doubt wrote `written` (path, sha). `head`: the memory now (None: it
     is gone, or a create, whose memory we cannot name); `since_sent`: the versions
-    written since the request went out (a create's: every memory created since).
+    written since the request went out (a create's: every memory created since);
+    `base_moved`: the file's base is neither what the request was sent against nor what
+    it wrote (a later read of the server set it).
 
     Only what the server shows counts. A memory that holds exactly our write (now,
     or in a version since) got it from our request, or from another writer who wrote
@@ -234,5 +239,5 @@ def doubt_row(written: tuple[str, str], head: Seen | None, since_sent: list[Seen
         return Doubt.APPLIED
     for v in since_sent:
         if v.operation != "deleted" and (v.path, v.sha) == written:
-            return Doubt.APPLIED_BEFORE
+            return Doubt.SUPERSEDED if base_moved else Doubt.APPLIED_BEFORE
     return Doubt.NOT_APPLIED

@@ -89,9 +89,7 @@ def _apply(ctx: SyncContext, ticket: PushTicket, row: decide.Doubt,
         log.info("request in doubt for %s: not applied on the server", ticket.path)
         st.push_not_applied(ticket)
         return
-    if row is decide.Doubt.APPLIED_BEFORE and _superseded(ctx, ticket):
-        # Something newer was learned from the server since (a conflict settled on a
-        # fresh read, a listing): that stands; our write is in the memory's history.
+    if row is decide.Doubt.SUPERSEDED:  # our write stays in the memory's history
         st.push_answered(ticket)
         return
     log.info("request in doubt for %s: applied on the server (%s); its lost answer is "
@@ -102,11 +100,9 @@ def _apply(ctx: SyncContext, ticket: PushTicket, row: decide.Doubt,
     ctx.kick()
 
 
-def _superseded(ctx: SyncContext, ticket: PushTicket) -> bool:
-    """Whether the base of the request's memory moved on from what the request was sent
-    against (and is not what it wrote): then a later read of the server set it."""
-    if ticket.memory_id is None:
-        return False
+def _base_moved(ctx: SyncContext, ticket: PushTicket) -> bool:
+    """Whether the base of the request's memory is neither what the request was sent
+    against nor what it wrote: then a later read of the server set it."""
     st = ctx.state
     item = st.holder(ticket.memory_id) or st.tombstones.get(ticket.memory_id)
     return item is not None and item.base_sha not in (ticket.base_sha, ticket.written[1])
@@ -132,7 +128,7 @@ async def _resolve_update(ctx: SyncContext, ticket: PushTicket, done: Resolved) 
                         f"server ({exc}); it waits")
         return
     row = decide.doubt_row(written, _seen(head) if head else None,
-                           [_seen(v) for v in history])
+                           [_seen(v) for v in history], base_moved=_base_moved(ctx, ticket))
     remote = None
     if row is decide.Doubt.APPLIED:
         assert head is not None
