@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from . import paths
 from .nodes import EMPTY_SHA, Node, PushTicket, Remote, Tombstone, is_parked
 from .schema import DOUBT_COLUMNS
+from .sync import decide
 
 if TYPE_CHECKING:
     from .state import State
@@ -192,25 +193,13 @@ class SyncTransitions:
         delay, preconditioned on exactly what we wrote."""
         with self.transaction():
             self._end_doubt(ticket)
-            known = self.holder(remote.id) if ticket.memory_id is not None else None
-            if known is not None and not ticket.path_sent and known.base_path \
-                    and remote.path != known.base_path:
-                # We did not send a path, yet the memory is elsewhere: another client
-                # renamed it. That is the reconciler's row to follow (it moves the
-                # file); taking the path into the base here would turn their rename
-                # into a pending rename of ours, pushed back over theirs.
-                remote = Remote(remote.id, known.base_path, remote.sha, remote.size)
-            if ticket.memory_id is not None and not ticket.expected(remote.sha):
-                # The answer carries content we did not write: an update that changes
-                # nothing is answered 200 without its precondition being checked (the
-                # API's no-op rule), e.g. a rename whose earlier answer was lost, after
-                # another writer edited the memory. Only the path is ours: the base sha
-                # stays what we know, so the next listing shows their change (taken, or
-                # a conflict) instead of our next push overwriting it.
-                known = self.holder(remote.id)
-                remote = Remote(remote.id, remote.path,
-                                known.base_sha if known and known.base_sha else remote.sha,
-                                remote.size)
+            update = ticket.memory_id is not None
+            known = self.holder(remote.id) if update else None
+            path, sha = decide.answer_base(
+                (remote.path, remote.sha),
+                (known.base_path, known.base_sha) if known else (None, None),
+                update=update, path_sent=ticket.path_sent, ours=ticket.expected(remote.sha))
+            remote = Remote(remote.id, path, sha, remote.size)
             if ticket.memory_id is not None:
                 holder = self.holder(remote.id)
                 if holder is not None:

@@ -187,6 +187,16 @@ def test_precondition_row(remote, expected):
     assert decide.precondition_row(remote, MINE, SENT) is expected
 
 
+@pytest.mark.parametrize("remote,sent,expected", [
+    (None, None, Answer.GONE),          # deleted meanwhile: as we wanted
+    (THEIRS, None, Answer.CONFLICT),    # changed there: their edit wins, the file returns
+    (SENT, SENT, Answer.OWN_WRITE),     # our update whose answer was lost: delete that
+    (THEIRS, SENT, Answer.CONFLICT),
+])
+def test_precondition_row_of_a_delete(remote, sent, expected):
+    assert decide.precondition_row(remote, sent, None) is expected
+
+
 # -- a request whose answer was lost ---------------------------------------------------------------
 
 WROTE = ("/a", MINE)         # what the request in doubt would leave the memory holding
@@ -239,3 +249,59 @@ def test_doubt_row_needs_path_and_sha_both():
             assert row is decide.Doubt.APPLIED_BEFORE
         else:
             assert row is decide.Doubt.NOT_APPLIED
+
+
+# -- what of an update's answer becomes the base ------------------------------------------------
+
+
+@pytest.mark.parametrize("update,path_sent,ours,answer,expected", [
+    (False, True, True, ("/b", MINE), ("/b", MINE)),            # a create: all of it
+    (True, True, True, ("/b", MINE), ("/b", MINE)),             # content and path: ours
+    (True, False, True, ("/a", MINE), ("/a", MINE)),            # content only, path as based
+    (True, False, True, ("/z", MINE), ("/a", MINE)),            # their rename: not ours
+    (True, True, False, ("/b", THEIRS), ("/b", BASE)),          # their content (no-op 200)
+    (True, False, False, ("/z", THEIRS), ("/a", BASE)),         # both theirs
+    (False, True, False, ("/b", THEIRS), ("/b", THEIRS)),       # a create has no base yet
+])
+def test_answer_base(update, path_sent, ours, answer, expected):
+    assert decide.answer_base(answer, ("/a", BASE), update=update, path_sent=path_sent,
+                              ours=ours) == expected
+
+
+def test_answer_base_without_a_holder_takes_the_answer():
+    """A memory no file holds (a tombstone's, after an unlink) takes the answer whole."""
+    assert decide.answer_base(("/z", THEIRS), (None, None), update=True, path_sent=False,
+                              ours=False) == ("/z", THEIRS)
+
+
+# -- what holds a path our create or rename asked for ------------------------------------------
+
+PH = decide.PathHeld
+
+
+@pytest.mark.parametrize("mid,deleted,gone,elsewhere,cycle,same,expected", [
+    (None, False, False, False, False, True, PH.UNKNOWN),
+    ("mem_1", True, True, False, False, True, PH.OUR_DELETE),   # before anything else
+    ("mem_1", False, True, True, True, True, PH.NOTHING),
+    ("mem_1", False, False, True, False, True, PH.OUR_MOVE),
+    ("mem_1", False, False, True, True, False, PH.PARK),
+    ("mem_1", False, False, False, False, False, PH.NEAR),
+    ("mem_1", False, False, False, False, True, PH.STRANGER),
+])
+def test_path_held_row(mid, deleted, gone, elsewhere, cycle, same, expected):
+    assert decide.path_held_row(mid, ours_deleted=deleted, file_gone=gone,
+                                ours_elsewhere=elsewhere, in_cycle=cycle,
+                                same_path=same) is expected
+
+
+@pytest.mark.parametrize("is_create,remote,expected", [
+    (True, None, decide.Stranger.GONE),
+    (False, None, decide.Stranger.GONE),
+    (True, MINE, decide.Stranger.OWN_CREATE),   # what this create sent
+    (True, SENT, decide.Stranger.OWN_CREATE),   # what an earlier one of ours sent
+    (True, THEIRS, decide.Stranger.CREATED),
+    (False, MINE, decide.Stranger.TAKEN),       # a rename: the path is theirs whatever it holds
+    (False, THEIRS, decide.Stranger.TAKEN),
+])
+def test_stranger_row(is_create, remote, expected):
+    assert decide.stranger_row(is_create, remote, MINE, SENT) is expected

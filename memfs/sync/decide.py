@@ -193,13 +193,88 @@ class Answer(Enum):
     TRANSIENT = "transient"        # 429, 5xx, network: retried, the mount goes offline
 
 
-def precondition_row(remote_sha: str | None, sent: str, previous_sent: str | None) -> Answer:
-    """After a 409 precondition failure, the memory's current sha (None: 404)."""
+def precondition_row(remote_sha: str | None, sent: str | None,
+                     previous_sent: str | None) -> Answer:
+    """After a 409 precondition failure (of an update, or of a delete: `sent` is then the
+    sha of our last update of the memory), the memory's current sha (None: 404)."""
     if remote_sha is None:
         return Answer.GONE
     if remote_sha in (sent, previous_sent):
         return Answer.OWN_WRITE
     return Answer.CONFLICT
+
+
+# -- what of an update's answer becomes the base ------------------------------------------------
+
+
+def answer_base(answer: tuple[str, str], base: tuple[str | None, str | None], *,
+                update: bool, path_sent: bool, ours: bool) -> tuple[str, str]:
+    """(path, sha) to record as the base from a 2xx answer, given the holder's base now.
+
+    An update that sent no path, answered with the memory elsewhere, met another client's
+    rename: that is the reconciler's row to follow (it moves the file), so the base path
+    stays; taking it here would turn their rename into a pending rename of ours, pushed
+    back over theirs. An answer whose content is not ours (`ours`: what we sent, or an
+    earlier request of ours) is the API's no-op rule: an update that changes nothing is
+    answered 200 without its precondition being checked, e.g. a rename whose earlier
+    answer was lost, after another writer edited the memory; only the path is ours, so
+    the base sha stays and the next listing shows their change (taken, or a conflict)
+    instead of our next push overwriting it."""
+    path, sha = answer
+    base_path, base_sha = base
+    if update and not path_sent and base_path and path != base_path:
+        path = base_path
+    if update and not ours and base_sha:
+        sha = base_sha
+    return path, sha
+
+
+# -- a create or rename refused because the path is taken (409 path conflict) ----------------
+
+
+class PathHeld(Enum):
+    UNKNOWN = "unknown"            # the answer names no memory: this file waits (backoff)
+    OUR_DELETE = "our-delete"      # one of our deleted files holds it: delete it now, go again
+    NOTHING = "nothing"            # the file is gone meanwhile: nothing to send
+    OUR_MOVE = "our-move"          # another of our files holds it (a rename not pushed yet):
+    #                                that one moves first, this one goes next pass
+    PARK = "park"                  # ... and that one waits on this one (a swap): park ours
+    NEAR = "near"                  # a stranger's memory is an ancestor or descendant: waits
+    STRANGER = "stranger"          # a stranger's memory holds this very path: read it
+
+
+def path_held_row(memory_id: str | None, *, ours_deleted: bool, file_gone: bool,
+                  ours_elsewhere: bool, in_cycle: bool, same_path: bool) -> PathHeld:
+    """What holds the path our create or rename asked for, by what we know of it."""
+    if memory_id is None:
+        return PathHeld.UNKNOWN
+    if ours_deleted:
+        return PathHeld.OUR_DELETE
+    if file_gone:
+        return PathHeld.NOTHING
+    if ours_elsewhere:
+        return PathHeld.PARK if in_cycle else PathHeld.OUR_MOVE
+    if not same_path:
+        return PathHeld.NEAR
+    return PathHeld.STRANGER
+
+
+class Stranger(Enum):
+    GONE = "gone"                  # deleted since: the next pass tries again
+    OWN_CREATE = "own-create"      # it holds what our create sent: its answer was lost
+    CREATED = "created"            # another writer created the path: theirs wins, ours kept
+    TAKEN = "taken"                # our rename onto their path: theirs wins, ours kept, and
+    #                                our own memory (no file holds it now) is deleted
+
+
+def stranger_row(is_create: bool, remote_sha: str | None, sent: str,
+                 previous_sent: str | None) -> Stranger:
+    """The memory that holds our path, read after the 409 (None: 404)."""
+    if remote_sha is None:
+        return Stranger.GONE
+    if is_create and remote_sha in (sent, previous_sent):
+        return Stranger.OWN_CREATE
+    return Stranger.CREATED if is_create else Stranger.TAKEN
 
 
 # -- a request whose answer was lost: what the server shows decides ----------------------

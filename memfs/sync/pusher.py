@@ -465,42 +465,48 @@ class Pusher:
     async def _path_conflict(self, ticket: PushTicket, exc: api_errors.PathConflictError) -> int:
         ctx, st = self.ctx, self.state
         mid = exc.conflicting_memory_id
-        if not mid:
+        node = st.ticket_node(ticket)
+        blocker = st.holder(mid) if mid else None
+        elsewhere = blocker is not None and node is not None and blocker is not node
+        row = decide.path_held_row(
+            mid, ours_deleted=mid in st.tombstones, file_gone=node is None,
+            ours_elsewhere=elsewhere,
+            in_cycle=elsewhere and node.memory_id is not None
+            and self._in_rename_cycle(node, blocker),
+            same_path=exc.conflicting_path == ticket.path)
+        P = decide.PathHeld
+        if row in (P.UNKNOWN, P.NEAR):
             return self._failed(ticket, exc)
-        if mid in st.tombstones:
-            # One of our own deleted files still holds the path: a local file now
-            # stands there, so its delete is safe to send before the delay is out.
+        if row is P.OUR_DELETE:
+            # A local file now stands at the path of one of our deleted files: its delete
+            # is safe to send before the delay is out.
             if await self._delete_early(st.tombstones[mid], ticket.path):
                 node = st.ticket_node(ticket)
                 return await self._push_node(node) if node is not None else -1
             return 0
-        blocker = st.holder(mid)
-        node = st.ticket_node(ticket)
-        if node is None:
+        if row in (P.NOTHING, P.OUR_MOVE):
             return 0
-        if blocker is not None and blocker is not node:
-            # Another of our files holds the path on the server (a rename not
-            # pushed yet): it moves first; a cycle (a swap) is broken by parking.
-            if node.memory_id is not None and self._in_rename_cycle(node, blocker):
-                return await self._park(node)
-            return 0
-        if exc.conflicting_path != ticket.path:
-            # A stranger's memory is an ancestor or descendant of the path.
-            return self._failed(ticket, exc)
+        if row is P.PARK:
+            return await self._park(node)
         try:
             remote = await ctx.client.get_memory(ctx.store_id, mid, view="basic")
         except api_errors.NotFoundError:
-            return 0  # deleted since: the next pass tries again
-        if ticket.memory_id is None and remote.content_sha256 in (ticket.sha,
-                                                                   ticket.previous_sent):
-            st.push_landed(ticket, remote_of(remote))  # our own create; its answer was lost
+            remote = None
+        S = decide.Stranger
+        held = decide.stranger_row(ticket.memory_id is None,
+                                   remote.content_sha256 if remote else None,
+                                   ticket.sha, ticket.previous_sent)
+        if held is S.GONE:
+            return 0
+        if held is S.OWN_CREATE:
+            st.push_landed(ticket, remote_of(remote))
             return 1
-        if ticket.memory_id is None:
+        if held is S.CREATED:
             return await self._conflict(node, ticket, mid, "another writer created the same path")
-        # Our rename lands on a path another memory holds on the server (created
-        # there, or changed there after we deleted it): the server's memory wins the
-        # path, our content is kept as a conflict, and our own memory, which no
-        # local file holds any more, is deleted after the delay.
+        # Our rename lands on a path another memory holds on the server (created there,
+        # or changed there after we deleted it): the server's memory wins the path, our
+        # content is kept as a conflict, and our own memory, which no local file holds
+        # any more, is deleted after the delay.
         return await self._conflict(node, ticket, mid,
                                     "another memory holds this path on the server",
                                     tombstone_own=True)
@@ -610,16 +616,20 @@ class Pusher:
                 remote = await ctx.client.get_memory(ctx.store_id, mid, view="basic")
             except api_errors.NotFoundError:
                 remote = None
-            if remote is not None and remote.content_sha256 == tomb.sent_sha:
-                st.tombstone_rebased(mid, remote.content_sha256)  # our own lost update
+            # The same table as an update's precondition failure, for what we last sent.
+            answer = decide.precondition_row(remote.content_sha256 if remote else None,
+                                             tomb.sent_sha, None)
+            if answer is decide.Answer.OWN_WRITE:  # our own update, its answer lost
+                st.tombstone_rebased(mid, remote.content_sha256)
                 return await self._send_delete(st.tombstones[mid]) if (
                     mid in st.tombstones) else False
-            if remote is not None:
+            if answer is decide.Answer.CONFLICT:
                 ctx.status.note(f"{tomb.base_path} was deleted here but changed on the "
                                 "server; restoring the server's version")
                 st.tombstone_settled(mid)
                 ctx.kick_reconcile()
                 return False
+            # GONE: deleted meanwhile, as we wanted
         except (*api_errors.TRANSIENT, api_errors.AuthenticationError):
             raise
         except api_errors.APIError as exc:  # 403, an unexpected 409...
