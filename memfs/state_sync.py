@@ -296,10 +296,18 @@ class SyncTransitions:
         """The server no longer has node's memory (confirmed): node becomes a new,
         unsynced file; its next push is a create."""
         with self.transaction():
-            if node.memory_id:
-                self.by_memory.pop(node.memory_id, None)
-            node.memory_id = node.base_path = node.base_sha = node.sent_sha = None
-            self._save(node)
+            self._forget(node)
+
+    def _forget(self: State, node: Node) -> None:
+        """node's memory is gone from the server: node becomes a new file. The memory's
+        versions still hold its content: remembered as a source of the sha (memory only),
+        for content taken from the server and never read (fetcher.recover)."""
+        if node.memory_id:
+            self.by_memory.pop(node.memory_id, None)
+            if node.sha and node.sha == node.base_sha:
+                self.former_sources[node.sha] = node.memory_id
+        node.memory_id = node.base_path = node.base_sha = node.sent_sha = None
+        self._save(node)
 
     def begin_park(self: State, memory_id: str, path: str) -> None:
         """Journal a park before its request goes out (see the parks table)."""
@@ -460,12 +468,11 @@ class SyncTransitions:
         changed here: content, a local rename or unsaved writes): the file stays
         and becomes a create (on a read-only mount, local only); else it goes."""
         with self.transaction():
+            if keep:
+                self._forget(node)
+                return
             if node.memory_id:
                 self.by_memory.pop(node.memory_id, None)
-            if keep:
-                node.memory_id = node.base_path = node.base_sha = node.sent_sha = None
-                self._save(node)
-                return
             parent = self.nodes[node.parent]
             self._drop(node)
             self.prune(parent)

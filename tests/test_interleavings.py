@@ -101,6 +101,14 @@ def _is_create(rec) -> bool:
 
 SCENARIOS = [
     Scenario(
+        "renamed_never_read_then_deleted_remotely",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_edit", "/a.md")], "reconcile",
+        [("rename", "/a.md", "/c.md"), ("r_delete", "/a.md")],
+        doc="found by the long Hypothesis run (on e2119b4 too): a file takes another "
+            "client's edit (content never read), is renamed here, and its memory is deleted "
+            "there; the file is kept as new, and its content, only on the server, comes "
+            "from the deleted memory's versions (before: 'content missing', never pushed)"),
+    Scenario(
         "two_lost_creates_then_edits", [("write", "/x.md", "v1")], "push",
         [("write", "/x.md", "v2")],
         faults=[FaultRule(_is_create, kind="lose", origins=("action", "settle"), times=2)],

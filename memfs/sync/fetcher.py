@@ -260,10 +260,13 @@ class Fetcher:
         return await self._get_one(node)
 
     def sources(self, sha: str) -> list[str]:
-        """Memories we know held `sha`: files whose base it is, pending deletes."""
+        """Memories we know held `sha`: files whose base it is, pending deletes, and a
+        memory deleted on the server whose file was kept (its versions still hold it)."""
         st = self.ctx.state
         mids = [n.memory_id for n in st.files() if n.memory_id and n.base_sha == sha]
-        return mids + [t.memory_id for t in st.tombstones.values() if t.base_sha == sha]
+        mids += [t.memory_id for t in st.tombstones.values() if t.base_sha == sha]
+        former = st.former_sources.get(sha)
+        return mids + ([former] if former else [])
 
     async def recover(self, sha: str) -> bytes | None:
         """Content known only by its sha: from a memory that holds it now, else from
