@@ -351,6 +351,7 @@ class Pusher:
         except api_errors.APIError as exc:  # 403, 422, an unexpected 409...
             return self._failed(ticket, exc)
         st.push_landed(ticket, remote_of(memory))
+        ctx.wrote(memory.memory_version_id)
         return 1
 
     def _failed(self, ticket: PushTicket, exc: api_errors.APIError) -> int:
@@ -489,6 +490,7 @@ class Pusher:
             return self._failed(ticket, exc)
         log.info("rename cycle: parked %s at %s", node.memory_id, park)
         st.push_landed(ticket, remote_of(memory))
+        ctx.wrote(memory.memory_version_id)
         ctx.kick()
         return 1
 

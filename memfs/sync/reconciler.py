@@ -47,6 +47,7 @@ class Reconciler:
         self.state = ctx.state
         self._parked_since: dict[str, float] = {}
         self.feed = Feed(ctx.client, ctx.store_id)
+        ctx.wrote = self.feed.ours
         self.last_full: float | None = None  # monotonic time of the last full listing
         self.last_pass: float | None = None  # monotonic time of the last finished pass
 
@@ -132,7 +133,11 @@ class Reconciler:
                 await self._full_pass(since, safety_net=self.feed.trusted() and not full)
             else:
                 try:
-                    changes = await self.feed.poll(self._applied)
+                    try:
+                        changes = await self.feed.poll(self._applied)
+                    finally:
+                        ctx.status.feed_polls = [c.as_dict() for c in self.feed.costs]
+                        ctx.status.feed_late = self.feed.late
                     ctx.came_online()
                     if changes is None:  # a burst: one listing is cheaper
                         await self._full_pass(since, safety_net=False)
@@ -157,21 +162,25 @@ class Reconciler:
         just before the listing. As a safety net (the feed was trusted), a change the
         feed should have brought is logged and counted: that count must stay 0."""
         ctx = self.ctx
-        old_position = self.feed.position
+        confirmed = self.feed.confirmed  # the feed vouches for every change up to there
         head: list[datetime] = []
+        started = self.feed.clock()
 
         async def read_head() -> None:
             head.append(await self.feed.head())
 
         # The feed's position, read alongside the root's listing (one round trip less
         # before a mount is usable), so a write to a root-level memory may land between
-        # the two: the first poll looks back from the position whatever the time.
+        # the two: the head starts back by the time the listing took (Feed.reset).
         remote = await self.list_remote(read_head if ctx.options.feed else None)
         position = head[0] if head else None
         ctx.came_online()
-        horizon = (old_position - LOOKBACK) if safety_net and old_position else None
+        horizon = confirmed if safety_net and confirmed > EPOCH else None
         await self._apply(remote, since, horizon=horizon)
-        self.feed.reset(position, look_back=True)
+        window = None if position is None else position - LOOKBACK
+        recent = sum(1 for m in remote if window is not None and m.updated_at
+                     and parse_time(m.updated_at) > window)
+        self.feed.reset(position, listed_since=started, recent=recent)
         self.last_full = time.monotonic()
         ctx.status.last_full_listing_at = time.time()
 
