@@ -123,11 +123,14 @@ class Feed:
 
     def _server_now(self, at: float) -> datetime | None:
         """A lower bound of the server's clock at local time `at` (None: no version read
-        yet). A version read was created before the answer left the server."""
+        yet). A version read was created before the answer left the server; `at` may
+        also be before that answer came."""
         if self.anchor is None:
             return None
         created, seen_at = self.anchor
-        return created + timedelta(seconds=max(0.0, at - seen_at) * (1 - DRIFT))
+        elapsed = at - seen_at
+        return created + timedelta(seconds=elapsed * (1 - DRIFT) if elapsed >= 0
+                                   else elapsed * (1 + DRIFT))
 
     def _observe(self, created: datetime, at: float) -> None:
         now = self._server_now(at)
@@ -169,9 +172,9 @@ class Feed:
             self.position, self.last_poll = None, None
             return
         start = position
-        if listed_since is not None and self.anchor is not None and position > EPOCH:
-            created, seen_at = self.anchor
-            start = min(position, created - timedelta(seconds=max(0.0, seen_at - listed_since)))
+        then = None if listed_since is None else self._server_now(listed_since)
+        if then is not None and position > EPOCH:
+            start = min(position, then)
         self.position = start
         self.confirmed = max(EPOCH, start - LOOKBACK) if position > EPOCH else EPOCH
         self.unread_until = position if position > EPOCH else None

@@ -217,8 +217,15 @@ class Reconciler:
     async def _apply(self, remote: list[Memory], since: int, *,
                      horizon: datetime | None = None) -> None:
         st = self.state
+        # The memories not listed first (each confirmed): a delete frees the path a new
+        # memory may have taken on the server. Then the memories we hold: their moves
+        # free the paths new memories may need.
+        listed = {m.id for m in remote}
+        missing = [mid for mid in st.by_memory if mid not in listed]
+        missing += [mid for mid in st.tombstones if mid not in listed]
+        if missing:
+            await self._confirm_absent(missing, since)
         seen: set[str] = set()
-        # Memories we hold first: their moves free the paths new memories may need.
         rows = sorted(remote, key=lambda m: m.id not in st.by_memory)
         i = 0
         while i < len(rows):
@@ -243,10 +250,6 @@ class Reconciler:
                 self.ctx.status.feed_missed += 1
                 self.ctx.status.note(f"the change feed missed a change of {m.path} ({m.id}, "
                                      f"updated {m.updated_at}); the full listing applied it")
-        missing = [mid for mid in st.by_memory if mid not in seen]
-        missing += [mid for mid in st.tombstones if mid not in seen]
-        if missing:
-            await self._confirm_absent(missing, since)
 
     def _plain_new(self, m: Memory) -> bool:
         """A memory new here (no file, no pending delete) whose path is free: its row
