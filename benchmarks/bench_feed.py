@@ -25,15 +25,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import pathlib
 import statistics
 import sys
 import time
 
 from bench_network import code_version, finished, loadavg, push_under_way, say
 from common import (
+    REPO,
     Bench,
+    MountProc,
     machine_line,
     make_tree,
+    mount_env,
     new_store,
     run_timed,
     seed_store,
@@ -47,7 +52,8 @@ TARGET_RATIO = 0.9
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes, one repetition")
-    p.add_argument("--creates", type=int, default=None, help="files per cp -r (default 400)")
+    p.add_argument("--creates", "--files", dest="creates", type=int, default=None,
+                   help="files per cp -r (default 400)")
     p.add_argument("--burst", type=int, default=None,
                    help="memories written just before the mount in 2. (default 1500)")
     p.add_argument("--at", default=None,
@@ -59,6 +65,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=None, help="repetitions of 1. and 2. "
                    "(default 3, 1 with --quick)")
     p.add_argument("--latency", type=float, default=0.0, help="ms added to every request")
+    p.add_argument("--baseline", type=pathlib.Path, default=None, metavar="CHECKOUT",
+                   help="also measure the creates of 1. and 2. with the memfs of another "
+                        "checkout (e.g. `git archive` of the code before issue 22), "
+                        "interleaved; the benchmark then runs from its temp directory")
     p.add_argument("--keep-tmp", action="store_true")
     a = p.parse_args()
     for name, full, quick in (("creates", 400, 60), ("burst", 1500, 150), ("at", "2,12,24", "2"),
@@ -66,6 +76,8 @@ def parse_args() -> argparse.Namespace:
         if getattr(a, name) is None:
             setattr(a, name, quick if a.quick else full)
     a.at_list = [float(x) for x in str(a.at).split(",") if x.strip()]
+    if a.baseline is not None:
+        a.baseline = a.baseline.resolve()
     if a.burst + a.creates > 2000:
         p.error("a store holds at most 2,000 memories: --burst + --creates must stay within it")
     return a
@@ -115,45 +127,66 @@ def set_latency(server, ms: float) -> None:
 # -- 1 and 2: creates/s ------------------------------------------------------------------------
 
 
-def creates_empty(b, server, a, s: Samples, src, src2, rep: int, flag: str | None) -> None:
-    name = "no-feed " if flag else ""
-    store = new_store(server, f"feed-empty-{rep}-{bool(flag)}")
-    m = b.mount(server, store, "--no-prefetch", *([flag] if flag else []))
-    s.add(f"{name}empty", a.creates / cp(src, m))
+def mount(b, server, store: str, *args: str, code: pathlib.Path | None = None) -> MountProc:
+    """`memfs mount` as Bench.mount does, running the memfs of checkout `code` (its daemon
+    too: the benchmark runs from a directory holding no memfs, see --baseline)."""
+    base = b.path("mount")
+    mnt = base / "mnt"
+    mnt.mkdir()
+    env = mount_env(server, base)
+    env["MEMFS_LOG_LEVEL"] = "INFO"
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
+    m = MountProc(mnt, store, env, tuple(args))
+    b.callback(m.cleanup)
+    m.mount()
+    if code is not None and ("polls" in m.status()["feed"]) != (code == REPO):
+        raise SystemExit(f"the mount does not run the memfs of {code}: run the benchmark "
+                         "from a directory holding no memfs package")
+    return m
+
+
+def creates_empty(b, server, a, s: Samples, src, src2, rep: int, variant: str,
+                  code: pathlib.Path | None, *flags: str) -> None:
+    store = new_store(server, f"feed-empty-{rep}-{variant}")
+    m = mount(b, server, store, "--no-prefetch", *flags, code=code)
+    s.add(f"{variant} empty", a.creates / cp(src, m))
     left = push_under_way(m, a.creates)
     if 0 < left < a.creates:
-        s.add(f"{name}while pushing", a.creates / cp(src2, m))
+        s.add(f"{variant} while pushing", a.creates / cp(src2, m))
     else:
         say(f"  cp while pushing not measured ({left} of {a.creates} pending)")
-    finished(m, _Problems(s), "empty store")
+    finished(m, _Problems(s), f"empty store ({variant})")
 
 
-def creates_after_burst(b, server, a, s: Samples, src, rep: int, at: float) -> None:
-    store = new_store(server, f"feed-burst-{rep}-{at:g}")
+def creates_after_burst(b, server, a, s: Samples, src, rep: int, at: float, variant: str,
+                        code: pathlib.Path | None) -> None:
+    store = new_store(server, f"feed-burst-{rep}-{at:g}-{variant}")
     burst = make_tree(a.burst, 0, seed=20 + rep, size_range=(500, 3500), name="burst")
     seed_store(server, store, burst)
     ended = time.monotonic()
-    m = b.mount(server, store, "--no-prefetch")
+    m = mount(b, server, store, "--no-prefetch", code=code)
     wait = ended + at - time.monotonic()
     if wait > 0:
         time.sleep(wait)
     since = time.monotonic() - ended
-    rate = a.creates / cp(src, m)
-    s.add(f"after burst at {at:g}", rate)
-    s.add(f"after burst at {at:g} since", since)
+    s.add(f"{variant} after burst at {at:g}", a.creates / cp(src, m))
+    s.add(f"{variant} after burst at {at:g} since", since)
     seen: dict[float, dict] = {}
     polls_of(m, seen)
-    s.add(f"after burst at {at:g} poll bytes", max((p["bytes"] for p in seen.values()),
-                                                    default=0))
-    finished(m, _Problems(s), f"burst store at {at:g} s")
+    if seen:
+        s.add(f"{variant} after burst at {at:g} poll bytes",
+              max(p["bytes"] for p in seen.values()))
+    finished(m, _Problems(s), f"burst store at {at:g} s ({variant})")
 
 
 # -- 3 and 4: bytes per poll -------------------------------------------------------------------
 
 
-def idle_after_changes(b, server, a, s: Samples, src_changes) -> list[dict]:
+def idle_after_changes(b, server, a, s: Samples, src_changes,
+                       code: pathlib.Path | None) -> list[dict]:
     store = new_store(server, "feed-idle-after")
-    m = b.mount(server, store, "--no-prefetch", "--poll-interval", "1")
+    m = mount(b, server, store, "--no-prefetch", "--poll-interval", "1", code=code)
     started = time.time()
     cp(src_changes, m)
     pushed = wait_pushed(m)
@@ -170,14 +203,14 @@ def idle_after_changes(b, server, a, s: Samples, src_changes) -> list[dict]:
     return polls
 
 
-def quiet_store(b, server, s: Samples) -> list[dict]:
+def quiet_store(b, server, s: Samples, code: pathlib.Path | None) -> list[dict]:
     store = new_store(server, "feed-quiet")
     client = server.sdk()
     try:
         client.beta.memory_stores.memories.create(store, path="/only.md", content="quiet\n")
     finally:
         client.close()
-    m = b.mount(server, store, "--no-prefetch", "--poll-interval", "1")
+    m = mount(b, server, store, "--no-prefetch", "--poll-interval", "1", code=code)
     seen: dict[float, dict] = {}
     time.sleep(6)
     polls_of(m, seen)
@@ -204,6 +237,8 @@ def main() -> int:
     machine, load0 = machine_line(), loadavg()
     s = Samples()
     with Bench("feed", keep_tmp=a.keep_tmp) as b:
+        if a.baseline:  # `python -m memfs` puts the current directory first on sys.path
+            os.chdir(b.tmp)
         server = b.server("--fault-control")
         set_latency(server, a.latency)
         src = b.path("src") / "tree"
@@ -213,43 +248,63 @@ def main() -> int:
         changes = b.path("changes") / "changes"
         write_tree(changes, make_tree(a.changes, 0, seed=12, size_range=(200, 800),
                                       name="change"))
+        here = REPO if a.baseline else None
+        variants = [("feed", here)] + ([("before", a.baseline)] if a.baseline else [])
         for rep in range(a.repeat):
-            say(f"repetition {rep + 1}: creates into an empty store (feed, then --no-feed), "
-                f"then into burst stores at {a.at} s")
-            creates_empty(b, server, a, s, src, src2, rep, None)
-            creates_empty(b, server, a, s, src, src2, rep, "--no-feed")
+            say(f"repetition {rep + 1}: creates into an empty store "
+                f"({', '.join(v for v, _c in variants)}, --no-feed), then into burst stores at "
+                f"{a.at} s")
+            order = variants if rep % 2 == 0 else variants[::-1]  # drift hits both alike
+            for variant, code in order:
+                creates_empty(b, server, a, s, src, src2, rep, variant, code)
+            creates_empty(b, server, a, s, src, src2, rep, "no-feed", here, "--no-feed")
             for at in a.at_list:
-                creates_after_burst(b, server, a, s, src, rep, at)
+                for variant, code in order:
+                    creates_after_burst(b, server, a, s, src, rep, at, variant, code)
         say(f"idle mount after {a.changes} changes made through it")
-        after = idle_after_changes(b, server, a, s, changes)
+        after = idle_after_changes(b, server, a, s, changes, here)
         say("quiet store")
-        quiet = quiet_store(b, server, s)
+        quiet = quiet_store(b, server, s, here)
     wall = time.perf_counter() - started
 
-    empty = s.med("empty")
+    empty = s.med("feed empty")
+    ratios: list[tuple[str, float]] = []
+    values: list[tuple[str, float]] = []
+    base = bool(a.baseline)
     lines = [f"Run: {time.strftime('%Y-%m-%d')}, commit {code_version()}, {machine}, load "
              f"{load0} -> {loadavg()}, {wall:.0f} s, `benchmarks/bench_feed.py "
              f"{' '.join(sys.argv[1:])}`, {a.latency:g} ms added per request; medians of "
-             f"{a.repeat} run(s).", "",
-             f"| creates/s through the mount (`cp -r` of {a.creates} files) | feed | "
-             "`--no-feed` | ratio | target |", "|---|---|---|---|---|"]
-    lines.append(f"| empty store | {fmt_rate(empty)} | {fmt_rate(s.med('no-feed empty'))} | "
-                 "1 | |")
-    pushing = s.med("while pushing")
-    r = pushing / empty if pushing and empty else None
-    lines.append(f"| empty store, while this mount pushes the first copy | {fmt_rate(pushing)} "
-                 f"| {fmt_rate(s.med('no-feed while pushing'))} | "
-                 f"{'-' if r is None else f'{r:.2f}'} | >= {TARGET_RATIO} x empty: "
-                 f"{verdict(r is not None and r >= TARGET_RATIO)} |")
+             f"{a.repeat} run(s)" + (f"; before: the memfs of {a.baseline}, interleaved"
+                                     if base else "") + ".", "",
+             f"| creates/s through the mount (`cp -r` of {a.creates} files) | this code | "
+             + ("before | " if base else "") + "`--no-feed` | ratio (before) | target |",
+             "|---|---|---|---|---|" + ("---|" if base else "")]
+
+    def row(what: str, key: str, ref: str | None, name: str | None) -> None:
+        v, before = s.med(f"feed {key}"), s.med(f"before {key}")
+        r = v / empty if v and empty and ref else None
+        rb = before / s.med("before empty") if before and s.med("before empty") and ref \
+            else None
+        if r is not None and name:
+            ratios.append((name, r))
+        shown = "1" if ref is None else "-" if r is None else f"{r:.2f}"
+        if rb is not None:
+            shown += f" ({rb:.2f})"
+        target = "" if ref is None else (f">= {TARGET_RATIO} x empty: "
+                                         f"{verdict(r is not None and r >= TARGET_RATIO)}")
+        lines.append(f"| {what} | {fmt_rate(v)} | " + (f"{fmt_rate(before)} | " if base else "")
+                     + f"{fmt_rate(s.med(f'no-feed {key}'))} | {shown} | {target} |")
+
+    row("empty store", "empty", None, None)
+    row("empty store, while this mount pushes the first copy", "while pushing", "empty",
+        "creates while-pushing/empty")
     for at in a.at_list:
-        v = s.med(f"after burst at {at:g}")
-        r = v / empty if v and empty else None
-        since = s.med(f"after burst at {at:g} since")
-        lines.append(f"| {a.burst:,} memories written just before the mount, cp {since:.0f} s "
-                     f"after the burst (biggest poll then: "
-                     f"{s.med(f'after burst at {at:g} poll bytes') / KIB:.1f} KiB) | "
-                     f"{fmt_rate(v)} | | {'-' if r is None else f'{r:.2f}'} | >= "
-                     f"{TARGET_RATIO} x empty: {verdict(r is not None and r >= TARGET_RATIO)} |")
+        since = s.med(f"feed after burst at {at:g} since") or at
+        biggest = s.med(f"feed after burst at {at:g} poll bytes")
+        row(f"{a.burst:,} memories written just before the mount, cp {since:.0f} s after the "
+            f"burst (this code's biggest poll by then: "
+            f"{'-' if biggest is None else f'{biggest / KIB:.1f} KiB'})",
+            f"after burst at {at:g}", "empty", f"creates after-burst-{at:g}s/empty")
     lines += ["", f"Idle mount (`--poll-interval 1`) after {a.changes:,} creates made through it, "
               "each poll after its push pass ended (s: since the copy began):", "",
               "| polls | requests/poll | bytes/poll (max) | versions read | target |",
@@ -262,15 +317,17 @@ def main() -> int:
                      f"{first['bytes']:,} | {first['versions']} | |")
         if rest:
             worst = max(p["bytes"] for p in rest)
+            values.append(("idle-after-burst bytes/poll max (2nd poll on)", worst))
             lines.append(f"| 2nd to {len(inside)}th, within 30 s of the burst | "
                          f"{statistics.median(p['requests'] for p in rest):g} | {worst:,} | "
                          f"{max(p['versions'] for p in rest)} | <= 1 KiB: "
                          f"{verdict(worst <= KIB)} |")
     settling = [p for p in outside if p["versions"] > 2]
-    quiet_after = [p for p in outside if p["versions"] <= 2]
+    quiet_after = [p for p in outside if settling and p["at"] > settling[-1]["at"]]
     if settling:
-        lines.append(f"| {len(settling)} poll(s) where the burst settles (at "
-                     f"{settling[0]['since']:.0f} s) | {max(p['requests'] for p in settling)} | "
+        lines.append(f"| {len(settling)} poll(s) where the burst settles ("
+                     f"{settling[0]['since']:.0f} to {settling[-1]['since']:.0f} s) | "
+                     f"{max(p['requests'] for p in settling)} | "
                      f"{max(p['bytes'] for p in settling):,} | "
                      f"{sum(p['versions'] for p in settling)} in all | (each version read a "
                      "second time, once) |")
@@ -282,6 +339,8 @@ def main() -> int:
     if quiet:
         worst_q = max(p["bytes"] for p in quiet)
         reqs = max(p["requests"] for p in quiet)
+        values += [("quiet-store requests/poll max", reqs),
+                   ("quiet-store bytes/poll max", worst_q)]
         lines += ["", f"Quiet store (newest write alone in its lookback window), fresh mount: "
                   f"{len(quiet)} polls, {reqs} request(s) per poll at most, {worst_q:,} bytes "
                   f"at most: 1 request and <= 1 KiB: {verdict(reqs == 1 and worst_q <= KIB)}."]
@@ -290,6 +349,10 @@ def main() -> int:
     print()
     print("\n".join(lines))
     print()
+    for name, value in ratios:
+        print(f"ratio {name}: {value:.2f}x")
+    for name, value in values:
+        print(f"value {name}: {value:g}")
     print("# raw: " + json.dumps({k: v for k, v in s.items() if k != "problems"}))
     print("# polls after the changes: " + json.dumps(after))
     return 1 if s.get("problems") else 0

@@ -585,7 +585,9 @@ def format_status(s: dict) -> str:
             lines.append(f"  feed polls: last {last['requests']} request(s), "
                          f"{progress.human_bytes(last['bytes'])}, {last['versions']} version(s)"
                          f"; last {len(polls)}: {sum(x['requests'] for x in polls)} request(s), "
-                         f"{progress.human_bytes(sum(x['bytes'] for x in polls))}")
+                         f"{progress.human_bytes(sum(x['bytes'] for x in polls))}"
+                         + (f"; {feed['late']} version(s) read out of order"
+                            if feed.get("late") else ""))
     lines.append("  pending: {} create(s), {} update(s), {} rename(s), {} delete(s)".format(
         len(p.get("creates", [])), len(p.get("updates", [])), len(p.get("renames", [])),
         len(p.get("deletes", []))))

@@ -355,6 +355,25 @@ async def test_the_first_poll_after_a_listing_does_not_relist_a_recent_burst(eng
     assert counts == {"versions": 1, "list": 0, "get": 0}
 
 
+async def test_a_listing_window_of_edits_settles_without_reads(eng):
+    """Memories edited several times just before the listing: when that window
+    settles, its versions are read once and found no newer than what the listing
+    showed: no GET for any of them."""
+    clock = fake_clock(eng)
+    for i in range(10):
+        m = await eng.other.create_memory(eng.store_id, f"/e/n{i}.md", "v0\n")
+        for k in range(1, 4):
+            await eng.other.update_memory(eng.store_id, m.id, content=f"v{k}\n")
+    await anchored(eng)
+    counts = count_requests(eng)
+    await eng.reconcile()
+    clock.skip(LOOKBACK_S + 1)
+    await eng.reconcile()
+    assert last_cost(eng).versions >= 40
+    assert counts["get"] == 0 and counts["list"] == 0
+    assert await tree(eng) == await server_view(eng)
+
+
 async def test_memories_created_and_deleted_elsewhere_cost_no_reads(eng):
     """Another client's short-lived memories (created and deleted between two polls,
     or before the mount) are nothing to this mount: no GET each."""

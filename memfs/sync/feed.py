@@ -61,8 +61,10 @@ MERGE = 2
 #: The local and the server's clocks may run at rates this far apart: the server's
 #: clock is assumed to advance at least (1 - DRIFT) s per local second.
 DRIFT = 1e-3
-#: Version ids of our own writes not seen by the feed after this long are forgotten.
+#: Version ids of our own writes not seen by the feed after this long are forgotten
+#: (then they cost what any version exactly matching our base costs: nothing more).
 OWN_TTL = 600.0
+OWN_MAX = 10_000
 #: Polls whose cost `memfs status` shows.
 COSTS_KEPT = 10
 
@@ -110,6 +112,9 @@ class Feed:
     #: window's size is unknown until the settled edge passes it.
     unread_until: datetime | None = None
     probed: bool = False                        # the unread window was found dense
+    #: The listing's memories changed in the unread window: memory id -> updated_at. A
+    #: version there no newer than that is what the listing already showed, or older.
+    listed: dict[str, datetime] = field(default_factory=dict)
     seen: dict[str, datetime] = field(default_factory=dict)  # read, created after confirmed
     own: dict[str, float] = field(default_factory=dict)      # our versions -> clock() told
     #: (created_at, clock()) of a version read: the server's clock was at least there then.
@@ -158,16 +163,17 @@ class Feed:
         return self.clock() - self.last_poll < RETENTION.total_seconds()
 
     def reset(self, position: datetime | None, *, listed_since: float | None = None,
-              recent: int = 0) -> None:
+              recent: dict[str, datetime] | None = None) -> None:
         """After a full listing (position: the head read alongside it) or a failure
         (None). `listed_since`: clock() when the listing began. A write that landed
         after that, in timestamp order, was created at or after the server's clock
         then, which the head's time bounds from below (its version was read later):
         the head starts there. Nothing in the window before it was read; `recent`:
-        memories the listing showed changed in it (more than MERGE: no need to ask
-        whether the window is small)."""
+        the memories the listing showed changed in it, with their times (more than
+        MERGE: no need to ask whether the window is small)."""
         self.seen.clear()
-        self.probed = recent > MERGE
+        self.listed = dict(recent or {})
+        self.probed = len(self.listed) > MERGE
         if position is None:
             self.position, self.last_poll = None, None
             return
@@ -182,7 +188,11 @@ class Feed:
 
     def ours(self, version_id: str) -> None:
         """A version this mount wrote (the id from the answer): no news when read."""
-        self.own[version_id] = self.clock()
+        now = self.clock()
+        self.own[version_id] = now
+        if len(self.own) > OWN_MAX:  # not polled for long (offline): the oldest go
+            for vid in [vid for vid, told in self.own.items() if told < now - OWN_TTL]:
+                del self.own[vid]
 
     # -- a poll ---------------------------------------------------------------------------
 
@@ -208,8 +218,10 @@ class Feed:
         if not complete:
             return None
         self.late += len(late)
+        covered = {vid for vid, v in read.items() if self._listed(v)}
         if whole:
             self.unread_until = None  # the window a listing left unread: all of it read
+            self.listed.clear()
         changes: dict[str, Change] = {}
         decided: set[str] = set()
         for v in sorted(read.values(), key=lambda v: (parse_time(v.created_at), v.id),
@@ -225,6 +237,8 @@ class Feed:
             if v.memory_id in decided:
                 continue
             decided.add(v.memory_id)  # newest first: its newest version decides
+            if v.id in covered:
+                continue  # what the listing showed, or older
             if v.id not in self.own:  # our own write is applied from its answer
                 changes[v.memory_id] = Change(v.memory_id, v.operation, v.path,
                                               v.content_sha256, when)
@@ -233,6 +247,15 @@ class Feed:
         self._forget()
         self.last_poll = self.clock()
         return list(changes.values())
+
+    def _listed(self, v: MemoryVersion) -> bool:
+        """A version in the window a listing left unread, no newer than that memory as
+        the listing showed it: nothing the listing did not apply."""
+        shown = self.listed.get(v.memory_id)
+        if shown is None or self.unread_until is None:
+            return False
+        when = parse_time(v.created_at)
+        return when <= self.unread_until and when <= shown
 
     def _late(self, created: datetime, start: datetime) -> bool:
         """Read now though created before the head was at the poll's start: committed
@@ -266,7 +289,7 @@ class Feed:
                     if v.id in self.seen or v.id in read:
                         continue
                     read[v.id] = v
-                    if v.id not in self.own and not applied(v):
+                    if v.id not in self.own and not self._listed(v) and not applied(v):
                         news[0] += 1
                 if news[0] > MAX_VERSIONS:
                     return None
@@ -309,6 +332,7 @@ class Feed:
             self.own.pop(vid, None)
         if self.unread_until is not None and self.confirmed >= self.unread_until:
             self.unread_until = None
+            self.listed.clear()
         old = self.clock() - OWN_TTL
         for vid in [vid for vid, told in self.own.items() if told < old]:
             del self.own[vid]

@@ -47,7 +47,8 @@ class Reconciler:
         self.state = ctx.state
         self._parked_since: dict[str, float] = {}
         self.feed = Feed(ctx.client, ctx.store_id)
-        ctx.wrote = self.feed.ours
+        if ctx.options.feed:
+            ctx.wrote = self.feed.ours
         self.last_full: float | None = None  # monotonic time of the last full listing
         self.last_pass: float | None = None  # monotonic time of the last finished pass
 
@@ -178,8 +179,9 @@ class Reconciler:
         horizon = confirmed if safety_net and confirmed > EPOCH else None
         await self._apply(remote, since, horizon=horizon)
         window = None if position is None else position - LOOKBACK
-        recent = sum(1 for m in remote if window is not None and m.updated_at
-                     and parse_time(m.updated_at) > window)
+        recent = {} if window is None else {
+            m.id: when for m in remote if m.updated_at
+            and (when := parse_time(m.updated_at)) > window}
         self.feed.reset(position, listed_since=started, recent=recent)
         self.last_full = time.monotonic()
         ctx.status.last_full_listing_at = time.time()
