@@ -47,6 +47,7 @@ from common import (
 
 KIB = 1024
 TARGET_RATIO = 0.9
+LOOKBACK_S = 30.0  # the feed's (memfs/sync/feed.py); not imported: --baseline has none
 
 
 def parse_args() -> argparse.Namespace:
@@ -177,7 +178,26 @@ def creates_after_burst(b, server, a, s: Samples, src, rep: int, at: float, vari
     if seen:
         s.add(f"{variant} after burst at {at:g} poll bytes",
               max(p["bytes"] for p in seen.values()))
+    if at == a.at_list[0]:
+        # The whole lookback after the burst: what the mount spent (CPU seconds of its
+        # daemon from its start: the listing, this cp and every poll), and its polls.
+        while time.monotonic() < ended + LOOKBACK_S + 2:
+            polls_of(m, seen)
+            time.sleep(min(3.0, max(0.0, ended + LOOKBACK_S + 2 - time.monotonic())))
+        polls_of(m, seen)
+        s.add(f"{variant} window cpu", cpu_seconds(m.pid))
+        if seen:
+            s.add(f"{variant} window polls", len(seen))
+            s.add(f"{variant} window requests", sum(p["requests"] for p in seen.values()))
+            s.add(f"{variant} window bytes", sum(p["bytes"] for p in seen.values()))
     finished(m, _Problems(s), f"burst store at {at:g} s ({variant})")
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds a process used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # -- 3 and 4: bytes per poll -------------------------------------------------------------------
@@ -305,6 +325,18 @@ def main() -> int:
             f"burst (this code's biggest poll by then: "
             f"{'-' if biggest is None else f'{biggest / KIB:.1f} KiB'})",
             f"after burst at {at:g}", "empty", f"creates after-burst-{at:g}s/empty")
+    first_at = a.at_list[0]
+    cpu, cpu_b = s.med("feed window cpu"), s.med("before window cpu")
+    if cpu is not None:
+        lines += ["", f"The mount of the first burst store (cp at {first_at:g} s), kept until "
+                  f"{LOOKBACK_S + 2:g} s after the burst: its daemon's CPU since it started "
+                  f"(listing, cp, polls): {cpu:.2f} s" + (f" (before: {cpu_b:.2f} s)"
+                                                          if cpu_b is not None else "")
+                  + (f"; its polls by then: {s.med('feed window polls'):g} polls seen, "
+                     f"{s.med('feed window requests'):g} requests, "
+                     f"{s.med('feed window bytes') / KIB:.1f} KiB"
+                     if s.med("feed window polls") else "") + "."]
+        values.append(("after-burst daemon cpu s", cpu))
     lines += ["", f"Idle mount (`--poll-interval 1`) after {a.changes:,} creates made through it, "
               "each poll after its push pass ended (s: since the copy began):", "",
               "| polls | requests/poll | bytes/poll (max) | versions read | target |",

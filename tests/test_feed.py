@@ -591,3 +591,24 @@ async def test_a_full_listing_frees_the_path_of_a_deleted_memory_first(eng):
     await eng.reconciler.reconcile_pass(full=True)
     assert eng.fs.node("/a.md").memory_id == new.id
     assert await tree(eng) == await server_view(eng)
+
+
+async def test_a_poll_counts_its_own_requests_only(eng):
+    """What a poll cost (memfs status) is its own requests and bytes, though other tasks
+    use the same client meanwhile (pushes, fetches)."""
+    for i in range(5):
+        await eng.other.create_memory(eng.store_id, f"/n{i}.md", f"{i}\n")
+    await anchored(eng)
+    counts = count_requests(eng)
+
+    async def others() -> None:
+        for _ in range(10):
+            await eng.client.list_memories_page(eng.store_id, view="basic", limit=100)
+            await trio.sleep(0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(others)
+        await eng.reconcile()
+    assert counts["list"] == 10
+    assert last_cost(eng).requests == counts["versions"] >= 1
+    assert 0 < last_cost(eng).bytes < 4096

@@ -182,7 +182,9 @@ class Feed:
         if then is not None and position > EPOCH:
             start = min(position, then)
         self.position = start
-        self.confirmed = max(EPOCH, start - LOOKBACK) if position > EPOCH else EPOCH
+        # What was final when the listing began was visible to it: settled.
+        settled = (start if then is None else then) - LOOKBACK
+        self.confirmed = max(EPOCH, settled) if position > EPOCH else EPOCH
         self.unread_until = position if position > EPOCH else None
         self.last_poll = self.clock()
 
