@@ -241,9 +241,11 @@ class Feed:
             decided.add(v.memory_id)  # newest first: its newest version decides
             if v.id in covered:
                 continue  # what the listing showed, or older
-            if v.id not in self.own:  # our own write is applied from its answer
-                changes[v.memory_id] = Change(v.memory_id, v.operation, v.path,
-                                              v.content_sha256, when)
+            # Our own write too: its answer set the file's base, which the reconciler
+            # compares (no request when equal); but the answer may carry more than we
+            # sent (another writer's rename just before ours), which this brings.
+            changes[v.memory_id] = Change(v.memory_id, v.operation, v.path,
+                                          v.content_sha256, when)
         if final is not None and final > self.confirmed:
             self.confirmed = final
         self._forget()
