@@ -103,9 +103,16 @@ class _Problems:
         self.s.setdefault("problems", []).append(text)
 
 
-def cp(src, m) -> float:
+def cp(src, m, s: Samples | None = None, key: str = "") -> float:
+    """`cp -r` of src into the mount: its wall time; with `s`, also the daemon's CPU per
+    file during it (µs), which other load on the machine disturbs far less."""
     run_timed(["sync"])
-    return run_timed(["cp", "-r", str(src), str(m.path)])
+    before = cpu_seconds(m.pid)
+    took = run_timed(["cp", "-r", str(src), str(m.path)])
+    if s is not None:
+        files = sum(1 for _ in src.rglob("*.md"))
+        s.add(f"{key} cpu", (cpu_seconds(m.pid) - before) / files * 1e6)
+    return took
 
 
 def polls_of(m, seen: dict[float, dict]) -> None:
@@ -151,10 +158,11 @@ def creates_empty(b, server, a, s: Samples, src, src2, rep: int, variant: str,
                   code: pathlib.Path | None, *flags: str) -> None:
     store = new_store(server, f"feed-empty-{rep}-{variant}")
     m = mount(b, server, store, "--no-prefetch", *flags, code=code)
-    s.add(f"{variant} empty", a.creates / cp(src, m))
+    s.add(f"{variant} empty", a.creates / cp(src, m, s, f"{variant} empty"))
     left = push_under_way(m, a.creates)
     if 0 < left < a.creates:
-        s.add(f"{variant} while pushing", a.creates / cp(src2, m))
+        s.add(f"{variant} while pushing",
+              a.creates / cp(src2, m, s, f"{variant} while pushing"))
     else:
         say(f"  cp while pushing not measured ({left} of {a.creates} pending)")
     finished(m, _Problems(s), f"empty store ({variant})")
@@ -171,7 +179,8 @@ def creates_after_burst(b, server, a, s: Samples, src, rep: int, at: float, vari
     if wait > 0:
         time.sleep(wait)
     since = time.monotonic() - ended
-    s.add(f"{variant} after burst at {at:g}", a.creates / cp(src, m))
+    s.add(f"{variant} after burst at {at:g}",
+          a.creates / cp(src, m, s, f"{variant} after burst at {at:g}"))
     s.add(f"{variant} after burst at {at:g} since", since)
     seen: dict[float, dict] = {}
     polls_of(m, seen)
@@ -297,8 +306,9 @@ def main() -> int:
              f"{a.repeat} run(s)" + (f"; before: the memfs of {a.baseline}, interleaved"
                                      if base else "") + ".", "",
              f"| creates/s through the mount (`cp -r` of {a.creates} files) | this code | "
-             + ("before | " if base else "") + "`--no-feed` | ratio (before) | target |",
-             "|---|---|---|---|---|" + ("---|" if base else "")]
+             + ("before | " if base else "") + "`--no-feed` | ratio (before) | target | "
+             "daemon CPU per create, µs (before) |",
+             "|---|---|---|---|---|---|" + ("---|" if base else "")]
 
     def row(what: str, key: str, ref: str | None, name: str | None) -> None:
         v, before = s.med(f"feed {key}"), s.med(f"before {key}")
@@ -312,8 +322,12 @@ def main() -> int:
             shown += f" ({rb:.2f})"
         target = "" if ref is None else (f">= {TARGET_RATIO} x empty: "
                                          f"{verdict(r is not None and r >= TARGET_RATIO)}")
+        cpu, cpu_b = s.med(f"feed {key} cpu"), s.med(f"before {key} cpu")
+        cpu_shown = "-" if cpu is None else f"{cpu:.0f}" + (
+            f" ({cpu_b:.0f})" if cpu_b is not None else "")
         lines.append(f"| {what} | {fmt_rate(v)} | " + (f"{fmt_rate(before)} | " if base else "")
-                     + f"{fmt_rate(s.med(f'no-feed {key}'))} | {shown} | {target} |")
+                     + f"{fmt_rate(s.med(f'no-feed {key}'))} | {shown} | {target} | "
+                     f"{cpu_shown} |")
 
     row("empty store", "empty", None, None)
     row("empty store, while this mount pushes the first copy", "while pushing", "empty",
