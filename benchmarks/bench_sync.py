@@ -10,12 +10,11 @@ server's own fault, `POST /_memfs/faults {"latency": s}`), on one store of 2,000
    the poll before issue 13), of the feed mode's periodic full listing
    (`reconcile_pass(full=True)`: the safety net every `--full-resync`), and of the SDK's
    reference folder sync (`SessionMemoryStores`: an idle sync pass, and its download).
-   A feed poll asks again for every version created within the lookback window (30 s) before
-   the newest one it has seen; so the idle feed poll is measured twice: right after the
-   seeding (2,000 writes in a few seconds: all within the window, more than the feed's
-   MAX_VERSIONS, so each poll falls back to a full listing) and, after the store was left
-   unwritten for --settle seconds, after one isolated SDK edit (the newest write alone in its
-   window: the usual idle store).
+   The idle feed poll is measured twice: right after the seeding (2,000 writes in a few
+   seconds, all within the feed's 30 s lookback: the head and the settling slice, two
+   requests; issue 22, see also bench_feed.py) and, after the store was left unwritten for
+   --settle seconds, after one isolated SDK edit (the newest write alone in its window: the
+   usual idle store, one request).
 2. Requests per hour of an idle real mount (`memfs mount` with the defaults: feed mode,
    --poll-interval 2), counted in the server's request log (`memfs serve --verbose`) over
    `--window` seconds after the start-up listing and prefetch, extrapolated to an hour, plus

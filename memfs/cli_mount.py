@@ -703,6 +703,15 @@ def format_status(s: dict) -> str:
                      + (f", feed at {feed['position']}" if feed.get("position") else "")
                      + f"; last full listing {_ago(feed.get('last_full_listing_at'))}"
                      + (f"; MISSED BY THE FEED: {feed['missed']}" if feed.get("missed") else ""))
+        polls = feed.get("polls") or []
+        if polls:
+            last = polls[-1]
+            lines.append(f"  feed polls: last {last['requests']} request(s), "
+                         f"{progress.human_bytes(last['bytes'])}, {last['versions']} version(s)"
+                         f"; last {len(polls)}: {sum(x['requests'] for x in polls)} request(s), "
+                         f"{progress.human_bytes(sum(x['bytes'] for x in polls))}"
+                         + (f"; {feed['late']} version(s) read out of order"
+                            if feed.get("late") else ""))
     lines.append("  pending: {} create(s), {} update(s), {} rename(s), {} delete(s)".format(
         len(p.get("creates", [])), len(p.get("updates", [])), len(p.get("renames", [])),
         len(p.get("deletes", [])))

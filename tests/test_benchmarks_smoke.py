@@ -1,6 +1,6 @@
 """Smoke test for benchmarks/: each one runs in --quick mode and prints its ratio lines.
 
-Never asserts on timings: the benchmarks report numbers, they do not judge them. The four
+Never asserts on timings: the benchmarks report numbers, they do not judge them. They
 run at once (about a minute in all, bench_network.py the longest) since each mostly waits on
 mounts, polls and the server's injected latency.
 """
@@ -30,6 +30,10 @@ EXPECTED = {
                          "ratio push memfs/sdk-finish @ 50 ms:",
                          "ratio creates full/empty @ 0 ms:", "ratio warm-grep memfs/bindfs @ 0 ms:",
                          "value rss daemon-peak @ 0 ms:"],
+    # --quick: 60 creates, a burst of 150, 100 changes (issue 22)
+    "bench_feed.py": ["ratio creates after-burst-2s/empty:",
+                      "value idle-after-burst bytes/poll max (2nd poll on):",
+                      "value quiet-store requests/poll max:"],
     # --quick: 2 stores of 40 memories in one --all daemon vs a daemon each
     "bench_session.py": ["ratio session root RSS vs one single-store daemon:",
                          "ratio session root RSS vs 2 single-store daemons:"],

@@ -39,7 +39,9 @@ import math
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 from urllib.parse import quote
 
@@ -178,6 +180,23 @@ def parse_retry_after(headers: httpx.Headers) -> float | None:
     if math.isnan(value):
         return None
     return max(value, 0.0)  # a date in the past means "now"
+
+
+#: [requests, body bytes received] of the current trio task (and the tasks it starts)
+#: while a `tally()` is open: the cost of one feed poll, whatever else runs on the client.
+_TALLY: ContextVar[list[int] | None] = ContextVar("memfs_client_tally", default=None)
+
+
+@contextmanager
+def tally() -> Iterator[list[int]]:
+    """Count the requests (retries included) and the response bytes this task sends
+    through any client until the block ends: [requests, bytes]."""
+    counts = [0, 0]
+    token = _TALLY.set(counts)
+    try:
+        yield counts
+    finally:
+        _TALLY.reset(token)
 
 
 class MemoryStoresClient:
@@ -360,6 +379,9 @@ class MemoryStoresClient:
         while True:
             self.stats["requests"] += 1
             self.stats["bytes_sent"] += len(content or b"")
+            counts = _TALLY.get()
+            if counts is not None:
+                counts[0] += 1
             response: httpx.Response | None = None
             try:
                 response = await self._http.request(method, url, content=content, headers=headers)
@@ -385,6 +407,8 @@ class MemoryStoresClient:
                 self.stats["bytes_received"] += len(response.content)
                 self._observe(method, path, response.status_code, len(content or b""),
                               len(response.content))
+                if counts is not None:
+                    counts[1] += len(response.content)
                 if response.is_success:
                     return self._decode(response)
                 if gone_ok and attempt > 0 and response.status_code == 404:
@@ -705,9 +729,10 @@ class MemoryStoresClient:
         view: str = "basic",
         page: str | None = None,
         created_gte: str | None = None,
+        created_lte: str | None = None,
     ) -> Page:
-        """One page of versions, newest first; `created_gte`: only versions created at
-        or after this RFC 3339 time (the store's change feed)."""
+        """One page of versions, newest first; `created_gte`/`created_lte`: only versions
+        created at or after / at or before these RFC 3339 times (the store's change feed)."""
         if operation is not None and operation not in _OPERATIONS:
             raise _refuse(f"operation must be one of {', '.join(_OPERATIONS)}")
         _check_view(view)
@@ -717,6 +742,7 @@ class MemoryStoresClient:
             "session_id": session_id,
             "api_key_id": api_key_id,
             "created_at[gte]": created_gte,
+            "created_at[lte]": created_lte,
             "view": view,
             "limit": _check_limit(limit, view),
             "page": page,
@@ -731,13 +757,15 @@ class MemoryStoresClient:
         limit: int = 100,
         view: str = "basic",
         created_gte: str | None = None,
+        created_lte: str | None = None,
     ) -> AsyncIterator[list[MemoryVersion]]:
         """The versions matching the filters, newest first, a page at a time (so a
         caller can stop early)."""
         page: str | None = None
         while True:
             p = await self.list_versions_page(store_id, memory_id=memory_id, limit=limit,
-                                              view=view, page=page, created_gte=created_gte)
+                                              view=view, page=page, created_gte=created_gte,
+                                              created_lte=created_lte)
             yield [item for item in p.data if isinstance(item, MemoryVersion)]
             if not p.next_page:
                 return

@@ -45,6 +45,8 @@ class SyncStatus:
     feed_position: str | None = None          # newest version applied (feed mode)
     last_full_listing_at: float | None = None
     feed_missed: int = 0                      # changes a full listing found first
+    feed_polls: list[dict] = field(default_factory=list)  # the last polls' cost, oldest first
+    feed_late: int = 0                        # versions the feed read out of order
 
     def note(self, message: str) -> None:
         log.warning("%s", message)
@@ -90,6 +92,9 @@ class SyncContext:
         #: Seconds since FUSE last brought a request (the engine sets memfs.fs.idle_for):
         #: background work yields to the mount's users. Without a mount: always quiet.
         self.idle_for: Callable[[], float] = lambda: math.inf
+        #: Told the version id of every write of ours the server answered (the reconciler's
+        #: change feed then skips it: our own writes are not news).
+        self.wrote: Callable[[str], None] = lambda version_id: None
         self.fetcher = Fetcher(self, concurrency=options.push_concurrency)
         self.events = EventBus(store_id)  # `memfs watch`, `memfs mcp` (memfs/events.py)
         # Directories that remote changes empty or create: the kernel's entry follows.

@@ -1,40 +1,72 @@
-"""The store's change feed: what changed since the last poll, in one request.
+"""The store's change feed: what changed since the last poll, at the cost of what is new.
 
-`GET /memory_versions?created_at[gte]=T` lists every write to the store
-(created, modified, deleted) newest first. The reconciler asks for the
-versions created since a little before the newest one it has seen (the
-lookback window: a distributed service may commit writes out of timestamp
-order), skips the version ids it already applied, and re-reads only the
-memories those versions name. An idle poll is one request with an empty page.
+`GET /memory_versions` lists every write to the store (created, modified,
+deleted) newest first, filtered by `created_at[gte]` / `created_at[lte]`. A
+distributed service may commit a write out of timestamp order: a version may
+appear whose `created_at` is older than one already read, by up to LOOKBACK.
+Reading the whole lookback window again on every poll catches those, but costs
+every version of the last 30 s on every poll (issue 22). The feed instead keeps
+two cursors (docs/SYNC.md, "Reconciling", says why this is sound and what it
+costs):
+
+- the **head** (`position`): every poll reads `created_at >= position`, the
+  versions new since the last poll (and the one at `position` itself);
+- the **settled edge** (`confirmed`): every version created at or before it
+  has been read. A time becomes final once the server's clock is LOOKBACK past
+  it (nothing can still commit there); the server's clock is known from below
+  by the newest version read and the local monotonic time since (`anchor`).
+  Each poll also reads the slice that became final since the last one,
+  `confirmed <= created_at <= min(final, position)`, once: a version committed
+  out of order is found there, at most LOOKBACK plus one poll interval after it
+  became visible, never later.
+
+Each version is thus read at most twice (when new, and when its time becomes
+final), and a poll costs the versions new since the last one plus those that
+became final since: O(new changes), with two requests while a recent burst
+settles and one otherwise. While the unsettled window holds at most MERGE
+versions already read, the two reads are one request (`created_at >=
+confirmed`): a quiet store is one request per poll, an empty page once settled.
 
 The feed is trusted only from a known position: a full listing sets it (the
-newest version's time, read alongside the listing's first request, the root's;
-the directories are listed after it, and the first poll after a listing looks
-back LOOKBACK from the position whatever the time, for a root-level write that
-landed between the two). The reconciler falls
-back to a full listing whenever the position is unknown, a poll fails, the
-gap since the last poll is longer than the server keeps versions, or a poll
-returns more changes than a listing would cost; and every `full_resync`
-seconds in any case, as a safety net that also counts what the feed missed.
+newest version's time, read alongside the listing's first request; the head is
+then set back by the time the listing took, for a write that landed between the
+two, and the whole window before it is unsettled). The reconciler falls back to
+a full listing whenever the position is unknown, a poll fails, the gap since the
+last poll is longer than the server keeps versions, or a poll returns more
+changes than a listing would cost; and every `full_resync` seconds in any case,
+as a safety net that also counts what the feed missed.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from ..api.client import MemoryStoresClient
+from ..api.client import MemoryStoresClient, tally
 from ..api.models import MemoryVersion, format_time, parse_time
+from .common import gather_bounded
 
-#: Versions older than the newest seen by this much are asked for again.
+#: How late (in `created_at` terms) a version may commit after newer ones.
 LOOKBACK = timedelta(seconds=30)
 #: The hosted API keeps versions 30 days: a longer gap cannot be bridged by the feed.
 RETENTION = timedelta(days=30)
 #: More changed versions than this in one poll: a full listing is cheaper.
 MAX_VERSIONS = 1000
+#: At most this many versions already read in the unsettled window: head and settling
+#: read are one request (re-reading them costs less than a second request).
+MERGE = 2
+#: The local and the server's clocks may run at rates this far apart: the server's
+#: clock is assumed to advance at least (1 - DRIFT) s per local second.
+DRIFT = 1e-3
+#: Version ids of our own writes not seen by the feed after this long are forgotten
+#: (then they cost what any version exactly matching our base costs: nothing more).
+OWN_TTL = 600.0
+OWN_MAX = 10_000
+#: Polls whose cost `memfs status` shows.
+COSTS_KEPT = 10
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -51,88 +83,262 @@ class Change:
 
 
 @dataclass
+class PollCost:
+    """What one poll cost: requests and response bytes; the versions the answers held
+    (read before or not), of the new ones `own` were this mount's writes and `late`
+    were committed out of order."""
+
+    at: float                 # wall time of the poll
+    requests: int
+    bytes: int
+    versions: int
+    own: int
+    late: int
+
+    def as_dict(self) -> dict:
+        return {"at": self.at, "requests": self.requests, "bytes": self.bytes,
+                "versions": self.versions, "own": self.own, "late": self.late}
+
+
+@dataclass
 class Feed:
     client: MemoryStoresClient
     store_id: str
-    position: datetime | None = None            # None: unknown, a full listing is due
-    seen: dict[str, datetime] = field(default_factory=dict)  # version id -> created_at
-    last_poll: float | None = None              # monotonic, of the last good poll
-    position_seen_at: float = 0.0               # monotonic: when position last moved
-    look_back: bool = False                     # the next poll looks back in any case
+    #: The local monotonic clock (replaceable in tests, to pass LOOKBACK without waiting).
+    clock: Callable[[], float] = time.monotonic
+    position: datetime | None = None            # the head; None: unknown, a listing is due
+    confirmed: datetime = EPOCH                 # every version created at or before: read
+    #: After a listing, the versions in (confirmed, unread_until] were never read: the
+    #: window's size is unknown until the settled edge passes it.
+    unread_until: datetime | None = None
+    probed: bool = False                        # the unread window was found dense
+    #: The listing's memories changed in the unread window: memory id -> updated_at. A
+    #: version there no newer than that is what the listing already showed, or older.
+    listed: dict[str, datetime] = field(default_factory=dict)
+    seen: dict[str, datetime] = field(default_factory=dict)  # read, created after confirmed
+    own: dict[str, float] = field(default_factory=dict)      # our versions -> clock() told
+    #: (created_at, clock()) of a version read: the server's clock was at least there then.
+    anchor: tuple[datetime, float] | None = None
+    last_poll: float | None = None              # clock() of the last good poll
+    late: int = 0                               # versions read out of order, in all
+    costs: deque[PollCost] = field(default_factory=lambda: deque(maxlen=COSTS_KEPT))
     learn: Callable[[MemoryVersion], None] = lambda v: None  # each version read (events)
+    _returned: list[int] = field(default_factory=lambda: [0])  # versions this poll read
+
+    # -- the server's clock, from below ----------------------------------------------------
+
+    def _server_now(self, at: float) -> datetime | None:
+        """A lower bound of the server's clock at local time `at` (None: no version read
+        yet). A version read was created before the answer left the server; `at` may
+        also be before that answer came."""
+        if self.anchor is None:
+            return None
+        created, seen_at = self.anchor
+        elapsed = at - seen_at
+        return created + timedelta(seconds=elapsed * (1 - DRIFT) if elapsed >= 0
+                                   else elapsed * (1 + DRIFT))
+
+    def _observe(self, created: datetime, at: float) -> None:
+        now = self._server_now(at)
+        if now is None or created > now:
+            self.anchor = (created, at)
+
+    def final(self, at: float | None = None) -> datetime | None:
+        """Every version created at or before this time is visible now (None: unknown)."""
+        now = self._server_now(self.clock() if at is None else at)
+        return None if now is None else now - LOOKBACK
+
+    # -- life cycle --------------------------------------------------------------------------
 
     async def head(self) -> datetime:
         """The newest version's time (the feed position a listing starts from)."""
         async for v in self.client.list_versions(self.store_id, limit=1):
-            return parse_time(v.created_at)
+            created = parse_time(v.created_at)
+            self._observe(created, self.clock())
+            return created
         return EPOCH
 
     def trusted(self) -> bool:
         if self.position is None or self.last_poll is None:
             return False
-        return time.monotonic() - self.last_poll < RETENTION.total_seconds()
+        return self.clock() - self.last_poll < RETENTION.total_seconds()
 
-    def reset(self, position: datetime | None, *, look_back: bool = False) -> None:
-        """After a full listing (position known) or a failure (position None).
-        `look_back`: the position may be newer than part of the listing (read at the
-        same time): the next poll looks back LOOKBACK from it whenever it comes."""
-        self.position = position
-        self.look_back = look_back and position is not None
+    def reset(self, position: datetime | None, *, listed_since: float | None = None,
+              recent: dict[str, datetime] | None = None) -> None:
+        """After a full listing (position: the head read alongside it) or a failure
+        (None). `listed_since`: clock() when the listing began. A write that landed
+        after that, in timestamp order, was created at or after the server's clock
+        then, which the head's time bounds from below (its version was read later):
+        the head starts there. Nothing in the window before it was read; `recent`:
+        the memories the listing showed changed in it, with their times (more than
+        MERGE: no need to ask whether the window is small)."""
         self.seen.clear()
-        self.last_poll = time.monotonic() if position is not None else None
-        self.position_seen_at = time.monotonic()
+        self.listed = dict(recent or {})
+        self.probed = len(self.listed) > MERGE
+        if position is None:
+            self.position, self.last_poll = None, None
+            return
+        start = position
+        then = None if listed_since is None else self._server_now(listed_since)
+        if then is not None and position > EPOCH:
+            start = min(position, then)
+        self.position = start
+        # What was final when the listing began was visible to it: settled.
+        settled = (start if then is None else then) - LOOKBACK
+        self.confirmed = max(EPOCH, settled) if position > EPOCH else EPOCH
+        self.unread_until = position if position > EPOCH else None
+        self.last_poll = self.clock()
+
+    def ours(self, version_id: str) -> None:
+        """A version this mount wrote (the id from the answer): no news when read."""
+        now = self.clock()
+        self.own[version_id] = now
+        if len(self.own) > OWN_MAX:  # not polled for long (offline): the oldest go
+            for vid in [vid for vid, told in self.own.items() if told < now - OWN_TTL]:
+                del self.own[vid]
+
+    # -- a poll ---------------------------------------------------------------------------
 
     async def poll(self, applied: Callable[[MemoryVersion], bool] = lambda v: False,
                    ) -> list[Change] | None:
         """The memories changed since the last poll, newest version each; None when
         there are too many (a full listing is cheaper). `applied(version)`: whether
-        the mount already holds what that version wrote (our own writes, or a burst
-        the last full listing already brought); those cost nothing and do not count
-        toward the limit. Raises on any error (the caller then falls back to a full
-        listing)."""
+        the mount already holds what that version wrote (a burst the last full listing
+        already brought); those, and our own versions, cost nothing more and do not
+        count toward the limit. Raises on any error (the caller then falls back to a
+        full listing)."""
         assert self.position is not None
-        since = self._since()
-        versions: list[MemoryVersion] = []
-        new = 0
-        pages = self.client.list_versions_pages(self.store_id, created_gte=format_time(since),
-                                                limit=100)
-        async with aclosing(pages):
-            async for page in pages:
-                fresh = [v for v in page if v.id not in self.seen]
-                versions += fresh
-                new += sum(1 for v in fresh if not applied(v))
-                if new > MAX_VERSIONS:
-                    return None
-                if page and not fresh:
-                    # Newest first: a page of versions all applied already means the
-                    # rest (older) were too, but for a write committed out of order more
-                    # than a page deep, which the safety-net listing catches and counts.
-                    break
-        newest: dict[str, Change] = {}
-        for v in versions:  # newest first: the first one of a memory is its newest
+        start = self.position
+        final = self.final()  # before any request: all of it is visible to them
+        read: dict[str, MemoryVersion] = {}
+        self._returned = [0]
+        with tally() as counts:
+            complete, whole = await self._read(final, read, applied)
+        late = {vid for vid, v in read.items() if vid not in self.own
+                and self._late(parse_time(v.created_at), start)}
+        self.costs.append(PollCost(time.time(), counts[0], counts[1], self._returned[0],
+                                   sum(1 for vid in read if vid in self.own), len(late)))
+        if not complete:
+            return None
+        self.late += len(late)
+        covered = {vid for vid, v in read.items() if self._listed(v)}
+        if whole:
+            self.unread_until = None  # the window a listing left unread: all of it read
+            self.listed.clear()
+        changes: dict[str, Change] = {}
+        decided: set[str] = set()
+        for v in sorted(read.values(), key=lambda v: (parse_time(v.created_at), v.id),
+                        reverse=True):
             when = parse_time(v.created_at)
             self.seen[v.id] = when
             self.learn(v)
-            if when > self.position:
-                self.position, self.position_seen_at = when, time.monotonic()
-            if v.memory_id not in newest:
-                newest[v.memory_id] = Change(v.memory_id, v.operation, v.path,
-                                             v.content_sha256, when)
-        horizon = self._since()
-        for vid in [vid for vid, when in self.seen.items() if when < horizon]:
-            del self.seen[vid]
-        self.last_poll = time.monotonic()
-        self.look_back = False
-        return list(newest.values())
+            self.position = max(self.position, when)
+            if v.id in late:
+                # Committed out of order: the memory's head may be any of its versions,
+                # whatever their times. Re-read it (a change no base matches).
+                changes[v.memory_id] = Change(v.memory_id, "modified", None, None, when)
+                decided.add(v.memory_id)
+            if v.memory_id in decided:
+                continue
+            decided.add(v.memory_id)  # newest first: its newest version decides
+            if v.id in covered:
+                continue  # what the listing showed, or older
+            # Our own write too: its answer set the file's base, which the reconciler
+            # compares (no request when equal); but the answer may carry more than we
+            # sent (another writer's rename just before ours), which this brings.
+            changes[v.memory_id] = Change(v.memory_id, v.operation, v.path,
+                                          v.content_sha256, when)
+        if final is not None and final > self.confirmed:
+            self.confirmed = final
+        self._forget()
+        self.last_poll = self.clock()
+        return list(changes.values())
 
-    def _since(self) -> datetime:
-        """Where a poll starts. Within LOOKBACK (wall time) of the newest version's
-        arrival, a write committed out of order may still show up with an older
-        time: ask from LOOKBACK before it. Once the store stayed quiet that long,
-        nothing older can come: ask from the newest version itself (an idle poll of a
-        store that just had a burst of writes is then an empty page again)."""
+    def _listed(self, v: MemoryVersion) -> bool:
+        """A version in the window a listing left unread, no newer than that memory as
+        the listing showed it: nothing the listing did not apply."""
+        shown = self.listed.get(v.memory_id)
+        if shown is None or self.unread_until is None:
+            return False
+        when = parse_time(v.created_at)
+        return when <= self.unread_until and when <= shown
+
+    def _late(self, created: datetime, start: datetime) -> bool:
+        """Read now though created before the head was at the poll's start: committed
+        out of order (but for the window a listing left unread)."""
+        return created < start and (self.unread_until is None or created > self.unread_until)
+
+    async def _read(self, final: datetime | None, read: dict[str, MemoryVersion],
+                    applied: Callable[[MemoryVersion], bool]) -> tuple[bool, bool]:
+        """Read this poll's versions into `read` (the ones not read before). Returns
+        (False when more than MAX_VERSIONS are news, whether everything from the settled
+        edge on was read in one go)."""
         assert self.position is not None
-        if self.look_back or \
-                time.monotonic() - self.position_seen_at < LOOKBACK.total_seconds():
-            return self.position - LOOKBACK
-        return self.position
+        news, returned = [0], self._returned
+
+        async def take(*, gte: datetime, lte: datetime | None = None, limit: int = 100,
+                       one_page: bool = False) -> bool | None:
+            """Read gte..lte, newest first; None when too many are news, else whether
+            the range was read to its end (`one_page`: at most one page)."""
+            cursor: str | None = None
+            while True:
+                page = await self.client.list_versions_page(
+                    self.store_id, created_gte=format_time(gte),
+                    created_lte=None if lte is None else format_time(lte), limit=limit,
+                    page=cursor)
+                at = self.clock()
+                for v in page.data:
+                    if not isinstance(v, MemoryVersion):
+                        continue
+                    returned[0] += 1
+                    self._observe(parse_time(v.created_at), at)
+                    if v.id in self.seen or v.id in read:
+                        continue
+                    read[v.id] = v
+                    if v.id not in self.own and not self._listed(v) and not applied(v):
+                        news[0] += 1
+                if news[0] > MAX_VERSIONS:
+                    return None
+                if not page.next_page:
+                    return True
+                if one_page:
+                    return False
+                cursor = page.next_page
+
+        unread = self.unread_until is not None and self.confirmed < self.unread_until
+        window = sum(1 for when in self.seen.values() if when >= self.confirmed)
+        if (not unread and window <= MERGE) or (unread and not self.probed):
+            # One request: the unsettled window (at most MERGE versions read already) and
+            # the head. Just after a listing the window's size is unknown: a small first
+            # page tells whether it is that small.
+            done = await take(gte=self.confirmed, limit=MERGE + 1 if unread else 100,
+                              one_page=unread)
+            if done is None:
+                return False, False
+            if done:
+                return True, True
+            self.probed = True
+        # Two reads at once: the head, and the slice that became final since the last poll.
+        edge = None if final is None else min(final, self.position)
+        ranges: list[tuple[datetime, datetime | None]] = [(self.position, None)]
+        if edge is not None and self.confirmed < edge:
+            ranges.append((self.confirmed, edge))
+        results: list[bool | None] = []
+
+        async def one(span: tuple[datetime, datetime | None]) -> None:
+            results.append(await take(gte=span[0], lte=span[1]))
+
+        await gather_bounded(ranges, one, len(ranges))
+        return None not in results, False
+
+    def _forget(self) -> None:
+        """Drop what the settled edge passed: read ids, and our own versions read."""
+        for vid in [vid for vid, when in self.seen.items() if when < self.confirmed]:
+            del self.seen[vid]
+            self.own.pop(vid, None)
+        if self.unread_until is not None and self.confirmed >= self.unread_until:
+            self.unread_until = None
+            self.listed.clear()
+        old = self.clock() - OWN_TTL
+        for vid in [vid for vid, told in self.own.items() if told < old]:
+            del self.own[vid]

@@ -386,6 +386,7 @@ class Pusher:
             return self._failed(ticket, exc)
         st.push_landed(ticket, remote_of(memory))
         ctx.events.pushed(memory.path, memory)
+        ctx.wrote(memory.memory_version_id)
         return 1
 
     async def _send(self, ticket: PushTicket, request: Awaitable[Memory]) -> Memory:
@@ -546,6 +547,7 @@ class Pusher:
             return self._failed(ticket, exc)
         log.info("rename cycle: parked %s at %s", node.memory_id, park)
         st.push_landed(ticket, remote_of(memory))
+        ctx.wrote(memory.memory_version_id)
         ctx.kick()
         return 1
 

@@ -47,6 +47,8 @@ class Reconciler:
         self.state = ctx.state
         self._parked_since: dict[str, float] = {}
         self.feed = Feed(ctx.client, ctx.store_id, learn=ctx.events.learn)
+        if ctx.options.feed:
+            ctx.wrote = self.feed.ours
         self.last_full: float | None = None  # monotonic time of the last full listing
         self.last_pass: float | None = None  # monotonic time of the last finished pass
 
@@ -140,7 +142,11 @@ class Reconciler:
             else:
                 try:
                     ctx.metrics.feed_polls += 1
-                    changes = await self.feed.poll(self._applied)
+                    try:
+                        changes = await self.feed.poll(self._applied)
+                    finally:
+                        ctx.status.feed_polls = [c.as_dict() for c in self.feed.costs]
+                        ctx.status.feed_late = self.feed.late
                     ctx.came_online()
                     if changes is None:  # a burst: one listing is cheaper
                         await self._full_pass(since, safety_net=False)
@@ -165,21 +171,26 @@ class Reconciler:
         just before the listing. As a safety net (the feed was trusted), a change the
         feed should have brought is logged and counted: that count must stay 0."""
         ctx = self.ctx
-        old_position = self.feed.position
+        confirmed = self.feed.confirmed  # the feed vouches for every change up to there
         head: list[datetime] = []
+        started = self.feed.clock()
 
         async def read_head() -> None:
             head.append(await self.feed.head())
 
         # The feed's position, read alongside the root's listing (one round trip less
         # before a mount is usable), so a write to a root-level memory may land between
-        # the two: the first poll looks back from the position whatever the time.
+        # the two: the head starts back by the time the listing took (Feed.reset).
         remote = await self.list_remote(read_head if ctx.options.feed else None)
         position = head[0] if head else None
         ctx.came_online()
-        horizon = (old_position - LOOKBACK) if safety_net and old_position else None
+        horizon = confirmed if safety_net and confirmed > EPOCH else None
         await self._apply(remote, since, horizon=horizon)
-        self.feed.reset(position, look_back=True)
+        window = None if position is None else position - LOOKBACK
+        recent = {} if window is None else {
+            m.id: when for m in remote if m.updated_at
+            and (when := parse_time(m.updated_at)) > window}
+        self.feed.reset(position, listed_since=started, recent=recent)
         self.last_full = time.monotonic()
         ctx.status.last_full_listing_at = time.time()
 
@@ -216,8 +227,15 @@ class Reconciler:
     async def _apply(self, remote: list[Memory], since: int, *,
                      horizon: datetime | None = None) -> None:
         st = self.state
+        # The memories not listed first (each confirmed): a delete frees the path a new
+        # memory may have taken on the server. Then the memories we hold: their moves
+        # free the paths new memories may need.
+        listed = {m.id for m in remote}
+        missing = [mid for mid in st.by_memory if mid not in listed]
+        missing += [mid for mid in st.tombstones if mid not in listed]
+        if missing:
+            await self._confirm_absent(missing, since)
         seen: set[str] = set()
-        # Memories we hold first: their moves free the paths new memories may need.
         rows = sorted(remote, key=lambda m: m.id not in st.by_memory)
         i = 0
         while i < len(rows):
@@ -242,10 +260,6 @@ class Reconciler:
                 self.ctx.status.feed_missed += 1
                 self.ctx.status.note(f"the change feed missed a change of {m.path} ({m.id}, "
                                      f"updated {m.updated_at}); the full listing applied it")
-        missing = [mid for mid in st.by_memory if mid not in seen]
-        missing += [mid for mid in st.tombstones if mid not in seen]
-        if missing:
-            await self._confirm_absent(missing, since)
 
     def _plain_new(self, m: Memory) -> bool:
         """A memory new here (no file, no pending delete) whose path is free: its row

@@ -1,0 +1,408 @@
+#!/usr/bin/env python3
+"""Feed benchmark (issue 22): what the change feed costs during and after a burst of writes.
+
+Side by side in one run, against one `memfs serve` (--latency ms added per request):
+
+1. creates/s (`cp -r` of --creates files through the mount, default 400) into an empty store;
+   then the same again while that mount's push pass of the first copy is under way (its own
+   versions in the feed). The same pair with `--no-feed` as a reference.
+2. creates/s into a store of --burst memories (default 1,500) written through the SDK just
+   before the mount, at each of --at seconds after the burst's end (default 2,12,24: inside
+   the feed's 30 s lookback; the last one where the burst's versions start to settle), a fresh
+   store each time. The empty store of 1. is the baseline, measured in the same repetition.
+3. An idle mount (--poll-interval 1) right after --changes creates made through it (default
+   1,000): each poll's requests and response bytes, as the mount itself counts them (`memfs
+   status --json`, feed.polls), for --watch seconds after its push pass ended (default 40:
+   through the moment the burst settles, and after).
+4. A quiet store, its newest write alone in its lookback window: requests and bytes per poll
+   of a fresh mount (--poll-interval 1).
+
+    .venv/bin/python benchmarks/bench_feed.py                  # ~4 min on 2 cores
+    .venv/bin/python benchmarks/bench_feed.py --quick          # smoke-test sizes (~1 min)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+from bench_network import code_version, finished, loadavg, push_under_way, say
+from common import (
+    REPO,
+    Bench,
+    MountProc,
+    machine_line,
+    make_tree,
+    mount_env,
+    new_store,
+    run_timed,
+    seed_store,
+    write_tree,
+)
+
+KIB = 1024
+TARGET_RATIO = 0.9
+LOOKBACK_S = 30.0  # the feed's (memfs/sync/feed.py); not imported: --baseline has none
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes, one repetition")
+    p.add_argument("--creates", "--files", dest="creates", type=int, default=None,
+                   help="files per cp -r (default 400)")
+    p.add_argument("--burst", type=int, default=None,
+                   help="memories written just before the mount in 2. (default 1500)")
+    p.add_argument("--at", default=None,
+                   help="seconds after the burst's end of each cp in 2. (default 2,12,24)")
+    p.add_argument("--changes", type=int, default=None,
+                   help="creates made through the idle mount of 3. (default 1000)")
+    p.add_argument("--watch", type=float, default=None,
+                   help="seconds of polls watched after 3.'s push pass (default 40)")
+    p.add_argument("--repeat", type=int, default=None, help="repetitions of 1. and 2. "
+                   "(default 3, 1 with --quick)")
+    p.add_argument("--latency", type=float, default=0.0, help="ms added to every request")
+    p.add_argument("--baseline", type=pathlib.Path, default=None, metavar="CHECKOUT",
+                   help="also measure the creates of 1. and 2. with the memfs of another "
+                        "checkout (e.g. `git archive` of the code before issue 22), "
+                        "interleaved; the benchmark then runs from its temp directory")
+    p.add_argument("--keep-tmp", action="store_true")
+    a = p.parse_args()
+    for name, full, quick in (("creates", 400, 60), ("burst", 1500, 150), ("at", "2,12,24", "2"),
+                              ("changes", 1000, 100), ("watch", 40.0, 8.0), ("repeat", 3, 1)):
+        if getattr(a, name) is None:
+            setattr(a, name, quick if a.quick else full)
+    a.at_list = [float(x) for x in str(a.at).split(",") if x.strip()]
+    if a.baseline is not None:
+        a.baseline = a.baseline.resolve()
+    if a.burst + a.creates > 2000:
+        p.error("a store holds at most 2,000 memories: --burst + --creates must stay within it")
+    return a
+
+
+class Samples(dict):
+    def add(self, key: str, value: float) -> None:
+        self.setdefault(key, []).append(value)
+
+    def med(self, key: str) -> float | None:
+        return statistics.median(self[key]) if self.get(key) else None
+
+
+class _Problems:
+    """The `res.problem` that bench_network's `finished` reports to."""
+
+    def __init__(self, s: Samples) -> None:
+        self.s = s
+
+    def problem(self, text: str) -> None:
+        print(f"# PROBLEM: {text}")
+        self.s.setdefault("problems", []).append(text)
+
+
+def cp(src, m, s: Samples | None = None, key: str = "") -> float:
+    """`cp -r` of src into the mount: its wall time; with `s`, also the daemon's CPU per
+    file during it (µs), which other load on the machine disturbs far less."""
+    run_timed(["sync"])
+    before = cpu_seconds(m.pid)
+    took = run_timed(["cp", "-r", str(src), str(m.path)])
+    if s is not None:
+        files = sum(1 for _ in src.rglob("*.md"))
+        s.add(f"{key} cpu", (cpu_seconds(m.pid) - before) / files * 1e6)
+    return took
+
+
+def polls_of(m, seen: dict[float, dict]) -> None:
+    """Collect the mount's last polls (it keeps ten) into `seen`, by time."""
+    for p in m.status()["feed"].get("polls") or []:
+        seen[p["at"]] = p
+
+
+def wait_pushed(m, timeout: float = 600) -> float:
+    deadline = time.monotonic() + timeout
+    while m.pending_total() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return time.time()
+
+
+def set_latency(server, ms: float) -> None:
+    server.set_faults(latency=ms / 1000)
+
+
+# -- 1 and 2: creates/s ------------------------------------------------------------------------
+
+
+def mount(b, server, store: str, *args: str, code: pathlib.Path | None = None) -> MountProc:
+    """`memfs mount` as Bench.mount does, running the memfs of checkout `code` (its daemon
+    too: the benchmark runs from a directory holding no memfs, see --baseline)."""
+    base = b.path("mount")
+    mnt = base / "mnt"
+    mnt.mkdir()
+    env = mount_env(server, base)
+    env["MEMFS_LOG_LEVEL"] = "INFO"
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
+    m = MountProc(mnt, store, env, tuple(args))
+    b.callback(m.cleanup)
+    m.mount()
+    if code is not None and ("polls" in m.status()["feed"]) != (code == REPO):
+        raise SystemExit(f"the mount does not run the memfs of {code}: run the benchmark "
+                         "from a directory holding no memfs package")
+    return m
+
+
+def creates_empty(b, server, a, s: Samples, src, src2, rep: int, variant: str,
+                  code: pathlib.Path | None, *flags: str) -> None:
+    store = new_store(server, f"feed-empty-{rep}-{variant}")
+    m = mount(b, server, store, "--no-prefetch", *flags, code=code)
+    s.add(f"{variant} empty", a.creates / cp(src, m, s, f"{variant} empty"))
+    left = push_under_way(m, a.creates)
+    if 0 < left < a.creates:
+        s.add(f"{variant} while pushing",
+              a.creates / cp(src2, m, s, f"{variant} while pushing"))
+    else:
+        say(f"  cp while pushing not measured ({left} of {a.creates} pending)")
+    finished(m, _Problems(s), f"empty store ({variant})")
+
+
+def creates_after_burst(b, server, a, s: Samples, src, rep: int, at: float, variant: str,
+                        code: pathlib.Path | None) -> None:
+    store = new_store(server, f"feed-burst-{rep}-{at:g}-{variant}")
+    burst = make_tree(a.burst, 0, seed=20 + rep, size_range=(500, 3500), name="burst")
+    seed_store(server, store, burst)
+    ended = time.monotonic()
+    m = mount(b, server, store, "--no-prefetch", code=code)
+    wait = ended + at - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+    since = time.monotonic() - ended
+    s.add(f"{variant} after burst at {at:g}",
+          a.creates / cp(src, m, s, f"{variant} after burst at {at:g}"))
+    s.add(f"{variant} after burst at {at:g} since", since)
+    seen: dict[float, dict] = {}
+    polls_of(m, seen)
+    if seen:
+        s.add(f"{variant} after burst at {at:g} poll bytes",
+              max(p["bytes"] for p in seen.values()))
+    if at == a.at_list[0]:
+        # The whole lookback after the burst: what the mount spent (CPU seconds of its
+        # daemon from its start: the listing, this cp and every poll), and its polls.
+        while time.monotonic() < ended + LOOKBACK_S + 2:
+            polls_of(m, seen)
+            time.sleep(min(3.0, max(0.0, ended + LOOKBACK_S + 2 - time.monotonic())))
+        polls_of(m, seen)
+        s.add(f"{variant} window cpu", cpu_seconds(m.pid))
+        if seen:
+            s.add(f"{variant} window polls", len(seen))
+            s.add(f"{variant} window requests", sum(p["requests"] for p in seen.values()))
+            s.add(f"{variant} window bytes", sum(p["bytes"] for p in seen.values()))
+    finished(m, _Problems(s), f"burst store at {at:g} s ({variant})")
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds a process used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- 3 and 4: bytes per poll -------------------------------------------------------------------
+
+
+def idle_after_changes(b, server, a, s: Samples, src_changes,
+                       code: pathlib.Path | None) -> list[dict]:
+    store = new_store(server, "feed-idle-after")
+    m = mount(b, server, store, "--no-prefetch", "--poll-interval", "1", code=code)
+    started = time.time()
+    cp(src_changes, m)
+    pushed = wait_pushed(m)
+    say(f"  {a.changes} creates pushed {pushed - started:.1f} s after the cp began; watching "
+        f"polls for {a.watch:g} s")
+    seen: dict[float, dict] = {}
+    end = time.monotonic() + a.watch
+    while time.monotonic() < end:
+        polls_of(m, seen)
+        time.sleep(3)
+    polls_of(m, seen)
+    finished(m, _Problems(s), "idle mount after the changes")
+    polls = [dict(p, since=p["at"] - started) for t, p in sorted(seen.items()) if t > pushed]
+    return polls
+
+
+def quiet_store(b, server, s: Samples, code: pathlib.Path | None) -> list[dict]:
+    store = new_store(server, "feed-quiet")
+    client = server.sdk()
+    try:
+        client.beta.memory_stores.memories.create(store, path="/only.md", content="quiet\n")
+    finally:
+        client.close()
+    m = mount(b, server, store, "--no-prefetch", "--poll-interval", "1", code=code)
+    seen: dict[float, dict] = {}
+    time.sleep(6)
+    polls_of(m, seen)
+    finished(m, _Problems(s), "quiet store")
+    return [p for _t, p in sorted(seen.items())]
+
+
+# -- report --------------------------------------------------------------------------------
+
+
+def fmt_rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}/s"
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def main() -> int:
+    a = parse_args()
+    started = time.perf_counter()
+    say(f"bench_feed: {a.creates} creates per cp, burst {a.burst}, at {a.at} s, "
+        f"{a.changes} changes, watch {a.watch:g} s, {a.repeat} repetitions, {a.latency:g} ms")
+    machine, load0 = machine_line(), loadavg()
+    s = Samples()
+    with Bench("feed", keep_tmp=a.keep_tmp) as b:
+        if a.baseline:  # `python -m memfs` puts the current directory first on sys.path
+            os.chdir(b.tmp)
+        server = b.server("--fault-control")
+        set_latency(server, a.latency)
+        src = b.path("src") / "tree"
+        write_tree(src, make_tree(a.creates, 0, seed=9, size_range=(500, 3500), name="cp"))
+        src2 = b.path("src2") / "tree2"
+        write_tree(src2, make_tree(a.creates, 0, seed=10, size_range=(500, 3500), name="cp"))
+        changes = b.path("changes") / "changes"
+        write_tree(changes, make_tree(a.changes, 0, seed=12, size_range=(200, 800),
+                                      name="change"))
+        here = REPO if a.baseline else None
+        variants = [("feed", here)] + ([("before", a.baseline)] if a.baseline else [])
+        for rep in range(a.repeat):
+            say(f"repetition {rep + 1}: creates into an empty store "
+                f"({', '.join(v for v, _c in variants)}, --no-feed), then into burst stores at "
+                f"{a.at} s")
+            order = variants if rep % 2 == 0 else variants[::-1]  # drift hits both alike
+            for variant, code in order:
+                creates_empty(b, server, a, s, src, src2, rep, variant, code)
+            creates_empty(b, server, a, s, src, src2, rep, "no-feed", here, "--no-feed")
+            for at in a.at_list:
+                for variant, code in order:
+                    creates_after_burst(b, server, a, s, src, rep, at, variant, code)
+        say(f"idle mount after {a.changes} changes made through it")
+        after = idle_after_changes(b, server, a, s, changes, here)
+        say("quiet store")
+        quiet = quiet_store(b, server, s, here)
+    wall = time.perf_counter() - started
+
+    empty = s.med("feed empty")
+    ratios: list[tuple[str, float]] = []
+    values: list[tuple[str, float]] = []
+    base = bool(a.baseline)
+    lines = [f"Run: {time.strftime('%Y-%m-%d')}, commit {code_version()}, {machine}, load "
+             f"{load0} -> {loadavg()}, {wall:.0f} s, `benchmarks/bench_feed.py "
+             f"{' '.join(sys.argv[1:])}`, {a.latency:g} ms added per request; medians of "
+             f"{a.repeat} run(s)" + (f"; before: the memfs of {a.baseline}, interleaved"
+                                     if base else "") + ".", "",
+             f"| creates/s through the mount (`cp -r` of {a.creates} files) | this code | "
+             + ("before | " if base else "") + "`--no-feed` | ratio (before) | target | "
+             "daemon CPU per create, µs (before) |",
+             "|---|---|---|---|---|---|" + ("---|" if base else "")]
+
+    def row(what: str, key: str, ref: str | None, name: str | None) -> None:
+        v, before = s.med(f"feed {key}"), s.med(f"before {key}")
+        r = v / empty if v and empty and ref else None
+        rb = before / s.med("before empty") if before and s.med("before empty") and ref \
+            else None
+        if r is not None and name:
+            ratios.append((name, r))
+        shown = "1" if ref is None else "-" if r is None else f"{r:.2f}"
+        if rb is not None:
+            shown += f" ({rb:.2f})"
+        target = "" if ref is None else (f">= {TARGET_RATIO} x empty: "
+                                         f"{verdict(r is not None and r >= TARGET_RATIO)}")
+        cpu, cpu_b = s.med(f"feed {key} cpu"), s.med(f"before {key} cpu")
+        cpu_shown = "-" if cpu is None else f"{cpu:.0f}" + (
+            f" ({cpu_b:.0f})" if cpu_b is not None else "")
+        lines.append(f"| {what} | {fmt_rate(v)} | " + (f"{fmt_rate(before)} | " if base else "")
+                     + f"{fmt_rate(s.med(f'no-feed {key}'))} | {shown} | {target} | "
+                     f"{cpu_shown} |")
+
+    row("empty store", "empty", None, None)
+    row("empty store, while this mount pushes the first copy", "while pushing", "empty",
+        "creates while-pushing/empty")
+    for at in a.at_list:
+        since = s.med(f"feed after burst at {at:g} since") or at
+        biggest = s.med(f"feed after burst at {at:g} poll bytes")
+        row(f"{a.burst:,} memories written just before the mount, cp {since:.0f} s after the "
+            f"burst (this code's biggest poll by then: "
+            f"{'-' if biggest is None else f'{biggest / KIB:.1f} KiB'})",
+            f"after burst at {at:g}", "empty", f"creates after-burst-{at:g}s/empty")
+    first_at = a.at_list[0]
+    cpu, cpu_b = s.med("feed window cpu"), s.med("before window cpu")
+    if cpu is not None:
+        lines += ["", f"The mount of the first burst store (cp at {first_at:g} s), kept until "
+                  f"{LOOKBACK_S + 2:g} s after the burst: its daemon's CPU since it started "
+                  f"(listing, cp, polls): {cpu:.2f} s" + (f" (before: {cpu_b:.2f} s)"
+                                                          if cpu_b is not None else "")
+                  + (f"; its polls by then: {s.med('feed window polls'):g} polls seen, "
+                     f"{s.med('feed window requests'):g} requests, "
+                     f"{s.med('feed window bytes') / KIB:.1f} KiB"
+                     if s.med("feed window polls") else "") + "."]
+        values.append(("after-burst daemon cpu s", cpu))
+    lines += ["", f"Idle mount (`--poll-interval 1`) after {a.changes:,} creates made through it, "
+              "each poll after its push pass ended (s: since the copy began):", "",
+              "| polls | requests/poll | bytes/poll (max) | versions read | target |",
+              "|---|---|---|---|---|"]
+    inside = [p for p in after if p["since"] < 30]
+    outside = [p for p in after if p["since"] >= 30]
+    if inside:
+        first, rest = inside[0], inside[1:]
+        lines.append(f"| first (at {first['since']:.0f} s) | {first['requests']} | "
+                     f"{first['bytes']:,} | {first['versions']} | |")
+        if rest:
+            worst = max(p["bytes"] for p in rest)
+            values.append(("idle-after-burst bytes/poll max (2nd poll on)", worst))
+            lines.append(f"| 2nd to {len(inside)}th, within 30 s of the burst | "
+                         f"{statistics.median(p['requests'] for p in rest):g} | {worst:,} | "
+                         f"{max(p['versions'] for p in rest)} | <= 1 KiB: "
+                         f"{verdict(worst <= KIB)} |")
+    settling = [p for p in outside if p["versions"] > 2]
+    quiet_after = [p for p in outside if settling and p["at"] > settling[-1]["at"]]
+    if settling:
+        lines.append(f"| {len(settling)} poll(s) where the burst settles ("
+                     f"{settling[0]['since']:.0f} to {settling[-1]['since']:.0f} s) | "
+                     f"{max(p['requests'] for p in settling)} | "
+                     f"{max(p['bytes'] for p in settling):,} | "
+                     f"{sum(p['versions'] for p in settling)} in all | (each version read a "
+                     "second time, once) |")
+    if quiet_after:
+        lines.append(f"| {len(quiet_after)} poll(s) after it settled | "
+                     f"{statistics.median(p['requests'] for p in quiet_after):g} | "
+                     f"{max(p['bytes'] for p in quiet_after):,} | "
+                     f"{max(p['versions'] for p in quiet_after)} | |")
+    if quiet:
+        worst_q = max(p["bytes"] for p in quiet)
+        reqs = max(p["requests"] for p in quiet)
+        values += [("quiet-store requests/poll max", reqs),
+                   ("quiet-store bytes/poll max", worst_q)]
+        lines += ["", f"Quiet store (newest write alone in its lookback window), fresh mount: "
+                  f"{len(quiet)} polls, {reqs} request(s) per poll at most, {worst_q:,} bytes "
+                  f"at most: 1 request and <= 1 KiB: {verdict(reqs == 1 and worst_q <= KIB)}."]
+    for p in s.get("problems", []):
+        lines.append(f"PROBLEM: {p}")
+    print()
+    print("\n".join(lines))
+    print()
+    for name, value in ratios:
+        print(f"ratio {name}: {value:.2f}x")
+    for name, value in values:
+        print(f"value {name}: {value:g}")
+    print("# raw: " + json.dumps({k: v for k, v in s.items() if k != "problems"}))
+    print("# polls after the changes: " + json.dumps(after))
+    return 1 if s.get("problems") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
