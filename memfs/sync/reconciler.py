@@ -50,6 +50,9 @@ class Reconciler:
         if ctx.options.feed:
             ctx.wrote = self.feed.ours
         self.last_full: float | None = None  # monotonic time of the last full listing
+        #: During a pass: the server's renames that could not follow yet (their place is
+        #: held by a file another row of the pass moves away: a chain, a→c then b→a).
+        self._blocked: list[Memory] | None = None
         self.last_pass: float | None = None  # monotonic time of the last finished pass
 
     async def run(self) -> None:
@@ -135,26 +138,31 @@ class Reconciler:
             ctx.status.pushed += (await doubts.resolve(ctx)).applied
             started = time.time()
             since = self.state.epoch
-            due = (self.last_full is None
-                   or time.monotonic() - self.last_full >= ctx.options.full_resync)
-            if full or due or not ctx.options.feed or not self.feed.trusted():
-                await self._full_pass(since, safety_net=self.feed.trusted() and not full)
-            else:
-                try:
-                    ctx.metrics.feed_polls += 1
+            self._blocked = []
+            try:
+                due = (self.last_full is None
+                       or time.monotonic() - self.last_full >= ctx.options.full_resync)
+                if full or due or not ctx.options.feed or not self.feed.trusted():
+                    await self._full_pass(since, safety_net=self.feed.trusted() and not full)
+                else:
                     try:
-                        changes = await self.feed.poll(self._applied)
-                    finally:
-                        ctx.status.feed_polls = [c.as_dict() for c in self.feed.costs]
-                        ctx.status.feed_late = self.feed.late
-                    ctx.came_online()
-                    if changes is None:  # a burst: one listing is cheaper
-                        await self._full_pass(since, safety_net=False)
-                    else:
-                        await self._apply_changes(changes, since)
-                except BaseException:
-                    self.feed.reset(None)  # not applied: the next pass lists everything
-                    raise
+                        ctx.metrics.feed_polls += 1
+                        try:
+                            changes = await self.feed.poll(self._applied)
+                        finally:
+                            ctx.status.feed_polls = [c.as_dict() for c in self.feed.costs]
+                            ctx.status.feed_late = self.feed.late
+                        ctx.came_online()
+                        if changes is None:  # a burst: one listing is cheaper
+                            await self._full_pass(since, safety_net=False)
+                        else:
+                            await self._apply_changes(changes, since)
+                    except BaseException:
+                        self.feed.reset(None)  # not applied: the next pass lists everything
+                        raise
+                await self._follow_blocked(since)
+            finally:
+                self._blocked = None
             ctx.status.last_sync_at = time.time()
             ctx.status.last_sync_seconds = ctx.status.last_sync_at - started
             position = self.feed.position if self.feed.trusted() else None
@@ -398,11 +406,29 @@ class Reconciler:
                 ctx.invalidate(("entry", old_parent, old_name))
                 self._entry_changed(node)
                 ctx.events.remote("renamed", m, old_path=local.path)
+            elif self._blocked is not None:  # a later row of this pass may free it
+                self._blocked.append(m)
             else:
                 ctx.status.note(f"cannot move {local.path} to {m.path} (renamed on the "
                                 "server): the place is taken locally")
         elif place in (P.KEEP_OURS, P.SAME):
             st.remote_base_path(node, m.path)
+
+    async def _follow_blocked(self, since: int) -> None:
+        """The server's renames that could not follow when their row came (the place was
+        held by a file a later row moved away: a chain such as a→c, b→a) are tried again
+        once the rest of the pass is applied, until a round moves none of them."""
+        while self._blocked:
+            blocked, self._blocked = self._blocked, []
+            for m in blocked:
+                await self._row(m, since)
+            if len(self._blocked) >= len(blocked):
+                break
+        for m in self._blocked or ():
+            node = self.state.holder(m.id)
+            if node is not None:
+                self.ctx.status.note(f"cannot move {self.state.path_of(node)} to {m.path} "
+                                     "(renamed on the server): the place is taken locally")
 
     def _abandoned_park(self, m: Memory) -> bool:
         """Another client's park that never landed: after PARK_PATIENCE, ours wins."""
