@@ -84,8 +84,9 @@ class State(SyncTransitions):
         self.parks: dict[str, str] = {}  # memory_id -> park path we sent it to
         #: Requests whose outcome is unknown, by their `doubts` row id (see schema).
         self.doubts: dict[int, PushTicket] = {}
-        #: sha -> a memory, deleted on the server since, whose versions hold it (memory
-        #: only): the source of content taken from the server and never read.
+        #: sha -> a memory that held it once (changed or deleted since; its versions
+        #: keep it): the source of content taken from the server and never read, once
+        #: no memory holds it any more (memory only; see SyncTransitions._note_source).
         self.former_sources: dict[str, str] = {}
         #: Inodes whose open buffer holds writes not yet closed (set by fs.py). A
         #: remote change never replaces such a file's content; it waits for the close.

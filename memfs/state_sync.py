@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: How many earlier contents of memories `State.former_sources` remembers.
+FORMER_SOURCES_KEPT = 4096
+
 #: Per-file retry after a refusal that is neither transient nor about content
 #: (403, 404 of the store, 422...): doubling from 2 s, at most this long.
 MAX_FILE_BACKOFF = 600.0
@@ -47,6 +50,8 @@ class SyncTransitions:
     def _mark_base(self: State, node: Node, remote: Remote) -> None:
         if node.memory_id and node.memory_id != remote.id:
             self.by_memory.pop(node.memory_id, None)
+        elif node.base_sha and node.base_sha != remote.sha:
+            self._note_source(node.base_sha, remote.id)  # its versions still hold it
         node.memory_id, node.base_path, node.base_sha = remote.id, remote.path, remote.sha
         self.by_memory[remote.id] = node.ino
         self.epoch += 1
@@ -300,14 +305,22 @@ class SyncTransitions:
 
     def _forget(self: State, node: Node) -> None:
         """node's memory is gone from the server: node becomes a new file. The memory's
-        versions still hold its content: remembered as a source of the sha (memory only),
-        for content taken from the server and never read (fetcher.recover)."""
+        versions still hold its base content: remembered as a source of that sha."""
         if node.memory_id:
             self.by_memory.pop(node.memory_id, None)
-            if node.sha and node.sha == node.base_sha:
-                self.former_sources[node.sha] = node.memory_id
+            if node.base_sha:
+                self._note_source(node.base_sha, node.memory_id)
         node.memory_id = node.base_path = node.base_sha = node.sent_sha = None
         self._save(node)
+
+    def _note_source(self: State, sha: str, memory_id: str) -> None:
+        """memory_id held sha once (its versions keep it): a source for a file whose
+        content was taken from the server and never read, after that memory moved on
+        or went (fetcher.recover). Memory only, the newest few thousand."""
+        self.former_sources.pop(sha, None)
+        self.former_sources[sha] = memory_id
+        if len(self.former_sources) > FORMER_SOURCES_KEPT:
+            del self.former_sources[next(iter(self.former_sources))]
 
     def begin_park(self: State, memory_id: str, path: str) -> None:
         """Journal a park before its request goes out (see the parks table)."""

@@ -101,6 +101,14 @@ def _is_create(rec) -> bool:
 
 SCENARIOS = [
     Scenario(
+        "never_read_content_saved_over_then_its_memory_rewritten",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_create", "/c.md"),
+         ("reconcile",)],
+        "push", [("rename", "/c.md", "/a.md"), ("write", "/c.md")],
+        doc="found by the long Hypothesis run: another client's c.md, never read here, is "
+            "renamed over a.md (a.md's memory takes its content); a new c.md revives c's "
+            "memory and overwrites it; the content a.md needs is then only in c's versions"),
+    Scenario(
         "remote_rename_chain", [("write", "/a.md"), ("write", "/b.md"), ("push",)],
         "reconcile", [("r_rename", "/a.md", "/c.md"), ("r_rename", "/b.md", "/a.md")],
         doc="found by the long Hypothesis run (on e2119b4 too): another client renames a to "

@@ -261,7 +261,7 @@ class Fetcher:
 
     def sources(self, sha: str) -> list[str]:
         """Memories we know held `sha`: files whose base it is, pending deletes, and a
-        memory deleted on the server whose file was kept (its versions still hold it)."""
+        memory that held it before it changed or went (its versions still hold it)."""
         st = self.ctx.state
         mids = [n.memory_id for n in st.files() if n.memory_id and n.base_sha == sha]
         mids += [t.memory_id for t in st.tombstones.values() if t.base_sha == sha]
