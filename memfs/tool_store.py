@@ -244,6 +244,13 @@ class StoreMemory:
                 f"The memory store at {self.base_url} cannot be used: {exc}"
             ) from None
 
+    async def _optimistic(self, attempt: Callable[[_Call], Awaitable[T | _Again]],
+                          gave_up: Exception, changing: str | None) -> T:
+        """A command's optimistic loop (:func:`_retrying`) on one client, its store
+        errors turned into what the model reads (:meth:`_guard`)."""
+        return await self._guard(lambda call: _retrying(lambda: attempt(call), gave_up),
+                                 changing)
+
     def _resolve(self, path: object, *, changing: bool = True) -> ToolPath:
         """The path in this store; a change of a read-only store is refused here."""
         target = resolve(path, self.base)
@@ -355,9 +362,7 @@ class StoreMemory:
                 return _Again.NOW  # deleted since the lookup: look again
             return render_file(target.raw, full.content or "", view_range)
 
-        return await self._guard(
-            lambda call: _retrying(lambda: attempt(call), ToolFailure(missing(target.raw))),
-            None)
+        return await self._optimistic(attempt, ToolFailure(missing(target.raw)), None)
 
     async def create(self, path: object, file_text: object) -> str:
         target = self._resolve(path)
@@ -504,8 +509,7 @@ class StoreMemory:
             f"No change was made to {target.raw}: it kept changing while the edit was "
             f"being applied ({MAX_ATTEMPTS} attempts). Try the command again."
         )
-        return await self._guard(lambda call: _retrying(lambda: attempt(call), gave_up),
-                                 target.raw)
+        return await self._optimistic(attempt, gave_up, target.raw)
 
     async def delete(self, path: object) -> str:
         target = self._resolve(path)
@@ -535,12 +539,7 @@ class StoreMemory:
                 raise _Ambiguous(exc) from None
             return _Again.LATER
 
-        gave_up = ToolFailure(
-            f"{target.raw} was not deleted: it kept changing ({MAX_ATTEMPTS} attempts). "
-            "Try the command again."
-        )
-        return await self._guard(lambda call: _retrying(lambda: attempt(call), gave_up),
-                                 target.raw)
+        return await self._optimistic(attempt, _kept_changing(target.raw, "deleted"), target.raw)
 
     async def clear_all(self) -> str:
         """The SDK's ``clear_all_memory``: every memory of the store deleted, as a
@@ -650,12 +649,7 @@ class StoreMemory:
                 raise _Ambiguous(exc) from None
             return _Again.LATER
 
-        gave_up = ToolFailure(
-            f"{old.raw} was not renamed: it kept changing ({MAX_ATTEMPTS} attempts). "
-            "Try the command again."
-        )
-        return await self._guard(lambda call: _retrying(lambda: attempt(call), gave_up),
-                                 old.raw)
+        return await self._optimistic(attempt, _kept_changing(old.raw, "renamed"), old.raw)
 
     def _check_destination(self, old: ToolPath, new: ToolPath, is_directory: bool) -> None:
         """Refuse, before anything moves, what the store cannot do."""
@@ -765,6 +759,11 @@ async def _retrying(attempt: Callable[[], Awaitable[T | _Again]], gave_up: Excep
         elif got is not _Again.NOW:
             return cast(T, got)
     raise gave_up
+
+
+def _kept_changing(raw: str, undone: str) -> ToolFailure:
+    return ToolFailure(f"{raw} was not {undone}: it kept changing ({MAX_ATTEMPTS} attempts). "
+                       "Try the command again.")
 
 
 async def _quietly(check: Awaitable[T]) -> T | None:
