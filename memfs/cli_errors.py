@@ -24,6 +24,7 @@ from .api import errors as api_errors
 
 if TYPE_CHECKING:
     from .api.client import MemoryStoresClient
+    from .server_choice import ServerChoice
 
 T = TypeVar("T")
 
@@ -70,6 +71,24 @@ def call(url: str, key: str | None, fn: Callable[[MemoryStoresClient], Awaitable
 
     with api_failures(url, doing):
         return call_with_client(url, key, fn)
+
+
+def command_server(base_url: str | None, api_key_file: str | None) -> ServerChoice:
+    """The server a command talks to (:func:`memfs.server_choice.choose_server`), as
+    every command takes it: a key file that cannot be read or an embedded server that
+    cannot start is one line, a key file others can read is used with a warning, and
+    a configured URL must start with http:// or https://."""
+    from .api.config import ConfigError
+    from .server_choice import choose_server
+
+    try:
+        choice = choose_server(base_url, None, api_key_file)
+    except (ConfigError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from None
+    warn_open_key_file(api_key_file)
+    if not choice.embedded:
+        check_url(choice.url)
+    return choice
 
 
 def warn_open_key_file(flag: str | None) -> None:

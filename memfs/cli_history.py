@@ -72,9 +72,9 @@ class _Target:
 
     def _server(self) -> tuple[str, str | None]:
         """The mount's server with the key `memfs mount` would use for it."""
-        from .cli_mount import _server_info
+        from .cli_errors import command_server
 
-        url, key, embedded = _server_info(None, None)
+        url, key, embedded = command_server(None, None)
         return (url if embedded else self.info["base_url"]), key
 
     def memory_id_here(self) -> str | None:

@@ -124,24 +124,19 @@ def _build(stores: tuple[str, ...], session_id: str | None, mount: str | None,
            read_only: bool, poll_interval: float, page_size: int, base_url: str | None,
            api_key_file: str | None):
     from . import storenames
-    from .api.config import ConfigError
     from .api.oneshot import call_with_client
-    from .cli_errors import check_url
+    from .cli_errors import command_server
     from .cli_group import session_layout
     from .mcp_server import MemoryMCP, MountLink, Served
     from .slug import mount_slugs, slug
-    from .tool_store import StoreMemory, resolve_server
+    from .tool_store import StoreMemory
 
     link: MountLink | None = None
     rows: list = []
     if mount is not None:
         link, rows, url = _mount_rows(mount, stores)
         base_url = base_url or url
-    try:
-        url, key = resolve_server(base_url, None, api_key_file)
-    except (ConfigError, RuntimeError) as exc:
-        raise click.ClickException(str(exc)) from None
-    url = check_url(url)
+    url, key, _embedded = command_server(base_url, api_key_file)
     # rows: (store id, display name, directory name or None, read-only, mount dir)
     if mount is not None and rows and rows[0][2] is None:  # a store mount: its name (slug)
         try:

@@ -21,9 +21,8 @@ import click
 from . import progress, spawn, storenames
 from .api import errors as api_errors
 from .api import tls
-from .api.config import ConfigError, resolve_config
 from .api.oneshot import call_with_client
-from .cli_errors import call, check_url, describe, warn_open_key_file
+from .cli_errors import call, command_server, describe
 from .completion import complete_mountpoints, complete_stores
 from .mountconfig import (
     DEFAULT_LOCAL_ONLY_PATTERNS,
@@ -56,30 +55,6 @@ def server_options(fn):
     """--base-url and --api-key-file, as every command that talks to a server has them."""
     fn = click.option("--api-key-file", default=None, help=KEY_FILE_HELP)(fn)
     return click.option("--base-url", default=None, help=BASE_URL_HELP)(fn)
-
-
-def _server(base_url: str | None, api_key_file: str | None) -> tuple[str, str | None]:
-    """(base_url, api_key); the embedded local server when nothing is configured."""
-    url, key, _embedded = _server_info(base_url, api_key_file)
-    return url, key
-
-
-def _server_info(base_url: str | None, api_key_file: str | None,
-                 ) -> tuple[str, str | None, bool]:
-    """(base_url, api_key, whether it is the embedded local server)."""
-    try:
-        cfg = resolve_config(base_url, None, api_key_file)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
-    warn_open_key_file(api_key_file)
-    if cfg.base_url:
-        return check_url(cfg.base_url), cfg.api_key, False
-    from .local_server import ensure_local_server
-
-    try:
-        return (*ensure_local_server(), True)
-    except RuntimeError as exc:
-        raise click.ClickException(str(exc)) from None
 
 
 def _is_mounted(path: str) -> bool:
@@ -240,7 +215,7 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
     _preflight(mountpoint, allow_non_empty)
     with _Daemon.start(foreground) as daemon:  # importing while the store is looked up
         tls.prepare()
-        url, api_key, embedded = _server_info(base_url, api_key_file)
+        url, api_key, embedded = command_server(base_url, api_key_file)
         store_name = ""
         try:
             found, reported = _resolve_store(url, api_key, store_id)  # an id, a name or a slug
@@ -390,7 +365,7 @@ def _plan_group(session_id, root, base_url, api_key_file, cache_dir, options, re
     """The root's configuration and the key its daemon uses."""
     from .cli_group import SESSION_ROOT, cached_plan, plan_all, plan_session
 
-    url, api_key, embedded = _server_info(base_url, api_key_file)
+    url, api_key, embedded = command_server(base_url, api_key_file)
     key = api_key
 
     def call(fn):
@@ -797,7 +772,7 @@ def _store_json(s) -> dict:
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def stores_list(base_url, api_key_file, include_archived, as_json):
     """List the stores on the server."""
-    url, key = _server(base_url, api_key_file)
+    url, key, _embedded = command_server(base_url, api_key_file)
 
     async def go(c):
         return [s async for s in c.list_stores(include_archived=include_archived)]
@@ -816,7 +791,7 @@ def stores_list(base_url, api_key_file, include_archived, as_json):
 @server_options
 def stores_create(name, description, base_url, api_key_file):
     """Create a store; prints its id."""
-    url, key = _server(base_url, api_key_file)
+    url, key, _embedded = command_server(base_url, api_key_file)
     s = call(url, key, lambda c: c.create_store(name, description=description),
              f"cannot create store {name!r}")
     click.echo(s.id)
@@ -827,7 +802,7 @@ def stores_create(name, description, base_url, api_key_file):
 @server_options
 def stores_archive(store_id, base_url, api_key_file):
     """Archive STORE (an id, a name or a slug; one-way: it becomes read-only)."""
-    url, key = _server(base_url, api_key_file)
+    url, key, _embedded = command_server(base_url, api_key_file)
     found = storenames.resolve_for_cli(url, key, store_id)
     if found.archived:
         click.echo(f"{found.describe()} is already archived")

@@ -15,8 +15,8 @@ import click
 from . import storenames
 from .api import errors as api_errors
 from .api.oneshot import call_with_client
-from .cli_errors import call, describe
-from .cli_mount import JSON_HELP, _server, server_options
+from .cli_errors import call, command_server, describe
+from .cli_mount import JSON_HELP, server_options
 from .completion import complete_stores
 
 ACCESS = ("read_write", "read_only")
@@ -53,7 +53,7 @@ def sessions():
 @server_options
 def sessions_create(stores_, agent, environment, base_url, api_key_file):
     """Create a session with these stores attached; prints its id on the last line."""
-    url, key = _server(base_url, api_key_file)
+    url, key, _embedded = command_server(base_url, api_key_file)
     wanted = []
     for spec in stores_:
         name, access = spec, "read_write"
@@ -93,7 +93,7 @@ def _choose(name: str, stores: list, url: str) -> str:
 @server_options
 def sessions_list(store, as_json, base_url, api_key_file):
     """List sessions (newest first), with the stores each attaches."""
-    url, key = _server(base_url, api_key_file)
+    url, key, _embedded = command_server(base_url, api_key_file)
 
     async def go(c):  # one client resolves --store and lists
         store_id = None
@@ -116,7 +116,7 @@ def sessions_list(store, as_json, base_url, api_key_file):
 @server_options
 def sessions_show(session_id, as_json, base_url, api_key_file):
     """One session and its stores."""
-    url, key = _server(base_url, api_key_file)
+    url, key, _embedded = command_server(base_url, api_key_file)
     try:
         s = call_with_client(url, key, lambda c: c.get_session(session_id))
     except api_errors.NotFoundError:

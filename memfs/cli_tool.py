@@ -18,11 +18,10 @@ import click
 import trio
 
 from . import storenames
-from .api.config import ConfigError
-from .cli_errors import check_url, warn_open_key_file
+from .cli_errors import command_server
 from .cli_mount import server_options
 from .completion import complete_stores
-from .tool_store import StoreMemory, resolve_server
+from .tool_store import StoreMemory
 from .tool_text import ToolFailure
 
 log = logging.getLogger("memfs.tool")
@@ -62,10 +61,6 @@ def tool(store_id: str, base_url: str | None, api_key_file: str | None) -> None:
     looked up first: a server that cannot be reached or refuses the key ends the
     command there, with one line and exit status 1.
     """
-    try:
-        url, key = resolve_server(base_url, None, api_key_file)
-    except (ConfigError, RuntimeError) as exc:
-        raise click.ClickException(str(exc)) from None
-    warn_open_key_file(api_key_file)
-    store_id = storenames.resolve_for_cli(check_url(url), key, store_id).id
+    url, key, _embedded = command_server(base_url, api_key_file)
+    store_id = storenames.resolve_for_cli(url, key, store_id).id
     serve_lines(StoreMemory(store_id, url, key), sys.stdin.buffer, sys.stdout)

@@ -22,25 +22,15 @@ from click.shell_completion import CompletionItem
 TIMEOUT = 2.0
 
 
-def _server(ctx) -> tuple[str, str | None] | None:
-    from .api.config import resolve_config
-
-    params = getattr(ctx, "params", None) or {}
-    cfg = resolve_config(params.get("base_url"), None, params.get("api_key_file"))
-    if cfg.base_url:
-        return cfg.base_url, cfg.api_key
-    from . import local_server
-
-    url = local_server.running_url()  # never start the embedded server from a completion
-    return (url, local_server.api_key()) if url else None
-
-
 def store_names(ctx) -> list[tuple[str, str]]:
     """(name, id) of the stores on the server the command would use; [] on any failure."""
     try:
-        server = _server(ctx)
-        if server is None:
-            return []
+        from .server_choice import choose_server
+
+        params = getattr(ctx, "params", None) or {}
+        # Never start the embedded server from a completion (not running: RuntimeError).
+        server = choose_server(params.get("base_url"), None, params.get("api_key_file"),
+                               start=False)
         import trio
 
         from .api.client import MemoryStoresClient

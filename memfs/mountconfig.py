@@ -7,7 +7,7 @@ unmount, stores...) never import pyfuse3 or the sync machinery.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 #: Editor and tool temp files: kept in the mount, never uploaded.
 DEFAULT_LOCAL_ONLY_PATTERNS = (
@@ -32,12 +32,18 @@ class SyncOptions:
     show_meta: bool = False  # list the virtual `.memfs` directory in the root's readdir
 
 
-@dataclass
-class MountConfig:
-    store_id: str
-    mountpoint: str
+@dataclass(kw_only=True)
+class MountSettings:
+    """What a store mount and a session root (several stores, one mount) are both
+    configured with; a session root hands its settings to each of its stores
+    (:meth:`GroupConfig.store_config`).
+
+    Its fields stand flat in the JSON of either (``asdict``), so the JSON crossing the
+    pipe to the daemon keeps its keys: a memfs from before this class reads it, and
+    reads an older one.
+    """
+
     base_url: str
-    state_dir: str
     options: SyncOptions = field(default_factory=SyncOptions)
     flush_timeout: float = 30.0
     #: The server is memfs's embedded local server: if it comes back on another
@@ -49,21 +55,35 @@ class MountConfig:
     allow_other: bool = False
     #: [uid, gid] every file is shown as owned by (`--uid`/`--gid`); None: as created
     owner: list[int] | None = None
+    #: "HOST:PORT" the daemon serves Prometheus metrics on (`--metrics-addr`), or None;
+    #: a session root serves every store's metrics on one endpoint
+    metrics_addr: str | None = None
+
+    @staticmethod
+    def _parsed(text: str, *drop: str) -> dict:
+        """The JSON's fields, ``options`` as SyncOptions, the markers ``drop`` left out."""
+        d = json.loads(text)
+        for key in drop:
+            d.pop(key, None)
+        d["options"] = SyncOptions(**d["options"])
+        return d
+
+
+@dataclass
+class MountConfig(MountSettings):
+    store_id: str
+    mountpoint: str
+    state_dir: str
     #: The store's name as `memfs mount` resolved it ("" when mounted offline): the
     #: daemon's process title shows it (memfs/proctitle.py).
     store_name: str = ""
-    #: "HOST:PORT" the daemon serves Prometheus metrics on (`--metrics-addr`), or None
-    metrics_addr: str | None = None
 
     def to_json(self) -> str:
         return json.dumps({"kind": "store", **asdict(self)})
 
     @classmethod
     def from_json(cls, text: str) -> MountConfig:
-        d = json.loads(text)
-        d.pop("kind", None)
-        d["options"] = SyncOptions(**d["options"])
-        return cls(**d)
+        return cls(**cls._parsed(text, "kind"))
 
 
 @dataclass
@@ -78,21 +98,13 @@ class GroupStore:
 
 
 @dataclass
-class GroupConfig:
+class GroupConfig(MountSettings):
     """`memfs mount --session ID ROOT` / `--all ROOT`: several stores, one mount."""
 
     kind: str  # "session" | "all"
     root: str
-    base_url: str
     group_dir: str  # the group's own state: control socket, lock, group.json
     stores: list[GroupStore]
-    options: SyncOptions = field(default_factory=SyncOptions)
-    flush_timeout: float = 30.0
-    embedded: bool = False
-    local_only_patterns: list[str] = field(
-        default_factory=lambda: list(DEFAULT_LOCAL_ONLY_PATTERNS))
-    allow_other: bool = False
-    owner: list[int] | None = None
     session_id: str | None = None
     #: --all: where the state of a store that appears later goes
     cache_dir: str | None = None
@@ -100,31 +112,27 @@ class GroupConfig:
     read_only: bool = False  # --all --read-only: every store read-only
     #: --allow-partial: mount the stores that open even when others cannot
     allow_partial: bool = False
-    metrics_addr: str | None = None  # "HOST:PORT": every store's metrics, one endpoint
 
     @property
     def mountpoint(self) -> str:
         return self.root
 
     def store_config(self, store: GroupStore) -> MountConfig:
-        return MountConfig(
-            store_id=store.store_id, mountpoint=f"{self.root.rstrip('/')}/{store.name}",
-            base_url=self.base_url, state_dir=store.state_dir,
+        settings = {f.name: getattr(self, f.name) for f in fields(MountSettings)}
+        settings.update(
             options=replace(self.options, read_only=(store.read_only or self.read_only
                                                      or self.options.read_only)),
-            flush_timeout=self.flush_timeout, embedded=self.embedded,
-            local_only_patterns=list(self.local_only_patterns),
-            allow_other=self.allow_other, owner=self.owner, store_name=store.display_name,
-            metrics_addr=self.metrics_addr)
+            local_only_patterns=list(self.local_only_patterns))
+        return MountConfig(
+            store_id=store.store_id, mountpoint=f"{self.root.rstrip('/')}/{store.name}",
+            state_dir=store.state_dir, store_name=store.display_name, **settings)
 
     def to_json(self) -> str:
         return json.dumps({**asdict(self), "kind": self.kind, "group": True})
 
     @classmethod
     def from_json(cls, text: str) -> GroupConfig:
-        d = json.loads(text)
-        d.pop("group", None)
-        d["options"] = SyncOptions(**d["options"])
+        d = cls._parsed(text, "group")
         d["stores"] = [GroupStore(**s) for s in d["stores"]]
         return cls(**d)
 

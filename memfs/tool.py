@@ -33,7 +33,8 @@ from anthropic.types.beta import (
     BetaMemoryTool20250818ViewCommand,
 )
 
-from .tool_store import StoreMemory, resolve_server
+from .server_choice import choose_server
+from .tool_store import StoreMemory
 from .tool_text import ToolFailure
 
 __all__ = ["MemoryStoreTool", "AsyncMemoryStoreTool"]
@@ -42,7 +43,7 @@ T = TypeVar("T")
 
 
 def _engine(store_id: str, base_url: str | None, api_key: str | None) -> StoreMemory:
-    url, key = resolve_server(base_url, api_key)
+    url, key, _embedded = choose_server(base_url, api_key)
     return StoreMemory(store_id, url, key)
 
 

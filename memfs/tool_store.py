@@ -26,20 +26,19 @@ applied twice.
 from __future__ import annotations
 
 import random
-import ssl
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from enum import Enum
+from typing import Any, TypeVar, cast
 
 import anyio
 import httpx
 
 from . import paths
 from .api import errors as api_errors
+from .api import tls
 from .api.client import MemoryStoresClient
-from .api.config import resolve_config
 from .api.models import Memory, MemoryPrefix, content_sha256
 from .tool_text import (
     ROOT,
@@ -56,7 +55,7 @@ from .tool_text import (
     resolve,
 )
 
-__all__ = ["StoreMemory", "resolve_server", "COMMANDS"]
+__all__ = ["StoreMemory", "COMMANDS"]
 
 T = TypeVar("T")
 
@@ -77,36 +76,6 @@ MAX_ATTEMPTS = 25
 MAX_DIRECTORY_ROUNDS = 5
 
 DIRECTORY = "directory"  # what lookup() returns for an implied directory
-
-_ssl_lock = threading.Lock()
-_ssl_context: ssl.SSLContext | None = None
-
-
-def _shared_ssl_context() -> ssl.SSLContext:
-    """One verified TLS context for every command: building one costs ~30 ms."""
-    global _ssl_context
-    with _ssl_lock:
-        if _ssl_context is None:
-            _ssl_context = httpx.create_ssl_context()
-        return _ssl_context
-
-
-def resolve_server(
-    base_url: str | None, api_key: str | None, api_key_file: str | None = None
-) -> tuple[str, str | None]:
-    """(base URL, key) from the same places as every memfs command.
-
-    An argument wins over ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY`` /
-    ``ANTHROPIC_API_KEY_FILE``; with no base URL anywhere, the embedded local server is
-    used (started on first use) with its own private key.
-    """
-    cfg = resolve_config(base_url, api_key, api_key_file)  # ConfigError: unreadable file
-    if cfg.base_url:
-        return cfg.base_url, cfg.api_key
-    from .local_server import ensure_local_server
-
-    return ensure_local_server()
-
 
 @dataclass
 class _Call:
@@ -182,7 +151,8 @@ class StoreMemory:
 
     @asynccontextmanager
     async def _call(self) -> AsyncIterator[_Call]:
-        transport = httpx.AsyncHTTPTransport(verify=_shared_ssl_context())
+        # One verified TLS context for every command: building one costs ~30 ms.
+        transport = httpx.AsyncHTTPTransport(verify=tls.context())
         client = MemoryStoresClient(
             self.base_url,
             self._api_key,
@@ -273,6 +243,13 @@ class StoreMemory:
             raise ToolFailure(
                 f"The memory store at {self.base_url} cannot be used: {exc}"
             ) from None
+
+    async def _optimistic(self, attempt: Callable[[_Call], Awaitable[T | _Again]],
+                          gave_up: Exception, changing: str | None) -> T:
+        """A command's optimistic loop (:func:`_retrying`) on one client, its store
+        errors turned into what the model reads (:meth:`_guard`)."""
+        return await self._guard(lambda call: _retrying(lambda: attempt(call), gave_up),
+                                 changing)
 
     def _resolve(self, path: object, *, changing: bool = True) -> ToolPath:
         """The path in this store; a change of a read-only store is refused here."""
@@ -368,25 +345,24 @@ class StoreMemory:
     async def view(self, path: object, view_range: object = None) -> str:
         target = self._resolve(path, changing=False)
 
-        async def run(call: _Call) -> str:
-            for _ in range(MAX_ATTEMPTS):
-                found = await self._lookup(call, target)
-                if found is None:
-                    raise ToolFailure(missing(target.raw))
-                if found == DIRECTORY:
-                    below = await self._below(call, target)
-                    if not below and not target.is_root:
-                        continue  # emptied since the lookup: look again
-                    cut = len(target.segments)
-                    rows = [(m.path[1:].split("/")[cut:], m.content_size_bytes) for m in below]
-                    return render_directory(target.raw, rows)
-                assert isinstance(found, Memory)
-                full = await self._read(call, found)
-                if full is not None:
-                    return render_file(target.raw, full.content or "", view_range)
-            raise ToolFailure(missing(target.raw))
+        async def attempt(call: _Call) -> str | _Again:
+            found = await self._lookup(call, target)
+            if found is None:
+                raise ToolFailure(missing(target.raw))
+            if found == DIRECTORY:
+                below = await self._below(call, target)
+                if not below and not target.is_root:
+                    return _Again.NOW  # emptied since the lookup: look again
+                cut = len(target.segments)
+                rows = [(m.path[1:].split("/")[cut:], m.content_size_bytes) for m in below]
+                return render_directory(target.raw, rows)
+            assert isinstance(found, Memory)
+            full = await self._read(call, found)
+            if full is None:
+                return _Again.NOW  # deleted since the lookup: look again
+            return render_file(target.raw, full.content or "", view_range)
 
-        return await self._guard(run, None)
+        return await self._optimistic(attempt, ToolFailure(missing(target.raw)), None)
 
     async def create(self, path: object, file_text: object) -> str:
         target = self._resolve(path)
@@ -486,90 +462,84 @@ class StoreMemory:
     async def _edit(self, target: ToolPath, apply: Callable[[str], tuple[str, str]]) -> str:
         """Read, apply, write with the read's sha as precondition; again while it races."""
 
-        async def run(call: _Call) -> str:
-            for attempt in range(MAX_ATTEMPTS):
-                found = await self._lookup(call, target)
-                if found is None:
-                    raise ToolFailure(missing(target.raw))
-                if not isinstance(found, Memory):
-                    raise ToolFailure(not_a_file(target.raw))
-                memory = await self._read(call, found)
-                if memory is None:
-                    continue  # deleted since the lookup: look again
-                edited, answer = apply(memory.content or "")
-                size = len(edited.encode("utf-8", "surrogatepass"))
-                if size > paths.MAX_CONTENT_BYTES:
-                    raise ToolFailure(
-                        f"No change was made to {target.raw}: the edited file would be "
-                        f"{size:,} bytes and a memory holds at most "
-                        f"{paths.MAX_CONTENT_BYTES:,} bytes."
-                    )
-                before = call.retries
-                try:
-                    await call.client.update_memory(
-                        call.store_id,
-                        memory.id,
-                        content=edited,
-                        precondition_sha=memory.content_sha256,
-                    )
-                    return answer
-                except api_errors.PreconditionFailedError as exc:
-                    # Someone else wrote first -- unless that someone is our own attempt
-                    # whose answer was lost and was then overwritten before the retry.
-                    if call.retries > before:
-                        ours = await _quietly(self._landed(call, memory, content_sha256(edited)))
-                        if ours:
-                            return answer
-                        if ours is None:
-                            raise _Ambiguous(exc) from None
-                except api_errors.NotFoundError:
-                    pass  # deleted or gone meanwhile: the next lookup says which
-                except api_errors.TRANSIENT as exc:
-                    if await _quietly(self._landed(call, memory, content_sha256(edited))):
+        async def attempt(call: _Call) -> str | _Again:
+            found = await self._lookup(call, target)
+            if found is None:
+                raise ToolFailure(missing(target.raw))
+            if not isinstance(found, Memory):
+                raise ToolFailure(not_a_file(target.raw))
+            memory = await self._read(call, found)
+            if memory is None:
+                return _Again.NOW  # deleted since the lookup: look again
+            edited, answer = apply(memory.content or "")
+            size = len(edited.encode("utf-8", "surrogatepass"))
+            if size > paths.MAX_CONTENT_BYTES:
+                raise ToolFailure(
+                    f"No change was made to {target.raw}: the edited file would be "
+                    f"{size:,} bytes and a memory holds at most "
+                    f"{paths.MAX_CONTENT_BYTES:,} bytes."
+                )
+            before = call.retries
+            try:
+                await call.client.update_memory(
+                    call.store_id,
+                    memory.id,
+                    content=edited,
+                    precondition_sha=memory.content_sha256,
+                )
+                return answer
+            except api_errors.PreconditionFailedError as exc:
+                # Someone else wrote first -- unless that someone is our own attempt
+                # whose answer was lost and was then overwritten before the retry.
+                if call.retries > before:
+                    ours = await _quietly(self._landed(call, memory, content_sha256(edited)))
+                    if ours:
                         return answer
-                    raise _Ambiguous(exc) from None
-                await _pause(attempt)
-            raise ToolFailure(
-                f"No change was made to {target.raw}: it kept changing while the edit was "
-                f"being applied ({MAX_ATTEMPTS} attempts). Try the command again."
-            )
+                    if ours is None:
+                        raise _Ambiguous(exc) from None
+            except api_errors.NotFoundError:
+                pass  # deleted or gone meanwhile: the next lookup says which
+            except api_errors.TRANSIENT as exc:
+                if await _quietly(self._landed(call, memory, content_sha256(edited))):
+                    return answer
+                raise _Ambiguous(exc) from None
+            return _Again.LATER
 
-        return await self._guard(run, target.raw)
+        gave_up = ToolFailure(
+            f"No change was made to {target.raw}: it kept changing while the edit was "
+            f"being applied ({MAX_ATTEMPTS} attempts). Try the command again."
+        )
+        return await self._optimistic(attempt, gave_up, target.raw)
 
     async def delete(self, path: object) -> str:
         target = self._resolve(path)
         if target.is_root:
             raise ToolFailure(f"Cannot delete the {self.root} directory itself")
 
-        async def run(call: _Call) -> str:
-            for attempt in range(MAX_ATTEMPTS):
-                found = await self._lookup(call, target)
-                if found is None:
-                    raise ToolFailure(missing_short(target.raw))
-                if found == DIRECTORY:
-                    await self._delete_directory(call, target)
+        async def attempt(call: _Call) -> str | _Again:
+            found = await self._lookup(call, target)
+            if found is None:
+                raise ToolFailure(missing_short(target.raw))
+            if found == DIRECTORY:
+                await self._delete_directory(call, target)
+                return f"Successfully deleted {target.raw}"
+            assert isinstance(found, Memory)
+            try:
+                await call.client.delete_memory(
+                    call.store_id, found.id, expected_sha=found.content_sha256
+                )
+                return f"Successfully deleted {target.raw}"
+            except api_errors.PreconditionFailedError:
+                pass  # edited meanwhile: delete what it is now
+            except api_errors.NotFoundError:
+                pass  # the next lookup tells whether it is gone or moved
+            except api_errors.TRANSIENT as exc:
+                if await _quietly(self._gone(call, target, found)):
                     return f"Successfully deleted {target.raw}"
-                assert isinstance(found, Memory)
-                try:
-                    await call.client.delete_memory(
-                        call.store_id, found.id, expected_sha=found.content_sha256
-                    )
-                    return f"Successfully deleted {target.raw}"
-                except api_errors.PreconditionFailedError:
-                    pass  # edited meanwhile: delete what it is now
-                except api_errors.NotFoundError:
-                    pass  # the next lookup tells whether it is gone or moved
-                except api_errors.TRANSIENT as exc:
-                    if await _quietly(self._gone(call, target, found)):
-                        return f"Successfully deleted {target.raw}"
-                    raise _Ambiguous(exc) from None
-                await _pause(attempt)
-            raise ToolFailure(
-                f"{target.raw} was not deleted: it kept changing ({MAX_ATTEMPTS} attempts). "
-                "Try the command again."
-            )
+                raise _Ambiguous(exc) from None
+            return _Again.LATER
 
-        return await self._guard(run, target.raw)
+        return await self._optimistic(attempt, _kept_changing(target.raw, "deleted"), target.raw)
 
     async def clear_all(self) -> str:
         """The SDK's ``clear_all_memory``: every memory of the store deleted, as a
@@ -616,23 +586,25 @@ class StoreMemory:
         )
 
     async def _delete_one(self, call: _Call, memory: Memory) -> None:
-        for attempt in range(MAX_ATTEMPTS):
+        async def attempt() -> None | _Again:
+            nonlocal memory
             try:
                 await call.client.delete_memory(
                     call.store_id, memory.id, expected_sha=memory.content_sha256
                 )
-                return
+                return None
             except api_errors.NotFoundError:
-                return  # somebody else deleted it
+                return None  # somebody else deleted it
             except api_errors.PreconditionFailedError:
                 fresh = await self._read(call, memory)
                 if fresh is None:
-                    return
+                    return None
                 memory = fresh
-                await _pause(attempt)
-        raise api_errors.PreconditionFailedError(
+                return _Again.LATER
+
+        await _retrying(attempt, api_errors.PreconditionFailedError(
             "the memory kept changing", status=409, type="memory_precondition_failed_error"
-        )
+        ))
 
     async def _below_quietly(self, call: _Call, target: ToolPath) -> list[Memory]:
         try:
@@ -647,42 +619,37 @@ class StoreMemory:
             raise ToolFailure(f"Cannot rename the {self.root} directory itself")
         done = f"Successfully renamed {old.raw} to {new.raw}"
 
-        async def run(call: _Call) -> str:
-            for attempt in range(MAX_ATTEMPTS):
-                if await self._lookup(call, new) is not None:
-                    raise ToolFailure(f"The destination {new.raw} already exists")
-                found = await self._lookup(call, old)
-                if found is None:
-                    raise ToolFailure(missing_short(old.raw))
-                self._check_destination(old, new, found == DIRECTORY)
-                if found == DIRECTORY:
-                    await self._rename_directory(call, old, new)
+        async def attempt(call: _Call) -> str | _Again:
+            if await self._lookup(call, new) is not None:
+                raise ToolFailure(f"The destination {new.raw} already exists")
+            found = await self._lookup(call, old)
+            if found is None:
+                raise ToolFailure(missing_short(old.raw))
+            self._check_destination(old, new, found == DIRECTORY)
+            if found == DIRECTORY:
+                await self._rename_directory(call, old, new)
+                return done
+            assert isinstance(found, Memory)
+            try:
+                await call.client.update_memory(
+                    call.store_id,
+                    found.id,
+                    path=new.memory_path,
+                    precondition_sha=found.content_sha256,
+                )
+                return done
+            except api_errors.PathConflictError as exc:
+                raise ToolFailure(self._rename_blocked(old, new, exc)) from None
+            except (api_errors.PreconditionFailedError, api_errors.NotFoundError):
+                pass  # edited, moved or deleted meanwhile: look again
+            except api_errors.TRANSIENT as exc:
+                moved = await _quietly(self._lookup(call, new))
+                if isinstance(moved, Memory) and moved.id == found.id:
                     return done
-                assert isinstance(found, Memory)
-                try:
-                    await call.client.update_memory(
-                        call.store_id,
-                        found.id,
-                        path=new.memory_path,
-                        precondition_sha=found.content_sha256,
-                    )
-                    return done
-                except api_errors.PathConflictError as exc:
-                    raise ToolFailure(self._rename_blocked(old, new, exc)) from None
-                except (api_errors.PreconditionFailedError, api_errors.NotFoundError):
-                    pass  # edited, moved or deleted meanwhile: look again
-                except api_errors.TRANSIENT as exc:
-                    moved = await _quietly(self._lookup(call, new))
-                    if isinstance(moved, Memory) and moved.id == found.id:
-                        return done
-                    raise _Ambiguous(exc) from None
-                await _pause(attempt)
-            raise ToolFailure(
-                f"{old.raw} was not renamed: it kept changing ({MAX_ATTEMPTS} attempts). "
-                "Try the command again."
-            )
+                raise _Ambiguous(exc) from None
+            return _Again.LATER
 
-        return await self._guard(run, old.raw)
+        return await self._optimistic(attempt, _kept_changing(old.raw, "renamed"), old.raw)
 
     def _check_destination(self, old: ToolPath, new: ToolPath, is_directory: bool) -> None:
         """Refuse, before anything moves, what the store cannot do."""
@@ -754,21 +721,49 @@ class StoreMemory:
         )
 
     async def _move_one(self, call: _Call, memory: Memory, moved: str) -> None:
-        for attempt in range(MAX_ATTEMPTS):
+        async def attempt() -> None | _Again:
+            nonlocal memory
             try:
                 await call.client.update_memory(
                     call.store_id, memory.id, path=moved, precondition_sha=memory.content_sha256
                 )
-                return
+                return None
             except api_errors.NotFoundError:
-                return  # deleted meanwhile: nothing left to move
+                return None  # deleted meanwhile: nothing left to move
             except api_errors.PreconditionFailedError:
                 fresh = await self._read(call, memory)
                 if fresh is None or fresh.path != memory.path:
-                    return  # deleted or moved by someone else meanwhile
+                    return None  # deleted or moved by someone else meanwhile
                 memory = fresh
-                await _pause(attempt)
-        raise ToolFailure("the memory kept changing")
+                return _Again.LATER
+
+        await _retrying(attempt, ToolFailure("the memory kept changing"))
+
+
+class _Again(Enum):
+    """What one attempt of an optimistic loop (:func:`_retrying`) asks for instead
+    of an answer."""
+
+    NOW = "now"      # what was read is gone: look again at once
+    LATER = "later"  # another writer raced us: a short random pause, then again
+
+
+async def _retrying(attempt: Callable[[], Awaitable[T | _Again]], gave_up: Exception) -> T:
+    """Read, act with what was read as precondition, and again while others race:
+    ``attempt`` returns its answer, or :class:`_Again`; after :data:`MAX_ATTEMPTS`
+    attempts, ``gave_up`` is raised."""
+    for n in range(MAX_ATTEMPTS):
+        got = await attempt()
+        if got is _Again.LATER:
+            await _pause(n)
+        elif got is not _Again.NOW:
+            return cast(T, got)
+    raise gave_up
+
+
+def _kept_changing(raw: str, undone: str) -> ToolFailure:
+    return ToolFailure(f"{raw} was not {undone}: it kept changing ({MAX_ATTEMPTS} attempts). "
+                       "Try the command again.")
 
 
 async def _quietly(check: Awaitable[T]) -> T | None:

@@ -281,15 +281,9 @@ def _follow_store(target: str, since: str | None, interval: float,
     import threading
 
     from . import storenames
-    from .api.config import ConfigError
-    from .cli_errors import check_url
-    from .tool_store import resolve_server
+    from .cli_errors import command_server
 
-    try:
-        url, key = resolve_server(base_url, None, api_key_file)
-    except (ConfigError, RuntimeError) as exc:
-        raise click.ClickException(str(exc)) from None
-    url = check_url(url)
+    url, key, _embedded = command_server(base_url, api_key_file)
     store = storenames.resolve_for_cli(url, key, target).store
     if since:
         try:

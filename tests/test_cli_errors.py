@@ -170,3 +170,26 @@ def test_an_access_typo_gets_a_hint(server, tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "'readonly' is not an access: to attach 'Docs' read-only, write Docs:read_only" \
         in proc.stderr, proc.stderr
+
+
+def test_every_command_warns_of_a_key_file_others_can_read(tmp_path):
+    """Every command that talks to a server chooses it in one place (`command_server`):
+    each one with --api-key-file warns of a key file others can read, before it
+    fails to reach the (absent) server in one line."""
+    key = tmp_path / "key"
+    key.write_text("k\n")
+    key.chmod(0o644)
+    env = user_env(tmp_path, f"http://127.0.0.1:{free_port()}", "")
+    env.pop("ANTHROPIC_API_KEY")
+    warning = f"memfs: warning: the API key file {key} is readable by others (mode 644)"
+    failures, checked = [], []
+    for name, cmd in leaf_commands():
+        if name.split()[0] == "serve" or not any(p.name == "api_key_file" for p in cmd.params):
+            continue  # `memfs serve` serves with the key: it warns too, but never ends
+        argv = [*argv_for(name, cmd, tmp_path), "--api-key-file", str(key)]
+        proc = run(argv, env)
+        checked.append(name)
+        if warning not in proc.stderr or "Traceback" in proc.stderr:
+            failures.append(f"memfs {' '.join(argv)}: exit {proc.returncode}\n{proc.stderr}")
+    assert {"stores list", "tool", "mcp", "watch", "mount"} <= set(checked), checked
+    assert not failures, "\n\n".join(failures)

@@ -881,3 +881,25 @@ async def test_invalid_unicode_in_store_name_refused():
         with pytest.raises(BadRequestError):
             await c.create_store("bad \ud800 name")
     assert rec.requests == []
+
+
+@pytest.mark.parametrize("first", ["prepare", "context"])
+def test_one_tls_context_per_process(first):
+    """The clients of `memfs mount` (prepared ahead) and of the memory tool (made on
+    first use) share one TLS context, whichever asks first (a fresh process each)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import ssl\n"
+        "from memfs.api import tls\n"
+        f"if {first!r} == 'prepare':\n"
+        "    tls.prepare()\n"
+        "ctx = tls.context()\n"
+        "assert isinstance(ctx, ssl.SSLContext) and tls.context() is ctx\n"
+        "tls.prepare()\n"
+        "assert tls.verify() is ctx\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr

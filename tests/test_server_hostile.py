@@ -20,6 +20,7 @@ import httpx
 import pytest
 from conftest import start_server
 
+from memfs.api.betas import SESSIONS_BETA
 from memfs.server.app import MemfsApp
 from memfs.server.db import Database, _fingerprint
 
@@ -296,6 +297,39 @@ def forged_cursor(fingerprint: str, key: list[str]) -> str:
     keys = ",".join(f'"{k}"' for k in key)
     raw = '{"f":"' + fingerprint + '","k":[' + keys + "]}"
     return "page_" + base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def test_a_cursor_holding_nul_is_refused_on_every_paged_list(server):
+    """Every list that pages refuses a cursor whose key holds NUL (no stored key does)
+    with 400, on both backends: the cursor is forged, and PostgreSQL text could not
+    even compare it. A list filter holding NUL is the empty page instead."""
+    sid = server.sdk().beta.memory_stores.create(name="n").id
+    base = server.base_url
+    sessions_h = {**server.headers, "anthropic-beta": SESSIONS_BETA}
+    for path, fp, headers in (
+        ("/v1/memory_stores", _fingerprint("stores", False, None, None), server.headers),
+        (f"/v1/memory_stores/{sid}/memories", _fingerprint("memories", sid, "/", 0),
+         server.headers),
+        (f"/v1/memory_stores/{sid}/memory_versions",
+         _fingerprint("versions", sid, None, None, None, None, None, None, None),
+         server.headers),
+        ("/v1/sessions", _fingerprint("sessions", None, None, False, "desc", None, None, None,
+                                      None), sessions_h),
+    ):
+        keys = (["/a\\u0000"] if path.endswith("/memories")
+                else ["2026-01-01T00:00:00.000000Z", "x\\u0000"])
+        r = httpx.get(base + path, headers=headers, timeout=10,
+                      params={"page": forged_cursor(fp, keys)})
+        assert r.status_code == 400, (path, r.text)
+        assert r.json()["error"]["message"] == "page is not a valid page cursor", r.text
+        clean = [k.replace("\\u0000", "") for k in keys]  # the same cursor without NUL
+        r = httpx.get(base + path, headers=headers, timeout=10,
+                      params={"page": forged_cursor(fp, clean)})
+        assert r.status_code == 200, (path, r.text)
+    for name in ("memory_store_id", "agent_id"):
+        r = httpx.get(f"{base}/v1/sessions", headers=sessions_h, params={name: "x\x00"},
+                      timeout=10)
+        assert r.status_code == 200 and r.json() == {"data": [], "next_page": None}, r.text
 
 
 def hostile_requests(sid: str) -> list[tuple[str, str, dict]]:

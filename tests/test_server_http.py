@@ -13,6 +13,8 @@ import httpx
 import pytest
 from conftest import REPO, start_server
 
+from memfs.api import betas as betas
+
 MEM = "agent-memory-2026-07-22"
 LEGACY = "managed-agents-2026-04-01"
 
@@ -38,6 +40,22 @@ def assert_error(r, status, etype):
     assert r.headers["request-id"].startswith("req_")
     assert r.headers["content-type"] == "application/json"
     return body
+
+
+def test_client_and_server_share_one_definition_of_the_betas():
+    """The client sends and the server checks the same strings (memfs.api.betas),
+    and the server gets them without importing the client (httpx, trio)."""
+    code = (
+        "import sys, memfs.server.http as h, memfs.api.betas as b\n"
+        "assert 'memfs.api.client' not in sys.modules, 'the server imported the client'\n"
+        "import memfs.api.client as c\n"
+        "assert (h.MEMORY_BETA, h.SESSIONS_BETA) == (c.MEMORY_BETA, c.SESSIONS_BETA)"
+        " == (b.MEMORY_BETA, b.SESSIONS_BETA)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (MEM, LEGACY) == (betas.MEMORY_BETA, betas.SESSIONS_BETA)
 
 
 def test_beta_header_rules(server):

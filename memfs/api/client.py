@@ -50,6 +50,7 @@ import trio
 
 from .. import __version__, paths
 from . import tls
+from .betas import MEMORY_BETA, SESSIONS_BETA
 from .config import BEARER, ClientConfig
 from .errors import (
     APIConnectionError,
@@ -74,9 +75,6 @@ __all__ = [
 log = logging.getLogger("memfs.api")
 
 ANTHROPIC_VERSION = "2023-06-01"
-MEMORY_BETA = "agent-memory-2026-07-22"
-#: Session endpoints take this beta instead of the memory one.
-SESSIONS_BETA = "managed-agents-2026-04-01"
 #: Longest wait we accept from a ``retry-after`` header, in seconds.
 RETRY_AFTER_MAX = 60.0
 #: The largest page the server serves with ``view=full``.

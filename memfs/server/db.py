@@ -39,6 +39,7 @@ from memfs.server.db_common import (
     _TS_FORMAT,
     Actor,
     ApiError,
+    KeysetPage,
     _ancestors,
     _check_metadata_pair,
     _check_metadata_size,
@@ -65,6 +66,7 @@ from memfs.server.db_common import (
     parse_timestamp,
     path_conflict,
     precondition_failed,
+    row_by_id,
 )
 from memfs.server.db_postgres import PG_MIGRATIONS, PG_SCHEMA_VERSION, _Postgres
 from memfs.server.db_sessions import SESSION_TOKEN_PREFIX, SessionGrant, SessionsMixin
@@ -352,15 +354,8 @@ class Database(SessionsMixin):
         the writes to one store are serialized across every server process, exactly
         like SQLite's single writer; the transaction's later reads then see every
         write committed before it."""
-        if "\x00" in store_id:  # stored ids never hold NUL (and PostgreSQL text cannot)
-            raise not_found(f"memory store {store_id!r} not found")
-        sql = "SELECT * FROM stores WHERE id = ?"
-        if lock and self._pg is not None:
-            sql += " FOR UPDATE"
-        row = c.execute(sql, (store_id,)).fetchone()
-        if row is None:
-            raise not_found(f"memory store {store_id!r} not found")
-        return row
+        return row_by_id(c, "stores", store_id, f"memory store {store_id!r} not found",
+                         for_update=lock and self._pg is not None)
 
     def _writable_store(self, c: sqlite3.Connection, store_id: str) -> sqlite3.Row:
         row = self._store_row(c, store_id, lock=True)
@@ -370,14 +365,9 @@ class Database(SessionsMixin):
 
     @staticmethod
     def _memory_row(c: sqlite3.Connection, store_id: str, memory_id: str) -> sqlite3.Row:
-        if "\x00" in memory_id:
-            raise not_found(f"memory {memory_id!r} not found in store {store_id!r}")
-        row = c.execute(
-            "SELECT * FROM memories WHERE id = ? AND store_id = ?", (memory_id, store_id)
-        ).fetchone()
-        if row is None:
-            raise not_found(f"memory {memory_id!r} not found in store {store_id!r}")
-        return row
+        return row_by_id(c, "memories", memory_id,
+                         f"memory {memory_id!r} not found in store {store_id!r}",
+                         store_id=store_id)
 
     @staticmethod
     def _find_conflict(
@@ -478,30 +468,16 @@ class Database(SessionsMixin):
         created_gte: str | None = None,
         created_lte: str | None = None,
     ) -> dict[str, Any]:
-        limit = check_limit(limit, full=False)
-        fp = _fingerprint("stores", include_archived, created_gte, created_lte)
-        after = _key(decode_cursor(page, fp), 2)
-        sql = "SELECT * FROM stores WHERE 1 = 1"
-        args: list[Any] = []
+        query = KeysetPage("stores", (include_archived, created_gte, created_lte),
+                           limit=limit, page=page)
         if not include_archived:
-            sql += " AND archived_at IS NULL"
+            query.where("archived_at IS NULL")
         if created_gte is not None:
-            sql += " AND created_at >= ?"
-            args.append(created_gte)
+            query.where("created_at >= ?", created_gte)
         if created_lte is not None:
-            sql += " AND created_at <= ?"
-            args.append(created_lte)
-        if after is not None:
-            sql += " AND (created_at, id) < (?, ?)"
-            args += after[:2]
-        sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
-        args.append(limit + 1)
+            query.where("created_at <= ?", created_lte)
         with self._txn() as c:
-            rows = c.execute(sql, args).fetchall()
-        nxt = None
-        if len(rows) > limit:
-            rows = rows[:limit]
-            nxt = encode_cursor(fp, [rows[-1]["created_at"], rows[-1]["id"]])
+            rows, nxt = query.fetch(c)
         return {"data": [_store_json(r) for r in rows], "next_page": nxt}
 
     def update_store(
@@ -795,66 +771,37 @@ class Database(SessionsMixin):
     ) -> dict[str, Any]:
         if operation is not None and operation not in ("created", "modified", "deleted"):
             raise invalid("operation must be one of created, modified, deleted")
-        limit = check_limit(limit, full=full)
-        fp = _fingerprint(
+        query = KeysetPage(
             "versions",
-            store_id,
-            memory_id,
-            session_id,
-            api_key_id,
-            service_account_id,
-            operation,
-            created_gte,
-            created_lte,
+            (store_id, memory_id, session_id, api_key_id, service_account_id, operation,
+             created_gte, created_lte),
+            limit=limit, page=page, full=full,
         )
-        after = _key(decode_cursor(page, fp), 2)
-        sql = "SELECT * FROM versions WHERE store_id = ?"
-        args: list[Any] = [store_id]
+        query.where("store_id = ?", store_id)
         for col, val in (("memory_id", memory_id), ("operation", operation)):
             if val is not None:
-                sql += f" AND {col} = ?"
-                args.append(val)
+                query.where(f"{col} = ?", val)
         for kind, val in (
             ("session_actor", session_id),
             ("api_actor", api_key_id),
             ("service_account_actor", service_account_id),
         ):
             if val is not None:
-                sql += " AND actor_type = ? AND actor_id = ?"
-                args += [kind, val]
+                query.where("actor_type = ? AND actor_id = ?", kind, val)
         if created_gte is not None:
-            sql += " AND created_at >= ?"
-            args.append(created_gte)
+            query.where("created_at >= ?", created_gte)
         if created_lte is not None:
-            sql += " AND created_at <= ?"
-            args.append(created_lte)
-        if after is not None:
-            sql += " AND (created_at, id) < (?, ?)"
-            args += after[:2]
-        sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
-        args.append(limit + 1)
-        # A filter holding NUL matches nothing (no stored id does; PostgreSQL text
-        # cannot even compare it): the answer is the empty page, on both backends.
-        unmatchable = any(isinstance(a, str) and "\x00" in a for a in args)
+            query.where("created_at <= ?", created_lte)
         with self._txn() as c:
             self._store_row(c, store_id)
-            rows = [] if unmatchable else c.execute(sql, args).fetchall()
-        nxt = None
-        if len(rows) > limit:
-            rows = rows[:limit]
-            nxt = encode_cursor(fp, [rows[-1]["created_at"], rows[-1]["id"]])
+            rows, nxt = query.fetch(c)
         return {"data": [_version_json(r, full) for r in rows], "next_page": nxt}
 
     @staticmethod
     def _version_row(c: sqlite3.Connection, store_id: str, version_id: str) -> sqlite3.Row:
-        if "\x00" in version_id:
-            raise not_found(f"memory version {version_id!r} not found in store {store_id!r}")
-        row = c.execute(
-            "SELECT * FROM versions WHERE id = ? AND store_id = ?", (version_id, store_id)
-        ).fetchone()
-        if row is None:
-            raise not_found(f"memory version {version_id!r} not found in store {store_id!r}")
-        return row
+        return row_by_id(c, "versions", version_id,
+                         f"memory version {version_id!r} not found in store {store_id!r}",
+                         store_id=store_id)
 
     def get_version(self, store_id: str, version_id: str, *, full: bool = True) -> dict[str, Any]:
         with self._txn() as c:

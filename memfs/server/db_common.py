@@ -207,6 +207,72 @@ def _key(key: list[Any] | None, n: int) -> list[Any] | None:
     return key
 
 
+class KeysetPage:
+    """One page of a listing ordered by ``(created_at, id)``, newest first unless
+    ``desc`` is False: stores, versions and sessions page alike (memories page by
+    path, :meth:`memfs.server.db.Database.list_memories`).
+
+    Made before the transaction, so a bad ``limit`` or cursor is refused (400)
+    before anything is looked up; the cursor holds the last row's key and the
+    query's fingerprint (``table`` and ``fingerprint``), so it serves only the
+    query it came from. A cursor whose key holds NUL is refused as forged
+    (:func:`decode_cursor`); a filter value holding NUL matches nothing (no stored
+    id or timestamp holds one, and PostgreSQL text cannot even compare it), so
+    :meth:`fetch` answers the empty page on both backends without asking.
+    """
+
+    def __init__(self, table: str, fingerprint: tuple[object, ...], *, limit: int | None,
+                 page: str | None, full: bool = False, desc: bool = True) -> None:
+        self.limit = check_limit(limit, full=full)
+        self._fp = _fingerprint(table, *fingerprint)
+        self._after = _key(decode_cursor(page, self._fp), 2)
+        self._desc = desc
+        self._sql = f"SELECT * FROM {table} WHERE 1 = 1"
+        self._args: list[Any] = []
+
+    def where(self, condition: str, *args: Any) -> None:
+        """Keep the rows that meet ``condition`` (SQL with ``?`` for ``args``)."""
+        self._sql += f" AND {condition}"
+        self._args += args
+
+    def fetch(self, c: Any) -> tuple[list[Any], str | None]:
+        """(this page's rows, the next page's cursor or None)."""
+        sql, args = self._sql, list(self._args)
+        direction = "DESC" if self._desc else "ASC"
+        if self._after is not None:
+            sql += " AND (created_at, id) " + ("<" if self._desc else ">") + " (?, ?)"
+            args += self._after
+        sql += f" ORDER BY created_at {direction}, id {direction} LIMIT ?"
+        args.append(self.limit + 1)
+        unmatchable = any(isinstance(a, str) and "\x00" in a for a in args)
+        rows = [] if unmatchable else c.execute(sql, args).fetchall()
+        if len(rows) <= self.limit:
+            return rows, None
+        rows = rows[:self.limit]
+        return rows, encode_cursor(self._fp, [rows[-1]["created_at"], rows[-1]["id"]])
+
+
+def row_by_id(c: Any, table: str, row_id: str, missing: str, *, store_id: str | None = None,
+              for_update: bool = False) -> Any:
+    """The row of ``table`` with ``row_id`` (in store ``store_id`` when given); 404
+    ``missing`` when there is none. ``for_update``: ``FOR UPDATE`` (PostgreSQL), so
+    the writes to that row's store or session are serialized across processes like
+    SQLite's single writer. An id holding NUL is no stored id (and PostgreSQL text
+    cannot hold one): 404 without asking."""
+    if "\x00" in row_id:
+        raise not_found(missing)
+    sql, args = f"SELECT * FROM {table} WHERE id = ?", [row_id]
+    if store_id is not None:
+        sql += " AND store_id = ?"
+        args.append(store_id)
+    if for_update:
+        sql += " FOR UPDATE"
+    row = c.execute(sql, args).fetchone()
+    if row is None:
+        raise not_found(missing)
+    return row
+
+
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
 

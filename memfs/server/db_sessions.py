@@ -18,18 +18,15 @@ from memfs.server.db_common import (
     _TS_FORMAT,
     Actor,
     ApiError,
+    KeysetPage,
     _check_utf8,
-    _fingerprint,
     _has_control,
-    _key,
-    check_limit,
     check_metadata,
-    decode_cursor,
-    encode_cursor,
     invalid,
     new_id,
     not_found,
     now,
+    row_by_id,
 )
 from memfs.slug import MOUNT_ROOT, mount_slugs
 
@@ -250,15 +247,8 @@ class SessionsMixin:
 
     def _session_row(self, c: Any, session_id: str, *, lock: bool = False) -> Any:
         """The session's row; ``lock``: ``FOR UPDATE`` on PostgreSQL (like stores)."""
-        if "\x00" in session_id:
-            raise not_found(f"session {session_id!r} not found")
-        sql = "SELECT * FROM sessions WHERE id = ?"
-        if lock and self._pg is not None:
-            sql += " FOR UPDATE"
-        row = c.execute(sql, (session_id,)).fetchone()
-        if row is None:
-            raise not_found(f"session {session_id!r} not found")
-        return row
+        return row_by_id(c, "sessions", session_id, f"session {session_id!r} not found",
+                         for_update=lock and self._pg is not None)
 
     @staticmethod
     def _sessions_json(c: Any, rows: list[Any]) -> list[dict[str, Any]]:
@@ -386,40 +376,23 @@ class SessionsMixin:
         order = order or "desc"
         if order not in ("asc", "desc"):
             raise invalid("order must be 'asc' or 'desc'")
-        limit = check_limit(limit, full=False)
         bounds = (("created_at >", created_gt), ("created_at >=", created_gte),
                   ("created_at <", created_lt), ("created_at <=", created_lte))
-        fp = _fingerprint("sessions", memory_store_id, agent_id, include_archived, order,
-                          *(v for _, v in bounds))
-        after = _key(decode_cursor(page, fp), 2)
-        sql = "SELECT * FROM sessions WHERE 1 = 1"
-        args: list[Any] = []
+        query = KeysetPage("sessions", (memory_store_id, agent_id, include_archived, order,
+                                        *(v for _, v in bounds)),
+                           limit=limit, page=page, desc=order == "desc")
         if not include_archived:
-            sql += " AND archived_at IS NULL"
+            query.where("archived_at IS NULL")
         if memory_store_id is not None:
-            sql += (" AND id IN (SELECT session_id FROM session_resources"
-                    " WHERE memory_store_id = ?)")
-            args.append(memory_store_id)
+            query.where("id IN (SELECT session_id FROM session_resources"
+                        " WHERE memory_store_id = ?)", memory_store_id)
         if agent_id is not None:
-            sql += " AND agent_id = ?"
-            args.append(agent_id)
+            query.where("agent_id = ?", agent_id)
         for cond, val in bounds:
             if val is not None:
-                sql += f" AND {cond} ?"
-                args.append(val)
-        desc = order == "desc"
-        if after is not None:
-            sql += " AND (created_at, id) " + ("<" if desc else ">") + " (?, ?)"
-            args += after
-        sql += " ORDER BY created_at {0}, id {0} LIMIT ?".format("DESC" if desc else "ASC")
-        args.append(limit + 1)
-        unmatchable = any(isinstance(a, str) and "\x00" in a for a in args)
+                query.where(f"{cond} ?", val)
         with self._txn() as c:
-            rows = [] if unmatchable else c.execute(sql, args).fetchall()
-            nxt = None
-            if len(rows) > limit:
-                rows = rows[:limit]
-                nxt = encode_cursor(fp, [rows[-1]["created_at"], rows[-1]["id"]])
+            rows, nxt = query.fetch(c)
             return {"data": self._sessions_json(c, rows), "next_page": nxt}
 
     def archive_session(self, session_id: str) -> dict[str, Any]:

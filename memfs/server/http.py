@@ -18,6 +18,7 @@ from urllib.parse import unquote
 
 from starlette.routing import compile_path
 
+from memfs.api.betas import MEMORY_BETA, SESSIONS_BETA
 from memfs.server.db import (
     Actor,
     ApiError,
@@ -34,10 +35,9 @@ from memfs.server.jsonbody import (
     STORE_WRITE_BODY_MAX,
 )
 
-MEMORY_BETA = "agent-memory-2026-07-22"
-LEGACY_BETA = "managed-agents-2026-04-01"
-#: Session endpoints keep using the managed-agents beta (reference §1.3, §6.1).
-SESSIONS_BETA = LEGACY_BETA
+#: Memory store routes also take the managed-agents beta they took first; session
+#: routes keep using it (reference §1.3, §6.1).
+LEGACY_BETA = SESSIONS_BETA
 SESSION_HEADER = "x-memfs-session-id"
 
 _SESSION_RE = re.compile(r"^sesn_[A-Za-z0-9_-]{1,128}$")
