@@ -129,5 +129,7 @@ async def test_watchers_add_no_request_to_an_idle_mount(verbose, tmp_path):
           f"--mount: {len(watched)} ({sum(map(is_feed_poll, watched))} feed polls)")
     assert alone and all(is_feed_poll(r) for r in alone), alone
     assert watched and all(is_feed_poll(r) for r in watched), watched
-    assert len(watched) <= window / 1.0 + 1  # one poll a second at most, as alone
+    # One poll a second at most, as alone; a poll reads the feed's head and, while recent
+    # versions settle (the seeding, 30 s), its settled edge: two requests (docs/SYNC.md).
+    assert len(watched) <= 2 * (window / 1.0 + 1)
     assert watcher.lines.empty()  # nothing changed: nothing printed
