@@ -9,6 +9,7 @@ harness reaches only through rare timings (the mutation run, docs/TESTING.md,
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,107 @@ def test_take_remote_after_a_local_rename_since_the_fetch_applies_nothing(st):
                        gen=fetched_at)
     assert node.sha == sha256(b"mine") and st.conflicts() == []
     assert st.path_of(node) == "/y.md" and node.base_path == "/x.md"
+
+
+def test_a_stale_decision_stays_stale_after_the_server_content_is_applied(st):
+    """gen only moves forward: a decision made before a local change must not become
+    valid again because the server's content was applied since."""
+    node = _file(st, "x.md", b"base")
+    decided_at = node.gen
+    st.set_content(node, sha256(b"base"), 4)  # a save of the same bytes: still clean
+    st.remote_content(node, Remote(MID, "/x.md", sha256(b"v2"), 2))
+    with pytest.raises(Deferred):
+        st.take_remote(node, Remote(MID, "/x.md", sha256(b"v3"), 2), "both changed",
+                       gen=decided_at)
+    assert node.sha == sha256(b"v2") and st.conflicts() == []
+
+
+def test_take_remote_over_a_local_rename_only_loses_nothing(st):
+    """A file renamed here but not edited takes the server's content: no conflict row,
+    the rename still goes out, and its memory stays its own."""
+    node = _file(st, "x.md", b"base")
+    st.rename(node, st.nodes[ROOT_INO], "y.md", None)
+    cid = st.take_remote(node, Remote(MID, "/x.md", sha256(b"theirs"), 6), "both changed",
+                         gen=node.gen)
+    assert cid is None and st.conflicts() == []
+    assert node.sha == sha256(b"theirs") and node.memory_id == MID
+    assert st.tombstones == {} and st.holder(MID) is node
+    assert st.is_dirty(node) and st.path_of(node) == "/y.md"
+
+
+def test_take_remote_of_the_same_bytes_is_no_conflict(st):
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"same"), 4)
+    assert st.take_remote(node, Remote(MID, "/x.md", sha256(b"same"), 4), "both changed",
+                          gen=node.gen) is None
+    assert st.conflicts() == [] and not st.is_dirty(node)
+
+
+@pytest.mark.parametrize("data,kept", [(b"", False), (b"mine", True)])
+def test_take_remote_over_a_new_file_keeps_only_real_content(st, data, kept):
+    """A local create that lost its path to another writer's memory: its content is
+    kept as a conflict, unless it is empty (an empty new file loses nothing)."""
+    node = _file(st, "x.md", data, memory_id=None)
+    cid = st.take_remote(node, Remote("mem_other", "/x.md", sha256(b"theirs"), 6),
+                         "another writer created the same path", gen=node.gen)
+    assert (cid is not None) is kept
+    assert [(c["local_sha"], c["memory_id"]) for c in st.conflicts()] == \
+        ([(sha256(data), "mem_other")] if kept else [])
+    assert node.memory_id == "mem_other" and node.sha == sha256(b"theirs")
+
+
+def test_take_remote_against_a_stranger_tombstones_our_own_memory(st, tmp_path):
+    """tombstone_own: our memory renamed onto a path a stranger's memory holds; the
+    tree takes the stranger's, ours (all local content) is kept and deleted later."""
+    node = _file(st, "x.md", b"base")
+    cid = st.take_remote(node, Remote("mem_stranger", "/x.md", sha256(b"theirs"), 6),
+                         "path taken", gen=node.gen, tombstone_own=True)
+    assert cid is not None
+    assert st.get_conflict(cid)["local_sha"] == sha256(b"base")
+    assert node.memory_id == "mem_stranger" and st.holder("mem_stranger") is node
+    assert list(st.tombstones) == [MID] and st.holder(MID) is None
+    again = _reopened(st, tmp_path)
+    assert list(again.tombstones) == [MID]
+    again.close()
+
+
+def test_applying_the_server_content_tells_the_content_hook(st):
+    """The kernel's cached pages of the file are dropped (fs.py's hook) when the
+    server's content replaces it."""
+    node = _file(st, "x.md", b"base")
+    heard = []
+    st.on_content = lambda ino, *rest: heard.append(ino)
+    st.take_remote(node, Remote(MID, "/x.md", sha256(b"theirs"), 6), "r", gen=node.gen)
+    assert heard == [node.ino]
+
+
+def test_a_conflict_shows_until_its_last_row_is_resolved(st):
+    node = _file(st, "x.md", b"base")
+    for theirs in (b"t1", b"t2"):
+        st.set_content(node, sha256(b"mine" + theirs), 6)
+        st.take_remote(node, Remote(MID, "/x.md", sha256(theirs), 2), "r", gen=node.gen)
+    first, second = (c["id"] for c in st.conflicts())
+    assert st.sync_state(node) == "conflict"
+    st.discard_conflict(first)
+    assert st.sync_state(node) == "conflict"
+    st.discard_conflict(second)
+    assert st.sync_state(node) == "synced"
+
+
+def test_taking_the_server_version_clears_a_refusal_and_the_backoff(st):
+    """The server's content is not the refused one: the file is no longer refused, and
+    its next failure starts the backoff from its first step again."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"\xff"), 1)
+    st.refuse_locally(node, "not UTF-8")
+    ticket = st.begin_push(node)
+    st.push_failed(ticket, "503", transient=False)
+    st.push_failed(ticket, "503", transient=False)
+    assert st.sync_state(node) == "refused"
+    st.take_remote(node, Remote(MID, "/x.md", sha256(b"theirs"), 6), "r", gen=node.gen)
+    assert not st.is_refused(node) and node.error is None and node.retry_at is None
+    st.set_content(node, sha256(b"next"), 4)
+    before = time.time()
+    st.push_failed(st.begin_push(node), "403", transient=False)
+    after = time.time()
+    assert before + 2.0 <= node.retry_at <= after + 2.0  # the first step: 2 s
