@@ -197,3 +197,128 @@ def test_taking_the_server_version_clears_a_refusal_and_the_backoff(st):
     st.push_failed(st.begin_push(node), "403", transient=False)
     after = time.time()
     assert before + 2.0 <= node.retry_at <= after + 2.0  # the first step: 2 s
+
+
+# -- restore_conflict (`memfs conflicts restore`) -------------------------------------------
+
+
+def _conflicted(st: State, name: str = "x.md"):
+    """A file whose edit lost to the server's: the tree holds theirs, row holds mine."""
+    node = _file(st, name, b"base")
+    st.set_content(node, sha256(b"mine"), 4)
+    cid = st.take_remote(node, Remote(MID, f"/{name}", sha256(b"theirs"), 6), "both changed",
+                         gen=node.gen)
+    return node, cid
+
+
+def test_restore_puts_the_kept_version_back_as_a_local_edit(st, tmp_path):
+    node, cid = _conflicted(st)
+    heard = []
+    st.on_content = lambda ino, *rest: heard.append(ino)
+    restored, created = st.restore_conflict(cid, 4)
+    assert restored is node and not created and heard == [node.ino]
+    assert (node.sha, node.size, node.memory_id) == (sha256(b"mine"), 4, MID)
+    assert st.conflicts() == [] and st.sync_state(node) == "pending"
+    again = _reopened(st, tmp_path)
+    back = again.lookup_path("/x.md")
+    assert (back.sha, back.size, back.base_sha) == (sha256(b"mine"), 4, sha256(b"theirs"))
+    assert again.conflicts() == [] and again.is_dirty(back)
+    again.close()
+
+
+def test_restore_keeps_a_newer_pending_edit_as_its_own_conflict(st, tmp_path):
+    node, cid = _conflicted(st)
+    st.set_content(node, sha256(b"newer"), 5)
+    st.restore_conflict(cid, 4)
+    assert node.sha == sha256(b"mine")
+    [row] = st.conflicts()
+    assert (row["path"], row["memory_id"], row["local_sha"], row["remote_sha"]) == \
+        ("/x.md", MID, sha256(b"newer"), sha256(b"mine"))
+    assert f"#{cid}" in row["reason"]
+    assert st.sync_state(node) == "conflict"
+    again = _reopened(st, tmp_path)
+    assert [c["local_sha"] for c in again.conflicts()] == [sha256(b"newer")]
+    again.close()
+
+
+def test_restore_over_the_servers_version_or_a_refused_edit_adds_no_conflict(st):
+    """Only an edit that is not on the server and could go there is worth a row."""
+    node, cid = _conflicted(st)
+    st.restore_conflict(cid, 4)  # the tree held the server's version (the base)
+    assert st.conflicts() == []
+    node2, cid2 = _conflicted(st, "y.md")
+    st.set_content(node2, sha256(b"\xff"), 1)
+    st.refuse_locally(node2, "not UTF-8")
+    st.restore_conflict(cid2, 4)
+    assert st.conflicts() == [] and node2.sha == sha256(b"mine")
+    assert not st.is_refused(node2) and node2.refused_reason is None
+
+
+def test_restore_of_a_deleted_file_recreates_it_with_its_memory(st, tmp_path):
+    """Deleted here since (its memory's delete pending): the file comes back at its
+    path, in the directories it had, and takes its memory back."""
+    st.ensure_dir("/d")
+    d = st.lookup_path("/d")
+    st.set_attrs(d, uid=1234, gid=5678)
+    node = st.new_node(d, "x.md", is_dir=False, mode=0o100644, uid=0, gid=0)
+    st.set_content(node, sha256(b"base"), 4)
+    st.set_base(node, MID, "/d/x.md", sha256(b"base"))
+    st.set_content(node, sha256(b"mine"), 4)
+    cid = st.take_remote(node, Remote(MID, "/d/x.md", sha256(b"theirs"), 6), "r",
+                         gen=node.gen)
+    st.remove(node)
+    st.remove(d)
+    assert list(st.tombstones) == [MID]
+    restored, created = st.restore_conflict(cid, 4)
+    assert created and restored is not node
+    assert st.lookup_path("/d/x.md") is restored and st.lookup_path("/d").is_dir
+    assert (restored.sha, restored.size) == (sha256(b"mine"), 4)
+    assert restored.memory_id == MID and st.tombstones == {} and st.holder(MID) is restored
+    assert st.is_dirty(restored)
+    again = _reopened(st, tmp_path)
+    back = again.lookup_path("/d/x.md")
+    assert (back.sha, back.memory_id, back.mode) == (sha256(b"mine"), MID, 0o100644)
+    again.close()
+
+
+def test_restore_finds_a_row_without_memory_by_its_path(st):
+    node = _file(st, "x.md", b"", memory_id=None)
+    st.set_content(node, sha256(b"mine"), 4)
+    cid = st.take_remote(node, Remote("mem_other", "/x.md", sha256(b"theirs"), 6), "r",
+                         gen=node.gen)
+    st.discard_conflict(cid)
+    cid = st.add_conflict("/x.md", None, sha256(b"mine"), None, "kept")
+    restored, created = st.restore_conflict(cid, 4)
+    assert restored is node and not created and node.sha == sha256(b"mine")
+
+
+def test_restore_refuses_what_it_cannot_do_and_changes_nothing(st):
+    with pytest.raises(LookupError, match="no conflict #99"):
+        st.restore_conflict(99, 1)
+    node, cid = _conflicted(st)
+    st.set_open_dirty(node.ino, True)
+    with pytest.raises(ValueError, match="open with unsaved changes"):
+        st.restore_conflict(cid, 4)
+    st.set_open_dirty(node.ino, False)
+    st.remove(node)
+    st.ensure_dir("/x.md")
+    with pytest.raises(ValueError, match="is a directory now"):
+        st.restore_conflict(cid, 4)
+    cid2 = st.add_conflict("/f/y.md", None, sha256(b"mine"), None, "kept")
+    _file(st, "f", b"a file", memory_id=None)
+    with pytest.raises(ValueError, match="a file stands where its directory should be"):
+        st.restore_conflict(cid2, 4)
+    assert sorted(c["id"] for c in st.conflicts()) == [cid, cid2]
+    assert st.lookup_path("/f/y.md") is None
+
+
+def test_discard_drops_the_row_and_says_what_it_was(st, tmp_path):
+    node, cid = _conflicted(st)
+    row = st.discard_conflict(cid)
+    assert (row["id"], row["local_sha"]) == (cid, sha256(b"mine"))
+    assert st.conflicts() == [] and st.sync_state(node) == "synced"
+    with pytest.raises(LookupError, match=f"no conflict #{cid}"):
+        st.discard_conflict(cid)
+    again = _reopened(st, tmp_path)
+    assert again.conflicts() == []
+    again.close()
