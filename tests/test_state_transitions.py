@@ -322,3 +322,179 @@ def test_discard_drops_the_row_and_says_what_it_was(st, tmp_path):
     again = _reopened(st, tmp_path)
     assert again.conflicts() == []
     again.close()
+
+
+# -- answers and listings ------------------------------------------------------------------
+
+
+def test_adopt_own_write_makes_what_we_sent_the_base(st, tmp_path):
+    """A lost answer, found in a listing: the server holds our bytes."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"mine"), 4)
+    st.begin_push(node)
+    st.adopt_own_write(node, Remote(MID, "/x.md", sha256(b"mine"), 4))
+    assert (node.base_sha, node.sent_sha) == (sha256(b"mine"), None)
+    assert not st.is_dirty(node)
+    again = _reopened(st, tmp_path)
+    assert again.lookup_path("/x.md").base_sha == sha256(b"mine")
+    again.close()
+
+
+def test_adopt_own_write_of_an_older_send_keeps_the_newer_one_in_flight(st):
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    st.begin_push(node)
+    st.set_content(node, sha256(b"v2"), 2)
+    st.begin_push(node)
+    st.adopt_own_write(node, Remote(MID, "/x.md", sha256(b"v1"), 2))
+    assert (node.base_sha, node.sent_sha) == (sha256(b"v1"), sha256(b"v2"))
+    assert st.is_dirty(node)
+
+
+def test_push_refused_marks_that_content_and_forgets_the_send(st, tmp_path):
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"big"), 3)
+    ticket = st.begin_push(node)
+    st.push_refused(ticket, "too large")
+    assert st.sync_state(node) == "refused" and node.refused_reason == "too large"
+    assert node.sent_sha is None
+    again = _reopened(st, tmp_path)
+    back = again.lookup_path("/x.md")
+    assert (back.refused_sha, back.refused_reason, back.sent_sha) == \
+        (sha256(b"big"), "too large", None)
+    again.close()
+    st.set_content(node, sha256(b"small"), 5)
+    assert st.sync_state(node) == "pending"
+
+
+def test_push_refused_for_a_file_gone_since_changes_nothing(st):
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"big"), 3)
+    ticket = st.begin_push(node)
+    st.remove(node)
+    st.push_refused(ticket, "too large")
+    assert MID in st.tombstones and st.lookup_path("/x.md") is None
+
+
+def test_tombstone_rebased_on_our_own_write(st, tmp_path):
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"mine"), 4)
+    st.begin_push(node)
+    st.remove(node)
+    assert st.tombstones[MID].sent_sha == sha256(b"mine")
+    st.tombstone_rebased(MID, sha256(b"mine"))
+    tomb = st.tombstones[MID]
+    assert (tomb.base_sha, tomb.sent_sha) == (sha256(b"mine"), None)
+    again = _reopened(st, tmp_path)
+    assert (again.tombstones[MID].base_sha, again.tombstones[MID].sent_sha) == \
+        (sha256(b"mine"), None)
+    again.close()
+    st.tombstone_rebased("mem_unknown", sha256(b"x"))  # no such delete: nothing happens
+    assert list(st.tombstones) == [MID]
+
+
+def test_doubt_of_finds_the_request_by_file_or_by_memory(st):
+    node = _file(st, "x.md", b"base")
+    new = _file(st, "y.md", b"new", memory_id=None)
+    assert st.doubt_of(node) is None and st.doubt_of(new) is None
+    st.set_content(node, sha256(b"mine"), 4)
+    update = st.begin_push(node)
+    create = st.begin_push(new)
+    assert st.doubt_of(node) == update and st.doubt_of(new) == create
+    # An editor's save replaces x.md: the memory's request belongs to the new file.
+    tmp = _file(st, "x.md~", b"saved", memory_id=None)
+    st.rename(tmp, st.nodes[ROOT_INO], "x.md", node)
+    assert st.doubt_of(tmp).doubt == update.doubt
+    other = _file(st, "z.md", b"z", memory_id="mem_z")
+    assert st.doubt_of(other) is None
+
+
+def test_remote_base_path_takes_their_path_and_keeps_our_rename(st, tmp_path):
+    node = _file(st, "x.md", b"base")
+    st.rename(node, st.nodes[ROOT_INO], "ours.md", None)
+    st.remote_base_path(node, "/theirs.md")
+    assert node.base_path == "/theirs.md" and st.path_of(node) == "/ours.md"
+    assert st.is_dirty(node)
+    again = _reopened(st, tmp_path)
+    assert again.lookup_path("/ours.md").base_path == "/theirs.md"
+    again.close()
+
+
+def test_conflict_rows_added_alone_or_imported_count_and_persist(st, tmp_path):
+    node = _file(st, "x.md", b"base")
+    cid = st.add_conflict("/x.md", MID, sha256(b"mine"), sha256(b"theirs"), "by hand")
+    assert st.get_conflict(cid) == {
+        "id": cid, "path": "/x.md", "memory_id": MID, "local_sha": sha256(b"mine"),
+        "remote_sha": sha256(b"theirs"), "reason": "by hand",
+        "created_at": st.get_conflict(cid)["created_at"]}
+    st.import_conflicts([("/x.md", MID, sha256(b"a"), None, "adopted"),
+                         ("/gone.md", None, sha256(b"b"), None, "adopted")])
+    assert [(c["path"], c["local_sha"]) for c in st.conflicts()] == \
+        [("/x.md", sha256(b"mine")), ("/x.md", sha256(b"a")), ("/gone.md", sha256(b"b"))]
+    assert st.sync_state(node) == "conflict"
+    for row in st.conflicts()[:2]:
+        st.discard_conflict(row["id"])
+    assert st.sync_state(node) == "synced"
+    again = _reopened(st, tmp_path)
+    assert [c["path"] for c in again.conflicts()] == ["/gone.md"]
+    again.close()
+
+
+def test_forget_memory_turns_the_file_into_a_create(st, tmp_path):
+    node = _file(st, "x.md", b"base")
+    st.forget_memory(node)
+    assert (node.memory_id, node.base_path, node.base_sha, node.sent_sha) == \
+        (None, None, None, None)
+    assert st.holder(MID) is None and st.is_dirty(node)
+    again = _reopened(st, tmp_path)
+    assert again.lookup_path("/x.md").memory_id is None and again.holder(MID) is None
+    again.close()
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_remote_deleted(st, tmp_path, keep):
+    st.ensure_dir("/d")
+    node = st.new_node(st.lookup_path("/d"), "x.md", is_dir=False, mode=0o100644, uid=0,
+                       gid=0)
+    st.set_base(node, MID, "/d/x.md", node.sha)
+    st.remote_deleted(node, keep=keep)
+    assert st.holder(MID) is None
+    if keep:
+        assert st.lookup_path("/d/x.md") is node and node.memory_id is None
+        assert st.is_dirty(node)
+    else:  # gone, and so is the directory it left empty
+        assert st.lookup_path("/d/x.md") is None and st.lookup_path("/d") is None
+    again = _reopened(st, tmp_path)
+    assert (again.lookup_path("/d/x.md") is not None) is keep and again.holder(MID) is None
+    again.close()
+
+
+def test_remote_content_of_a_clean_file(st, tmp_path):
+    node = _file(st, "x.md", b"base")
+    st.rename(node, st.nodes[ROOT_INO], "y.md", None)  # a local rename: not content
+    st.remote_content(node, Remote(MID, "/elsewhere.md", sha256(b"v2"), 2), gen=node.gen)
+    assert (node.sha, node.size, node.base_sha) == (sha256(b"v2"), 2, sha256(b"v2"))
+    assert node.base_path == "/x.md"  # a place is remote_moved's to change, not this
+    again = _reopened(st, tmp_path)
+    back = again.lookup_path("/y.md")
+    assert (back.sha, back.base_sha, back.base_path) == (sha256(b"v2"), sha256(b"v2"), "/x.md")
+    again.close()
+
+
+@pytest.mark.parametrize("why", ["edited", "open", "unlinked", "gen"])
+def test_remote_content_defers_unless_the_file_is_clean(st, why):
+    node = _file(st, "x.md", b"base")
+    gen = node.gen
+    if why == "edited":
+        st.set_content(node, sha256(b"mine"), 4)
+        gen = node.gen
+    elif why == "open":
+        st.set_open_dirty(node.ino, True)
+    elif why == "unlinked":
+        st.remove(node)
+    else:
+        st.set_content(node, sha256(b"base"), 4)  # same bytes, but a change since
+    with pytest.raises(Deferred):
+        st.remote_content(node, Remote(MID, "/x.md", sha256(b"v2"), 2), gen=gen)
+    assert node.sha != sha256(b"v2")
+    assert node.base_sha == (None if why == "unlinked" else sha256(b"base"))
