@@ -9,6 +9,7 @@ harness reaches only through rare timings (the mutation run, docs/TESTING.md,
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -498,3 +499,135 @@ def test_remote_content_defers_unless_the_file_is_clean(st, why):
         st.remote_content(node, Remote(MID, "/x.md", sha256(b"v2"), 2), gen=gen)
     assert node.sha != sha256(b"v2")
     assert node.base_sha == (None if why == "unlinked" else sha256(b"base"))
+
+
+# -- the server's renames and new memories ---------------------------------------------------
+
+
+def _mem(st: State, path: str, data: bytes, memory_id: str):
+    """A synced file at path (its directories created)."""
+    dir_path, name = path.rsplit("/", 1)
+    parent = st.ensure_dir(dir_path or "/")
+    node = st.new_node(parent, name, is_dir=False, mode=0o100644, uid=0, gid=0)
+    st.set_content(node, sha256(data), len(data))
+    st.set_base(node, memory_id, path, sha256(data))
+    return node
+
+
+def test_remote_moved_to_a_free_path_follows_and_prunes(st, tmp_path):
+    node = _mem(st, "/d/x.md", b"x", MID)
+    assert st.remote_moved(node, "/e/y.md")
+    assert st.path_of(node) == "/e/y.md" and node.base_path == "/e/y.md"
+    assert not st.is_dirty(node) and st.lookup_path("/d") is None
+    again = _reopened(st, tmp_path)
+    back = again.lookup_path("/e/y.md")
+    assert back is not None and back.base_path == "/e/y.md" and again.lookup_path("/d") is None
+    again.close()
+
+
+@pytest.mark.parametrize("theirs,kept", [(b"new", True), (b"", False), (b"x", False)])
+def test_remote_moved_over_a_new_local_file_keeps_its_content(st, theirs, kept):
+    """A file never pushed stands where the server put our memory: it leaves the tree,
+    its content kept as a conflict (nothing to keep if it is empty or the same)."""
+    node = _mem(st, "/x.md", b"x", MID)
+    local = _file(st, "y.md", theirs, memory_id=None)
+    assert st.remote_moved(node, "/y.md")
+    assert st.lookup_path("/y.md") is node and local.ino not in st.nodes
+    rows = [(c["path"], c["memory_id"], c["local_sha"], c["remote_sha"], c["reason"])
+            for c in st.conflicts()]
+    assert rows == ([("/y.md", MID, sha256(theirs), sha256(b"x"),
+                      "the server gave this path to another memory")] if kept else [])
+
+
+def test_remote_moved_sends_a_local_rename_there_back_home(st):
+    """Our memory t, renamed here onto the path (not pushed): it goes back to its base
+    path, its content kept; the server's rename is followed."""
+    node = _mem(st, "/x.md", b"x", MID)
+    other = _mem(st, "/t.md", b"t", "mem_t")
+    st.rename(other, st.nodes[ROOT_INO], "y.md", None)
+    assert st.remote_moved(node, "/y.md")
+    assert st.lookup_path("/y.md") is node and st.lookup_path("/t.md") is other
+    assert other.memory_id == "mem_t" and st.conflicts() == []
+
+
+@pytest.mark.parametrize("blocker", ["dir", "open", "local-only", "synced", "no-dir",
+                                     "back-taken", "cycle"])
+def test_remote_moved_yields_to_what_it_must_not_take(st, blocker):
+    node = _mem(st, "/x.md", b"x", MID)
+    target = "/y.md"
+    if blocker == "dir":
+        st.ensure_dir("/y.md")
+    elif blocker == "open":
+        st.set_open_dirty(_file(st, "y.md", b"y", memory_id=None).ino, True)
+    elif blocker == "local-only":
+        target = "/y.md~"
+        _file(st, "y.md~", b"y", memory_id=None)
+    elif blocker == "synced":  # another memory the server also has there
+        _mem(st, "/y.md", b"y", "mem_y")
+    elif blocker == "no-dir":  # a file stands where the directory should be
+        _file(st, "f", b"f", memory_id=None)
+        target = "/f/y.md"
+    elif blocker == "back-taken":  # ours renamed there, its own path taken since
+        other = _mem(st, "/t.md", b"t", "mem_t")
+        st.rename(other, st.nodes[ROOT_INO], "y.md", None)
+        st.ensure_dir("/t.md")
+    else:  # a and b swapped here, not pushed: each one's way back is the other's
+        a, b = _mem(st, "/a.md", b"a", "mem_a"), _mem(st, "/b.md", b"b", "mem_b")
+        st.rename(a, st.nodes[ROOT_INO], "tmp.md", None)
+        st.rename(b, st.nodes[ROOT_INO], "a.md", None)
+        st.rename(a, st.nodes[ROOT_INO], "b.md", None)
+        target = "/a.md"
+    before = sorted((st.path_of(n), n.memory_id) for n in st.files())
+    assert not st.remote_moved(node, target)
+    assert st.path_of(node) == "/x.md" and node.base_path == "/x.md"
+    assert sorted((st.path_of(n), n.memory_id) for n in st.files()) == before
+    assert st.conflicts() == []
+
+
+def test_add_remote_shows_a_new_memory(st, tmp_path):
+    added = []
+    st.on_added = added.append
+    node = st.add_remote(Remote("mem_n", "/d/n.md", sha256(b"n"), 1))
+    assert st.lookup_path("/d/n.md") is node and st.holder("mem_n") is node and added == [node.ino]
+    assert (node.sha, node.size, node.base_sha, node.base_path) == \
+        (sha256(b"n"), 1, sha256(b"n"), "/d/n.md")
+    assert node.mode == 0o100644 and (node.uid, node.gid) == (os.getuid(), os.getgid())
+    assert node.mtime_ns == node.ctime_ns == node.atime_ns > 0
+    assert not st.is_dirty(node)
+    again = _reopened(st, tmp_path)
+    back = again.lookup_path("/d/n.md")
+    assert (back.memory_id, back.sha, back.mode) == ("mem_n", sha256(b"n"), 0o100644)
+    again.close()
+
+
+def test_add_remote_of_a_memory_deleted_here_cancels_the_delete(st):
+    node = _mem(st, "/x.md", b"x", MID)
+    st.remove(node)
+    assert MID in st.tombstones
+    back = st.add_remote(Remote(MID, "/x.md", sha256(b"changed"), 7))
+    assert back is not None and st.tombstones == {} and st.holder(MID) is back
+
+
+@pytest.mark.parametrize("blocker", ["file", "no-dir"])
+def test_add_remote_where_the_place_is_taken_adds_nothing(st, blocker):
+    _file(st, "f", b"mine", memory_id=None)
+    path = "/f" if blocker == "file" else "/f/n.md"
+    assert st.add_remote(Remote("mem_n", path, sha256(b"n"), 1)) is None
+    assert st.holder("mem_n") is None and st.lookup_path("/f").sha == sha256(b"mine")
+
+
+def test_set_attrs_persists_only_a_file_in_the_tree(st, tmp_path):
+    node = _file(st, "x.md", b"x")
+    st.set_attrs(node, mode=0o100600, uid=7, gid=8, atime_ns=1, mtime_ns=2, ctime_ns=3)
+    assert (node.mode, node.uid, node.gid, node.atime_ns, node.mtime_ns, node.ctime_ns) == \
+        (0o100600, 7, 8, 1, 2, 3)
+    gone = _file(st, "gone.md", b"g", memory_id=None)
+    st.remove(gone)
+    st.set_attrs(gone, mode=0o100600, ctime_ns=5)
+    assert gone.ctime_ns == 5
+    again = _reopened(st, tmp_path)
+    back = again.lookup_path("/x.md")
+    assert (back.mode, back.uid, back.gid, back.atime_ns, back.mtime_ns, back.ctime_ns) == \
+        (0o100600, 7, 8, 1, 2, 3)
+    assert again.lookup_path("/gone.md") is None and len(list(again.files())) == 1
+    again.close()
