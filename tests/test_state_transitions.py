@@ -10,6 +10,7 @@ harness reaches only through rare timings (the mutation run, docs/TESTING.md,
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -631,3 +632,103 @@ def test_set_attrs_persists_only_a_file_in_the_tree(st, tmp_path):
         (0o100600, 7, 8, 1, 2, 3)
     assert again.lookup_path("/gone.md") is None and len(list(again.files())) == 1
     again.close()
+
+
+def test_ensure_dir_makes_the_whole_chain_and_prune_removes_it(st, tmp_path):
+    """The kernel hears of the topmost new (or removed) entry: its cached lookups of
+    that name are dropped (fs.py's on_entry hook)."""
+    heard = []
+    st.on_entry = lambda parent, name: heard.append((parent, name))
+    st.ensure_dir("/a")
+    a = st.lookup_path("/a")
+    heard.clear()
+    leaf = st.ensure_dir("/a/b/c")
+    b = st.lookup_path("/a/b")
+    assert leaf is st.lookup_path("/a/b/c") and b.is_dir and leaf.is_dir
+    assert heard == [(a.ino, "b")]
+    for d in (b, leaf):
+        assert d.mode == stat.S_IFDIR | 0o755 and (d.uid, d.gid) == (os.getuid(), os.getgid())
+        assert d.atime_ns == d.mtime_ns == d.ctime_ns > 0
+    again = _reopened(st, tmp_path)
+    assert again.lookup_path("/a/b/c").mode == stat.S_IFDIR | 0o755
+    again.close()
+    heard.clear()
+    assert st.prune(leaf) == [(b.ino, "c"), (a.ino, "b"), (ROOT_INO, "a")]
+    assert heard == [(b.ino, "c"), (a.ino, "b"), (ROOT_INO, "a")]
+    assert st.lookup_path("/a") is None
+
+
+def test_restore_follows_the_memory_to_where_the_file_is_now(st):
+    """Renamed here since the conflict: the file holding the memory is restored, not a
+    new file at the conflict's old path."""
+    node, cid = _conflicted(st)
+    st.rename(node, st.nodes[ROOT_INO], "moved.md", None)
+    restored, created = st.restore_conflict(cid, 4)
+    assert restored is node and not created
+    assert st.lookup_path("/x.md") is None and st.path_of(node) == "/moved.md"
+    assert node.sha == sha256(b"mine")
+
+
+def test_a_recreated_file_is_its_directorys_owners_and_a_new_inode(st):
+    st.ensure_dir("/d")
+    d = st.lookup_path("/d")
+    st.set_attrs(d, uid=1234, gid=5678)
+    cid = st.add_conflict("/d/x.md", None, sha256(b"mine"), None, "kept")
+    restored, created = st.restore_conflict(cid, 4)
+    assert created and (restored.uid, restored.gid) == (1234, 5678)
+    assert restored.atime_ns > 0 and restored.mode == 0o100644
+    later = st.new_node(d, "later.md", is_dir=False, mode=0o100644, uid=0, gid=0)
+    inos = [n.ino for n in st.nodes.values()]
+    assert len(set(inos)) == len(inos) and later.ino > restored.ino
+
+
+def test_imported_conflicts_keep_every_field(st):
+    st.import_conflicts([("/x.md", MID, sha256(b"a"), sha256(b"b"), "adopted")])
+    [row] = st.conflicts()
+    assert (row["path"], row["memory_id"], row["local_sha"], row["remote_sha"],
+            row["reason"]) == ("/x.md", MID, sha256(b"a"), sha256(b"b"), "adopted")
+
+
+def test_doubt_of_a_new_file_is_only_its_own_request(st):
+    sent = _file(st, "a.md", b"a", memory_id=None)
+    quiet = _file(st, "b.md", b"b", memory_id=None)
+    st.begin_push(sent)
+    assert st.doubt_of(quiet) is None
+
+
+def test_a_refusal_after_a_lost_answer_keeps_the_earlier_send_in_doubt(st):
+    """v1 went out and its answer was lost; v2 is refused: v1 may be on the server, so
+    it stays what was last sent (a listing showing it is then adopted, not a conflict)."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    st.begin_push(node)  # no answer: in doubt
+    st.set_content(node, sha256(b"v2"), 2)
+    st.push_refused(st.begin_push(node), "too large")
+    assert node.sent_sha == sha256(b"v1")
+
+
+def test_a_failing_delete_waits_longer_each_time(st):
+    node = _file(st, "x.md", b"base")
+    st.remove(node)
+    waits = []
+    for _ in range(3):
+        before = time.time()
+        st.tombstone_failed(MID, "403")
+        after = time.time()
+        waits.append((before, st.tombstones[MID].retry_at, after))
+    for (before, retry_at, after), step in zip(waits, (2.0, 4.0, 8.0), strict=True):
+        assert before + step <= retry_at <= after + step
+    assert st.tombstones[MID].error == "403"
+    st.tombstone_failed("mem_unknown", "403")  # no such delete: nothing happens
+    assert list(st.tombstones) == [MID]
+
+
+def test_a_decision_older_than_a_new_files_first_change_stays_stale(st):
+    """gen counts up from where the file began, whatever the server's content does."""
+    node = st.add_remote(Remote(MID, "/x.md", sha256(b"x"), 1))
+    st.set_content(node, sha256(b"x"), 1)  # a save of the same bytes
+    decided_at = node.gen
+    st.set_content(node, sha256(b"x"), 1)
+    st.remote_content(node, Remote(MID, "/x.md", sha256(b"v2"), 2))
+    with pytest.raises(Deferred):
+        st.take_remote(node, Remote(MID, "/x.md", sha256(b"v3"), 2), "r", gen=decided_at)
