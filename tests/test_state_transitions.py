@@ -9,6 +9,7 @@ harness reaches only through rare timings (the mutation run, docs/TESTING.md,
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import time
@@ -228,12 +229,15 @@ def test_restore_puts_the_kept_version_back_as_a_local_edit(st, tmp_path):
     again.close()
 
 
-def test_restore_keeps_a_newer_pending_edit_as_its_own_conflict(st, tmp_path):
+def test_restore_keeps_a_newer_pending_edit_as_its_own_conflict(st, tmp_path, caplog):
     node, cid = _conflicted(st)
     st.set_content(node, sha256(b"newer"), 5)
-    st.restore_conflict(cid, 4)
+    with caplog.at_level(logging.INFO, logger="memfs.state_sync"):
+        st.restore_conflict(cid, 4)
     assert node.sha == sha256(b"mine")
     [row] = st.conflicts()
+    assert caplog.messages == [f"restore #{cid}: the pending edit of /x.md is kept as "
+                               f"conflict #{row['id']}"]
     assert (row["path"], row["memory_id"], row["local_sha"], row["remote_sha"]) == \
         ("/x.md", MID, sha256(b"newer"), sha256(b"mine"))
     assert f"#{cid}" in row["reason"]
@@ -540,13 +544,15 @@ def test_remote_moved_over_a_new_local_file_keeps_its_content(st, theirs, kept):
                       "the server gave this path to another memory")] if kept else [])
 
 
-def test_remote_moved_sends_a_local_rename_there_back_home(st):
+def test_remote_moved_sends_a_local_rename_there_back_home(st, caplog):
     """Our memory t, renamed here onto the path (not pushed): it goes back to its base
-    path, its content kept; the server's rename is followed."""
+    path, its content kept; the server's rename is followed, and the log says so."""
     node = _mem(st, "/x.md", b"x", MID)
     other = _mem(st, "/t.md", b"t", "mem_t")
     st.rename(other, st.nodes[ROOT_INO], "y.md", None)
     assert st.remote_moved(node, "/y.md")
+    assert caplog.messages == ["/y.md: renamed here, but the server gave that path to "
+                               "another memory first; moved back to /t.md"]
     assert st.lookup_path("/y.md") is node and st.lookup_path("/t.md") is other
     assert other.memory_id == "mem_t" and st.conflicts() == []
 
