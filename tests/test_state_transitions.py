@@ -19,7 +19,7 @@ import pytest
 
 from memfs.cache import sha256
 from memfs.nodes import Remote
-from memfs.state import ROOT_INO, State
+from memfs.state import PARK_NAME, ROOT_INO, State
 from memfs.state_sync import Deferred
 
 MID = "mem_x"
@@ -738,3 +738,67 @@ def test_a_decision_older_than_a_new_files_first_change_stays_stale(st):
     st.remote_content(node, Remote(MID, "/x.md", sha256(b"v2"), 2))
     with pytest.raises(Deferred):
         st.take_remote(node, Remote(MID, "/x.md", sha256(b"v3"), 2), "r", gen=decided_at)
+
+
+def test_a_failing_push_waits_longer_each_time_and_says_why(st, tmp_path):
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"mine"), 4)
+    for step in (2.0, 4.0, 8.0):
+        before = time.time()
+        st.push_failed(st.begin_push(node), "403 forbidden", transient=False)
+        after = time.time()
+        assert before + step <= node.retry_at <= after + step
+    assert node.error == "403 forbidden" and st.sync_state(node) == "error"
+    again = _reopened(st, tmp_path)
+    assert again.lookup_path("/x.md").error == "403 forbidden"
+    again.close()
+    retry_at = node.retry_at
+    st.push_failed(st.begin_push(node), "503", transient=True)  # retried with the rest
+    assert node.retry_at == retry_at and node.error == "403 forbidden"
+
+
+def test_a_create_failure_goes_to_the_file_that_replaced_it(st):
+    """A create was sent for a.md; an editor's save then renamed its temp file over
+    a.md: the failure (and its backoff) belongs to the file standing there now."""
+    a = _file(st, "a.md", b"a", memory_id=None)
+    ticket = st.begin_push(a)
+    saved = _file(st, "a.md~", b"a2", memory_id=None)
+    st.rename(saved, st.nodes[ROOT_INO], "a.md", a)
+    st.push_failed(ticket, "422 invalid", transient=False)
+    assert saved.error == "422 invalid" and saved.retry_at is not None
+
+
+def test_a_create_failure_after_the_file_got_a_memory_changes_nothing(st):
+    a = _file(st, "a.md", b"a", memory_id=None)
+    ticket = st.begin_push(a)
+    st.set_base(a, MID, "/a.md", sha256(b"a"))  # a later answer gave it its memory
+    st.push_failed(ticket, "422 invalid", transient=False)
+    assert a.error is None and a.retry_at is None
+
+
+def test_a_create_in_doubt_follows_the_file_that_replaced_it(st, tmp_path):
+    a = _file(st, "a.md", b"a", memory_id=None)
+    ticket = st.begin_push(a)
+    saved = _file(st, "a.md~", b"a2", memory_id=None)
+    st.rename(saved, st.nodes[ROOT_INO], "a.md", a)
+    assert st.doubt_of(saved).doubt == ticket.doubt and st.doubt_of(saved).ino == saved.ino
+    again = _reopened(st, tmp_path)
+    assert [t.ino for t in again.doubts.values()] == [saved.ino]
+    again.close()
+
+
+def test_a_park_is_journaled_until_the_memory_lands_elsewhere(st, tmp_path):
+    node = _file(st, "x.md", b"x")
+    park = f"/{PARK_NAME}/x.1"
+    st.begin_park(MID, park)
+    assert st.parks == {MID: park}
+    again = _reopened(st, tmp_path)
+    assert again.parks == {MID: park}
+    again.close()
+    st.set_base(node, MID, park, sha256(b"x"))  # at the park: still parked
+    assert st.parks == {MID: park}
+    st.set_base(node, MID, "/y.md", sha256(b"x"))  # landed
+    assert st.parks == {}
+    again = _reopened(st, tmp_path)
+    assert again.parks == {}
+    again.close()
