@@ -802,3 +802,101 @@ def test_a_park_is_journaled_until_the_memory_lands_elsewhere(st, tmp_path):
     again = _reopened(st, tmp_path)
     assert again.parks == {}
     again.close()
+
+
+# -- requests that never took effect, and renames that pass identity on -------------------------
+
+
+def test_a_request_that_never_took_effect_is_forgotten(st, tmp_path):
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    ticket = st.begin_push(node)
+    st.push_unanswered(ticket, maybe_applied=True)  # may have landed: stays in doubt
+    assert node.sent_sha == sha256(b"v1") and st.doubt_of(node) == ticket
+    st.push_unanswered(ticket, maybe_applied=False)  # provably never reached the server
+    assert node.sent_sha is None and st.doubt_of(node) is None
+    again = _reopened(st, tmp_path)
+    assert again.lookup_path("/x.md").sent_sha is None and again.doubts == {}
+    again.close()
+
+
+def test_a_request_not_applied_after_a_newer_send_keeps_the_newer(st):
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    first = st.begin_push(node)
+    st.set_content(node, sha256(b"v2"), 2)
+    st.begin_push(node)
+    st.push_not_applied(first)
+    assert node.sent_sha == sha256(b"v2")
+
+
+def test_a_delete_whose_last_update_never_took_effect(st, tmp_path):
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    ticket = st.begin_push(node)
+    st.remove(node)
+    assert st.tombstones[MID].sent_sha == sha256(b"v1")
+    st.push_not_applied(ticket)
+    assert st.tombstones[MID].sent_sha is None
+    again = _reopened(st, tmp_path)
+    assert again.tombstones[MID].sent_sha is None
+    again.close()
+
+
+def test_an_editor_save_takes_the_memory_and_its_request_in_flight(st, tmp_path):
+    """The temp file renamed over x.md takes x.md's memory, base and the sha of the
+    update still in flight: that update's answer is for the new file."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    st.begin_push(node)
+    epoch = node.base_epoch
+    saved = _file(st, "x.md~", b"v2", memory_id=None)
+    st.rename(saved, st.nodes[ROOT_INO], "x.md", node)
+    assert (saved.memory_id, saved.base_path, saved.base_sha, saved.sent_sha) == \
+        (MID, "/x.md", sha256(b"base"), sha256(b"v1"))
+    assert saved.base_epoch == epoch and st.holder(MID) is saved
+    assert node.memory_id is None and st.tombstones == {}
+    assert st.successor(node.ino) is saved
+    again = _reopened(st, tmp_path)
+    back = again.lookup_path("/x.md")
+    assert (back.ino, back.memory_id, back.sent_sha) == (saved.ino, MID, sha256(b"v1"))
+    again.close()
+
+
+def test_a_save_over_a_file_whose_create_is_in_flight_keeps_that_create(st):
+    """x.md's create was sent (no answer yet); an editor's save replaces x.md: if the
+    create landed, its memory is the new file's."""
+    node = _file(st, "x.md", b"v1", memory_id=None)
+    st.begin_push(node)
+    saved = _file(st, "x.md~", b"v2", memory_id=None)
+    st.rename(saved, st.nodes[ROOT_INO], "x.md", node)
+    assert saved.sent_sha == sha256(b"v1") and saved.memory_id is None
+
+
+def test_a_save_by_a_file_with_a_request_of_its_own_keeps_its_own(st):
+    node = _file(st, "x.md", b"v1", memory_id=None)
+    st.begin_push(node)
+    saved = _file(st, "y.md", b"v2", memory_id=None)
+    st.begin_push(saved)
+    st.rename(saved, st.nodes[ROOT_INO], "x.md", node)
+    assert saved.sent_sha == sha256(b"v2")
+
+
+def test_moving_a_directory_makes_every_decision_about_its_files_stale(st, tmp_path):
+    st.ensure_dir("/d/sub")
+    st.ensure_dir("/e")
+    d, e = st.lookup_path("/d"), st.lookup_path("/e")
+    inner = _mem(st, "/d/sub/a.md", b"a", "mem_a")
+    top = _mem(st, "/d/b.md", b"b", "mem_b")
+    decided = {n.ino: n.gen for n in (inner, top)}
+    st.rename(d, e, "d", None)
+    for n in (inner, top):
+        with pytest.raises(Deferred):
+            st.take_remote(n, Remote(n.memory_id, n.base_path, sha256(b"t"), 1), "r",
+                           gen=decided[n.ino])
+        assert st.is_dirty(n)
+    again = _reopened(st, tmp_path)
+    assert again.lookup_path("/e/d/sub/a.md") is not None
+    assert again.lookup_path("/e").mtime_ns == e.mtime_ns
+    assert again.nodes[ROOT_INO].mtime_ns == st.nodes[ROOT_INO].mtime_ns
+    again.close()
