@@ -303,7 +303,8 @@ def test_restore_refuses_what_it_cannot_do_and_changes_nothing(st):
         st.restore_conflict(99, 1)
     node, cid = _conflicted(st)
     st.set_open_dirty(node.ino, True)
-    with pytest.raises(ValueError, match="open with unsaved changes"):
+    with pytest.raises(ValueError, match="^/x.md is open with unsaved changes; close it and "
+                                         "try again$"):
         st.restore_conflict(cid, 4)
     st.set_open_dirty(node.ino, False)
     st.remove(node)
@@ -900,3 +901,46 @@ def test_moving_a_directory_makes_every_decision_about_its_files_stale(st, tmp_p
     assert again.lookup_path("/e").mtime_ns == e.mtime_ns
     assert again.nodes[ROOT_INO].mtime_ns == st.nodes[ROOT_INO].mtime_ns
     again.close()
+
+
+def test_an_update_answered_at_another_path_leaves_the_rename_to_the_reconciler(st):
+    """Content only was sent, yet the answer shows the memory elsewhere: another client
+    renamed it. The base keeps our path, so the listing's row follows their rename
+    instead of our next push moving it back."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    ticket = st.begin_push(node, path=False)
+    st.push_landed(ticket, Remote(MID, "/theirs.md", sha256(b"v1"), 2))
+    assert node.base_path == "/x.md" and node.base_sha == sha256(b"v1")
+    assert not st.is_dirty(node)
+
+
+def test_a_request_not_applied_brings_back_the_send_before_it(st):
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    st.begin_push(node)  # v1: no answer
+    st.set_content(node, sha256(b"v2"), 2)
+    second = st.begin_push(node)
+    st.push_not_applied(second)  # v2 never took effect; v1 may have
+    assert node.sent_sha == sha256(b"v1")
+
+
+def test_a_request_not_applied_reaches_the_file_that_revived_its_memory(st):
+    """x.md was unlinked and created again (the new file takes the pending delete's
+    memory and what was sent for it): the request's outcome is that file's."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    ticket = st.begin_push(node)
+    st.remove(node)
+    again = st.new_node(st.nodes[ROOT_INO], "x.md", is_dir=False, mode=0o100644, uid=0,
+                        gid=0)
+    assert again.memory_id == MID and again.sent_sha == sha256(b"v1")
+    st.push_not_applied(ticket)
+    assert again.sent_sha is None
+
+
+def test_a_create_not_applied_is_sent_again_as_a_create(st):
+    node = _file(st, "x.md", b"v1", memory_id=None)
+    ticket = st.begin_push(node)
+    st.push_not_applied(ticket)
+    assert node.sent_sha is None and st.doubt_of(node) is None and node.memory_id is None
