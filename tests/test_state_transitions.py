@@ -891,6 +891,8 @@ def test_moving_a_directory_makes_every_decision_about_its_files_stale(st, tmp_p
     top = _mem(st, "/d/b.md", b"b", "mem_b")
     decided = {n.ino: n.gen for n in (inner, top)}
     st.rename(d, e, "d", None)
+    # (a Deferred below rolls back and reloads State from state.db: read times first)
+    e_mtime, root_mtime = e.mtime_ns, st.nodes[ROOT_INO].mtime_ns
     for n in (inner, top):
         with pytest.raises(Deferred):
             st.take_remote(n, Remote(n.memory_id, n.base_path, sha256(b"t"), 1), "r",
@@ -898,8 +900,8 @@ def test_moving_a_directory_makes_every_decision_about_its_files_stale(st, tmp_p
         assert st.is_dirty(n)
     again = _reopened(st, tmp_path)
     assert again.lookup_path("/e/d/sub/a.md") is not None
-    assert again.lookup_path("/e").mtime_ns == e.mtime_ns
-    assert again.nodes[ROOT_INO].mtime_ns == st.nodes[ROOT_INO].mtime_ns
+    assert again.lookup_path("/e").mtime_ns == e_mtime
+    assert again.nodes[ROOT_INO].mtime_ns == root_mtime
     again.close()
 
 
@@ -944,3 +946,18 @@ def test_a_create_not_applied_is_sent_again_as_a_create(st):
     ticket = st.begin_push(node)
     st.push_not_applied(ticket)
     assert node.sent_sha is None and st.doubt_of(node) is None and node.memory_id is None
+
+
+def test_a_local_rename_sent_home_claims_its_own_path_too(st):
+    """t.md was renamed here onto y.md, and a new file was then made at t.md. The server
+    puts x's memory at y.md: t goes home, and the new file standing there yields to it
+    (kept as a conflict of t's memory)."""
+    node = _mem(st, "/x.md", b"x", MID)
+    other = _mem(st, "/t.md", b"t", "mem_t")
+    st.rename(other, st.nodes[ROOT_INO], "y.md", None)
+    new = _file(st, "t.md", b"new here", memory_id=None)
+    assert st.remote_moved(node, "/y.md")
+    assert st.lookup_path("/y.md") is node and st.lookup_path("/t.md") is other
+    assert new.ino not in st.nodes
+    assert [(c["path"], c["memory_id"], c["local_sha"], c["remote_sha"])
+            for c in st.conflicts()] == [("/t.md", "mem_t", sha256(b"new here"), sha256(b"t"))]
