@@ -5,6 +5,7 @@
 #   ./dev.sh test [PYTEST ARGS]  run the test suite (as root: the mount tests need /dev/fuse)
 #   ./dev.sh lint                ruff check
 #   ./dev.sh bench               run benchmarks/*.py
+#   ./dev.sh mutate [MUTANTS]    mutation testing of the sync core (mutmut; docs/TESTING.md)
 #   ./dev.sh setup               only install system packages and the .venv
 #
 # Every command first makes sure the system packages (Debian 12) and .venv exist; apt-get runs only
@@ -37,7 +38,7 @@ warn() { printf 'dev.sh: warning: %s\n' "$*" >&2; }
 die()  { printf 'dev.sh: error: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-  sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # ---------------------------------------------------------------- system packages
@@ -247,6 +248,43 @@ cmd_bench() {
   return $rc
 }
 
+cmd_mutate() {
+  bootstrap
+  # mutmut is a tool of this command only (like matplotlib for bench): installed on first use,
+  # not part of the `test` extra that every CI run installs.
+  if ! "$VENV/bin/python" -c 'import mutmut' 2>/dev/null; then
+    say "pip install mutmut into .venv (mutation testing, first use only)"
+    "$VENV/bin/python" -m pip install -q 'mutmut>=3.8,<4'
+  fi
+  # One worker unless asked: the machine is usually shared. mutmut keeps its results in
+  # mutants/ and retests only what changed; MEMFS_MUTATE_FRESH=1 starts over.
+  [ "${MEMFS_MUTATE_FRESH:-0}" = 1 ] && rm -rf mutants
+  local start=$SECONDS rc=0
+  "$VENV/bin/mutmut" run --max-children "${MEMFS_MUTATE_JOBS:-1}" "$@" || rc=$?
+  mutate_report
+  say "mutmut run took $((SECONDS - start)) s; survivors: $VENV/bin/mutmut results," \
+      "one of them: $VENV/bin/mutmut show NAME"
+  return $rc
+}
+
+mutate_report() { # the score per module, from mutmut's own results (mutants/**/*.meta)
+  "$VENV/bin/python" - <<'EOF'
+import json, pathlib
+from mutmut.stats import status_by_exit_code
+DETECTED = {"killed", "timeout", "caught by type check", "segfault"}
+print(f"{'module':34} {'mutants':>7} {'checked':>7} {'killed':>6} {'survived':>8} {'score':>6}")
+for meta in sorted(pathlib.Path("mutants").rglob("*.py.meta")):
+    codes = json.loads(meta.read_text())["exit_code_by_key"].values()
+    statuses = [status_by_exit_code[c] for c in codes]
+    checked = [s for s in statuses if s not in ("not checked", "skipped")]
+    killed = sum(s in DETECTED for s in checked)
+    score = f"{100 * killed / len(checked):5.1f}%" if checked else "    -"
+    name = str(meta.relative_to("mutants"))[:-5]
+    print(f"{name:34} {len(statuses):7} {len(checked):7} {killed:6} {len(checked) - killed:8}"
+          f" {score}")
+EOF
+}
+
 is_mounted() { # is_mounted DIR — a mount point in /proc/mounts (works on a dead FUSE mount too)
   local d
   d=$(readlink -f "$1" 2>/dev/null || printf '%s' "$1")
@@ -354,6 +392,7 @@ case "$cmd" in
   test)  cmd_test "$@" ;;
   lint)  cmd_lint "$@" ;;
   bench) cmd_bench "$@" ;;
+  mutate) cmd_mutate "$@" ;;
   setup) bootstrap; say "system packages and $VENV are ready" ;;
   help|-h|--help) usage ;;
   *) usage >&2; die "unknown command: $cmd" ;;

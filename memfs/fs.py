@@ -348,7 +348,7 @@ class Operations(pyfuse3.Operations):
                 if node.ino in self.state.nodes:
                     self.state.set_content(node, sha, len(data))
                 else:  # unlinked while open: nothing to keep
-                    node.sha, node.size = sha, len(data)
+                    self.state.orphan_content(node, sha, len(data))
                 of.loaded_sha = sha
                 self._set_dirty(of, False)
                 self.kick()
@@ -766,20 +766,15 @@ class Operations(pyfuse3.Operations):
             of = self._open.get(node.ino)
             if of is not None and of.dirty:
                 self._persist(of)
-        if fields.update_mode:
-            node.mode = stat.S_IFMT(node.mode) | (attr.st_mode & 0o7777)
-        if fields.update_uid:
-            node.uid = attr.st_uid
-        if fields.update_gid:
-            node.gid = attr.st_gid
-        if fields.update_atime:
-            node.atime_ns = attr.st_atime_ns
-        if fields.update_mtime:
-            node.mtime_ns = attr.st_mtime_ns
-        if changing:
-            node.ctime_ns = now
-            if node.ino in self.state.nodes:
-                self.state.save(node)
+        self.state.set_attrs(
+            node,
+            mode=stat.S_IFMT(node.mode) | (attr.st_mode & 0o7777) if fields.update_mode
+            else None,
+            uid=attr.st_uid if fields.update_uid else None,
+            gid=attr.st_gid if fields.update_gid else None,
+            atime_ns=attr.st_atime_ns if fields.update_atime else None,
+            mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
+            ctime_ns=now if changing else None)
         return self._attr(node)
 
     # -- file I/O ----------------------------------------------------------------------

@@ -461,6 +461,25 @@ class State(SyncTransitions):
         self._touch(node)
         self.save(node)
 
+    def orphan_content(self, node: Node, sha: str, size: int) -> None:
+        """The new content of a file unlinked while open: the handles still open read
+        it; it has no row left in state.db to write, and no memory to push."""
+        assert node.ino not in self.nodes
+        node.sha, node.size = sha, size
+
+    def set_attrs(self, node: Node, *, mode: int | None = None, uid: int | None = None,
+                  gid: int | None = None, atime_ns: int | None = None,
+                  mtime_ns: int | None = None, ctime_ns: int | None = None) -> None:
+        """chmod, chown and utimes (the fields given); written through to state.db
+        while the file is in the tree (an unlinked one keeps them for its handles)."""
+        given = {k: v for k, v in (("mode", mode), ("uid", uid), ("gid", gid),
+                                   ("atime_ns", atime_ns), ("mtime_ns", mtime_ns),
+                                   ("ctime_ns", ctime_ns)) if v is not None}
+        for key, value in given.items():
+            setattr(node, key, value)
+        if given and node.ino in self.nodes:
+            self.save(node)
+
     def remove(self, node: Node) -> None:
         """Unlink a file or remove an empty directory; a memory becomes a tombstone."""
         parent = self.nodes[node.parent]

@@ -954,6 +954,7 @@ class Scenario:
     points: tuple[str, ...] = FAULT_POINTS
     list_limit: int | None = None
     check: Check | None = None  # scenario-specific, right after the action
+    settled_check: Check | None = None  # scenario-specific, once the run has settled
     may_stay: tuple[str, ...] = ()  # see Oracle.settled
     doc: str = ""
     #: The mount is the store's only writer: settling must leave exactly the tree the
@@ -1095,6 +1096,8 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
             result.trace = traceback.format_exception(exc)[-6:]
         else:
             result.violations += Oracle.settled(eng, scenario.may_stay)
+            if scenario.settled_check is not None:
+                result.violations += scenario.settled_check(eng, result)
             if scenario.sole_writer:
                 result.violations += Oracle.sole_writer(eng, made)
         result.violations += Oracle.requests(eng)

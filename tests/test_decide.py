@@ -130,6 +130,9 @@ UNKNOWN_ROWS = [
     ("/a", THEIRS, None, Local(MINE, "/a", None, None, None, None, True), False,
      Unknown.WAIT),
     ("/a", THEIRS, None, NEW, False, Unknown.CONFLICT),
+    # Deleted here, changed there, but the path is taken here again: not restored over it.
+    ("/a", THEIRS, PendingDelete(BASE, None), NEW, False, Unknown.COLLIDE),
+    ("/a", THEIRS, PendingDelete(BASE, None), None, True, Unknown.COLLIDE),
 ]
 
 
@@ -156,6 +159,9 @@ PUSH_ROWS = [
     (local(MINE, "/b"), MINE, True, None, None, (Send.UPDATE, False, True)),  # still moves
     (local(MINE, "/b"), None, True, "not UTF-8", None, (Send.UPDATE, False, True)),
     (local(MINE), None, True, "not UTF-8", None, (Send.REFUSE, False, False)),
+    # A file the server holds as it is here sends nothing, and is never refused for it.
+    (local(), None, True, None, "too long", (Send.NOTHING, False, False)),
+    (local(), None, True, "not UTF-8", None, (Send.NOTHING, False, False)),
 ]
 
 
@@ -164,6 +170,18 @@ def test_push_plan(loc, refused, have, problem, path_problem, expected):
     plan = decide.push_plan(loc, refused_sha=refused, have_content=have,
                             content_problem=problem, path_problem=path_problem)
     assert (plan.send, plan.content, plan.path) == expected
+
+
+@pytest.mark.parametrize("loc,refused,have,problem,path_problem,expected", PUSH_ROWS)
+def test_a_refusal_says_why(loc, refused, have, problem, path_problem, expected):
+    """The reason of a refusal (or of content left behind by a rename) is the problem
+    found, shown to the user (`memfs status`, the user.memfs.reason xattr)."""
+    plan = decide.push_plan(loc, refused_sha=refused, have_content=have,
+                            content_problem=problem, path_problem=path_problem)
+    if plan.send is Send.REFUSE or plan.send is Send.UPDATE and problem and not plan.content:
+        assert plan.reason == (path_problem or problem)
+    else:
+        assert plan.reason is None
 
 
 def test_every_update_is_a_real_change():

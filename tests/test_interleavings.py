@@ -99,6 +99,21 @@ def _is_create(rec) -> bool:
     return rec.method == "POST" and rec.path.endswith("/memories")
 
 
+def newer_edit_kept(eng: Engine, result: RunResult) -> list[str]:
+    """The local save made after the conflict's fetch is not settled against a version
+    it never saw: the server deleted the memory, so the save re-creates it."""
+    if result.label == "alone":  # no interference: the conflict is the whole story
+        return []
+    tree, server = eng.user_tree(), eng.server()
+    out = []
+    if eng.label(tree.get("/x.md")) != "'newer'":
+        out.append(f"the tree's /x.md is {eng.label(tree.get('/x.md'))}, not the local save "
+                   "'newer'")
+    if "/x.md" not in server or eng.label(server["/x.md"][1]) != "'newer'":
+        out.append("the local save 'newer' did not reach the server")
+    return out
+
+
 SCENARIOS = [
     Scenario(
         "never_read_content_saved_over_then_its_memory_rewritten",
@@ -131,6 +146,15 @@ SCENARIOS = [
         doc="issue 20: the answers of two creates of one file are lost, with an edit between "
             "them; before, the second create's 409 forgot the first's sha and the edit "
             "became a false conflict (\"another writer created the same path\")"),
+    Scenario(
+        "save_and_remote_delete_during_conflict_fetch",
+        [*PUSHED_X[:2], ("r_edit", "/x.md", "theirs"), ("write", "/x.md", "mine")], "push",
+        [("write", "/x.md", "newer"), ("r_delete", "/x.md")], settled_check=newer_edit_kept,
+        doc="issue 21, the gen compare-and-set of State.take_remote: the push meets a "
+            "precondition failure and fetches the server's version for the conflict; a save "
+            "here and a delete there land before that fetch is applied. The fetched version "
+            "is stale for this file (its gen moved): applying it would turn the save into a "
+            "conflict row and let the delete take the file"),
     Scenario(
         "editor_save_during_update", PUSHED_X, "push", [("save_as", "/x.md", "v3")],
         doc="defect 1: temp file renamed over x.md while x.md's update is on the wire"),
