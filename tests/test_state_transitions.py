@@ -41,6 +41,12 @@ def st(tmp_path: Path):
     state.close()
 
 
+def _conflict(st: State, *row) -> int:
+    """A conflict row on its own, as adoption imports one (State.import_conflicts)."""
+    st.import_conflicts([row])
+    return st.conflicts()[-1]["id"]
+
+
 def _reopened(st: State, tmp: Path) -> State:
     return State(tmp / "state.db")
 
@@ -293,7 +299,7 @@ def test_restore_finds_a_row_without_memory_by_its_path(st):
     cid = st.take_remote(node, Remote("mem_other", "/x.md", sha256(b"theirs"), 6), "r",
                          gen=node.gen)
     st.discard_conflict(cid)
-    cid = st.add_conflict("/x.md", None, sha256(b"mine"), None, "kept")
+    cid = _conflict(st, "/x.md", None, sha256(b"mine"), None, "kept")
     restored, created = st.restore_conflict(cid, 4)
     assert restored is node and not created and node.sha == sha256(b"mine")
 
@@ -311,7 +317,7 @@ def test_restore_refuses_what_it_cannot_do_and_changes_nothing(st):
     st.ensure_dir("/x.md")
     with pytest.raises(ValueError, match="is a directory now"):
         st.restore_conflict(cid, 4)
-    cid2 = st.add_conflict("/f/y.md", None, sha256(b"mine"), None, "kept")
+    cid2 = _conflict(st, "/f/y.md", None, sha256(b"mine"), None, "kept")
     _file(st, "f", b"a file", memory_id=None)
     with pytest.raises(ValueError, match="a file stands where its directory should be"):
         st.restore_conflict(cid2, 4)
@@ -427,9 +433,9 @@ def test_remote_base_path_takes_their_path_and_keeps_our_rename(st, tmp_path):
     again.close()
 
 
-def test_conflict_rows_added_alone_or_imported_count_and_persist(st, tmp_path):
+def test_conflict_rows_imported_count_and_persist(st, tmp_path):
     node = _file(st, "x.md", b"base")
-    cid = st.add_conflict("/x.md", MID, sha256(b"mine"), sha256(b"theirs"), "by hand")
+    cid = _conflict(st, "/x.md", MID, sha256(b"mine"), sha256(b"theirs"), "by hand")
     assert st.get_conflict(cid) == {
         "id": cid, "path": "/x.md", "memory_id": MID, "local_sha": sha256(b"mine"),
         "remote_sha": sha256(b"theirs"), "reason": "by hand",
@@ -680,7 +686,7 @@ def test_a_recreated_file_is_its_directorys_owners_and_a_new_inode(st):
     st.ensure_dir("/d")
     d = st.lookup_path("/d")
     st.set_attrs(d, uid=1234, gid=5678)
-    cid = st.add_conflict("/d/x.md", None, sha256(b"mine"), None, "kept")
+    cid = _conflict(st, "/d/x.md", None, sha256(b"mine"), None, "kept")
     restored, created = st.restore_conflict(cid, 4)
     assert created and (restored.uid, restored.gid) == (1234, 5678)
     assert restored.atime_ns > 0 and restored.mode == 0o100644
