@@ -182,9 +182,12 @@ def test_a_daemon_that_cannot_start_says_why(tmp_path, monkeypatch):
     r, w = os.pipe()
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    umask = os.umask(0o022)  # run() makes the process's umask private: give it back after
+    os.umask(umask)
     try:
         assert daemon.run(cfg, foreground=False, api_key=None, ready_fd=w) == 1
     finally:
+        os.umask(umask)
         for h in root.handlers:
             if h not in handlers:
                 h.close()

@@ -116,6 +116,17 @@ def _specifiers(text: str, specifiers: dict[str, str]) -> str:
     return text
 
 
+@pytest.fixture(autouse=True)
+def admin_umask():
+    """The units' files and directories as an admin makes them (umask 022), whatever an
+    earlier test in this process left (memfs's daemon makes its own umask private)."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
 @pytest.fixture(scope="module")
 def opt_install():
     """docs/INSTALL.md's install for the units, into a directory standing for /opt/memfs:
@@ -134,9 +145,12 @@ def opt_install():
         shutil.copytree(REPO / "memfs", src / "memfs",
                         ignore=shutil.ignore_patterns("__pycache__", "*.so"))
         venv = base / "opt" / "memfs"
-        subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=120)
+        # umask 022 as an admin's shell has: another test in this process may have left a
+        # private one (memfs makes its state 0700), and the unit's user must read the venv.
+        subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=120,
+                       umask=0o022)
         proc = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(src)],
-                              capture_output=True, text=True, timeout=600)
+                              capture_output=True, text=True, timeout=600, umask=0o022)
         if proc.returncode != 0:
             pytest.skip(f"pip install failed here (no package index?): {proc.stderr[-500:]}")
         yield venv / "bin" / "memfs"
