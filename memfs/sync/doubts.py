@@ -27,8 +27,10 @@ clock). Doubts are rare: only a request that got no answer makes one.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from ..api import errors as api_errors
 from ..api.models import Memory, MemoryVersion, format_time
@@ -37,6 +39,7 @@ from . import decide
 from .common import SyncContext, gather_bounded
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: How much earlier than our own clock's send time the server's versions are read
 #: (seconds): the server's clock may be behind ours.
@@ -108,25 +111,37 @@ def _base_moved(ctx: SyncContext, ticket: PushTicket) -> bool:
     return item is not None and item.base_sha not in (ticket.base_sha, ticket.written[1])
 
 
+async def _ask(ctx: SyncContext, what: str, read: Callable[[], Awaitable[T]]) -> T | None:
+    """`await read()`. A transient error propagates (the pass goes offline); any other
+    refusal is noted and gives None: that doubt waits for the next pass."""
+    try:
+        return await read()
+    except (*api_errors.TRANSIENT, api_errors.AuthenticationError):
+        raise
+    except api_errors.APIError as exc:
+        ctx.status.note(f"cannot tell whether {what} reached the server ({exc}); it waits")
+        return None
+
+
 async def _resolve_update(ctx: SyncContext, ticket: PushTicket, done: Resolved) -> None:
     assert ticket.memory_id is not None
     client, store = ctx.client, ctx.store_id
     written = ticket.written
-    try:
+
+    async def read() -> tuple[Memory | None, list[MemoryVersion]]:
         try:
             head = await client.get_memory(store, ticket.memory_id, view="basic")
         except api_errors.NotFoundError:
             head = None
-        history: list[MemoryVersion] = []
-        if head is None or (head.path, head.content_sha256) != written:
-            history = [v async for v in client.list_versions(
-                store, memory_id=ticket.memory_id, created_gte=_since(ticket.sent_at))]
-    except (*api_errors.TRANSIENT, api_errors.AuthenticationError):
-        raise
-    except api_errors.APIError as exc:
-        ctx.status.note(f"cannot tell whether the change to {ticket.path} reached the "
-                        f"server ({exc}); it waits")
+        if head is not None and (head.path, head.content_sha256) == written:
+            return head, []
+        return head, [v async for v in client.list_versions(
+            store, memory_id=ticket.memory_id, created_gte=_since(ticket.sent_at))]
+
+    got = await _ask(ctx, f"the change to {ticket.path}", read)
+    if got is None:
         return
+    head, history = got
     row = decide.doubt_row(written, _seen(head) if head else None,
                            [_seen(v) for v in history], base_moved=_base_moved(ctx, ticket))
     remote = None
@@ -144,14 +159,13 @@ async def _resolve_creates(ctx: SyncContext, tickets: list[PushTicket],
                            done: Resolved) -> None:
     """One read of the versions created since the oldest create in doubt was sent."""
     since = _since(min(t.sent_at for t in tickets))
-    try:
-        created = [v async for v in ctx.client.list_versions(
+
+    async def read() -> list[MemoryVersion]:
+        return [v async for v in ctx.client.list_versions(
             ctx.store_id, operation="created", created_gte=since)]
-    except (*api_errors.TRANSIENT, api_errors.AuthenticationError):
-        raise
-    except api_errors.APIError as exc:
-        ctx.status.note(f"cannot tell whether {len(tickets)} create(s) reached the server "
-                        f"({exc}); they wait")
+
+    created = await _ask(ctx, f"{len(tickets)} create(s)", read)
+    if created is None:
         return
     st = ctx.state
     for ticket in tickets:
