@@ -59,7 +59,7 @@ def per_call() -> dict[str, float]:
     """Nanoseconds per recorded request: memfs's FuseTiming, prometheus_client's Histogram."""
     from prometheus_client import CollectorRegistry, Histogram
 
-    from memfs.mount_metrics import FUSE_BUCKETS, FuseTiming
+    from memfs.core.metrics import FUSE_BUCKETS, FuseTiming
 
     t = FuseTiming()
     h = Histogram("x_seconds", "x", ["store", "op"], buckets=FUSE_BUCKETS,
@@ -85,10 +85,10 @@ def handler_cost() -> dict[str, float]:
 
     import trio
 
-    from memfs.cache import BlobCache
-    from memfs.fs import Operations
-    from memfs.mount_metrics import FuseTiming
-    from memfs.state import ROOT_INO, State
+    from memfs.core.metrics import FuseTiming
+    from memfs.mount.fs import Operations
+    from memfs.state.blobs import BlobCache
+    from memfs.state.state import ROOT_INO, State
 
     n = 100_000
     with tempfile.TemporaryDirectory() as tmp:

@@ -13,8 +13,8 @@ import sys
 import tempfile
 import time
 
-from memfs.nodes import Remote
-from memfs.state import State
+from memfs.core.nodes import Remote
+from memfs.state.state import State
 
 
 def round_() -> float:

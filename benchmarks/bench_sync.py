@@ -88,8 +88,8 @@ def memfs_idle(server, store_id: str, workdir: pathlib.Path, *, feed: bool, pass
     anchors the feed), `warmup` uncounted passes, then `passes` idle passes; in feed mode also
     `full_passes` of `reconcile_pass(full=True)` (the periodic safety-net listing)."""
     from memfs.api.client import MemoryStoresClient
-    from memfs.cache import BlobCache
-    from memfs.state import State
+    from memfs.state.blobs import BlobCache
+    from memfs.state.state import State
     from memfs.sync.common import SyncContext, SyncOptions
     from memfs.sync.reconciler import Reconciler
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__version__ = "0.1.0"
+from memfs.core.version import VERSION as __version__
 
 __all__ = ["SessionMounts", "__version__"]
 
@@ -18,7 +18,7 @@ sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 def __getattr__(name: str) -> Any:
     # Lazy: `import memfs` (every CLI command) must not pay for anyio.
     if name == "SessionMounts":
-        from .session_mounts import SessionMounts
+        from memfs.session_mounts import SessionMounts
 
         return SessionMounts
     raise AttributeError(f"module 'memfs' has no attribute {name!r}")

@@ -1,3 +1,3 @@
-from memfs.spawn import main
+from memfs.cli.spawn import main
 
 main()  # `python -m memfs` too: usage, and _MEMFS_COMPLETE for completion

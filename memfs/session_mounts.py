@@ -11,7 +11,7 @@ The worker loop stays as it is (download, the tools' allowed and read-only roots
 `sync_if_due` after each tool call, `finish` at a clean end, `flush_writes` in
 every teardown, `dispose` last), but nothing is copied or polled: `download`
 mounts every attached store under the stores' common parent with
-`memfs mount --session` (memfs/cli_group.py), reads and writes go straight to
+`memfs mount --session` (memfs/cli/group.py), reads and writes go straight to
 the mount, and the daemon pushes each change as it is closed. So:
 
 - `sync_if_due` is a status check over the daemon's control socket (no listing,
@@ -93,7 +93,7 @@ class SessionMounts:
         exactly what the mount shows: a resource without a usable mount path (none,
         or one with a `..` segment) gets its name's slug, made unique, under the
         others' parent (or `workdir/memory` when no store has a usable one)."""
-        from .cli_group import session_layout
+        from memfs.cli.group import session_layout
 
         parents, layout = session_layout(session.resources)  # what the mount will show
         if not layout:
@@ -172,7 +172,7 @@ class SessionMounts:
         result = await anyio.run_process(
             [sys.executable, "-P", "-m", "memfs", "unmount", str(self._root),
              "--timeout", str(FLUSH_TIMEOUT)], check=False, stdin=subprocess.DEVNULL)
-        from .cli_mount import NOT_ALL_PUSHED
+        from memfs.cli.mount import NOT_ALL_PUSHED
 
         out = (result.stdout + result.stderr).decode(errors="replace").strip()
         if result.returncode == NOT_ALL_PUSHED:  # unmounted; the output names what is kept
@@ -201,7 +201,7 @@ class SessionMounts:
 
     def _ask(self, payload: dict, timeout: float) -> dict:
         """(In a worker thread.) The cached control directory, else the registry's."""
-        from . import control
+        from memfs.local import control
 
         cached = self._control_dir
         if cached is not None:
@@ -217,7 +217,7 @@ class SessionMounts:
 
     def _registered_dir(self) -> Path:
         """The state (control) directory the mount registry names for the root."""
-        from .statedir import read_registry
+        from memfs.local.registry import read_registry
 
         info = read_registry(str(self._root))
         if info is None:

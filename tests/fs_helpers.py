@@ -1,4 +1,4 @@
-"""Helpers for handler-level tests of `memfs.fs.Operations` (no kernel, no mount).
+"""Helpers for handler-level tests of `memfs.mount.fs.Operations` (no kernel, no mount).
 
 Handlers are called directly, s3ql ``t3_fs_api`` style::
 
@@ -21,9 +21,9 @@ from pathlib import Path
 import pyfuse3
 import pytest
 
-from memfs.cache import BlobCache
-from memfs.fs import Operations
-from memfs.state import ROOT_INO, Node, State
+from memfs.mount.fs import Operations
+from memfs.state.blobs import BlobCache
+from memfs.state.state import ROOT_INO, Node, State
 
 ROOT = ROOT_INO
 

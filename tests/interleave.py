@@ -32,7 +32,7 @@ Everything runs in-process in a fresh `trio.run` per interleaving, with trio's s
 seeded, so a failure replays exactly: `run_one(scenario, tmp, ("hold", k, point))`.
 
 The seam the sync-core rewrite has to adapt is small and at the top of this file:
-`make_engine` (the wiring, as memfs/daemon.py does it) and the few `adapter` functions
+`make_engine` (the wiring, as memfs/mount/daemon.py does it) and the few `adapter` functions
 below it. Everything else talks to `Operations` handlers, `State` queries and the server.
 """
 
@@ -59,12 +59,12 @@ import trio.testing
 
 from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
-from memfs.cache import BlobCache, sha256
-from memfs.fs import Operations
+from memfs.mount.fs import Operations
 from memfs.server.db import ApiError, Database
 from memfs.server.http import Request, resolve
-from memfs.state import ROOT_INO, State
-from memfs.status import pending
+from memfs.state.blobs import BlobCache, sha256
+from memfs.state.report import pending
+from memfs.state.state import ROOT_INO, State
 from memfs.sync.common import SyncContext, SyncOptions
 from memfs.sync.pusher import Pusher
 from memfs.sync.reconciler import Reconciler
@@ -104,7 +104,7 @@ class Parts:
 
 
 def make_engine(tmp_path: Path, transport: HeldTransport) -> Engine:
-    """One mount's sync machinery wired as memfs/daemon.py does, minus FUSE and the
+    """One mount's sync machinery wired as memfs/mount/daemon.py does, minus FUSE and the
     background loops: write-back delay 0, delete delay an hour (tests age tombstones)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     options = SyncOptions(write_back_delay=0.0, delete_delay=HOUR, poll_interval=1.0,
@@ -144,7 +144,7 @@ def restore_conflict(eng: Engine, cid: int) -> None:
     """`memfs conflicts restore` as the daemon's control socket runs it."""
     import inspect
 
-    from memfs import conflicts
+    from memfs.state import conflicts
 
     extra = {"ops": eng.ops, "invalidate": eng.ctx.invalidate}
     accepted = inspect.signature(conflicts.restore).parameters
@@ -155,7 +155,7 @@ def restore_conflict(eng: Engine, cid: int) -> None:
 
 def is_refusal(exc: BaseException) -> bool:
     """A `conflicts restore` refusal (a clear message, nothing changed)."""
-    from memfs import conflicts
+    from memfs.state import conflicts
 
     return isinstance(exc, conflicts.ConflictError)
 

@@ -96,7 +96,7 @@ class MountProc:
     def sync_now(self, *, full: bool = False) -> None:
         """Ask the daemon for an immediate reconcile pass (remote changes): a feed poll,
         or with `full` a full listing."""
-        from memfs import control
+        from memfs.local import control
 
         assert self.state_dir is not None
         reply = control.request(self.state_dir, {"cmd": "sync", "full": full}, timeout=30)
@@ -276,7 +276,7 @@ def strand_under_url_key(mounts: Mounts, server, store_id: str,
     URL-derived key, as a memfs from before server ids did: a plain mount, a write it
     never pushes (its daemon dies), its state directory moved. Returns (that old
     directory, the one the current key names, now gone)."""
-    from memfs import statedir
+    from memfs.state import statedir
 
     m = mounts.mount(store_id, "--write-back-delay", "600", name=f"plain-{store_id}")
     (m.path / "b.md").write_text("pending\n")

@@ -7,7 +7,7 @@ import os
 import subprocess
 import time
 
-from memfs import control
+from memfs.local import control
 
 
 def wait_for(pred, timeout: float = 30.0, what: str = "condition", interval: float = 0.1):

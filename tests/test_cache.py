@@ -1,4 +1,4 @@
-"""The blob cache (memfs/cache.py): held and staged blobs, and `has` answered from
+"""The blob cache (memfs/state/blobs.py): held and staged blobs, and `has` answered from
 memory."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import stat
 import pytest
 from fs_helpers import record_fsyncs
 
-from memfs.cache import BlobCache, StagedUnreadable, sha256
+from memfs.state.blobs import BlobCache, StagedUnreadable, sha256
 
 
 def test_after_gc_has_answers_without_touching_the_disk(tmp_path, monkeypatch):

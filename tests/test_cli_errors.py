@@ -19,7 +19,7 @@ import click
 import pytest
 from conftest import REPO
 
-from memfs.cli import main
+from memfs.cli.main import main
 
 pytestmark = pytest.mark.timeout(600)
 

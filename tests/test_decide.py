@@ -1,4 +1,4 @@
-"""The sync decisions as tables, row by row (memfs/sync/decide.py; docs/SYNC.md).
+"""The sync decisions as tables, row by row (memfs/core/decide.py; docs/SYNC.md).
 
 Each table enumerates every combination of its inputs that matters: a base, a
 local state, what the server shows and what is in flight or open.
@@ -10,8 +10,8 @@ import itertools
 
 import pytest
 
-from memfs.sync import decide
-from memfs.sync.decide import (
+from memfs.core import decide
+from memfs.core.decide import (
     Absent,
     Answer,
     Content,

@@ -77,7 +77,7 @@ def build_stage_copies() -> list[tuple[list[str], str]]:
 def test_the_context_leaves_local_state_out():
     files = context_files()
     assert {"pyproject.toml", "setup.py", "README.md", "memfs/_fastopen.c",
-            "memfs/_fastopen.map", "memfs/cli.py"} <= files
+            "memfs/_fastopen.map", "memfs/cli/main.py"} <= files
     assert not [f for f in files if f.startswith((".venv/", "tests/", "build/", ".git/"))
                 or "__pycache__" in f or f.endswith(".so")], sorted(files)
 

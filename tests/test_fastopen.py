@@ -1,4 +1,4 @@
-"""Fast opens (memfs/fastopen.py, memfs/_fastopen.c): warm read-only opens answered below
+"""Fast opens (memfs/mount/fastopen.py, memfs/_fastopen.c): warm read-only opens answered below
 Python, and every way a file's content can change under them.
 
 The rule the handlers keep: an inode is in the shim's set only while a read-only open of it
@@ -19,9 +19,9 @@ import pytest
 from fs_helpers import ROOT, FsEnv
 from mountutil import mount_env, needs_fuse
 
-from memfs import fastopen
-from memfs.fastopen import FAST_BIT
-from memfs.state_sync import Remote
+from memfs.mount import fastopen
+from memfs.mount.fastopen import FAST_BIT
+from memfs.state.transitions import Remote
 
 shim = pytest.mark.skipif(fastopen._lib is None, reason=f"fast opens {fastopen.describe()}")
 
@@ -124,7 +124,7 @@ async def test_an_fsync_on_a_fast_handle_makes_the_file_power_safe(env, monkeypa
     never answers FSYNC, and Python syncs the inode's blob and state.db."""
     ino = await _fast_file(env, data=b"keep me\n")
     synced: list = []
-    monkeypatch.setattr("memfs.fs.fsync_paths",
+    monkeypatch.setattr("memfs.mount.fs.fsync_paths",
                         lambda paths, missing_ok=False: synced.extend(map(str, paths)))
     await env.ops.fsync(FAST_BIT | ino, False)
     sha = env.node("/a.md").sha

@@ -13,7 +13,7 @@ import trio
 # ruff: noqa: F811  (pytest fixtures imported from test_sync_engine are arguments here)
 from test_sync_engine import Engine, eng, make_engine  # noqa: F401
 
-from memfs.cache import BlobCache
+from memfs.state.blobs import BlobCache
 from memfs.sync.fetcher import batch_of
 
 

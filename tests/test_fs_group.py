@@ -1,4 +1,4 @@
-"""Handler-level tests of the session root (memfs/fs_group.py), without the kernel:
+"""Handler-level tests of the session root (memfs/mount/fs_group.py), without the kernel:
 inode and handle numbering across stores, the marker, EROFS at the root, EXDEV
 between stores, per-store read-only. The same behaviour through a real mount is in
 test_group_mount.py and test_session_mount.py."""
@@ -13,10 +13,10 @@ import pyfuse3
 import pytest
 from fs_helpers import ctx, fuse_errno
 
-from memfs.cache import BlobCache
-from memfs.fs import MARKER_INO, MARKER_NAME, Operations, marker_content
-from memfs.fs_group import GROUP_ROOT, SHIFT, GroupOperations
-from memfs.state import ROOT_INO, State
+from memfs.mount.fs import MARKER_INO, MARKER_NAME, Operations, marker_content
+from memfs.mount.fs_group import GROUP_ROOT, SHIFT, GroupOperations
+from memfs.state.blobs import BlobCache
+from memfs.state.state import ROOT_INO, State
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Handler-level tests of memfs.fs.Operations, without the kernel.
+"""Handler-level tests of memfs.mount.fs.Operations, without the kernel.
 
 Each test builds a State + BlobCache + Operations in tmp_path and calls the
 pyfuse3 handlers directly. docs/SEMANTICS.md is the specification these
@@ -18,10 +18,10 @@ import trio
 import trio.testing
 from fs_helpers import ROOT, Fields, FsEnv, attrs, ctx, fuse_errno, record_fsyncs
 
-from memfs import paths
-from memfs.cache import BlobCache, sha256
-from memfs.fs import LOCAL_ONLY_MAX_BYTES
-from memfs.state import EMPTY_SHA
+from memfs.core import paths
+from memfs.mount.fs import LOCAL_ONLY_MAX_BYTES
+from memfs.state.blobs import BlobCache, sha256
+from memfs.state.state import EMPTY_SHA
 
 MAX = paths.MAX_CONTENT_BYTES
 
@@ -729,7 +729,7 @@ async def test_unlink_while_open_keeps_the_handle_working(env):
     # Still answered as it was (no links) while the kernel may hold it; after
     # GONE_KEPT further removals it is unknown: ENOENT.
     assert (await env.ops.getattr(attr.st_ino, ctx())).st_nlink == 0
-    from memfs.fs import GONE_KEPT
+    from memfs.mount.fs import GONE_KEPT
     for i in range(GONE_KEPT):
         env.ops._unfast(10**9 + i, env.node("/"))  # stand-ins for later removals
     assert await fuse_errno(env.ops.getattr(attr.st_ino, ctx())) == errno.ENOENT

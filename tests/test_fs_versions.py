@@ -1,4 +1,4 @@
-"""Handler-level tests of the read-only `.memfs/versions` tree (memfs/fs_versions.py),
+"""Handler-level tests of the read-only `.memfs/versions` tree (memfs/mount/fs_versions.py),
 without the kernel: a fake versions API, the real Operations hooks.
 
 docs/SEMANTICS.md ("The .memfs tree") is the specification."""
@@ -13,13 +13,13 @@ import stat
 import pytest
 from fs_helpers import ROOT, Fields, attrs, b, ctx, fuse_errno
 
-from memfs import fs_versions
 from memfs.api.models import MemoryVersion
-from memfs.cache import BlobCache, sha256
-from memfs.fs import Operations
-from memfs.fs_versions import META_INO, VERSIONS_INO, VersionsTree, is_virtual, version_name
-from memfs.state import State
-from memfs.sync import decide
+from memfs.core import decide
+from memfs.mount import fs_versions
+from memfs.mount.fs import Operations
+from memfs.mount.fs_versions import META_INO, VERSIONS_INO, VersionsTree, is_virtual, version_name
+from memfs.state.blobs import BlobCache, sha256
+from memfs.state.state import State
 
 STORE = "memstore_1"
 
@@ -132,7 +132,7 @@ def test_names_sort_by_time_and_say_deleted_or_redacted():
 def test_history_times_match_the_version_names():
     """`memfs history` and the tree parse the API's times with one parser
     (memfs.api.models.parse_time): the same millisecond, in UTC, whatever the offset."""
-    from memfs.cli_history import _when
+    from memfs.cli.history import _when
 
     v = dataclasses.replace(ver("memver_t", "mem_t", "created", "/t.md", "x", "00:00"),
                             created_at="2026-11-30T23:30:00.123456+01:30")

@@ -16,7 +16,7 @@ DOCS = [REPO / "README.md", REPO / "memfs" / "tool.py", REPO / "docker" / "READM
 def test_the_distribution_has_its_own_name():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["name"] == "memfs-fuse"
-    assert project["scripts"] == {"memfs": "memfs.spawn:main"}
+    assert project["scripts"] == {"memfs": "memfs.cli.spawn:main"}
 
 
 def test_every_pip_install_line_names_this_project():

@@ -182,7 +182,7 @@ SCENARIOS = [
     Scenario(
         "refused_delete_during_flush", REFUSED, "flush", [("write", "/other.md", "o")],
         faults=[REFUSE_DELETES], check=others_went_out, may_stay=("/old.md",),
-        doc="defect 2 in flush(): the refusal must not escape (it would end Daemon.run)"),
+        doc="defect 2 in flush(): the refusal must not escape (it would end MountDaemon.run)"),
     Scenario(
         "restore_over_pending_edit",
         [("write", "/a.md", "base"), ("push",), ("r_edit", "/a.md", "theirs"),

@@ -1,4 +1,4 @@
-"""The daemon's kernel invalidations (memfs/daemon.py `_invalidator`), without a kernel."""
+"""The daemon's kernel invalidations (memfs/mount/daemon.py `_invalidator`), without a kernel."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pyfuse3
 import trio
 
-from memfs import daemon
-from memfs.cache import BlobCache
-from memfs.mountconfig import SyncOptions
-from memfs.state import State
+from memfs.core.mountconfig import SyncOptions
+from memfs.mount import daemon
+from memfs.state.blobs import BlobCache
+from memfs.state.state import State
 from memfs.sync.common import SyncContext
 
 
@@ -56,7 +56,7 @@ async def test_queued_invalidations_go_out_in_one_worker_thread_call(tmp_path, m
     ctx.invalidate(("inode", 9))
     want += [("entry", base | 7, b"unknown"), ("inode", base | 9, False)]
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(daemon.Daemon._invalidator, None, engine)
+        nursery.start_soon(daemon.MountDaemon._invalidator, None, engine)
         with trio.fail_after(10):
             while len(sent) < len(want):
                 await trio.sleep(0.01)

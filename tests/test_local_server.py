@@ -15,7 +15,7 @@ import httpx
 import pytest
 from mountutil import needs_fuse
 
-from memfs.proctitle import is_serve_of
+from memfs.local.titles import is_serve_of
 
 
 def _memfs(env, *args, check=True):
@@ -167,7 +167,7 @@ def test_serve_stop_and_status(local_env, tmp_path):
     assert st["url"] == info["url"]
     # Its log is the rotating one, private.
     assert stat.S_IMODE((data / "local-server.log").stat().st_mode) == 0o600
-    # `ps` shows what it is (memfs/proctitle.py): its database and URL, never its key.
+    # `ps` shows what it is (memfs/local/titles.py): its database and URL, never its key.
     title = Path(f"/proc/{info['pid']}/cmdline").read_bytes().rstrip(b"\0").decode()
     assert title == f"memfs serve: {data / 'local.db'} on {info['url']}"
     out = _memfs(local_env, "serve", "stop").stdout

@@ -1,4 +1,4 @@
-"""memfs.logs: the size-rotated, private log files of `memfs serve` and the mount daemon."""
+"""memfs.local.logs: the size-rotated, private log files of `memfs serve` and the mount daemon."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from memfs import logs
+from memfs.local import logs
 
 
 @pytest.fixture
@@ -54,14 +54,14 @@ def test_rotates_by_size_and_stays_private(tmp_path, root_logger, fmt):
 def test_daemon_log_rotates(tmp_path, root_logger, monkeypatch):
     """The mount daemon's daemon.log goes through the same rotating handler."""
     pytest.importorskip("pyfuse3")
-    from memfs.daemon import setup_logging
+    from memfs.mount.daemon import setup_logging
 
     monkeypatch.setenv("MEMFS_LOG_FORMAT", "json")
     setup_logging(tmp_path, foreground=False)
     (handler,) = root_logger.handlers
     assert isinstance(handler, logging.handlers.RotatingFileHandler)
     assert handler.maxBytes == logs.DEFAULT_MAX_BYTES and handler.backupCount > 0
-    logging.getLogger("memfs.daemon").warning("hello")
+    logging.getLogger("memfs.mount.daemon").warning("hello")
     handler.flush()
     line = (tmp_path / "daemon.log").read_text().splitlines()[-1]
     assert json.loads(line)["msg"] == "hello"

@@ -19,10 +19,10 @@ from mountutil import mount_env, needs_fuse, server_memories
 from prometheus_client.parser import text_string_to_metric_families
 from synchelpers import flush, versions, wait_for
 
-from memfs import control
-from memfs.metrics_export import families, outcome
-from memfs.mount_metrics import FUSE_BUCKETS, FuseTiming, StoreMetrics, classify, purpose
-from memfs.mountconfig import is_loopback, parse_metrics_addr
+from memfs.core.metrics import FUSE_BUCKETS, FuseTiming, StoreMetrics, classify, purpose
+from memfs.core.mountconfig import is_loopback, parse_metrics_addr
+from memfs.local import control
+from memfs.mount.metrics_export import families, outcome
 
 # -- helpers ---------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from gate import Gate
 from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
 from synchelpers import cat, conflicts, flush, sdk_by_path, sdk_update, versions, wait_for, xattr
 
-from memfs import control
+from memfs.local import control
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 

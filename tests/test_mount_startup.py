@@ -21,7 +21,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 def daemons_of(env: dict) -> set[int]:
-    """Live `memfs.daemon` processes started with this environment's cache root."""
+    """Live `memfs.mount.daemon` processes started with this environment's cache root."""
     mark = f"XDG_CACHE_HOME={env['XDG_CACHE_HOME']}".encode()
     found = set()
     for pid in os.listdir("/proc"):
@@ -29,7 +29,7 @@ def daemons_of(env: dict) -> set[int]:
             continue
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"memfs.daemon" not in f.read():
+                if b"memfs.mount.daemon" not in f.read():
                     continue
             with open(f"/proc/{pid}/environ", "rb") as f:
                 if mark not in f.read().split(b"\0"):
@@ -76,7 +76,7 @@ def test_memfs_mount_starts_its_daemon_before_click_loads_and_uses_that_one(tmp_
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(REPO))
     env.pop("_MEMFS_COMPLETE", None)
     code = ("import sys\n"
-            "from memfs import spawn\n"
+            "from memfs.cli import spawn\n"
             "real = spawn.start\n"
             "def start():\n"
             "    print('start; click loaded:', 'click' in sys.modules, flush=True)\n"
@@ -100,7 +100,7 @@ def test_memfs_mount_starts_its_daemon_before_click_loads_and_uses_that_one(tmp_
 
 
 def spawn_wanted(args: list[str]) -> bool:
-    from memfs import spawn
+    from memfs.cli import spawn
 
     return spawn.wants_early_daemon(args)
 
@@ -127,7 +127,7 @@ def test_a_daemon_given_no_configuration_exits_untouched(tmp_path):
     ready_r, ready_w = os.pipe()
     env = dict(os.environ, MEMFS_CONFIG_FD=str(config_r), MEMFS_READY_FD=str(ready_w),
                XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "memfs.daemon"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "memfs.mount.daemon"], env=env,
                             pass_fds=(config_r, ready_w), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     os.close(config_r)
@@ -142,9 +142,9 @@ def test_a_daemon_given_no_configuration_exits_untouched(tmp_path):
 
 
 def test_mount_starts_its_daemon_before_importing_trio_or_httpx(tmp_path):
-    """`memfs.cli` and the mount command import no network or FUSE library: the daemon
+    """`memfs.cli.main` and the mount command import no network or FUSE library: the daemon
     process is started before the store lookup pulls trio and httpx in."""
-    code = ("import sys, memfs.cli, memfs.cli_mount\n"
+    code = ("import sys, memfs.cli.main, memfs.cli.mount\n"
             "heavy = {'trio', 'httpx', 'pyfuse3', 'anyio'} & set(sys.modules)\n"
             "assert not heavy, heavy\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
@@ -169,13 +169,13 @@ def test_a_daemon_that_cannot_start_says_why(tmp_path, monkeypatch):
     `memfs mount` as an ERROR line naming it, and daemon.log holds the traceback."""
     import logging
 
-    from memfs import daemon
-    from memfs.mountconfig import MountConfig
+    from memfs.core.mountconfig import MountConfig
+    from memfs.mount import daemon
 
     def broken(*args, **kwargs):
         raise RuntimeError("state.db is not what it should be")
 
-    monkeypatch.setattr(daemon, "Daemon", broken)
+    monkeypatch.setattr(daemon, "MountDaemon", broken)
     cfg = MountConfig(store_id="memstore_x", mountpoint=str(tmp_path / "mnt"),
                       base_url="http://127.0.0.1:9", state_dir=str(tmp_path / "state"))
     (tmp_path / "state").mkdir()

@@ -16,7 +16,7 @@ import pytest
 from gate import Gate
 from mountutil import MountProc, needs_fuse, server_memories
 
-from memfs import statedir
+from memfs.state import statedir
 
 pytestmark = [needs_fuse, pytest.mark.mount]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from memfs.mountconfig import (
+from memfs.core.mountconfig import (
     GroupConfig,
     GroupStore,
     MountConfig,

@@ -16,8 +16,8 @@ from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
 from synchelpers import cat, sdk_by_path, sdk_create, versions, wait_for
 
 from memfs.api import errors as api_errors
-from memfs.cache import BlobCache
-from memfs.state import State
+from memfs.state.blobs import BlobCache
+from memfs.state.state import State
 from memfs.sync.common import Backoff, SyncContext, SyncOptions
 
 CONVERGE = 90.0  # generous: backoff with jitter (capped at 10 s for a 1 s poll)

@@ -1,4 +1,4 @@
-"""Only `State` (memfs/state.py, memfs/state_sync.py) changes what state.db holds
+"""Only `State` (memfs/state/state.py, memfs/state/transitions.py) changes what state.db holds
 (docs/ARCHITECTURE.md, "Who may change what").
 
 A source check over the package, in three parts; any other module that breaks one
@@ -7,7 +7,7 @@ fails this test, so the rule cannot be broken by accident:
 - it assigns a persisted field of a `Node` or a `Tombstone` (every column of
   `schema.NODE_COLUMNS` and `schema.TOMBSTONE_COLUMNS`);
 - it writes one of State's tables (every table of state.db but `staged`, which the
-  blob cache, memfs/cache.py, owns);
+  blob cache, memfs/state/blobs.py, owns);
 - it changes one of State's containers in place (`nodes`, `tombstones`, `by_memory`,
   `parks`, `open_dirty`, `doubts`, ...): item assignment or deletion, a mutating method
   call, an augmented assignment, or rebinding the attribute.
@@ -21,7 +21,7 @@ import pathlib
 import re
 
 import memfs
-from memfs.schema import NODE_COLUMNS, SCHEMA, STAGED_SCHEMA, TOMBSTONE_COLUMNS
+from memfs.state.schema import NODE_COLUMNS, SCHEMA, STAGED_SCHEMA, TOMBSTONE_COLUMNS
 
 PACKAGE = pathlib.Path(memfs.__file__).parent
 OWNERS = {"state.py", "state_sync.py", "schema.py"}
@@ -147,7 +147,7 @@ def test_every_persisted_field_and_table_is_covered():
 
 
 PLANTED = '''
-from memfs.state import State
+from memfs.state.state import State
 
 def f(state, node, tomb, ctx):
     node.base_sha = 'x'

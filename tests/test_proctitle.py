@@ -8,7 +8,7 @@ import time
 from conftest import start_server
 from mountutil import needs_fuse
 
-from memfs.proctitle import safe_db, serve_title
+from memfs.local.titles import safe_db, serve_title
 
 
 def cmdline(pid: int) -> str:

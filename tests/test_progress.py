@@ -15,7 +15,7 @@ import time
 
 from mountutil import MountProc, mount_env, needs_fuse
 
-from memfs.progress import combined, describe, human_bytes
+from memfs.cli.progress import combined, describe, human_bytes
 
 pytestmark = needs_fuse
 

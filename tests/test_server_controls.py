@@ -8,7 +8,7 @@ import httpx
 import pytest
 from gate import Gate
 
-from memfs.healthproof import health_proof
+from memfs.core.healthproof import health_proof
 
 
 def test_respond_rule_refuses_one_request_without_applying_it(server):

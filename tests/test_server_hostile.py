@@ -408,7 +408,7 @@ def test_hostile_inputs_in_process(tmp_path):
             assert r.status_code == 401
             # Health proof: only the key's holder can answer the challenge.
             r = await c.get("/_memfs/health", params={"challenge": "abc"})
-            from memfs.healthproof import health_proof
+            from memfs.core.healthproof import health_proof
             assert r.json()["proof"] == health_proof("k", "abc")
 
     try:

@@ -8,7 +8,7 @@ import anthropic
 import httpx
 import pytest
 
-from memfs.paths import MAX_CONTENT_BYTES
+from memfs.core.paths import MAX_CONTENT_BYTES
 
 
 def sha(s: str) -> str:
@@ -240,7 +240,7 @@ def test_preconditions_and_noop(api):
     assert r.content_sha256 == sha("two")
     assert len(versions(ms, sid, m.id)) == 3
 
-    # Precondition checked before path occupancy (reference §4.1).
+    # Precondition checked before path occupancy (reference 4.1).
     ms.memories.create(sid, path="/taken", content="")
     with pytest.raises(anthropic.ConflictError) as ei:
         ms.memories.update(m.id, memory_store_id=sid, path="/taken", precondition=pre_bad)

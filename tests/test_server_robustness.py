@@ -12,7 +12,7 @@ import httpx
 import pytest
 from conftest import start_server
 
-from memfs.paths import MAX_MEMORIES_PER_STORE
+from memfs.core.paths import MAX_MEMORIES_PER_STORE
 
 
 def sha(s: str) -> str:

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from conftest import start_server
 
+from memfs.core.slug import mount_slugs, slug
 from memfs.server.db import SCHEMA, Database, _statements
-from memfs.slug import mount_slugs, slug
 
 MEMORY_BETA = "agent-memory-2026-07-22"
 SESSIONS_BETA = "managed-agents-2026-04-01"

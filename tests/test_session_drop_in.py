@@ -209,7 +209,8 @@ async def test_the_control_directory_is_read_once_and_again_only_when_it_fails(
         tmp_path, monkeypatch, caplog):
     """`sync_if_due` runs after every tool call: it asks the control directory it knows
     and reads the mount registry again only when that one does not answer."""
-    from memfs import control, statedir
+    from memfs.local import control
+    from memfs.state import statedir
 
     one, two = tmp_path / "one", tmp_path / "two"
     live: dict = {"dir": one}  # the daemon that answers; None: no daemon registered

@@ -76,7 +76,7 @@ def test_session_view_access_and_attribution(server, mounts, two_stores):
     with open(f"/proc/{m.pid}/cmdline", "rb") as f:
         argv = f.read()
     assert b"memfs_sesstok_" not in argv and b"test-key" not in argv
-    # `ps` names the session root (memfs/proctitle.py).
+    # `ps` names the session root (memfs/local/titles.py).
     assert argv.decode().startswith(f"memfs: session {sid} on {root} ("), argv
     # Status per store; unmount reports per store.
     st = m.status()
@@ -118,7 +118,7 @@ def test_session_same_slug_and_default_root(server, mounts, tmp_path):
                          env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "unknown session sesn_nope" in bad.stderr
     # The default ROOT, checked without mounting at /mnt/memory on the test machine.
-    from memfs.cli_group import session_layout
+    from memfs.cli.group import session_layout
 
     resources = sdk.beta.sessions.retrieve(sid).resources
     parents, layout = session_layout(resources)
@@ -173,7 +173,7 @@ def test_conflicts_of_a_store_under_a_session_root(server, mounts):
     f = m.path / "shared" / "a.md"
     (f).write_text("mine\n")
     sdk.beta.memory_stores.memories.update(mid, memory_store_id=store, content="theirs\n")
-    from memfs import control
+    from memfs.local import control
 
     assert control.request(m.state_dir, {"cmd": "sync"}, timeout=30)["ok"]
     deadline = time.monotonic() + 15

@@ -1,4 +1,4 @@
-"""memfs.slug: the mount slug rule shared by the server and the client."""
+"""memfs.core.slug: the mount slug rule shared by the server and the client."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import doctest
 
 import pytest
 
-import memfs.slug
-from memfs.slug import MOUNT_ROOT, mount_slug, mount_slugs, slug
+import memfs.core.slug
+from memfs.core.slug import MOUNT_ROOT, mount_slug, mount_slugs, slug
 
 
 @pytest.mark.parametrize(
@@ -95,5 +95,5 @@ def test_mount_root() -> None:
 
 
 def test_doctests() -> None:
-    failures, _ = doctest.testmod(memfs.slug)
+    failures, _ = doctest.testmod(memfs.core.slug)
     assert failures == 0

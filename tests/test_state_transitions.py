@@ -1,4 +1,4 @@
-"""The state transitions one at a time (memfs/state_sync.py, State's local mutations).
+"""The state transitions one at a time (memfs/state/transitions.py, State's local mutations).
 
 Each test builds a State on a real state.db in a temp dir, brings one file into the
 situation the transition is for, applies it, and checks what a reader of the tree,
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from memfs.cache import sha256
-from memfs.nodes import Remote
-from memfs.state import PARK_NAME, ROOT_INO, State
-from memfs.state_sync import Deferred
+from memfs.core.nodes import Remote
+from memfs.state.blobs import sha256
+from memfs.state.state import PARK_NAME, ROOT_INO, State
+from memfs.state.transitions import Deferred
 
 MID = "mem_x"
 
@@ -238,7 +238,7 @@ def test_restore_puts_the_kept_version_back_as_a_local_edit(st, tmp_path):
 def test_restore_keeps_a_newer_pending_edit_as_its_own_conflict(st, tmp_path, caplog):
     node, cid = _conflicted(st)
     st.set_content(node, sha256(b"newer"), 5)
-    with caplog.at_level(logging.INFO, logger="memfs.state_sync"):
+    with caplog.at_level(logging.INFO, logger="memfs.state.transitions"):
         st.restore_conflict(cid, 4)
     assert node.sha == sha256(b"mine")
     [row] = st.conflicts()

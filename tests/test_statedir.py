@@ -1,4 +1,4 @@
-"""Where state lives (memfs/statedir.py): server identity, state keys, adoption of state
+"""Where state lives (memfs/state/statedir.py): server identity, state keys, adoption of state
 kept under another key (defect 9 of issue 7), the known index (defect 12)."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import httpx
 import pytest
 from conftest import start_server
 
-from memfs import statedir
-from memfs.cache import BlobCache, sha256
 from memfs.server.db import SCHEMA, SCHEMA_VERSION, Database, _statements
-from memfs.state import State
+from memfs.state import statedir
+from memfs.state.blobs import BlobCache, sha256
+from memfs.state.state import State
 
 STORE = "memstore_01TestTestTestTestTestTest"
 

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
 
-from memfs.state import DEFAULT_LOCAL_ONLY_PATTERNS, EMPTY_SHA
+from memfs.state.state import DEFAULT_LOCAL_ONLY_PATTERNS, EMPTY_SHA
 
 pytestmark = needs_fuse
 

@@ -13,13 +13,13 @@ from mountutil import mount_env, needs_fuse
 
 from memfs.api.models import MemoryStore
 from memfs.api.oneshot import call_with_client
-from memfs.slug import slug
-from memfs.storenames import AmbiguousStore, StoreNotFound, choose, resolve_sync
+from memfs.cli.storenames import AmbiguousStore, StoreNotFound, choose, resolve_sync
+from memfs.core.slug import slug
 
 
 def test_slug() -> None:
     assert slug("Team Notes") == "team-notes"
-    assert slug("  Café -- déjà vu!! ") == "caf-d-j-vu"  # memfs/slug.py's rule: ASCII only
+    assert slug("  Café -- déjà vu!! ") == "caf-d-j-vu"  # memfs/core/slug.py's rule: ASCII only
     assert slug("--Ünïcode  Notes!--") == "n-code-notes"
     assert slug("a__b..c") == "a-b-c"
     assert slug("日本") == ""

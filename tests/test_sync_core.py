@@ -19,9 +19,9 @@ from fs_helpers import ROOT, b, ctx, fuse_errno
 # ruff: noqa: F811  (pytest fixtures imported from test_sync_engine are arguments here)
 from test_sync_engine import HOUR, Engine, eng, make_engine  # noqa: F401
 
-from memfs import conflicts as conflict_cmds
 from memfs.api import errors as api_errors
-from memfs.nodes import PARK_DIR
+from memfs.core.nodes import PARK_DIR
+from memfs.state import conflicts as conflict_cmds
 from memfs.sync.common import Backoff
 
 

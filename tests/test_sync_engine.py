@@ -20,12 +20,12 @@ import pytest
 import trio
 from fs_helpers import ROOT, FsEnv, b, fuse_errno
 
-from memfs import paths
 from memfs.api.client import MemoryStoresClient
-from memfs.cache import BlobCache, sha256
-from memfs.fs import Operations
-from memfs.state import State
-from memfs.status import pending
+from memfs.core import paths
+from memfs.mount.fs import Operations
+from memfs.state.blobs import BlobCache, sha256
+from memfs.state.report import pending
+from memfs.state.state import State
 from memfs.sync.common import SyncContext, SyncOptions
 from memfs.sync.pusher import Pusher, delete_cap
 from memfs.sync.reconciler import Reconciler
@@ -861,7 +861,7 @@ async def test_rename_chain_converges(eng):
 
 
 def test_a_batch_commits_once_and_undoes_everything_on_failure(tmp_path):
-    from memfs.nodes import Remote
+    from memfs.core.nodes import Remote
 
     st = State(tmp_path / "state.db")
     commits = []

@@ -1,4 +1,4 @@
-"""The memory tool's pure text rules (memfs/tool_text.py), and the packaging promise that
+"""The memory tool's pure text rules (memfs/tool/text.py), and the packaging promise that
 only memfs.tool needs the `anthropic` package."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import REPO
 
-from memfs.tool_text import ToolFailure, format_size, render_directory, resolve
+from memfs.tool.text import ToolFailure, format_size, render_directory, resolve
 
 
 @pytest.mark.parametrize(("size", "shown"), [
@@ -66,7 +66,7 @@ def test_directory_view_is_two_levels_with_hidden_names_skipped():
 
 def test_the_filesystem_does_not_import_anthropic():
     code = (
-        "import sys, memfs.cli, memfs.tool_store, memfs.cli_tool\n"
+        "import sys, memfs.cli.main, memfs.tool.store, memfs.cli.tool\n"
         "assert 'anthropic' not in sys.modules, 'anthropic was imported'\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,

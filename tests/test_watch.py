@@ -14,7 +14,7 @@ import pytest
 from mountutil import mount_env, mounts, needs_fuse  # noqa: F401
 from synchelpers import cat, flush, sdk_create, sdk_delete, sdk_update, wait_for
 
-from memfs.events import Event, EventBus, Subscriber
+from memfs.sync.events import Event, EventBus, Subscriber
 
 
 class Watcher:
@@ -202,7 +202,7 @@ def test_a_reader_that_stops_reading_never_slows_the_mount(mounts, server):
     reads again it is told how many it missed: delivered + dropped = every change."""
     import socket as sockets
 
-    from memfs import control
+    from memfs.local import control
 
     store = mounts.new_store()
     m = mounts.mount(store)

@@ -12,7 +12,7 @@ from anthropic.lib.tools import ToolError
 from conftest import ServerProc, start_server
 
 from memfs.tool import AsyncMemoryStoreTool, MemoryStoreTool
-from memfs.tool_store import StoreMemory
+from memfs.tool.store import StoreMemory
 
 
 @pytest.fixture(scope="module")

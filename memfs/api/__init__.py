@@ -10,8 +10,8 @@ command) must not pay for httpx and trio.
 
 from typing import Any
 
-from .config import ClientConfig, ConfigError, resolve_config
-from .errors import (
+from memfs.api.config import ClientConfig, ConfigError, resolve_config
+from memfs.api.errors import (
     REFUSED,
     TRANSIENT,
     APIConnectionError,
@@ -30,7 +30,7 @@ from .errors import (
     RequestTooLargeError,
     ServerError,
 )
-from .models import (
+from memfs.api.models import (
     Memory,
     MemoryPrefix,
     MemoryStore,
@@ -83,7 +83,7 @@ _CLIENT_NAMES = ("ANTHROPIC_VERSION", "MEMORY_BETA", "SESSIONS_BETA", "MemorySto
 
 def __getattr__(name: str) -> Any:
     if name in _CLIENT_NAMES:
-        from . import client
+        from memfs.api import client
 
         return getattr(client, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

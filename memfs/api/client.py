@@ -22,7 +22,7 @@ been applied already. How each call behaves then is written in its docstring
 -> the server's no-op rule answers 200; delete -> a 404 on a retry is success).
 
 Paths, content, shas and list parameters are validated client-side with
-:mod:`memfs.paths` before sending; a refusal raises the same
+:mod:`memfs.core.paths` before sending; a refusal raises the same
 :class:`BadRequestError` the server's 400 would map to (``client_side=True``).
 
 The API key goes only into the ``x-api-key`` header: it is kept out of
@@ -48,11 +48,10 @@ from urllib.parse import quote
 import httpx
 import trio
 
-from .. import __version__, paths
-from . import tls
-from .betas import MEMORY_BETA, SESSIONS_BETA
-from .config import BEARER, ClientConfig
-from .errors import (
+from memfs.api import tls
+from memfs.api.betas import MEMORY_BETA, SESSIONS_BETA
+from memfs.api.config import BEARER, ClientConfig
+from memfs.api.errors import (
     APIConnectionError,
     APIResponseValidationError,
     APIStatusError,
@@ -61,7 +60,9 @@ from .errors import (
     RateLimitError,
     error_for_status,
 )
-from .models import Memory, MemoryPrefix, MemoryStore, MemoryVersion, Page, Session
+from memfs.api.models import Memory, MemoryPrefix, MemoryStore, MemoryVersion, Page, Session
+from memfs.core import paths
+from memfs.core.version import VERSION
 
 __all__ = [
     "MemoryStoresClient",
@@ -240,7 +241,7 @@ class MemoryStoresClient:
             "accept": "application/json",
             "anthropic-version": ANTHROPIC_VERSION,
             "anthropic-beta": MEMORY_BETA,
-            "user-agent": f"memfs/{__version__}",
+            "user-agent": f"memfs/{VERSION}",
         }
         for k, v in (extra_headers or {}).items():
             headers[k.lower()] = v

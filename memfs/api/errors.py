@@ -102,7 +102,7 @@ class BadRequestError(APIStatusError):
 
     Also raised *client-side*, before anything is sent, for paths, content or
     parameters the server would refuse (``client_side`` is then True and
-    ``path_error`` holds the :class:`memfs.paths.PathError`, if any, so the
+    ``path_error`` holds the :class:`memfs.core.paths.PathError`, if any, so the
     filesystem can choose ENAMETOOLONG vs EINVAL).
     """
 

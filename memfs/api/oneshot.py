@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from .client import MemoryStoresClient
+    from memfs.api.client import MemoryStoresClient
 
 T = TypeVar("T")
 
@@ -25,7 +25,7 @@ def call_with_client(base_url: str, api_key: str | None,
     """`fn(client)` run to completion under trio with its own short-lived client."""
     import trio
 
-    from .client import MemoryStoresClient
+    from memfs.api.client import MemoryStoresClient
 
     async def go() -> T:
         async with MemoryStoresClient(base_url, api_key, max_retries=1, timeout=TIMEOUT) as c:

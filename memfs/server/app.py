@@ -38,7 +38,7 @@ import anyio
 import anyio.to_thread
 from starlette.concurrency import run_in_threadpool
 
-from memfs.healthproof import health_proof
+from memfs.core.healthproof import health_proof
 from memfs.server.authcache import RefusedTokens
 from memfs.server.db import (
     SESSION_TOKEN_PREFIX,
@@ -332,7 +332,7 @@ class MemfsApp:
         try:
             if ex.header(b"transfer-encoding") is not None and \
                     ex.header(b"content-length") is not None:
-                # RFC 9112 §6.1: the framing is ambiguous (a proxy may have framed it
+                # RFC 9112 6.1: the framing is ambiguous (a proxy may have framed it
                 # by content-length): answer, read nothing more, close.
                 ex.close_connection = True
                 self.metrics.heads_refused.labels("framing").inc()

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memfs.paths import (
+from memfs.core.paths import (
     MAX_MEMORIES_PER_STORE,
     PathError,
     validate_prefix,
@@ -119,7 +119,7 @@ CREATE INDEX stores_by_created ON stores (created_at, id);
 CREATE TABLE memories (
     id                  TEXT PRIMARY KEY,       -- mem_…, stable across renames
     store_id            TEXT NOT NULL REFERENCES stores (id) ON DELETE CASCADE,
-    path                TEXT NOT NULL,          -- validated by memfs.paths; BINARY = byte order
+    path                TEXT NOT NULL,          -- checked by memfs.core.paths; BINARY: byte order
     content             TEXT NOT NULL,          -- ≤102,400 UTF-8 bytes
     content_sha256      TEXT NOT NULL,          -- lowercase hex of the UTF-8 bytes
     content_size_bytes  INTEGER NOT NULL,
@@ -671,7 +671,7 @@ class Database(SessionsMixin):
     ) -> dict[str, Any]:
         """``None`` for content/path means "leave unchanged" (at least one required).
 
-        Order (reference §4.1): validation (400) → store (404) → archived (400)
+        Order (reference 4.1): validation (400) → store (404) → archived (400)
         → memory (404) → no-op (200, no version, even if the precondition
         fails) → precondition (409) → path occupancy (409) → write.
         """

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memfs.paths import (
+from memfs.core.paths import (
     MAX_CONTENT_BYTES,
     PathError,
     validate_path,

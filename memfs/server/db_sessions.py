@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from memfs.core.slug import MOUNT_ROOT, mount_slugs
 from memfs.server.db_common import (
     _TS_FORMAT,
     Actor,
@@ -28,7 +29,6 @@ from memfs.server.db_common import (
     now,
     row_by_id,
 )
-from memfs.slug import MOUNT_ROOT, mount_slugs
 
 # --------------------------------------------------------------------------
 # Sessions: request checks, rendering, the token grant
@@ -280,7 +280,7 @@ class SessionsMixin:
     ) -> dict[str, Any]:
         """A session; nothing runs. Memory stores are attached here only: each must
         exist (404) and not be archived (400); ``name`` and ``description`` are
-        snapshotted and ``mount_path`` derived (:func:`memfs.slug.mount_slugs`)."""
+        snapshotted and ``mount_path`` derived (:func:`memfs.core.slug.mount_slugs`)."""
         snap = agent_snapshot(agent)
         env = _id_string(environment_id, "environment_id")
         attach = check_session_resources(resources)

@@ -36,7 +36,7 @@ from memfs.server.jsonbody import (
 )
 
 #: Memory store routes also take the managed-agents beta they took first; session
-#: routes keep using it (reference §1.3, §6.1).
+#: routes keep using it (reference 1.3, 6.1).
 LEGACY_BETA = SESSIONS_BETA
 SESSION_HEADER = "x-memfs-session-id"
 

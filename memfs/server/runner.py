@@ -326,7 +326,7 @@ def serve(app: MemfsApp, sock: socket.socket, *, on_listening: Callable[[], None
         http=protocol,  # type: ignore[arg-type]
         interface="asgi3",
         lifespan="off",
-        log_config=None,  # our logging setup (memfs.logs) stays in charge
+        log_config=None,  # our logging setup (memfs.local.logs) stays in charge
         access_log=False,
         server_header=False,
         proxy_headers=False,

@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 
 import trio
 
-from ..api.client import MemoryStoresClient
-from ..cache import BlobCache
-from ..events import EventBus
-from ..mount_metrics import StoreMetrics
-from ..mountconfig import SyncOptions
-from ..nodes import Node, Remote
-from ..state import State
-from .fetcher import Fetcher
+from memfs.api.client import MemoryStoresClient
+from memfs.core.metrics import StoreMetrics
+from memfs.core.mountconfig import SyncOptions
+from memfs.core.nodes import Node, Remote
+from memfs.state.blobs import BlobCache
+from memfs.state.state import State
+from memfs.sync.events import EventBus
+from memfs.sync.fetcher import Fetcher
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class SyncContext:
         self.store_id = store_id
         self.options = options
         self.status = SyncStatus()
-        self.metrics = StoreMetrics()  # counters for `--metrics-addr` (memfs/mount_metrics.py)
+        self.metrics = StoreMetrics()  # counters for `--metrics-addr` (memfs/core/metrics.py)
         self.sync_lock = trio.Lock()
         self.push_wakeup = trio.Event()
         self.reconcile_wakeup = trio.Event()
@@ -89,14 +89,14 @@ class SyncContext:
         self.invalidation_ready = trio.Event()
         self.online_wakeup = trio.Event()  # set (and renewed) when we come back online
         self.listed = trio.Event()  # set by every finished listing (the prefetch waits)
-        #: Seconds since FUSE last brought a request (the engine sets memfs.fs.idle_for):
+        #: Seconds since FUSE last brought a request (the engine sets memfs.mount.fs.idle_for):
         #: background work yields to the mount's users. Without a mount: always quiet.
         self.idle_for: Callable[[], float] = lambda: math.inf
         #: Told the version id of every write of ours the server answered (the reconciler's
         #: change feed then skips it: our own writes are not news).
         self.wrote: Callable[[str], None] = lambda version_id: None
         self.fetcher = Fetcher(self, concurrency=options.push_concurrency)
-        self.events = EventBus(store_id)  # `memfs watch`, `memfs mcp` (memfs/events.py)
+        self.events = EventBus(store_id)  # `memfs watch`, `memfs mcp` (memfs/sync/events.py)
         # Directories that remote changes empty or create: the kernel's entry follows.
         state.on_entry = lambda parent, name: self.invalidate(("entry", parent, name))
 

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from ..api import errors as api_errors
-from ..api.models import Memory, MemoryVersion, format_time
-from ..nodes import PushTicket, Remote
-from . import decide
-from .common import SyncContext, gather_bounded
+from memfs.api import errors as api_errors
+from memfs.api.models import Memory, MemoryVersion, format_time
+from memfs.core import decide
+from memfs.core.nodes import PushTicket, Remote
+from memfs.sync.common import SyncContext, gather_bounded
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -45,9 +45,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from ..api.client import MemoryStoresClient, tally
-from ..api.models import MemoryVersion, format_time, parse_time
-from .common import gather_bounded
+from memfs.api.client import MemoryStoresClient, tally
+from memfs.api.models import MemoryVersion, format_time, parse_time
+from memfs.sync.common import gather_bounded
 
 #: How late (in `created_at` terms) a version may commit after newer ones.
 LOOKBACK = timedelta(seconds=30)

@@ -29,11 +29,11 @@ from collections.abc import Callable
 
 import trio
 
-from ..api import errors as api_errors
-from ..api.models import Memory
-from ..cache import sha256
-from ..nodes import Node, Remote
-from ..state_sync import Deferred
+from memfs.api import errors as api_errors
+from memfs.api.models import Memory
+from memfs.core.nodes import Node, Remote
+from memfs.state.blobs import sha256
+from memfs.state.transitions import Deferred
 
 log = logging.getLogger(__name__)
 

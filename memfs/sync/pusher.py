@@ -27,14 +27,14 @@ from dataclasses import dataclass
 
 import trio
 
-from .. import paths
-from ..api import errors as api_errors
-from ..api.models import Memory
-from ..nodes import EMPTY_SHA, Node, PushTicket, Remote, Tombstone
-from ..state import PARK_DIR
-from ..state_sync import Deferred
-from . import decide, doubts
-from .common import SyncContext
+from memfs.api import errors as api_errors
+from memfs.api.models import Memory
+from memfs.core import decide, paths
+from memfs.core.nodes import EMPTY_SHA, Node, PushTicket, Remote, Tombstone
+from memfs.state.state import PARK_DIR
+from memfs.state.transitions import Deferred
+from memfs.sync import doubts
+from memfs.sync.common import SyncContext
 
 log = logging.getLogger(__name__)
 

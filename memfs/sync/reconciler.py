@@ -1,7 +1,7 @@
 """The reconciler: move the base when the server changes.
 
 Every poll interval it lists the store content-free (`view=basic`, 100 a
-page) and applies the merge table (memfs/sync/decide.py, docs/SYNC.md) by
+page) and applies the merge table (memfs/core/decide.py, docs/SYNC.md) by
 memory id. Two rules keep a listing from lying:
 
 - A listing is paginated by path while other clients write, so a memory
@@ -25,14 +25,15 @@ from datetime import datetime
 
 import trio
 
-from ..api import errors as api_errors
-from ..api.models import Memory, MemoryPrefix, format_time, parse_time
-from ..nodes import Node, Remote, is_parked
-from ..state_sync import Deferred
-from . import decide, doubts
-from .common import SyncContext, gather_bounded
-from .feed import EPOCH, LOOKBACK, Change, Feed
-from .pusher import local_of, remote_of
+from memfs.api import errors as api_errors
+from memfs.api.models import Memory, MemoryPrefix, format_time, parse_time
+from memfs.core import decide
+from memfs.core.nodes import Node, Remote, is_parked
+from memfs.state.transitions import Deferred
+from memfs.sync import doubts
+from memfs.sync.common import SyncContext, gather_bounded
+from memfs.sync.feed import EPOCH, LOOKBACK, Change, Feed
+from memfs.sync.pusher import local_of, remote_of
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The `memfs` command line."""

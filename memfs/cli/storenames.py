@@ -1,0 +1,143 @@
+"""A store named on the command line: its id, its name, or its name's slug.
+
+`memfs mount notes ~/n`, `memfs stores archive "Team notes"`, `memfs tool team-notes`:
+every command that takes a store accepts any of the three. Resolution, in order:
+
+1. an exact store id (a ``get_store`` when the text looks like one);
+2. an exact name;
+3. the slug of the name (:func:`slug`: lowercase ASCII, every run of other
+   characters one hyphen, trimmed), compared with the slug of the text.
+
+Several stores at the first step that matches: a `click` error listing the candidates
+(id and name), so the user can pick the id. Archived stores resolve too (they are
+listed with ``include_archived``); the caller decides what to say about them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import click
+
+from memfs.api import errors as api_errors
+from memfs.api.models import MemoryStore
+from memfs.api.oneshot import call_with_client
+from memfs.core.slug import slug
+
+ID_PREFIX = "memstore_"
+
+
+@dataclass
+class Resolved:
+    store: MemoryStore
+    how: str  # "id" | "name" | "slug"
+
+    @property
+    def id(self) -> str:
+        return self.store.id
+
+    @property
+    def archived(self) -> bool:
+        return bool(self.store.archived_at)
+
+    def describe(self) -> str:
+        return f"{self.store.id} ({self.store.name})"
+
+
+class StoreNotFound(click.ClickException):
+    pass
+
+
+class AmbiguousStore(click.ClickException):
+    pass
+
+
+def _line(s: MemoryStore) -> str:
+    return f"  {s.id}\t{s.name}" + ("\t(archived)" if s.archived_at else "")
+
+
+def choose(text: str, stores: list[MemoryStore], *, where: str = "") -> Resolved:
+    """Pick the store `text` names among `stores` (pure: no network)."""
+    for how, match in (("id", lambda s: s.id == text),
+                       ("name", lambda s: s.name == text),
+                       ("slug", lambda s: bool(slug(text)) and slug(s.name) == slug(text))):
+        found = [s for s in stores if match(s)]
+        if len(found) == 1:
+            return Resolved(found[0], how)
+        if len(found) > 1:
+            raise AmbiguousStore(
+                f"{text!r} matches {len(found)} stores{where} by {how}; use the id:\n"
+                + "\n".join(_line(s) for s in found))
+    raise StoreNotFound(f"unknown store {text!r}{where} (not an id, a name or a name's slug;"
+                        " see `memfs stores list --include-archived`)")
+
+
+async def resolve(client, text: str) -> Resolved:
+    """The store `text` names on the client's server. API errors other than "not
+    found" for an id-looking text (offline, bad key) propagate to the caller."""
+    where = f" on {client.base_url}"
+    if text.startswith(ID_PREFIX):
+        try:
+            return Resolved(await client.get_store(text), "id")
+        except (api_errors.NotFoundError, api_errors.BadRequestError, ValueError):
+            pass  # perhaps a store whose name starts with memstore_
+    stores = [s async for s in client.list_stores(include_archived=True)]
+    return choose(text, stores, where=where)
+
+
+def cached_id(text: str, base_url: str, cache_dir: str | None = None) -> str | None:
+    """Offline: the id of the store `text` names among the stores mounted before from
+    `base_url` (their state.db remembers id and name); None when none matches. A name
+    several cached stores share is an error, as online."""
+    import sqlite3
+    from pathlib import Path
+
+    from memfs.local.registry import cache_root
+
+    root = Path(cache_dir) if cache_dir else cache_root()
+    seen: dict[str, MemoryStore] = {}
+    for db in root.glob("*/*/state.db"):
+        try:
+            conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            try:
+                meta = dict(conn.execute("SELECT key, value FROM meta WHERE key IN "
+                                         "('store_id', 'store_name', 'base_url')").fetchall())
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            continue
+        if meta.get("base_url") == base_url and meta.get("store_id"):
+            seen[meta["store_id"]] = MemoryStore(id=meta["store_id"],
+                                                 name=meta.get("store_name") or "")
+    try:
+        return choose(text, list(seen.values()), where=f" cached from {base_url}").id
+    except StoreNotFound:
+        return None
+
+
+def resolve_sync(base_url: str, api_key: str | None, text: str) -> Resolved:
+    """:func:`resolve` for the CLI (its own short-lived client, as every command's)."""
+    return call_with_client(base_url, api_key, lambda c: resolve(c, text))
+
+
+def resolve_for_cli(base_url: str, api_key: str | None, text: str) -> Resolved:
+    """:func:`resolve_sync` with every API failure turned into a one-line click error."""
+    with resolve_errors(base_url, text):
+        return resolve_sync(base_url, api_key, text)
+
+
+@contextmanager
+def resolve_errors(base_url: str, text: str) -> Iterator[None]:
+    """API failures while resolving `text` as one-line click errors: also around a
+    :func:`resolve` inside a command's own client, so it says what `resolve_for_cli` says."""
+    from memfs.cli.errors import describe
+
+    try:
+        yield
+    except (api_errors.AuthenticationError, api_errors.PermissionDeniedError) as exc:
+        raise click.ClickException(describe(base_url, exc)) from None
+    except api_errors.APIError as exc:
+        raise click.ClickException(describe(base_url, exc, f"cannot resolve store {text!r}")) \
+            from None

@@ -1,0 +1,66 @@
+"""`memfs tool STORE_ID`: the memory tool over a store as JSON lines, for any language.
+
+Each stdin line is one tool input, exactly what the model sends in a ``tool_use`` block
+(``{"command": "view", "path": "/memories"}``). Each answer is one stdout line:
+``{"ok": "<text>"}`` or ``{"error": "<text>"}``, flushed at once so a caller can hold a
+conversation over a pipe. Blank lines are skipped. This module does not need the
+``anthropic`` package.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any, TextIO
+
+import click
+import trio
+
+from memfs.cli import storenames
+from memfs.cli.completion import complete_stores
+from memfs.cli.errors import command_server
+from memfs.cli.mount import server_options
+from memfs.tool.store import StoreMemory
+from memfs.tool.text import ToolFailure
+
+log = logging.getLogger("memfs.tool")
+
+
+def answer(store: StoreMemory, line: bytes) -> dict[str, str]:
+    """One input line's result object (never raises for a bad command)."""
+    try:
+        command: Any = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return {"error": f"The input line is not JSON: {exc}"}
+    try:
+        return {"ok": trio.run(store.execute, command)}
+    except ToolFailure as exc:
+        return {"error": exc.message}
+    except Exception as exc:  # a bug must not end the conversation
+        log.exception("memfs tool: command failed")
+        return {"error": f"memfs tool failed: {exc!r}"}
+
+
+def serve_lines(store: StoreMemory, lines: Any, out: TextIO) -> None:
+    """Answer every non-blank line of ``lines`` (bytes) on ``out``, one JSON per line."""
+    for line in lines:
+        if not line.strip():
+            continue
+        out.write(json.dumps(answer(store, line)) + "\n")
+        out.flush()
+
+
+@click.command("tool")
+@click.argument("store_id", metavar="STORE", shell_complete=complete_stores)
+@server_options
+def tool(store_id: str, base_url: str | None, api_key_file: str | None) -> None:
+    """Run memory tool commands (JSON, one per stdin line) on STORE (id, name or slug).
+
+    Prints one JSON object per command: {"ok": TEXT} or {"error": TEXT}. STORE is
+    looked up first: a server that cannot be reached or refuses the key ends the
+    command there, with one line and exit status 1.
+    """
+    url, key, _embedded = command_server(base_url, api_key_file)
+    store_id = storenames.resolve_for_cli(url, key, store_id).id
+    serve_lines(StoreMemory(store_id, url, key), sys.stdin.buffer, sys.stdout)

@@ -1,0 +1,318 @@
+"""The sync decisions as pure functions over (local, base, remote, in flight).
+
+The pusher and the reconciler ask these what to do and then apply the answer
+through `State`'s transitions; nothing here does I/O or touches state, so
+each table is tested row by row (tests/test_decide.py). docs/SYNC.md prints
+the same tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from memfs.core.nodes import is_meta, is_parked
+
+
+@dataclass(frozen=True)
+class Local:
+    """One file as the decision sees it."""
+
+    sha: str
+    path: str
+    memory_id: str | None
+    base_sha: str | None
+    base_path: str | None
+    sent_sha: str | None = None
+    open_dirty: bool = False
+
+    @property
+    def content_changed(self) -> bool:
+        return self.memory_id is None or self.sha != self.base_sha
+
+    @property
+    def renamed(self) -> bool:
+        return self.memory_id is not None and self.path != self.base_path
+
+
+# -- the reconciler: a memory we know (by id) as the listing shows it -----------------
+
+
+class Content(Enum):
+    NOTHING = "nothing"            # server sha is still the base
+    WAIT = "wait"                  # unsaved writes are open: settle after the close
+    ADOPT = "adopt"                # the server holds our own write (an answer was lost)
+    TAKE = "take"                  # clean file: the server's content becomes ours
+    CONFLICT = "conflict"          # both changed: server wins the tree, ours is kept
+
+
+def content_row(local: Local, remote_sha: str) -> Content:
+    if remote_sha == local.base_sha:
+        return Content.NOTHING
+    if local.open_dirty:
+        return Content.WAIT
+    if remote_sha in (local.sha, local.sent_sha):
+        return Content.ADOPT
+    if local.sha == local.base_sha:
+        return Content.TAKE
+    return Content.CONFLICT
+
+
+class Place(Enum):
+    NOTHING = "nothing"            # server path is still the base path
+    FOLLOW = "follow"              # renamed there only: move the file
+    KEEP_OURS = "keep-ours"        # renamed here too (or it is our own park): ours goes out
+    SAME = "same"                  # both sides moved it to the same path: base follows
+    IN_TRANSIT = "in-transit"      # another client parked it mid-swap: wait for it to land
+
+
+def place_row(local: Local, remote_path: str, *, ours_parked: bool) -> Place:
+    if remote_path == local.base_path:
+        return Place.NOTHING
+    if local.path == remote_path:
+        return Place.SAME
+    if local.renamed or ours_parked:
+        return Place.KEEP_OURS
+    if is_parked(remote_path) or is_meta(remote_path):
+        return Place.IN_TRANSIT  # a memory under /.memfs is never shown: it stays put
+    return Place.FOLLOW
+
+
+class Absent(Enum):
+    DROP = "drop"                  # confirmed deleted there, clean here: remove the file
+    KEEP_AS_NEW = "keep-as-new"    # confirmed deleted there, changed here: re-create it
+    REAPPEARED = "reappeared"      # not in the listing but the GET found it: apply it
+
+
+def absent_row(local: Local, found: bool) -> Absent:
+    """A known memory missing from a listing, after the confirming GET."""
+    if found:
+        return Absent.REAPPEARED
+    if local.content_changed or local.renamed or local.open_dirty:
+        return Absent.KEEP_AS_NEW
+    return Absent.DROP
+
+
+# -- the reconciler: a memory we do not hold ---------------------------------------------
+
+
+class Unknown(Enum):
+    HIDDEN = "hidden"              # parked by a swap in progress, or under /.memfs: not shown
+    DELETE_PENDING = "delete-pending"  # our delete of it waits out its delay
+    REBASE_DELETE = "rebase-delete"    # it holds what we last sent: our delete follows it
+    RESTORE = "restore"            # deleted here, changed there: the server's edit wins
+    ADD = "add"                    # a new memory: show it
+    COLLIDE = "collide"            # a local directory or another memory holds the path
+    ADOPT = "adopt"                # a local file not pushed yet holds the same bytes
+    WAIT = "wait"                  # a local file at that path has unsaved writes
+    CONFLICT = "conflict"          # a local file not pushed yet, different bytes
+
+
+@dataclass(frozen=True)
+class PendingDelete:
+    base_sha: str
+    sent_sha: str | None
+
+
+def unknown_row(remote_path: str, remote_sha: str, tomb: PendingDelete | None,
+                at_path: Local | None, at_path_is_dir: bool) -> Unknown:
+    if is_parked(remote_path) or is_meta(remote_path):
+        return Unknown.HIDDEN
+    if tomb is not None:
+        if remote_sha == tomb.base_sha:
+            return Unknown.DELETE_PENDING
+        if remote_sha == tomb.sent_sha:
+            return Unknown.REBASE_DELETE
+        if at_path is not None or at_path_is_dir:
+            return Unknown.COLLIDE  # the server's edit wins, but its path is taken here
+        return Unknown.RESTORE
+    if at_path is None and not at_path_is_dir:
+        return Unknown.ADD
+    if at_path_is_dir or at_path is None or at_path.memory_id is not None:
+        return Unknown.COLLIDE
+    if remote_sha in (at_path.sha, at_path.sent_sha):
+        return Unknown.ADOPT
+    if at_path.open_dirty:
+        return Unknown.WAIT
+    return Unknown.CONFLICT
+
+
+# -- the pusher: what one dirty file sends --------------------------------------------------
+
+
+class Send(Enum):
+    NOTHING = "nothing"            # clean, or refused content with no rename to carry
+    CREATE = "create"
+    UPDATE = "update"              # content and/or path, preconditioned on the base sha
+    REFUSE = "refuse"              # content or path that can never be a memory
+    MISSING = "missing"            # content not in the cache (cannot happen; reported)
+
+
+@dataclass(frozen=True)
+class PushPlan:
+    send: Send
+    content: bool = False          # the request carries content
+    path: bool = False             # the request carries a new path
+    reason: str | None = None
+
+
+def push_plan(local: Local, *, refused_sha: str | None, have_content: bool,
+              content_problem: str | None, path_problem: str | None) -> PushPlan:
+    """`content_problem`/`path_problem`: why the bytes/path can never be a memory."""
+    if local.memory_id is not None and not local.content_changed and not local.renamed:
+        return PushPlan(Send.NOTHING)
+    if path_problem is not None:
+        return PushPlan(Send.REFUSE, reason=path_problem)
+    content_refused = refused_sha == local.sha
+    wants_content = local.content_changed and not content_refused
+    if wants_content and not have_content:
+        return PushPlan(Send.MISSING)
+    if wants_content and content_problem is not None:
+        if local.renamed:  # the memory still follows the rename
+            return PushPlan(Send.UPDATE, path=True, reason=content_problem)
+        return PushPlan(Send.REFUSE, reason=content_problem)
+    if local.memory_id is None:
+        if content_refused:
+            return PushPlan(Send.NOTHING)
+        return PushPlan(Send.CREATE, content=True)
+    if not wants_content and not local.renamed:
+        return PushPlan(Send.NOTHING)
+    return PushPlan(Send.UPDATE, content=wants_content, path=local.renamed)
+
+
+# -- the pusher: what an answer means ---------------------------------------------------------
+
+
+class Answer(Enum):
+    LANDED = "landed"              # 2xx: the base becomes the answer
+    OWN_WRITE = "own-write"        # 409, but the server holds what we sent: adopt it
+    CONFLICT = "conflict"          # 409, the server moved: server wins, ours is kept
+    GONE = "gone"                  # 404 confirmed: the file becomes a create
+    REFUSED = "refused"            # 400/413: never resent until the content changes
+    FAILED = "failed"              # 403, 422, other 4xx: this file waits (backoff)
+    TRANSIENT = "transient"        # 429, 5xx, network: retried, the mount goes offline
+
+
+def precondition_row(remote_sha: str | None, sent: str | None,
+                     previous_sent: str | None) -> Answer:
+    """After a 409 precondition failure (of an update, or of a delete: `sent` is then the
+    sha of our last update of the memory), the memory's current sha (None: 404)."""
+    if remote_sha is None:
+        return Answer.GONE
+    if remote_sha in (sent, previous_sent):
+        return Answer.OWN_WRITE
+    return Answer.CONFLICT
+
+
+# -- what of an update's answer becomes the base ------------------------------------------------
+
+
+def answer_base(answer: tuple[str, str], base: tuple[str | None, str | None], *,
+                update: bool, path_sent: bool, ours: bool) -> tuple[str, str]:
+    """(path, sha) to record as the base from a 2xx answer, given the holder's base now.
+
+    An update that sent no path, answered with the memory elsewhere, met another client's
+    rename: that is the reconciler's row to follow (it moves the file), so the base path
+    stays; taking it here would turn their rename into a pending rename of ours, pushed
+    back over theirs. An answer whose content is not ours (`ours`: what we sent, or an
+    earlier request of ours) is the API's no-op rule: an update that changes nothing is
+    answered 200 without its precondition being checked, e.g. a rename whose earlier
+    answer was lost, after another writer edited the memory; only the path is ours, so
+    the base sha stays and the next listing shows their change (taken, or a conflict)
+    instead of our next push overwriting it."""
+    path, sha = answer
+    base_path, base_sha = base
+    if update and not path_sent and base_path and path != base_path:
+        path = base_path
+    if update and not ours and base_sha:
+        sha = base_sha
+    return path, sha
+
+
+# -- a create or rename refused because the path is taken (409 path conflict) ----------------
+
+
+class PathHeld(Enum):
+    UNKNOWN = "unknown"            # the answer names no memory: this file waits (backoff)
+    OUR_DELETE = "our-delete"      # one of our deleted files holds it: delete it now, go again
+    NOTHING = "nothing"            # the file is gone meanwhile: nothing to send
+    OUR_MOVE = "our-move"          # another of our files holds it (a rename not pushed yet):
+    #                                that one moves first, this one goes next pass
+    PARK = "park"                  # ... and that one waits on this one (a swap): park ours
+    NEAR = "near"                  # a stranger's memory is an ancestor or descendant: waits
+    STRANGER = "stranger"          # a stranger's memory holds this very path: read it
+
+
+def path_held_row(memory_id: str | None, *, ours_deleted: bool, file_gone: bool,
+                  ours_elsewhere: bool, in_cycle: bool, same_path: bool) -> PathHeld:
+    """What holds the path our create or rename asked for, by what we know of it."""
+    if memory_id is None:
+        return PathHeld.UNKNOWN
+    if ours_deleted:
+        return PathHeld.OUR_DELETE
+    if file_gone:
+        return PathHeld.NOTHING
+    if ours_elsewhere:
+        return PathHeld.PARK if in_cycle else PathHeld.OUR_MOVE
+    if not same_path:
+        return PathHeld.NEAR
+    return PathHeld.STRANGER
+
+
+class Stranger(Enum):
+    GONE = "gone"                  # deleted since: the next pass tries again
+    OWN_CREATE = "own-create"      # it holds what our create sent: its answer was lost
+    CREATED = "created"            # another writer created the path: theirs wins, ours kept
+    TAKEN = "taken"                # our rename onto their path: theirs wins, ours kept, and
+    #                                our own memory (no file holds it now) is deleted
+
+
+def stranger_row(is_create: bool, remote_sha: str | None, sent: str,
+                 previous_sent: str | None) -> Stranger:
+    """The memory that holds our path, read after the 409 (None: 404)."""
+    if remote_sha is None:
+        return Stranger.GONE
+    if is_create and remote_sha in (sent, previous_sent):
+        return Stranger.OWN_CREATE
+    return Stranger.CREATED if is_create else Stranger.TAKEN
+
+
+# -- a request whose answer was lost: what the server shows decides ----------------------
+
+
+class Doubt(Enum):
+    APPLIED = "applied"            # the memory holds what the request wrote: that is the answer
+    APPLIED_BEFORE = "applied-before"  # a version since it was sent is its write; another
+    #                                    writer (or a delete) came after: base := our write
+    NOT_APPLIED = "not-applied"    # no trace of it: it never took effect
+    SUPERSEDED = "superseded"      # applied before, but the base was set since from a
+    #                                later read (a conflict settled on it): that stands
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A memory (or one of its versions) as the server shows it: path and sha."""
+
+    path: str | None
+    sha: str | None
+    operation: str = "modified"  # a version's operation ("created", "modified", "deleted")
+
+
+def doubt_row(written: tuple[str, str], head: Seen | None, since_sent: list[Seen], *,
+              base_moved: bool = False) -> Doubt:
+    """A request in doubt wrote `written` (path, sha). `head`: the memory now (None: it
+    is gone, or a create, whose memory we cannot name); `since_sent`: the versions
+    written since the request went out (a create's: every memory created since);
+    `base_moved`: the file's base is neither what the request was sent against nor what
+    it wrote (a later read of the server set it).
+
+    Only what the server shows counts. A memory that holds exactly our write (now,
+    or in a version since) got it from our request, or from another writer who wrote
+    the same bytes to the same path, which comes to the same: adopting it loses
+    nothing and duplicates nothing."""
+    if head is not None and (head.path, head.sha) == written:
+        return Doubt.APPLIED
+    for v in since_sent:
+        if v.operation != "deleted" and (v.path, v.sha) == written:
+            return Doubt.SUPERSEDED if base_moved else Doubt.APPLIED_BEFORE
+    return Doubt.NOT_APPLIED

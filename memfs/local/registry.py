@@ -1,0 +1,67 @@
+"""The mount registry: which memfs daemons run on this machine, and where memfs keeps its files.
+
+``<cache root>/mounts/<hash>.json`` is written by each running daemon (one per mountpoint);
+`memfs status`, `memfs unmount`, `memfs conflicts` and the shell completion read it to find a
+mount's control socket and state directory without touching the mountpoint (stat-ing a FUSE
+mountpoint of a hung daemon blocks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "memfs"
+
+
+def registry_dir() -> Path:
+    path = cache_root() / "mounts"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def canonical_mountpoint(mountpoint: str) -> str:
+    """The mountpoint's real path, resolved WITHOUT touching the mountpoint itself:
+    stat-ing a FUSE mountpoint from its own daemon (or of a hung daemon) blocks."""
+    path = os.path.abspath(mountpoint)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
+def mount_hash(mountpoint: str) -> str:
+    return hashlib.sha256(canonical_mountpoint(mountpoint).encode()).hexdigest()[:16]
+
+
+def registry_file(mountpoint: str) -> Path:
+    return registry_dir() / (mount_hash(mountpoint) + ".json")
+
+
+def read_registry(mountpoint: str) -> dict | None:
+    """The live daemon's registry entry for mountpoint, or None."""
+    try:
+        return json.loads(registry_file(mountpoint).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_private_json(path: Path, data: dict) -> None:
+    """Write data as JSON to path, atomically (temp file + rename) and 0600."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def all_mounts() -> list[str]:
+    out = []
+    for f in sorted(registry_dir().glob("*.json")):
+        try:
+            out.append(json.loads(f.read_text())["mountpoint"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return out

@@ -1,0 +1,1 @@
+"""The FUSE mount: the daemon, one engine per store, the request handlers."""

@@ -1,0 +1,289 @@
+"""One store's sync machinery: state, cache, handlers, pusher, reconciler.
+
+A daemon runs one engine (`memfs mount STORE DIR`) or several under one FUSE
+mount (`memfs mount --session|--all ROOT`, memfs/mount/fs_group.py). Each engine keeps
+its own journal (state.db), cache, pusher and reconciler, and its background
+tasks run supervised: an engine that fails is logged, reported in its status and
+restarted, and never ends the daemon or blocks another store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import trio
+
+from memfs.api import errors as api_errors
+from memfs.api.client import MemoryStoresClient
+from memfs.core.metrics import PURPOSE, purpose
+from memfs.core.mountconfig import MountConfig
+from memfs.mount import fs
+from memfs.mount.fs import Operations
+from memfs.mount.fs_versions import VersionsTree
+from memfs.state.blobs import BlobCache
+from memfs.state.report import pending, tree_summary
+from memfs.state.state import State
+from memfs.sync.common import SyncContext
+from memfs.sync.pusher import Pusher
+from memfs.sync.reconciler import Reconciler
+
+log = logging.getLogger("memfs.mount.engine")
+
+
+#: What each background task's requests are for (memfs/core/metrics.py).
+_PURPOSES = {"pusher": "push", "reconciler": "sync"}
+
+
+class StoreLocked(Exception):
+    """Another memfs daemon holds this store's state directory."""
+
+
+def locked_message(cfg: MountConfig, state_dir: Path) -> str:
+    """Who holds the store: the mountpoint its daemon recorded (state.db), else the state
+    directory (a daemon of an older memfs, or one that has not recorded it yet)."""
+    from memfs.state.schema import STATE_DB
+    from memfs.state.statedir import _meta
+
+    store = f"{cfg.store_name} ({cfg.store_id})" if cfg.store_name else cfg.store_id
+    where = _meta(state_dir / STATE_DB, "mountpoint")
+    return (f"store {store} is already mounted at {where} by another memfs daemon" if where
+            else f"store {store} is already mounted by another memfs daemon (state {state_dir})")
+
+
+class StoreEngine:
+    def __init__(self, cfg: MountConfig, client: MemoryStoresClient, *,
+                 marker: bytes | None = None, name: str | None = None) -> None:
+        self.cfg = cfg
+        self.name = name  # the directory under a session root; None for a plain mount
+        self.state_dir = Path(cfg.state_dir)
+        # A store that cannot open stays mountable elsewhere: whatever fails below
+        # releases what was opened before it (lock, state.db, staged.db).
+        with contextlib.ExitStack() as opening:
+            self._lock = opening.enter_context(open(self.state_dir / "lock", "a"))
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StoreLocked(locked_message(cfg, self.state_dir)) from None
+            self.state = State(self.state_dir / "state.db",
+                               local_only_patterns=cfg.local_only_patterns)
+            opening.callback(self.state.close)
+            self.cache = BlobCache(self.state_dir / "objects")
+            opening.callback(self.cache.close)
+            self.client = client
+            self.ctx = SyncContext(self.state, self.cache, client, cfg.store_id, cfg.options)
+            self.ctx.events.store = name or cfg.store_id  # what `memfs watch` calls it
+            self.ctx.idle_for = fs.idle_for
+            owner = tuple(cfg.owner) if cfg.owner else None
+            self.ops = Operations(self.state, self.cache, read_only=cfg.options.read_only,
+                                  fetch=self.ctx.fetch, kick=self.ctx.kick,
+                                  invalidate=self.ctx.invalidate, marker=marker, owner=owner,
+                                  meta=VersionsTree(client, cfg.store_id, self.cache,
+                                                    show_meta=cfg.options.show_meta,
+                                                    uid=owner[0] if owner else None,
+                                                    gid=owner[1] if owner else None))
+            self.ops.metrics = self.ctx.metrics
+            if cfg.metrics_addr:  # time every request only while someone can see it
+                self.ops.fuse_timing = self.ctx.metrics.fuse
+            removed = self.cache.gc(self.state.referenced_shas())
+            if removed:
+                log.info("cache: removed %d unreferenced blobs (store %s)", removed, cfg.store_id)
+            self.pusher = Pusher(self.ctx)
+            self.reconciler = Reconciler(self.ctx)
+            self.background = trio.CancelScope()
+            self.started_at = time.time()
+            self.failure: str | None = None  # the last unexpected error of a background task
+            self.state.set_meta("store_id", cfg.store_id)
+            self.state.set_meta("base_url", cfg.base_url)
+            self.state.set_meta("mountpoint", cfg.mountpoint)
+            if cfg.store_name:  # offline, `memfs mount NAME` finds the store by it
+                self.state.set_meta("store_name", cfg.store_name)
+            self.state.set_meta("options", json.dumps(asdict(cfg.options)))  # offline status
+            opening.pop_all()  # opened for the engine's life: close() releases them
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Start the fetcher, pusher, listing and prefetch in `nursery`. Listing and
+        prefetch run in `self.background`, which the final flush cancels first, so
+        nothing but the flush talks to the server once shutdown begins."""
+        await nursery.start(self.ctx.fetcher.serve)
+        nursery.start_soon(self._supervised, "blob writer", self.ctx.fetcher.write_when_quiet)
+        if not self.cfg.options.read_only:
+            nursery.start_soon(self._supervised, "pusher", self.pusher.run)
+
+        async def run_background() -> None:
+            with self.background:
+                async with trio.open_nursery() as tasks:
+                    tasks.start_soon(self._supervised, "reconciler", self.reconciler.run)
+                    if self.cfg.options.prefetch:
+                        tasks.start_soon(self._supervised, "prefetch", self._prefetch)
+
+        nursery.start_soon(run_background)
+
+    async def _supervised(self, what: str, fn) -> None:
+        """Run a background loop; an unexpected error is logged, shown in status and
+        the loop restarted after a pause, so one store's bug never ends the mount."""
+        PURPOSE.set(_PURPOSES.get(what, what))  # this task's requests, for the metrics
+        while True:
+            try:
+                await fn()
+                return
+            except Exception as exc:
+                self.failure = f"{what}: {type(exc).__name__}: {exc}"
+                log.exception("store %s: %s failed; restarting it in 5 s",
+                              self.cfg.store_id, what)
+                await trio.sleep(5.0)
+
+    async def first_listing(self, timeout: float = 20.0) -> None:
+        """A store never listed in this state dir: have its tree in place before
+        `memfs mount` returns, so `mount && cat` works (bounded; on failure the
+        reconciler's loop keeps trying and the store starts empty)."""
+        if self.state.get_meta("last_sync_at") is not None:
+            return
+        with trio.move_on_after(timeout), purpose("sync"):
+            try:
+                await self.reconciler.reconcile_pass(coalesce=True)
+            except Exception as exc:
+                log.info("first listing failed: %s (store %s)", exc, self.cfg.store_id)
+
+    async def final_flush(self, timeout: float) -> dict:
+        """Stop the background pusher (a pass under way finishes and is applied), end
+        listing and prefetch, then push until nothing is left or `timeout` passes.
+        What it reports is exactly what state.db still holds pending."""
+        await self.pusher.stop()
+        self.background.cancel()
+        with purpose("push"):
+            result = await self.pusher.flush(timeout)
+        await self.ctx.fetcher.write_pending()  # the next mount starts warm, nothing staged
+        return {"pushed": result.pushed, "left": result.left,
+                "offline": str(result.offline) if result.left and result.offline else None,
+                **self.kept_local()}
+
+    def kept_local(self) -> dict:
+        """What a flush cannot push, by path and why: files the server refused (not
+        UTF-8, too large, ...) and edits a read-only mount keeps (`not_pushed`), and
+        editor/tool temp files, local by design (`local_only`)."""
+
+        p = pending(self.state, read_only=self.cfg.options.read_only)
+        temp = [i for i in p["local_only"] if i["reason"] == "editor/tool temp file"]
+        return {"not_pushed": p["refused"] + [i for i in p["local_only"] if i not in temp],
+                "local_only": temp}
+
+    def set_read_only(self, read_only: bool) -> None:
+        """The store was archived (or vanished) under an `--all` mount."""
+        self.cfg.options.read_only = read_only
+        self.ops.read_only = read_only
+
+    def close(self) -> None:
+        self.state.close()
+        self.cache.close()
+        self._lock.close()
+
+    async def _prefetch(self) -> None:
+        """Fill the cache from each finished listing that leaves blobs missing (the
+        first one at mount), in batches, several at once; batches that failed
+        (offline, errors) are tried again later. Meanwhile reads fetch on demand,
+        their own batch first."""
+        while True:
+            await self.ctx.listed.wait()
+            self.ctx.listed = trio.Event()
+            started = time.monotonic()
+            filled, failed = await self.ctx.fetcher.prefetch()
+            if filled or failed:
+                log.info("prefetch: %d blobs in %.2fs%s (store %s)", filled,
+                         time.monotonic() - started,
+                         f", {failed} batch(es) to retry" if failed else "", self.cfg.store_id)
+            if failed:
+                with trio.move_on_after(30):
+                    await self.ctx.online_wakeup.wait()
+                self.ctx.listed.set()  # try again without waiting for the next listing
+
+    # -- control requests ----------------------------------------------------------------
+
+    @property
+    def ino_base(self) -> int:
+        """Added to its inode numbers under a session root (memfs/mount/fs_group.py)."""
+        return self.ops.ino_base
+
+    @ino_base.setter
+    def ino_base(self, base: int) -> None:
+        self.ops.ino_base = base
+
+    async def flush(self, timeout: float) -> dict:
+        with purpose("push"):
+            result = await self.pusher.flush(timeout)
+        return {"pushed": result.pushed, "left": result.left, **self.kept_local()}
+
+    async def sync(self, full: bool) -> dict:
+        try:
+            with purpose("sync"):
+                await self.reconciler.reconcile_pass(full=full)
+        except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
+            self.ctx.went_offline(exc)
+            return {"ok": False, "offline": True, "error": self.ctx.status.offline_reason}
+        return {"ok": True}
+
+    def conflict_command(self, cmd: str, req: dict) -> dict:
+        from memfs.state import conflicts
+
+        try:
+            if cmd == "conflicts":
+                return {"ok": True, "conflicts": conflicts.describe(self.state, self.cache)}
+            cid = int(req["id"])
+            if cmd == "conflict_discard":
+                return {"ok": True, **conflicts.discard(self.state, cid)}
+            done = conflicts.restore(self.state, self.cache, cid,
+                                     invalidate=self.ctx.invalidate)
+            self.ctx.kick()
+            return {"ok": True, **done}
+        except conflicts.ConflictError as exc:
+            return {"ok": False, "error": str(exc)}
+
+    def status(self) -> dict:
+        s = store_status(self)
+        if self.name is not None:
+            s["name"] = self.name
+        if self.failure:
+            s["failure"] = self.failure
+        return s
+
+
+def store_status(engine: StoreEngine) -> dict:
+    """What `memfs status` shows of one store of a running mount."""
+    s, cfg = engine.ctx.status, engine.cfg
+    return {
+        "running": True,
+        "pid": __import__("os").getpid(),
+        "mountpoint": cfg.mountpoint,
+        "store_id": cfg.store_id,
+        "store_name": cfg.store_name or None,
+        "server": cfg.base_url,
+        "read_only": cfg.options.read_only,
+        "online": s.online,
+        "offline_reason": s.offline_reason,
+        "offline_since": s.offline_since,
+        "last_sync_at": s.last_sync_at,
+        "last_sync_seconds": s.last_sync_seconds,
+        "last_push_at": s.last_push_at,
+        "pushed_total": s.pushed,
+        "feed": {"mode": "feed" if s.feed_position else "full",
+                 "position": s.feed_position,
+                 "last_full_listing_at": s.last_full_listing_at,
+                 "missed": s.feed_missed,
+                 "late": s.feed_late,
+                 "polls": s.feed_polls},
+        "last_error": s.last_error,
+        "warnings": s.warnings[-10:],
+        "pending": pending(engine.state, delete_delay=cfg.options.delete_delay,
+                           read_only=cfg.options.read_only,
+                           write_back_delay=cfg.options.write_back_delay),
+        "conflicts": engine.state.conflicts(),
+        "tree": tree_summary(engine.state, engine.cache),  # files, bytes, cached (progress)
+        "uptime_seconds": time.time() - engine.started_at,
+    }

@@ -1,0 +1,1 @@
+"""A mount's persistent state: state.db (its one owner), the blob cache, the state directory."""

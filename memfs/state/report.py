@@ -1,0 +1,72 @@
+"""What a mount has not pushed yet, and how much of its tree is cached: the parts of
+`memfs status` (and of an unmount's answer) that `State` alone can tell, live or offline."""
+
+from __future__ import annotations
+
+from memfs.state.state import State
+
+
+def pending(state: State, *, delete_delay: float | None = None,
+            read_only: bool = False, write_back_delay: float | None = None) -> dict:
+    """Pending creates/updates/renames/deletes, refused and local-only files.
+
+    On a read-only mount nothing is ever pushed: a file edited here (or kept
+    after the server deleted it) is listed as local-only, with the reason."""
+    creates, updates, renames, refused, local_only = [], [], [], [], []
+    for node in state.files():
+        path = state.path_of(node)
+        if state.is_local_only_name(node):
+            local_only.append({"path": path, "reason": "editor/tool temp file"})
+            continue
+        if node.refused_sha is not None and node.refused_sha == node.sha:
+            refused.append({"path": path, "reason": node.refused_reason})
+            continue
+        if not state.is_dirty(node):
+            continue
+        if read_only:
+            why = ("not on the server (deleted there, or never pushed)"
+                   if node.memory_id is None else "edited here")
+            local_only.append({"path": path, "memory_id": node.memory_id,
+                               "reason": f"read-only mount: {why}; kept here, unsynced"})
+            continue
+        due = {}
+        if write_back_delay is not None:
+            due["due_at"] = (node.changed_at or 0) + write_back_delay
+        if node.error:  # refused for another reason than content: waits, then retried
+            due.update(error=node.error, retry_at=node.retry_at)
+        if node.memory_id is None:
+            creates.append({"path": path, "size": node.size, **due})
+            continue
+        if node.sha != node.base_sha:
+            updates.append({"path": path, "memory_id": node.memory_id, "size": node.size,
+                            **due})
+        if path != node.base_path:
+            renames.append({"from": node.base_path, "to": path, "memory_id": node.memory_id,
+                            **due})
+    deletes = []
+    for t in state.tombstones.values():
+        item = {"path": t.base_path, "memory_id": t.memory_id, "deleted_at": t.deleted_at}
+        if delete_delay is not None:
+            item["due_at"] = t.deleted_at + delete_delay
+        if t.error:
+            item.update(error=t.error, retry_at=t.retry_at)
+        deletes.append(item)
+    # Requests whose answer was lost: the next pass asks the server what they did.
+    unconfirmed = [{"path": t.path, "memory_id": t.memory_id, "sent_at": t.sent_at,
+                    "request": "create" if t.memory_id is None else "update"}
+                   for t in state.doubts.values()]
+    return {"creates": creates, "updates": updates, "renames": renames, "deletes": deletes,
+            "unconfirmed": unconfirmed, "refused": refused, "local_only": local_only,
+            "read_only_unpushed": read_only}
+
+
+def tree_summary(state, cache) -> dict:
+    """Files and bytes in the tree, and how many of them are cached (the daemon's status)."""
+    files = total = cached = cached_bytes = 0
+    for node in state.files():
+        files += 1
+        total += node.size
+        if node.sha and cache.has(node.sha):
+            cached += 1
+            cached_bytes += node.size
+    return {"files": files, "bytes": total, "cached_files": cached, "cached_bytes": cached_bytes}

@@ -1,0 +1,573 @@
+"""Every change the sync side makes to identity, base, tombstones and conflicts.
+
+`State` inherits these methods; nothing else in memfs writes a memory id, a
+base, a tombstone or a conflict row. Each method is one synchronous SQLite
+transaction with no checkpoint inside, so it is atomic against other trio
+tasks and against a crash (a conflict row and the base that made it are
+committed together, or neither is).
+
+The pusher and the reconciler decide (memfs/core/decide.py); these methods
+apply the decision to whoever holds the identity *now*: an answer to a request
+sent for one node may arrive after that node was renamed, replaced by an
+editor's rename-over, unlinked, or edited again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import time
+from dataclasses import replace
+
+from memfs.core import decide, paths
+from memfs.core.nodes import EMPTY_SHA, Node, PushTicket, Remote, Tombstone, is_parked
+from memfs.state.schema import DOUBT_COLUMNS
+
+log = logging.getLogger(__name__)
+
+#: How many earlier contents of memories `State.former_sources` remembers.
+FORMER_SOURCES_KEPT = 4096
+
+#: Per-file retry after a refusal that is neither transient nor about content
+#: (403, 404 of the store, 422...): doubling from 2 s, at most this long.
+MAX_FILE_BACKOFF = 600.0
+
+
+class Deferred(Exception):
+    """The file changed locally (or holds unsaved writes) since the decision was
+    made: nothing was applied; the next pass decides again."""
+
+
+class SyncTransitions:
+    # -- helpers (inside a transaction) --------------------------------------------
+
+    def _mark_base(self, node: Node, remote: Remote) -> None:
+        if node.memory_id and node.memory_id != remote.id:
+            self.by_memory.pop(node.memory_id, None)
+        elif node.base_sha and node.base_sha != remote.sha:
+            self._note_source(node.base_sha, remote.id)  # its versions still hold it
+        node.memory_id, node.base_path, node.base_sha = remote.id, remote.path, remote.sha
+        self.by_memory[remote.id] = node.ino
+        self.epoch += 1
+        node.base_epoch = self.epoch
+        if node.sha == remote.sha and node.dirty_since is not None \
+                and self.in_tree(node) and self.path_of(node) == remote.path:
+            node.dirty_since = None  # clean again: the next change starts the clock
+        if remote.id in self.parks and not is_parked(remote.path):
+            self._end_park(remote.id)
+
+    def _end_park(self, memory_id: str) -> None:
+        self.parks.pop(memory_id, None)
+        self.db.execute("DELETE FROM parks WHERE memory_id=?", (memory_id,))
+
+    def successor(self, ino: int) -> Node | None:
+        """The node now standing for ino (itself, or whatever renamed over it)."""
+        seen = set()
+        while ino not in self.nodes and ino in self.replaced and ino not in seen:
+            seen.add(ino)
+            ino = self.replaced[ino]
+        return self.nodes.get(ino)
+
+    def _add_tombstone(self, remote: Remote) -> None:
+        tomb = Tombstone(remote.id, remote.path, remote.sha, time.time())
+        self.tombstones[remote.id] = tomb
+        self._save_tombstone(tomb)
+
+    def _add_conflict(self, path: str, memory_id: str | None, local_sha: str,
+                      remote_sha: str | None, reason: str) -> int:
+        cur = self.db.execute(
+            "INSERT INTO conflicts (path, memory_id, local_sha, remote_sha, reason, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (path, memory_id, local_sha, remote_sha, reason, time.time()),
+        )
+        if memory_id:
+            self.conflicted[memory_id] = self.conflicted.get(memory_id, 0) + 1
+        return int(cur.lastrowid)
+
+    def _remove_conflict(self, row: dict) -> None:
+        self.db.execute("DELETE FROM conflicts WHERE id=?", (row["id"],))
+        mid = row["memory_id"]
+        if mid and mid in self.conflicted:
+            self.conflicted[mid] -= 1
+            if self.conflicted[mid] <= 0:
+                del self.conflicted[mid]
+
+    def _set_remote_content(self, node: Node, remote: Remote) -> None:
+        self.on_content(node.ino)
+        node.sha, node.size = remote.sha, remote.size
+        node.mtime_ns = node.ctime_ns = time.time_ns()
+        node.gen += 1
+        node.refused_sha = node.refused_reason = None
+
+    @staticmethod
+    def _clear_error(item: Node | Tombstone) -> None:
+        item.fail_count, item.retry_at, item.error = 0, None, None
+
+    # -- bases set directly (tests, adoption of our own writes) ----------------------
+
+    def set_base(self, node: Node, memory_id: str, path: str, sha: str) -> None:
+        """The server holds `sha` at `path` as memory_id, and that is node's memory."""
+        with self.transaction():
+            self._mark_base(node, Remote(memory_id, path, sha))
+            node.sent_sha = None
+            self._save(node)
+
+    # -- pushes ---------------------------------------------------------------------
+
+    def begin_push(self, node: Node, *, content: bool = True,
+                   path: bool = True) -> PushTicket:
+        """Record the request about to be sent: its sha on the node, and the request
+        itself as in doubt until its answer is applied (a lost answer is then looked
+        up on the server, memfs/sync/doubts.py). `content`/`path`: whether the
+        request carries the content / the path."""
+        assert node.sha is not None
+        ticket = PushTicket(node.ino, node.memory_id, node.sha, self.path_of(node),
+                            node.base_sha, node.gen, node.sent_sha, content, path,
+                            time.time())
+        with self.transaction():
+            node.sent_sha = node.sha
+            self._save(node)
+            cur = self.db.execute(
+                f"INSERT INTO doubts ({', '.join(DOUBT_COLUMNS[:-1])}) "
+                f"VALUES ({', '.join('?' * (len(DOUBT_COLUMNS) - 1))})",
+                [getattr(ticket, c) for c in DOUBT_COLUMNS[:-1]])
+            ticket = replace(ticket, doubt=int(cur.lastrowid))
+            self.doubts[ticket.doubt] = ticket
+        return ticket
+
+    def _end_doubt(self, ticket: PushTicket) -> None:
+        if ticket.doubt is not None and self.doubts.pop(ticket.doubt, None) is not None:
+            self.db.execute("DELETE FROM doubts WHERE id=?", (ticket.doubt,))
+
+    def _move_doubts(self, ino: int, to: int) -> None:
+        """ino's file was replaced by `to` (a rename over it): its doubts go with it."""
+        for key, ticket in list(self.doubts.items()):
+            if ticket.ino == ino:
+                self.doubts[key] = replace(ticket, ino=to)
+                self.db.execute("UPDATE doubts SET ino=? WHERE id=?", (to, key))
+
+    def doubt_of(self, node: Node) -> PushTicket | None:
+        """The request for node's file (or its memory) whose outcome is unknown."""
+        for ticket in self.doubts.values():
+            if ticket.ino == node.ino or (ticket.memory_id is not None
+                                          and ticket.memory_id == node.memory_id):
+                return ticket
+        return None
+
+    def push_answered(self, ticket: PushTicket) -> None:
+        """The server answered ticket's request with a refusal: it was not applied
+        (what the refusal means is applied by the caller)."""
+        with self.transaction():
+            self._end_doubt(ticket)
+
+    def push_unanswered(self, ticket: PushTicket, *, maybe_applied: bool) -> None:
+        """No answer came. Unless the request provably never reached the server (the
+        connection was refused), its row stays: the request is in doubt."""
+        if maybe_applied:
+            return
+        self.push_not_applied(ticket)
+
+    def push_not_applied(self, ticket: PushTicket) -> None:
+        """The request of ticket never took effect (the server shows no trace of it):
+        forget it; whatever its file holds now goes out as if it had never been sent."""
+        with self.transaction():
+            self._end_doubt(ticket)
+            item = self.ticket_node(ticket)
+            if item is None and ticket.memory_id is not None:
+                item = self.tombstones.get(ticket.memory_id)
+            if item is not None and item.sent_sha == ticket.sha:
+                item.sent_sha = ticket.previous_sent
+                if isinstance(item, Node):
+                    self._save(item)
+                else:
+                    self._save_tombstone(item)
+
+    def push_landed(self, ticket: PushTicket, remote: Remote) -> Node | None:
+        """The server now holds `remote` because of ticket's request.
+
+        An update settles on the memory's holder now, whoever that is; a create
+        on the node (or its rename-over successor) if it still has no memory.
+        A memory that nothing can hold any more (the file was unlinked, or its
+        successor has a memory of its own) becomes a tombstone: deleted after the
+        delay, preconditioned on exactly what we wrote."""
+        with self.transaction():
+            self._end_doubt(ticket)
+            update = ticket.memory_id is not None
+            known = self.holder(remote.id) if update else None
+            path, sha = decide.answer_base(
+                (remote.path, remote.sha),
+                (known.base_path, known.base_sha) if known else (None, None),
+                update=update, path_sent=ticket.path_sent, ours=ticket.expected(remote.sha))
+            remote = Remote(remote.id, path, sha, remote.size)
+            if ticket.memory_id is not None:
+                holder = self.holder(remote.id)
+                if holder is not None:
+                    return self._landed_on(holder, ticket, remote)
+                tomb = self.tombstones.get(remote.id)
+                if tomb is not None:
+                    tomb.base_path, tomb.base_sha, tomb.sent_sha = remote.path, remote.sha, None
+                    self._save_tombstone(tomb)
+                else:  # nothing holds it (cannot happen under the sync lock): the
+                    log.warning("memory %s answered for no local file; the next listing "
+                                "shows it", remote.id)  # reconciler adds it back
+                return None
+            holder = self.successor(ticket.ino)
+            if (holder is not None and holder.memory_id is None
+                    and not self.is_local_only_name(holder)):
+                return self._landed_on(holder, ticket, remote)
+            if remote.id in self.by_memory:
+                return None
+            # The file is gone (unlinked, or its directory removed or moved: then its
+            # successor lives elsewhere). A new file at the created path, not sent
+            # yet, revives the memory, as at a tombstoned path; else it is deleted
+            # after the delay, preconditioned on exactly what we wrote.
+            again = self.lookup_path(remote.path)
+            if (again is not None and not again.is_dir and again.memory_id is None
+                    and not self.is_local_only_name(again) and self.doubt_of(again) is None):
+                self._mark_base(again, remote)
+                self._save(again)
+                return again
+            self._add_tombstone(remote)
+            return None
+
+    def _landed_on(self, holder: Node, ticket: PushTicket, remote: Remote) -> Node:
+        self._mark_base(holder, remote)
+        if holder.sent_sha in (ticket.sha, remote.sha):
+            holder.sent_sha = None
+        # Changed since it was sent: the next push is due max_push_delay from now.
+        holder.dirty_since = time.time() if self.is_dirty(holder) else None
+        self._clear_error(holder)
+        self._save(holder)
+        return holder
+
+    def push_refused(self, ticket: PushTicket, reason: str) -> None:
+        """The server refused this content (400/413): retried only once it changes."""
+        with self.transaction():
+            node = self._ticket_holder(ticket)
+            if node is not None:
+                node.refused_sha, node.refused_reason = ticket.sha, reason
+                node.sent_sha = ticket.previous_sent
+                self._save(node)
+
+    def refuse_locally(self, node: Node, reason: str) -> None:
+        """Content or path that can never be a memory (checked before sending)."""
+        with self.transaction():
+            node.refused_sha, node.refused_reason = node.sha, reason
+            self._save(node)
+
+    def set_refused(self, node: Node, sha: str | None, reason: str | None) -> None:
+        with self.transaction():
+            node.refused_sha, node.refused_reason = sha, reason
+            node.sent_sha = None
+            self._save(node)
+
+    def push_failed(self, ticket: PushTicket, message: str, *,
+                    transient: bool) -> None:
+        """One file's request failed. A transient failure only forgets nothing (its
+        sent sha stays: the request may have landed); any other refusal also makes
+        this file wait, doubling, while every other change goes out."""
+        with self.transaction():
+            node = self._ticket_holder(ticket)
+            if node is None:
+                return
+            if not transient:
+                node.fail_count += 1
+                node.retry_at = time.time() + min(MAX_FILE_BACKOFF, 2.0 ** node.fail_count)
+                node.error = message
+            self._save(node)
+
+    def _ticket_holder(self, ticket: PushTicket) -> Node | None:
+        """Who a failure of ticket's request belongs to: the memory's holder, or the
+        created node (or its successor) while it still has no memory."""
+        if ticket.memory_id is not None:
+            return self.holder(ticket.memory_id)
+        node = self.successor(ticket.ino)
+        return node if node is not None and node.memory_id is None else None
+
+    def ticket_node(self, ticket: PushTicket) -> Node | None:
+        """The file ticket's request was for, now: the memory's holder, or the created
+        node or the node that took its place."""
+        if ticket.memory_id is not None:
+            return self.holder(ticket.memory_id)
+        return self.successor(ticket.ino)
+
+    def forget_memory(self, node: Node) -> None:
+        """The server no longer has node's memory (confirmed): node becomes a new,
+        unsynced file; its next push is a create."""
+        with self.transaction():
+            self._forget(node)
+
+    def _forget(self, node: Node) -> None:
+        """node's memory is gone from the server: node becomes a new file. The memory's
+        versions still hold its base content: remembered as a source of that sha."""
+        if node.memory_id:
+            self.by_memory.pop(node.memory_id, None)
+            if node.base_sha:
+                self._note_source(node.base_sha, node.memory_id)
+        node.memory_id = node.base_path = node.base_sha = node.sent_sha = None
+        self._save(node)
+
+    def _note_source(self, sha: str, memory_id: str) -> None:
+        """memory_id held sha once (its versions keep it): a source for a file whose
+        content was taken from the server and never read, after that memory moved on
+        or went (fetcher.recover). Memory only, the newest few thousand."""
+        self.former_sources.pop(sha, None)
+        self.former_sources[sha] = memory_id
+        if len(self.former_sources) > FORMER_SOURCES_KEPT:
+            del self.former_sources[next(iter(self.former_sources))]
+
+    def begin_park(self, memory_id: str, path: str) -> None:
+        """Journal a park before its request goes out (see the parks table)."""
+        with self.transaction():
+            self.parks[memory_id] = path
+            self.db.execute("INSERT OR REPLACE INTO parks VALUES (?, ?, ?)",
+                            (memory_id, path, time.time()))
+
+    # -- tombstones -------------------------------------------------------------------
+
+    def tombstone_settled(self, memory_id: str) -> None:
+        """The delete went out, the memory was already gone, or the server changed it
+        (then the reconciler brings the server's version back)."""
+        with self.transaction():
+            self._drop_tombstone(memory_id)
+
+    def tombstone_failed(self, memory_id: str, message: str) -> None:
+        with self.transaction():
+            tomb = self.tombstones.get(memory_id)
+            if tomb is None:
+                return
+            tomb.fail_count += 1
+            tomb.retry_at = time.time() + min(MAX_FILE_BACKOFF, 2.0 ** tomb.fail_count)
+            tomb.error = message
+            self._save_tombstone(tomb)
+
+    def tombstone_rebased(self, memory_id: str, sha: str) -> None:
+        """The memory holds `sha`, which we wrote ourselves (a lost answer)."""
+        with self.transaction():
+            tomb = self.tombstones.get(memory_id)
+            if tomb is not None:
+                tomb.base_sha, tomb.sent_sha = sha, None
+                self._save_tombstone(tomb)
+
+    # -- what the server says ----------------------------------------------------------
+
+    def adopt_own_write(self, node: Node, remote: Remote) -> None:
+        """The server holds what we sent (or what we hold): our answer was lost."""
+        with self.transaction():
+            self._mark_base(node, remote)
+            if node.sent_sha == remote.sha:
+                node.sent_sha = None
+            self._save(node)
+
+    def remote_content(self, node: Node, remote: Remote, *, gen: int | None = None) -> None:
+        """A clean file changed on the server: take the new content (lazily fetched).
+
+        Raises Deferred when the file is no longer clean, or (with `gen`) changed
+        locally since the caller looked."""
+        with self.transaction():
+            if (not self.in_tree(node) or node.ino in self.open_dirty
+                    or node.sha != node.base_sha or (gen is not None and node.gen != gen)):
+                raise Deferred
+            self._set_remote_content(node, remote)
+            self._mark_base(node, Remote(remote.id, node.base_path or remote.path, remote.sha))
+            node.sent_sha = None
+            self._save(node)
+
+    def take_remote(self, node: Node, remote: Remote, reason: str, *, gen: int,
+                    tombstone_own: bool = False) -> int | None:
+        """Conflict: the server's version wins in the tree, the local one is kept.
+
+        Compare-and-set on `gen`: the caller fetched `remote` at gen; if the file
+        changed since, or holds unsaved writes, nothing happens (Deferred). The
+        conflict row, the new content and the new base commit together. Returns
+        the conflict id (None when only a rename was lost: no content lost).
+        `tombstone_own`: node's own memory (a rename that lost its target path to
+        a stranger) is deleted after the delay."""
+        with self.transaction():
+            if not self.in_tree(node) or node.gen != gen or node.ino in self.open_dirty:
+                raise Deferred
+            cid = None
+            # Only local *content* can lose: a file merely renamed here (its sha
+            # still its base) takes the server's content with no conflict. Against
+            # a stranger's memory (tombstone_own) all of ours is local content.
+            ours = node.sha != node.base_sha or tombstone_own
+            if (node.sha and node.sha != remote.sha and ours
+                    and not (node.memory_id is None and node.sha == EMPTY_SHA)):
+                cid = self._add_conflict(self.path_of(node), remote.id, node.sha, remote.sha,
+                                         reason)
+            if tombstone_own:
+                self._tombstone(node)
+            self._set_remote_content(node, remote)
+            self._mark_base(node, remote)
+            node.sent_sha = None
+            self._clear_error(node)
+            self._save(node)
+            return cid
+
+    def remote_moved(self, node: Node, path: str) -> bool:
+        """Follow the server's rename; False when the place is taken locally.
+
+        The server decided who holds `path`, so a local claim on it yields: a file
+        that never reached the server (and has no unsaved writes) leaves the tree,
+        its content kept as a conflict row, as for a create that lost its path; one
+        of our memories renamed there locally (not pushed yet) goes back to its own
+        path (claimed the same way), its content changes kept. All in one
+        transaction."""
+        with self.transaction():
+            if not self._claim(path, node, set()):
+                return False
+            if not self._move(node, path):
+                return False
+            node.base_path = path
+            self._save(node)
+            return True
+
+    def _claim(self, path: str, winner: Node, seen: set[int]) -> bool:
+        """Free `path` for winner's memory, which the server placed there."""
+        dir_path, name = paths.split(path)
+        parent = self.ensure_dir(dir_path)
+        if parent is None:
+            return False
+        taker = self.child(parent, name)
+        if taker is None or taker is winner:
+            return True
+        if taker.is_dir or taker.ino in self.open_dirty or self.is_local_only_name(taker) \
+                or taker.ino in seen:
+            return False
+        seen.add(taker.ino)
+        if taker.memory_id is not None:
+            back = taker.base_path
+            if not back or back == path or not self._claim(back, taker, seen) \
+                    or not self._move(taker, back):
+                return False
+            log.warning("%s: renamed here, but the server gave that path to another "
+                        "memory first; moved back to %s", path, back)
+            return True
+        if taker.sha and taker.sha != EMPTY_SHA and taker.sha != winner.sha:
+            self._add_conflict(path, winner.memory_id, taker.sha, winner.base_sha,
+                               "the server gave this path to another memory")
+        self._drop(taker)
+        return True
+
+    def _move(self, node: Node, path: str) -> bool:
+        """Move node to path if that place is free (inside a transaction)."""
+        dir_path, name = paths.split(path)
+        parent = self.ensure_dir(dir_path)
+        if parent is None or name in parent.children:
+            return False
+        old_parent = self.nodes[node.parent]
+        del old_parent.children[node.name]
+        node.parent, node.name = parent.ino, name
+        parent.children[name] = node.ino
+        node.ctime_ns = time.time_ns()
+        self._save(node)
+        self.prune(old_parent)
+        return True
+
+    def remote_base_path(self, node: Node, path: str) -> None:
+        """Renamed on both sides: the server's path becomes the base, ours goes out."""
+        with self.transaction():
+            node.base_path = path
+            self._save(node)
+
+    def remote_deleted(self, node: Node, *, keep: bool) -> None:
+        """The server deleted node's memory (confirmed by a 404). `keep` (the file
+        changed here: content, a local rename or unsaved writes): the file stays
+        and becomes a create (on a read-only mount, local only); else it goes."""
+        with self.transaction():
+            if keep:
+                self._forget(node)
+                return
+            if node.memory_id:
+                self.by_memory.pop(node.memory_id, None)
+            parent = self.nodes[node.parent]
+            self._drop(node)
+            self.prune(parent)
+
+    def add_remote(self, remote: Remote) -> Node | None:
+        """A memory new to this mount: add its file (content fetched lazily).
+        A tombstone of the same memory (deleted here, changed there) is cancelled."""
+        with self.transaction():
+            dir_path, name = paths.split(remote.path)
+            parent = self.ensure_dir(dir_path)
+            if parent is None or name in parent.children:
+                return None
+            self._drop_tombstone(remote.id)
+            now = time.time_ns()
+            node = Node(self._next_ino, parent.ino, name, False, stat.S_IFREG | 0o644,
+                        os.getuid(), os.getgid(), now, now, now, sha=remote.sha,
+                        size=remote.size)
+            self._next_ino += 1
+            self.nodes[node.ino] = node
+            parent.children[name] = node.ino
+            self._mark_base(node, remote)
+            self._save(node)
+            self.on_added(node.ino)
+            return node
+
+    # -- conflicts ------------------------------------------------------------------------
+
+    def restore_conflict(self, cid: int, size: int) -> tuple[Node, bool]:
+        """Put conflict cid's local content back as an ordinary local change.
+
+        A newer local edit that is not on the server is never overwritten: it
+        becomes a conflict row of its own in the same transaction. Returns
+        (node, created). Raises LookupError / ValueError with the reason."""
+        with self.transaction():
+            row = self.get_conflict(cid)
+            if row is None:
+                raise LookupError(f"no conflict #{cid}")
+            node = self.holder(row["memory_id"]) if row["memory_id"] else None
+            if node is None:
+                node = self.lookup_path(row["path"])
+            if node is not None and node.is_dir:
+                raise ValueError(f"{row['path']} is a directory now; move it away to restore "
+                                 f"conflict #{cid}")
+            if node is not None and node.ino in self.open_dirty:
+                raise ValueError(f"{self.path_of(node)} is open with unsaved changes; close "
+                                 "it and try again")
+            created = node is None
+            if node is None:
+                dir_path, name = paths.split(row["path"])
+                parent = self.ensure_dir(dir_path)
+                if parent is None:
+                    raise ValueError(f"cannot restore {row['path']}: a file stands where its "
+                                     "directory should be")
+                now = time.time_ns()
+                node = Node(self._next_ino, parent.ino, name, False, stat.S_IFREG | 0o644,
+                            parent.uid, parent.gid, now, now, now, sha=EMPTY_SHA)
+                self._next_ino += 1
+                self.nodes[node.ino] = node
+                parent.children[name] = node.ino
+                self._revive(node)
+            elif (node.sha not in (row["local_sha"], node.base_sha)
+                  and not self.is_refused(node)):
+                newer = self._add_conflict(
+                    self.path_of(node), node.memory_id, node.sha, row["local_sha"],
+                    f"your pending edit, replaced by restoring conflict #{cid}")
+                log.info("restore #%d: the pending edit of %s is kept as conflict #%d",
+                         cid, self.path_of(node), newer)
+            self._remove_conflict(row)
+            self.on_content(node.ino)
+            node.sha, node.size = row["local_sha"], size
+            node.mtime_ns = node.ctime_ns = time.time_ns()
+            node.refused_sha = node.refused_reason = None
+            self._touch(node)
+            self._save(node)
+            return node, created
+
+    def discard_conflict(self, cid: int) -> dict:
+        with self.transaction():
+            row = self.get_conflict(cid)
+            if row is None:
+                raise LookupError(f"no conflict #{cid}")
+            self._remove_conflict(row)
+            return row
+
+    def import_conflicts(self, rows: list[tuple]) -> None:
+        """Preserved versions carried over from another state directory (adoption):
+        (path, memory_id, local_sha, remote_sha, reason) each, in one transaction."""
+        with self.transaction():
+            for path, memory_id, local_sha, remote_sha, reason in rows:
+                self._add_conflict(path, memory_id, local_sha, remote_sha, reason)
