@@ -30,7 +30,7 @@ needs_fuse = pytest.mark.skipif(
 )
 
 
-def _mounted(path: pathlib.Path) -> bool:
+def is_mounted(path: pathlib.Path) -> bool:
     """Whether path is a mountpoint now (/proc/mounts writes a space as \\040)."""
     real = str(path)
     with open("/proc/mounts") as f:
@@ -141,13 +141,13 @@ class MountProc:
             time.sleep(0.05)
 
     def cleanup(self) -> None:
-        if _mounted(self.path):
+        if is_mounted(self.path):
             try:
                 self.memfs("unmount", str(self.path), "--timeout", "5", check=False, timeout=60)
             except subprocess.TimeoutExpired:
                 pass
         for flags in ("-u", "-uz"):
-            if _mounted(self.path):
+            if is_mounted(self.path):
                 subprocess.run(["fusermount3", flags, str(self.path)], capture_output=True)
         self._sigkill()
 

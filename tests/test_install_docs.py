@@ -9,7 +9,7 @@ import tomllib
 
 from conftest import REPO
 
-DOCS = [REPO / "README.md", REPO / "memfs" / "tool.py", REPO / "docker" / "README.md",
+DOCS = [REPO / "README.md", REPO / "memfs" / "tool" / "sdk.py", REPO / "docker" / "README.md",
         *sorted((REPO / "docs").glob("*.md"))]
 
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from mountutil import _mounted, mount_env, mounts, needs_fuse, server_memories  # noqa: F401
+from mountutil import is_mounted, mount_env, mounts, needs_fuse, server_memories  # noqa: F401
 from synchelpers import wait_for
 
 pytestmark = needs_fuse
@@ -62,7 +62,7 @@ def test_kill9_after_fsync_then_remount(mounts, server):
     os.rename(m.path / "crash" / "f9.md", m.path / "crash" / "renamed.md")
     files["/crash/renamed.md"] = files.pop("/crash/f9.md")
     m.kill9()
-    assert not _mounted(m.path)
+    assert not is_mounted(m.path)
     assert server_memories(server, store) == {"/keep/old.md": "old\n"}
 
     m2 = mounts.mount(store, "--write-back-delay", "30")
@@ -228,7 +228,7 @@ def test_unmount_with_server_down_then_next_mount(mounts, server):
     out = m.unmount("--timeout", "10", kept=True)
     assert "pushed 0 change(s), 2 left" in out, out
     assert "next mount" in out, out
-    assert not _mounted(m.path)
+    assert not is_mounted(m.path)
     # `memfs status` without a daemon still shows what is journaled.
     st = m.status()
     assert not st["running"]
@@ -259,7 +259,7 @@ def test_outside_unmount_and_signals_flush(mounts, server, how):
     else:
         os.kill(m.pid, signal.SIGTERM if how == "sigterm" else signal.SIGINT)
     wait_for(lambda: pid_gone(m.pid))
-    assert not _mounted(m.path)
+    assert not is_mounted(m.path)
     assert server_memories(server, store) == {"/one.md": "one\n", "/sub/two.md": "two\n"}
     log = (m.state_dir / "daemon.log").read_text()
     assert "flush: pushed 2, left 0" in log
@@ -289,17 +289,17 @@ def test_mount_failures(mounts, server, tmp_path):
     mp.mkdir()
 
     _assert_failed(_mount_cli(env, "memstore_doesnotexist", str(mp)), "unknown store")
-    assert not _mounted(mp)
+    assert not is_mounted(mp)
 
     bad = dict(env, ANTHROPIC_API_KEY="wrong-key")
     proc = _mount_cli(bad, store, str(mp))
     _assert_failed(proc, "credentials")
     assert "wrong-key" not in proc.stderr + proc.stdout  # never print the key
-    assert not _mounted(mp)
+    assert not is_mounted(mp)
 
     nowhere = dict(env, ANTHROPIC_BASE_URL="http://127.0.0.1:1")
     _assert_failed(_mount_cli(nowhere, store, str(mp)), "cannot reach", "cached")
-    assert not _mounted(mp)
+    assert not is_mounted(mp)
 
     _assert_failed(_mount_cli(env, store, str(tmp_path / "missing")), "does not exist")
 
@@ -309,7 +309,7 @@ def test_mount_failures(mounts, server, tmp_path):
     _assert_failed(_mount_cli(env, other, str(m.path)), "busy")
     # The same store at a second mountpoint: its state dir is locked by the first daemon.
     _assert_failed(_mount_cli(env, store, str(mp)), "already mounted")
-    assert not _mounted(mp)
+    assert not is_mounted(mp)
     (m.path / "still.md").write_text("the first mount is unharmed\n")
     m.unmount()
     assert server_memories(server, store) == {"/still.md": "the first mount is unharmed\n"}

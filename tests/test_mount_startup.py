@@ -15,7 +15,7 @@ import pathlib
 import subprocess
 import sys
 
-from mountutil import _mounted, mount_env, mounts, needs_fuse  # noqa: F401
+from mountutil import is_mounted, mount_env, mounts, needs_fuse  # noqa: F401
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -63,7 +63,7 @@ def test_a_failed_mount_leaves_no_daemon(mounts, server, tmp_path):
         proc = mount_cli(case_env, what, str(mp))
         assert proc.returncode == 1 and words in proc.stderr, proc
         assert "Traceback" not in proc.stderr, proc.stderr
-        assert not _mounted(mp)
+        assert not is_mounted(mp)
         assert daemons_of(env) == set(), words  # the daemon started early is gone
     assert not (tmp_path / "xdg-cache" / "memfs" / "mounts").exists() or \
         not list((tmp_path / "xdg-cache" / "memfs" / "mounts").glob("*.json"))
@@ -226,7 +226,7 @@ def test_a_folder_named_memfs_in_the_current_directory_does_not_matter(mounts, s
         assert out.returncode == 0, out.stderr
         assert "0 left" in out.stdout
     finally:
-        if _mounted(mnt):
+        if is_mounted(mnt):
             subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
             subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
     assert server.sdk().beta.memory_stores.memories.list(store).data[0].path == "/a.md"

@@ -24,13 +24,13 @@ import memfs
 from memfs.state.schema import NODE_COLUMNS, SCHEMA, STAGED_SCHEMA, TOMBSTONE_COLUMNS
 
 PACKAGE = pathlib.Path(memfs.__file__).parent
-OWNERS = {"state.py", "state_sync.py", "schema.py"}
+OWNERS = {"state/state.py", "state/transitions.py", "state/schema.py"}
 #: memfs serve has its own database (memories, not a mount's state): not ours.
 SKIP_DIRS = {"server", "api"}
 
 FIELDS = frozenset(NODE_COLUMNS) | frozenset(TOMBSTONE_COLUMNS)
 #: Tables of state.db and the one module other than State that may write each.
-TABLE_OWNER = {"staged": "cache.py"}
+TABLE_OWNER = {"staged": "state/blobs.py"}
 TABLES = frozenset(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA + STAGED_SCHEMA))
 TABLE_WRITE = re.compile(
     r"\b(INSERT|UPDATE|DELETE|REPLACE)\b[^\"']*?\b(" + "|".join(sorted(TABLES)) + r")\b",
@@ -73,8 +73,9 @@ def _local_classes_with(tree: ast.Module) -> set[str]:
 
 def _reaches_state(text: str) -> bool:
     """Whether the module can hold a memfs Node at all (it imports the model)."""
-    return re.search(r"^\s*from (memfs|\.+)\.?(state|state_sync|nodes) import|"
-                     r"^\s*import memfs\.(state|nodes)", text, re.MULTILINE) is not None
+    return re.search(r"^\s*from memfs\.(state\.state|state\.transitions|core\.nodes) import|"
+                     r"^\s*from memfs\.(state|core) import (state|transitions|nodes)\b|"
+                     r"^\s*import memfs\.(state|core\.nodes)", text, re.MULTILINE) is not None
 
 
 def _container(expr: ast.expr) -> str | None:
@@ -110,7 +111,7 @@ def find_violations(rel: str, text: str) -> list[str]:
             out.append(f"{rel}:{node.lineno} calls .{name}.{node.func.attr}()")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             for m in TABLE_WRITE.finditer(node.value):
-                if TABLE_OWNER.get(m.group(2).lower()) != pathlib.PurePath(rel).name:
+                if TABLE_OWNER.get(m.group(2).lower()) != rel:
                     out.append(f"{rel}:{node.lineno} writes table {m.group(2)}: "
                                f"{node.value[:60]!r}")
         for target in targets:
@@ -128,7 +129,7 @@ def find_violations(rel: str, text: str) -> list[str]:
 def _modules():
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE)
-        if rel.parts[0] in SKIP_DIRS or rel.name in OWNERS and len(rel.parts) == 1:
+        if rel.parts[0] in SKIP_DIRS or str(rel) in OWNERS:
             continue
         yield str(rel), path.read_text()
 
@@ -197,9 +198,9 @@ def test_the_check_sees_a_planted_violation():
     assert f"planted.py:{at('children')} deletes from .nodes" in found
     assert f"planted.py:{at('state.doubts = ')} rebinds .doubts" in found
     # The blob cache may write its own table, and only that one.
-    assert find_violations("cache.py", 'db.execute("INSERT INTO staged VALUES (1, 2)")') == []
-    assert find_violations("cache.py", 'db.execute("DELETE FROM nodes")') != []
+    assert find_violations("state/blobs.py", 'db.execute("INSERT INTO staged VALUES (1, 2)")') == []
+    assert find_violations("state/blobs.py", 'db.execute("DELETE FROM nodes")') != []
     # A module that cannot reach a Node may name its own fields like a Node's.
     own = "@dataclass\nclass _Node:\n    size: int = 0\n\ndef f(n):\n    n.size += 1\n"
-    assert find_violations("tool_text.py", own) == []
-    assert find_violations("x.py", "from .nodes import Node\n" + own) != []
+    assert find_violations("tool/text.py", own) == []
+    assert find_violations("x.py", "from memfs.core.nodes import Node\n" + own) != []

@@ -15,7 +15,7 @@ import time
 
 from mountutil import MountProc, mount_env, needs_fuse
 
-from memfs.cli.progress import combined, describe, human_bytes
+from memfs.cli.progress import _sum, describe, human_bytes
 
 pytestmark = needs_fuse
 
@@ -29,14 +29,12 @@ def test_describe() -> None:
         "listing the store; 0 item(s)")
 
 
-def test_combined() -> None:
-    a = lambda: {"done": 1, "total": 3, "bytes_done": 10, "bytes_left": 20, "error": None}  # noqa: E731
-    b = lambda: {"done": 2, "total": 2, "bytes_done": 5, "bytes_left": 0, "error": "offline: x"}  # noqa: E731
-    snap = combined([a, b, lambda: None])()
-    assert snap == {"done": 3, "total": 5, "bytes_done": 15, "bytes_left": 20,
-                    "error": "offline: x", "label": "2 of 3 reporting"}
-    assert combined([a, lambda: {"done": 0, "total": None}])()["total"] is None
-    assert combined([lambda: None])() is None
+def test_a_session_roots_stores_summed() -> None:
+    a = {"done": 1, "total": 3, "bytes_done": 10, "bytes_left": 20, "error": None}
+    b = {"done": 2, "total": 2, "bytes_done": 5, "bytes_left": 0, "error": "offline: x"}
+    assert _sum([a, b], 3) == {"done": 3, "total": 5, "bytes_done": 15, "bytes_left": 20,
+                               "error": "offline: x", "label": "2 of 3 reporting"}
+    assert _sum([a, {"done": 0, "total": None}], 2)["total"] is None
 
 
 def run_pty(env: dict, *args: str, interrupt_after: float | None = None,

@@ -15,7 +15,7 @@ import sys
 
 import anthropic
 import pytest
-from mountutil import needs_fuse, server_memories
+from mountutil import is_mounted, needs_fuse, server_memories
 
 # The one line a worker changes (instead of the SDK's
 # `from anthropic.lib.tools._memories import SessionMemoryStores`):
@@ -23,11 +23,6 @@ from memfs import SessionMounts as SessionMemoryStores
 from memfs.session_mounts import SessionMountError
 
 pytestmark = needs_fuse
-
-
-def _mounted(path: pathlib.Path) -> bool:
-    with open("/proc/mounts") as f:
-        return any(line.split()[1] == str(path) for line in f)
 
 
 @pytest.fixture
@@ -41,11 +36,11 @@ def worker_env(server, tmp_path, monkeypatch):
     yield roots
     reg = tmp_path / "xdg-cache" / "memfs" / "mounts"
     for root in roots:
-        if _mounted(root):
+        if is_mounted(root):
             subprocess.run([sys.executable, "-m", "memfs", "unmount", str(root),
                             "--timeout", "5"], capture_output=True, timeout=60)
         for flags in ("-u", "-uz"):
-            if _mounted(root):
+            if is_mounted(root):
                 subprocess.run(["fusermount3", flags, str(root)], capture_output=True)
     for f in reg.glob("*.json") if reg.exists() else ():
         try:
@@ -106,10 +101,10 @@ async def _worker_item(server, tmp_path, sid: str, roots_out: list, *,
         await stores.finish()
     await stores.flush_writes()
     result = {"refused_errno": refused.value.errno,
-              "root_mounted_before_dispose": _mounted(tmp_path / "memory")}
+              "root_mounted_before_dispose": is_mounted(tmp_path / "memory")}
     await stores.dispose()
     result["root_exists_after"] = (tmp_path / "memory").exists()
-    result["root_mounted_after"] = _mounted(tmp_path / "memory")
+    result["root_mounted_after"] = is_mounted(tmp_path / "memory")
     await client.close()
     return result
 
@@ -209,8 +204,7 @@ async def test_the_control_directory_is_read_once_and_again_only_when_it_fails(
         tmp_path, monkeypatch, caplog):
     """`sync_if_due` runs after every tool call: it asks the control directory it knows
     and reads the mount registry again only when that one does not answer."""
-    from memfs.local import control
-    from memfs.state import statedir
+    from memfs.local import control, registry
 
     one, two = tmp_path / "one", tmp_path / "two"
     live: dict = {"dir": one}  # the daemon that answers; None: no daemon registered
@@ -227,7 +221,7 @@ async def test_the_control_directory_is_read_once_and_again_only_when_it_fails(
             raise TimeoutError("timed out")
         return {"status": {"stores": []}}
 
-    monkeypatch.setattr(statedir, "read_registry", read_registry)
+    monkeypatch.setattr(registry, "read_registry", read_registry)
     monkeypatch.setattr(control, "request", request)
     stores = SessionMemoryStores(object(), workdir=tmp_path)
     stores._root = tmp_path / "memory"  # as `download` leaves it (no control dir yet)
@@ -285,5 +279,5 @@ async def test_a_flush_names_what_stays_local(server, tmp_path, worker_env, capl
     finally:
         await stores.dispose()
         await client.close()
-    assert not _mounted(tmp_path / "memory")
+    assert not is_mounted(tmp_path / "memory")
     assert server_memories(server, store) == {"/good.md": "fine\n"}

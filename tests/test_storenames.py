@@ -4,12 +4,11 @@ real `memfs serve`; the resolution rules (id, then name, then slug) on their own
 from __future__ import annotations
 
 import json
-import pathlib
 import subprocess
 import sys
 
 import pytest
-from mountutil import mount_env, needs_fuse
+from mountutil import is_mounted, mount_env, needs_fuse
 
 from memfs.api.models import MemoryStore
 from memfs.api.oneshot import call_with_client
@@ -109,8 +108,7 @@ def test_mount_by_name_and_ambiguous(server, tmp_path, mounts) -> None:
     assert out.returncode != 0
     assert "matches 2 stores" in out.stderr
     assert one in out.stderr and two in out.stderr
-    mounted = pathlib.Path("/proc/mounts").read_text().splitlines()
-    assert not any(line.split()[1] == str(tmp_path / "amb") for line in mounted)
+    assert not is_mounted(tmp_path / "amb")
 
 
 @needs_fuse

@@ -547,14 +547,18 @@ class MemoryStoresClient:
             yield item
 
     @staticmethod
-    async def _walk(fetch: Callable[[str | None], Awaitable[Page]], kind: type) -> AsyncIterator:
-        """The items of type ``kind`` on every page, following ``next_page``."""
+    async def _walk(fetch: Callable[[str | None], Awaitable[Page]],
+                    kind: type | tuple[type, ...]) -> AsyncIterator:
+        """The items of type ``kind`` on every page, following ``next_page``; an item of a
+        kind this client does not know (a newer server's) is skipped, not an error."""
         page: str | None = None
         while True:
             p = await fetch(page)
             for item in p.data:
                 if isinstance(item, kind):
                     yield item
+                else:
+                    log.debug("skipping unknown list item %r", item)
             if not p.next_page:
                 return
             page = p.next_page
@@ -697,19 +701,13 @@ class MemoryStoresClient:
     ) -> AsyncIterator[Memory | MemoryPrefix]:
         """Every memory (and prefix) under ``path_prefix``; ``limit`` is the page size
         (clamped to 20 with ``view="full"``)."""
-        page: str | None = None
-        while True:
-            p = await self.list_memories_page(
+        async for item in self._walk(
+            lambda page: self.list_memories_page(
                 store_id, path_prefix=path_prefix, depth=depth, view=view, limit=limit, page=page
-            )
-            for item in p.data:
-                if isinstance(item, (Memory, MemoryPrefix)):
-                    yield item
-                else:
-                    log.debug("skipping unknown list item %r", item)
-            if not p.next_page:
-                return
-            page = p.next_page
+            ),
+            (Memory, MemoryPrefix),
+        ):
+            yield item
 
     # -------------------------------------------------------------- versions
 

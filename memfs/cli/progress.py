@@ -200,17 +200,6 @@ def mount_poller(state_dir: Path) -> Poll:
     return poll
 
 
-def combined(polls: list[Poll]) -> Poll:
-    """One snapshot summing several (`memfs mount --all`, an unmount of several mounts):
-    items and bytes add up; the total is unknown while any part's is; the first error."""
-
-    def poll() -> Snapshot | None:
-        snaps = [s for s in (p() for p in polls) if s]
-        return _sum(snaps, len(polls)) if snaps else None
-
-    return poll
-
-
 def _sum(snaps: list[Snapshot], parts: int) -> Snapshot:
     """Several snapshots (of `parts` asked) as one."""
     totals = [s.get("total") for s in snaps]

@@ -116,14 +116,21 @@ async def _send_stream(stream: trio.SocketStream, reply: Stream) -> None:
         nursery.cancel_scope.cancel()
 
 
-def request(state_dir: Path, payload: dict, *, timeout: float = 10.0) -> dict:
-    """Blocking client for the CLI; raises OSError when no daemon answers."""
+@contextlib.contextmanager
+def _sent(state_dir: Path, payload: dict, timeout: float) -> Iterator[socket.socket]:
+    """A blocking connection to the daemon's socket, the request sent on it."""
     if not (state_dir / SOCKET_NAME).exists():
         raise FileNotFoundError("no control socket (is the daemon running?)")
     with _short_path(state_dir) as short, socket.socket(socket.AF_UNIX) as sock:
         sock.settimeout(timeout)
         sock.connect(short)
         sock.sendall(json.dumps(payload).encode() + b"\n")
+        yield sock
+
+
+def request(state_dir: Path, payload: dict, *, timeout: float = 10.0) -> dict:
+    """Blocking client for the CLI; raises OSError when no daemon answers."""
+    with _sent(state_dir, payload, timeout) as sock:
         buf = b""
         while b"\n" not in buf:
             chunk = sock.recv(65536)
@@ -161,12 +168,7 @@ def stream(state_dir: Path, payload: dict, *, timeout: float = 10.0) -> Iterator
     """Blocking client of a stream command: its objects as they come (no timeout
     once connected); ends when the daemon closes. Raises OSError when no daemon
     answers."""
-    if not (state_dir / SOCKET_NAME).exists():
-        raise FileNotFoundError("no control socket (is the daemon running?)")
-    with _short_path(state_dir) as short, socket.socket(socket.AF_UNIX) as sock:
-        sock.settimeout(timeout)
-        sock.connect(short)
-        sock.sendall(json.dumps(payload).encode() + b"\n")
+    with _sent(state_dir, payload, timeout) as sock:
         sock.settimeout(None)
         with sock.makefile("rb") as lines:
             for line in lines:

@@ -15,7 +15,7 @@ Rules that keep this fast and safe:
 - Durability (docs/SEMANTICS.md): after `flush` (close) returns, the content is
   committed as a row of `objects/staged.db` and the node row in `state.db`, so a
   daemon crash loses nothing (the blob file is written later, once the mount is
-  quiet: cache.py); after `fsync` returns, both places the content may be
+  quiet: memfs/state/blobs.py); after `fsync` returns, both places the content may be
   (staged.db's WAL and the blob file), their directory entries and the state
   WAL are also fsync'd (in a worker thread), so a power loss loses nothing either.
 - What the sync side must know about open files (unsaved writes) is kept in

@@ -195,5 +195,5 @@ async def gather_bounded(items, fn, limit: int) -> None:
 
 
 def _describe(exc: BaseException) -> str:
-    """The class and message (an API error's message ends with its HTTP status and type)."""
+    """The class and message (an API error's ends with its HTTP status, type and request id)."""
     return f"{type(exc).__name__}: {exc}"

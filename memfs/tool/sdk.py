@@ -87,13 +87,8 @@ def _run_blocking(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     raise value
 
 
-class MemoryStoreTool(BetaAbstractMemoryTool):
-    """The memory tool on a Memory Store, for the SDK's synchronous tool runner.
-
-    ``base_url`` and ``api_key`` default to what every memfs command uses:
-    ``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY`` or ``ANTHROPIC_API_KEY_FILE``, else
-    the embedded local server (started on first use). Calls may come from any thread.
-    """
+class _OnStore:
+    """What both tools share: the store they act on and the engine that reaches it."""
 
     def __init__(
         self,
@@ -103,12 +98,21 @@ class MemoryStoreTool(BetaAbstractMemoryTool):
         api_key: str | None = None,
         cache_control: BetaCacheControlEphemeralParam | None = None,
     ) -> None:
-        super().__init__(cache_control=cache_control)
+        super().__init__(cache_control=cache_control)  # type: ignore[call-arg]
         self.store_id = store_id
         self._store = _engine(store_id, base_url, api_key)
 
     def __repr__(self) -> str:
-        return f"MemoryStoreTool({self.store_id!r}, base_url={self._store.base_url!r})"
+        return f"{type(self).__name__}({self.store_id!r}, base_url={self._store.base_url!r})"
+
+
+class MemoryStoreTool(_OnStore, BetaAbstractMemoryTool):
+    """The memory tool on a Memory Store, for the SDK's synchronous tool runner.
+
+    ``base_url`` and ``api_key`` default to what every memfs command uses:
+    ``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY`` or ``ANTHROPIC_API_KEY_FILE``, else
+    the embedded local server (started on first use). Calls may come from any thread.
+    """
 
     def _run(self, fn: Callable[..., Awaitable[str]], *args: Any) -> str:
         try:
@@ -141,27 +145,12 @@ class MemoryStoreTool(BetaAbstractMemoryTool):
         return self._run(self._store.clear_all)
 
 
-class AsyncMemoryStoreTool(BetaAsyncAbstractMemoryTool):
+class AsyncMemoryStoreTool(_OnStore, BetaAsyncAbstractMemoryTool):
     """The memory tool on a Memory Store, for the SDK's async tool runner.
 
     Awaitable on asyncio (what the SDK's runner uses) and on trio alike; configured like
     :class:`MemoryStoreTool`.
     """
-
-    def __init__(
-        self,
-        store_id: str,
-        *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        cache_control: BetaCacheControlEphemeralParam | None = None,
-    ) -> None:
-        super().__init__(cache_control=cache_control)
-        self.store_id = store_id
-        self._store = _engine(store_id, base_url, api_key)
-
-    def __repr__(self) -> str:
-        return f"AsyncMemoryStoreTool({self.store_id!r}, base_url={self._store.base_url!r})"
 
     @staticmethod
     async def _run(pending: Awaitable[str]) -> str:
