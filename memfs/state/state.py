@@ -107,6 +107,9 @@ class State(StateView, SyncTransitions):
             raise
         return db
 
+    def _unreadable(self, exc: sqlite3.Error) -> sqlite3.Error:
+        return exc  # as SQLite raised it: the daemon's callers tell full disks apart
+
     @property
     def open_dirty(self) -> SetView[int]:
         return SetView(self._open_dirty)

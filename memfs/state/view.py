@@ -94,6 +94,11 @@ def read_meta(db_path: Path, *keys: str) -> dict[str, str]:
         return {}
 
 
+class StateUnreadable(sqlite3.Error):
+    """A state.db the view cannot read (missing, not a database): the message says
+    which and why, in one line."""
+
+
 class StateView:
     """The in-memory tree of a state.db, loaded whole (a store holds at most 2,000
     memories), with every read the daemon and the offline commands share."""
@@ -101,7 +106,10 @@ class StateView:
     def __init__(self, db_path: Path, *,
                  local_only_patterns: Sequence[str] | None = None) -> None:
         self.db_path = Path(db_path)
-        self.db = self._connect()
+        try:
+            self.db = self._connect()
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
         try:
             if local_only_patterns is None:
                 local_only_patterns = self.recorded_patterns() or DEFAULT_LOCAL_ONLY_PATTERNS
@@ -117,12 +125,18 @@ class StateView:
             #: work list, so a write never costs a scan of the whole store.
             self._maybe_dirty: set[int] = set()
             self._load()
+        except sqlite3.Error as exc:
+            self.db.close()
+            raise self._unreadable(exc) from None
         except BaseException:
             self.db.close()
             raise
 
     def _connect(self) -> sqlite3.Connection:
         return connect_readonly(self.db_path)
+
+    def _unreadable(self, exc: sqlite3.Error) -> sqlite3.Error:
+        return StateUnreadable(f"cannot read {self.db_path}: {exc}")
 
     # -- the containers, read-only (State changes them, and state.db with them) ---------
 
