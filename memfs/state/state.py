@@ -15,7 +15,9 @@ delete goes out.
 
 Ownership: this class is the only writer of identity, base, tombstones and
 conflict rows. This module holds the local side (what the filesystem
-handlers do); memfs/state/transitions.py holds every transition the sync side makes.
+handlers do); memfs/state/transitions.py holds every transition the sync side makes;
+memfs/state/view.py (`StateView`, this class's base) every read, which offline
+readers make on a read-only state.db.
 
 Trio: every method is synchronous and commits one transaction with no
 checkpoint inside, so each is atomic with respect to every other task (and to
