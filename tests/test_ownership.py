@@ -66,10 +66,11 @@ TABLE_WRITE = re.compile(
     r"\b(INSERT|UPDATE|DELETE|REPLACE)\b[^\"']*?\b(" + "|".join(sorted(TABLES)) + r")\b",
     re.IGNORECASE)
 #: State's in-memory mirrors of state.db (and its bookkeeping of them), and a node's
-#: children (the tree's links, derived from the persisted `parent` and `name`).
-CONTAINERS = frozenset({"nodes", "tombstones", "by_memory", "parks", "open_dirty", "doubts",
-                        "replaced", "conflicted", "former_sources", "maybe_dirty",
-                        "children"})
+#: children (the tree's links, derived from the persisted `parent` and `name`)...
+_STATE_CONTAINERS = ("nodes", "tombstones", "by_memory", "parks", "open_dirty", "doubts",
+                     "replaced", "conflicted", "former_sources", "maybe_dirty")
+#: ... by their public names (read-only views from outside) and their private ones.
+CONTAINERS = frozenset(_STATE_CONTAINERS) | {f"_{c}" for c in _STATE_CONTAINERS} | {"children"}
 MUTATORS = frozenset({"pop", "popitem", "clear", "add", "discard", "remove", "update",
                       "setdefault", "append", "extend", "insert", "__setitem__",
                       "__delitem__", "difference_update", "intersection_update",
@@ -290,6 +291,7 @@ def f(state, node, tomb, ctx):
     state.open_dirty.discard(3)
     state.doubts[7] = None
     state.doubts = {}
+    state._nodes[2] = node
     node.children["x"] = 4
     del ctx.state.nodes[1].children["x"]
     self.name = "own"

@@ -209,7 +209,7 @@ class State(StateView, SyncTransitions):
             values,
         )
 
-    def save(self, *nodes: Node) -> None:
+    def _save_nodes(self, *nodes: Node) -> None:
         """Write nodes through to state.db in one transaction (local attributes)."""
         with self.transaction():
             for node in nodes:
@@ -281,7 +281,7 @@ class State(StateView, SyncTransitions):
         node.sha, node.size = sha, size
         node.mtime_ns = node.ctime_ns = now
         self._touch(node)
-        self.save(node)
+        self._save_nodes(node)
 
     def orphan_content(self, node: Node, sha: str, size: int) -> None:
         """The new content of a file unlinked while open: the handles still open read
@@ -300,7 +300,7 @@ class State(StateView, SyncTransitions):
         for key, value in given.items():
             setattr(node, key, value)
         if given and node.ino in self._nodes:
-            self.save(node)
+            self._save_nodes(node)
 
     def remove(self, node: Node) -> None:
         """Unlink a file or remove an empty directory; a memory becomes a tombstone."""
