@@ -159,3 +159,25 @@ def test_an_older_state_db_is_read_as_it_is_not_migrated(tmp_path):
         assert conn.execute("SELECT count(*) FROM nodes").fetchone() == (1,)  # no root row
     finally:
         conn.close()
+
+
+def test_a_cycle_of_parents_is_shown_at_the_root(tmp_path):
+    """A damaged state.db whose parents lead round in a circle: every file still has a
+    path (adoption and status end), as a file without a parent has."""
+    db = tmp_path / "state.db"
+    conn = sqlite3.connect(db)
+    conn.executescript(OLD_SCHEMA)
+    for ino, parent, name, is_dir in ((5, 6, "a", 1), (6, 5, "b", 1), (7, 6, "f.md", 0)):
+        conn.execute("INSERT INTO nodes (ino, parent, name, is_dir, sha, mode, uid, gid,"
+                     " atime_ns, mtime_ns, ctime_ns) VALUES (?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0)",
+                     (ino, parent, name, is_dir, None if is_dir else "1" * 64,
+                      (stat.S_IFDIR | 0o755) if is_dir else (stat.S_IFREG | 0o644)))
+    conn.commit()
+    conn.close()
+    view = StateView(db)
+    try:
+        assert sorted(view.path_of(n) for n in view.nodes.values()) == \
+            ["/", "/a", "/a/b", "/a/b/f.md"]
+        assert [view.path_of(n) for n in view.dirty_files()] == ["/a/b/f.md"]
+    finally:
+        view.close()

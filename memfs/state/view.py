@@ -199,6 +199,7 @@ class StateView:
                 parent.children[node.name] = node.ino
             if node.memory_id:
                 self._by_memory[node.memory_id] = node.ino
+        self._attach_cycles()
         cols = self._columns("tombstones", TOMBSTONE_COLUMNS)
         for row in self.db.execute(f"SELECT {', '.join(cols)} FROM tombstones"):
             tomb = Tombstone(**dict(zip(cols, row, strict=True)))
@@ -220,6 +221,20 @@ class StateView:
         self._next_ino = max(max(self._nodes) + 1, getattr(self, "_next_ino", 0))
         self._maybe_dirty = {ino for ino, n in self._nodes.items() if not n.is_dir}
         self._recount()
+
+    def _attach_cycles(self) -> None:
+        """Nodes whose parents lead round in a circle (a damaged state.db) are shown at
+        the root, as a node without a parent is: every path ends, none is hidden."""
+        root = self._nodes[ROOT_INO]
+        reached = {n.ino for n in self.walk(root)}
+        for node in sorted(self._nodes.values(), key=lambda n: n.ino):
+            if node.ino in reached:
+                continue
+            log.warning("node %d is in a cycle of parents; moving it to the root", node.ino)
+            self._nodes[node.parent].children.pop(node.name, None)
+            node.parent = ROOT_INO
+            root.children[node.name] = node.ino
+            reached.update(n.ino for n in self.walk(node))
 
     def _root_made(self, root: Node) -> None:
         """A state.db without a root (new): the view shows one; `State` saves it."""
