@@ -13,6 +13,7 @@ import httpx
 import pytest
 from conftest import start_server
 
+from memfs.core.mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS
 from memfs.server.db import SCHEMA, SCHEMA_VERSION, Database, _statements
 from memfs.state import statedir
 from memfs.state.blobs import BlobCache, sha256
@@ -216,6 +217,26 @@ def test_adopt_imports_pending_work_as_conflicts_when_both_exist(root):
         assert {r["local_sha"] for r in rows.values()} <= st.referenced_shas()
     finally:
         st.close()
+
+
+def test_adopt_leaves_the_mounts_own_local_only_files_and_reads_without_writing(root):
+    """What adoption carries over is what the old mount would have pushed: its
+    configured local-only names (recorded in its state.db) stay behind, as the
+    default temp names do; the old state.db is read, never written."""
+    old = root / "other" / STORE
+    _state(old, {"/b.md": ("new\n", None, None), "/scratch.tmp": ("temp\n", None, None),
+                 "/.b.md.swp": ("swap\n", None, None)})
+    State(old / "state.db", local_only_patterns=[*DEFAULT_LOCAL_ONLY_PATTERNS, "*.tmp"]).close()
+    before = (old / "state.db").read_bytes()
+    assert statedir._pending_rows(old / "state.db")[0] == [
+        {"path": "/b.md", "memory_id": None, "local_sha": sha256(b"new\n"),
+         "kind": "not yet created on the server"}]
+    assert (old / "state.db").read_bytes() == before
+    new = root / "srv-abc" / STORE
+    _state(new, {})
+    done = statedir.adopt(root, "srv-abc", STORE)
+    assert [d.imported for d in done] == [["/b.md"]]
+    assert [c["path"] for c in _conflicts(new)] == ["/b.md"]
 
 
 def test_adopt_skips_state_a_running_daemon_holds(root):

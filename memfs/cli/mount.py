@@ -593,8 +593,17 @@ def report_kept(reply: dict) -> bool:
 
 
 def mount_status(mountpoint: str) -> dict:
-    from memfs.cli.status import locate, offline_status
+    from memfs.cli.status import locate
     from memfs.local import control
+    from memfs.state.view import StateUnreadable
+
+    def offline_status(state_dir: Path) -> dict:
+        from memfs.cli.status import offline_status as read
+
+        try:
+            return read(state_dir)
+        except StateUnreadable as exc:
+            raise click.ClickException(f"{mountpoint}: {exc}") from None
 
     found = locate(mountpoint)  # the registry, else the state.db last mounted there
     if found is None:

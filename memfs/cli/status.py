@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 from memfs.state.report import pending
 from memfs.state.schema import STATE_DB
-from memfs.state.state import State
+from memfs.state.view import StateView, read_meta
 
 
 def locate(mountpoint: str) -> tuple[Path, dict | None] | None:
@@ -30,15 +29,8 @@ def locate(mountpoint: str) -> tuple[Path, dict | None] | None:
     real = canonical_mountpoint(mountpoint)
     best: tuple[float, Path] | None = None
     for db in cache_root().glob(f"*/*/{STATE_DB}"):
-        try:
-            conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-            try:
-                row = conn.execute("SELECT value FROM meta WHERE key='mountpoint'").fetchone()
-            finally:
-                conn.close()
-        except sqlite3.Error:
-            continue
-        if row and row[0] and canonical_mountpoint(row[0]) == real:
+        last = read_meta(db, "mountpoint").get("mountpoint")
+        if last and canonical_mountpoint(last) == real:
             mtime = db.stat().st_mtime
             if best is None or mtime > best[0]:
                 best = (mtime, db.parent)
@@ -47,8 +39,8 @@ def locate(mountpoint: str) -> tuple[Path, dict | None] | None:
 
 
 def offline_status(state_dir: Path) -> dict:
-    """Status read from state.db when no daemon runs."""
-    state = State(state_dir / "state.db")
+    """Status read from state.db when no daemon runs (read-only: status changes nothing)."""
+    state = StateView(state_dir / STATE_DB)
     try:
         last = state.get_meta("last_sync_at")
         took = state.get_meta("last_sync_seconds")

@@ -91,23 +91,16 @@ def cached_id(text: str, base_url: str, cache_dir: str | None = None) -> str | N
     """Offline: the id of the store `text` names among the stores mounted before from
     `base_url` (their state.db remembers id and name); None when none matches. A name
     several cached stores share is an error, as online."""
-    import sqlite3
     from pathlib import Path
 
     from memfs.local.registry import cache_root
+    from memfs.state.schema import STATE_DB
+    from memfs.state.view import read_meta
 
     root = Path(cache_dir) if cache_dir else cache_root()
     seen: dict[str, MemoryStore] = {}
-    for db in root.glob("*/*/state.db"):
-        try:
-            conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-            try:
-                meta = dict(conn.execute("SELECT key, value FROM meta WHERE key IN "
-                                         "('store_id', 'store_name', 'base_url')").fetchall())
-            finally:
-                conn.close()
-        except sqlite3.Error:
-            continue
+    for db in root.glob(f"*/*/{STATE_DB}"):
+        meta = read_meta(db, "store_id", "store_name", "base_url")
         if meta.get("base_url") == base_url and meta.get("store_id"):
             seen[meta["store_id"]] = MemoryStore(id=meta["store_id"],
                                                  name=meta.get("store_name") or "")

@@ -48,10 +48,10 @@ def locked_message(cfg: MountConfig, state_dir: Path) -> str:
     """Who holds the store: the mountpoint its daemon recorded (state.db), else the state
     directory (a daemon of an older memfs, or one that has not recorded it yet)."""
     from memfs.state.schema import STATE_DB
-    from memfs.state.statedir import _meta
+    from memfs.state.view import read_meta
 
     store = f"{cfg.store_name} ({cfg.store_id})" if cfg.store_name else cfg.store_id
-    where = _meta(state_dir / STATE_DB, "mountpoint")
+    where = read_meta(state_dir / STATE_DB, "mountpoint").get("mountpoint")
     return (f"store {store} is already mounted at {where} by another memfs daemon" if where
             else f"store {store} is already mounted by another memfs daemon (state {state_dir})")
 

@@ -1,12 +1,13 @@
 """What a mount has not pushed yet, and how much of its tree is cached: the parts of
-`memfs status` (and of an unmount's answer) that `State` alone can tell, live or offline."""
+`memfs status` (and of an unmount's answer) that the state alone can tell: live (`State`)
+or offline (`StateView`, read-only), by the same reads."""
 
 from __future__ import annotations
 
-from memfs.state.state import State
+from memfs.state.view import StateView
 
 
-def pending(state: State, *, delete_delay: float | None = None,
+def pending(state: StateView, *, delete_delay: float | None = None,
             read_only: bool = False, write_back_delay: float | None = None) -> dict:
     """Pending creates/updates/renames/deletes, refused and local-only files.
 
@@ -18,7 +19,7 @@ def pending(state: State, *, delete_delay: float | None = None,
         if state.is_local_only_name(node):
             local_only.append({"path": path, "reason": "editor/tool temp file"})
             continue
-        if node.refused_sha is not None and node.refused_sha == node.sha:
+        if state.is_refused(node):
             refused.append({"path": path, "reason": node.refused_reason})
             continue
         if not state.is_dirty(node):
@@ -60,7 +61,7 @@ def pending(state: State, *, delete_delay: float | None = None,
             "read_only_unpushed": read_only}
 
 
-def tree_summary(state, cache) -> dict:
+def tree_summary(state: StateView, cache) -> dict:
     """Files and bytes in the tree, and how many of them are cached (the daemon's status)."""
     files = total = cached = cached_bytes = 0
     for node in state.files():

@@ -15,7 +15,9 @@ delete goes out.
 
 Ownership: this class is the only writer of identity, base, tombstones and
 conflict rows. This module holds the local side (what the filesystem
-handlers do); memfs/state/transitions.py holds every transition the sync side makes.
+handlers do); memfs/state/transitions.py holds every transition the sync side makes;
+memfs/state/view.py (`StateView`, this class's base) every read, which offline
+readers make on a read-only state.db.
 
 Trio: every method is synchronous and commits one transaction with no
 checkpoint inside, so each is atomic with respect to every other task (and to
@@ -27,16 +29,15 @@ methods called with no checkpoint between them can share one commit
 from __future__ import annotations
 
 import contextlib
-import fnmatch
+import json
 import logging
 import os
-import re
 import sqlite3
 import stat
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 
 from memfs.core import paths
 from memfs.core.mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS
@@ -47,58 +48,38 @@ from memfs.core.nodes import (
     PARK_NAME,
     ROOT_INO,
     Node,
-    PushTicket,
     Tombstone,
     is_parked,
 )
-from memfs.state.schema import (
-    CONFLICT_COLUMNS,
-    DOUBT_COLUMNS,
-    NODE_COLUMNS,
-    TOMBSTONE_COLUMNS,
-    create_or_migrate,
-)
+from memfs.state.schema import NODE_COLUMNS, TOMBSTONE_COLUMNS, create_or_migrate
 from memfs.state.transitions import SyncTransitions
+from memfs.state.view import LOCAL_ONLY_KEY, SetView, StateView
 
 __all__ = ["DEFAULT_LOCAL_ONLY_PATTERNS", "EMPTY_SHA", "PARK_DIR", "PARK_NAME", "ROOT_INO",
-           "Node", "State", "Tombstone", "check_new_path", "is_parked"]
+           "Node", "State", "StateView", "Tombstone", "check_new_path", "is_parked"]
 
 log = logging.getLogger(__name__)
 
 
-class State(SyncTransitions):
-    """The in-memory tree backed by state.db (WAL, synchronous=NORMAL)."""
+class State(StateView, SyncTransitions):
+    """The in-memory tree backed by state.db (WAL, synchronous=NORMAL): the reads of
+    `StateView` and every write."""
 
-    def __init__(self, db_path: Path, *, local_only_patterns=DEFAULT_LOCAL_ONLY_PATTERNS):
-        self.db_path = Path(db_path)
-        self.db = sqlite3.connect(str(db_path), isolation_level=None, check_same_thread=False)
-        os.chmod(db_path, 0o600)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        create_or_migrate(self.db)
-        self.local_only_patterns = tuple(local_only_patterns)
-        self.nodes: dict[int, Node] = {}
-        self.tombstones: dict[str, Tombstone] = {}
-        self.by_memory: dict[str, int] = {}
-        self.conflicted: dict[str, int] = {}  # memory_id -> unresolved conflict rows
-        self.parks: dict[str, str] = {}  # memory_id -> park path we sent it to
-        #: Requests whose outcome is unknown, by their `doubts` row id (see schema).
-        self.doubts: dict[int, PushTicket] = {}
+    def __init__(self, db_path: Path, *, local_only_patterns: Sequence[str] | None = None):
+        """local_only_patterns: the mount's (recorded in state.db for offline readers);
+        None: those recorded, else the defaults."""
         #: sha -> a memory that held it once (changed or deleted since; its versions
         #: keep it): the source of content taken from the server and never read, once
         #: no memory holds it any more (memory only; see SyncTransitions._note_source).
-        self.former_sources: dict[str, str] = {}
-        #: Inodes whose open buffer holds writes not yet closed (set by fs.py). A
-        #: remote change never replaces such a file's content; it waits for the close.
-        self.open_dirty: set[int] = set()
+        self._former_sources: dict[str, str] = {}
+        #: Inodes whose open buffer holds writes not yet closed (set by the FUSE layer).
+        #: A remote change never replaces such a file's content; it waits for the close.
+        self._open_dirty: set[int] = set()
         #: ino -> ino that took its place by rename-over (memory only): a create in
         #: flight for the replaced node settles on its successor.
-        self.replaced: dict[int, int] = {}
+        self._replaced: dict[int, int] = {}
         #: Counter of base changes from server answers (see Node.base_epoch).
         self.epoch = 0
-        #: Inodes of files saved since the pusher last saw them clean: the pusher's
-        #: work list, so a write never costs a scan of the whole store.
-        self.maybe_dirty: set[int] = set()
         # Called with (parent_ino, name) of every directory prune() removes and of the
         # topmost one ensure_dir() creates, so the daemon can drop the kernel's cached
         # entry, positive or negative (set by the SyncContext).
@@ -111,58 +92,39 @@ class State(SyncTransitions):
         # Called with the inode of a file that came from the server: new to the kernel too.
         self.on_added: Callable[[int], None] = lambda ino: None
         self._batch = False  # inside batch(): transactions join its own
-        self._load()
+        super().__init__(db_path, local_only_patterns=local_only_patterns)
+        if local_only_patterns is not None \
+                and self.recorded_patterns() != self.local_only_patterns:
+            self.set_meta(LOCAL_ONLY_KEY, json.dumps(list(self.local_only_patterns)))
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(str(self.db_path), isolation_level=None, check_same_thread=False)
+        try:
+            os.chmod(self.db_path, 0o600)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            create_or_migrate(db)
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _unreadable(self, exc: sqlite3.Error) -> sqlite3.Error:
+        return exc  # as SQLite raised it: the daemon's callers tell full disks apart
+
+    @property
+    def open_dirty(self) -> SetView[int]:
+        return SetView(self._open_dirty)
+
+    @property
+    def former_sources(self) -> Mapping[str, str]:
+        return MappingProxyType(self._former_sources)
 
     # -- loading and persistence ------------------------------------------
 
-    def _load(self, reuse: dict[int, Node] | None = None) -> None:
-        cur = self.db.execute(f"SELECT {', '.join(NODE_COLUMNS)} FROM nodes")
-        for row in cur:
-            values = dict(zip(NODE_COLUMNS, row, strict=True))
-            values["is_dir"] = bool(values["is_dir"])
-            node = (reuse or {}).get(values["ino"])
-            if node is None:
-                node = Node(**values)
-            else:  # update in place: open files hold references to their nodes
-                for key, value in values.items():
-                    setattr(node, key, value)
-                node.children = {}
-            self.nodes[node.ino] = node
-        if ROOT_INO not in self.nodes:
-            now = time.time_ns()
-            root = Node(ROOT_INO, 0, "", True, stat.S_IFDIR | 0o755, os.getuid(), os.getgid(),
-                        now, now, now)
-            self.nodes[ROOT_INO] = root
-            with self.transaction():
-                self._save(root)
-        for node in self.nodes.values():
-            if node.ino != ROOT_INO:
-                parent = self.nodes.get(node.parent)
-                if parent is None:  # should not happen; keep the file reachable
-                    log.warning("node %d has no parent %d; moving it to the root",
-                                node.ino, node.parent)
-                    node.parent = ROOT_INO
-                    parent = self.nodes[ROOT_INO]
-                parent.children[node.name] = node.ino
-            if node.memory_id:
-                self.by_memory[node.memory_id] = node.ino
-        cols = ", ".join(TOMBSTONE_COLUMNS)
-        for row in self.db.execute(f"SELECT {cols} FROM tombstones"):
-            tomb = Tombstone(**dict(zip(TOMBSTONE_COLUMNS, row, strict=True)))
-            self.tombstones[tomb.memory_id] = tomb
-        self.parks = dict(self.db.execute("SELECT memory_id, path FROM parks"))
-        self.doubts = {}
-        for row in self.db.execute(f"SELECT {', '.join(DOUBT_COLUMNS)} FROM doubts"):
-            values = dict(zip(DOUBT_COLUMNS, row, strict=True))
-            ticket = PushTicket(*row[:-1], doubt=values["id"])
-            ticket = replace(ticket, content_sent=bool(ticket.content_sent),
-                             path_sent=bool(ticket.path_sent))
-            self.doubts[values["id"]] = ticket
-        for (mid,) in self.db.execute("SELECT memory_id FROM conflicts WHERE memory_id NOT NULL"):
-            self.conflicted[mid] = self.conflicted.get(mid, 0) + 1
-        self._next_ino = max(max(self.nodes) + 1, getattr(self, "_next_ino", 0))
-        self.maybe_dirty = {ino for ino, n in self.nodes.items() if not n.is_dir}
-        self._recount()
+    def _root_made(self, root: Node) -> None:
+        with self.transaction():
+            self._save(root)
 
     def _reload(self) -> None:
         """Bring the in-memory tree back to what state.db holds.
@@ -170,8 +132,8 @@ class State(SyncTransitions):
         Mutations change memory first and commit second; when a commit fails
         (disk full, I/O error) this undoes the memory side, so the tree never
         shows what was not made durable."""
-        old = self.nodes
-        self.nodes, self.by_memory, self.tombstones, self.conflicted = {}, {}, {}, {}
+        old = self._nodes
+        self._nodes, self._by_memory, self._tombstones, self._conflicted = {}, {}, {}, {}
         self.on_content(None)
         self._load(reuse=old)
 
@@ -224,7 +186,7 @@ class State(SyncTransitions):
 
     def _save(self, node: Node) -> None:
         if not node.is_dir:
-            self.maybe_dirty.add(node.ino)
+            self._maybe_dirty.add(node.ino)
             # Whatever makes a file count against the cap (its name, refusal,
             # memory id, sha) is a column of its row: it changes only with a save.
             if self._counts(node):
@@ -247,7 +209,7 @@ class State(SyncTransitions):
             values,
         )
 
-    def save(self, *nodes: Node) -> None:
+    def _save_nodes(self, *nodes: Node) -> None:
         """Write nodes through to state.db in one transaction (local attributes)."""
         with self.transaction():
             for node in nodes:
@@ -260,148 +222,8 @@ class State(SyncTransitions):
         return [self.db_path.with_name(self.db_path.name + "-wal"), self.db_path,
                 self.db_path.parent]
 
-    def get_meta(self, key: str, default: str | None = None) -> str | None:
-        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-        return row[0] if row else default
-
     def set_meta(self, key: str, value: str | None) -> None:
         self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
-
-    def close(self) -> None:
-        self.db.close()
-
-    # -- queries ---------------------------------------------------------------
-
-    def path_of(self, node: Node | int) -> str:
-        if isinstance(node, int):
-            node = self.nodes[node]
-        parts = []
-        while node.ino != ROOT_INO:
-            parts.append(node.name)
-            node = self.nodes[node.parent]
-        return "/" + "/".join(reversed(parts))
-
-    def in_tree(self, node: Node) -> bool:
-        return self.nodes.get(node.ino) is node
-
-    def lookup_path(self, path: str) -> Node | None:
-        node = self.nodes[ROOT_INO]
-        if path == "/":
-            return node
-        for seg in path[1:].split("/"):
-            if not node.is_dir:
-                return None
-            ino = node.children.get(seg)
-            if ino is None:
-                return None
-            node = self.nodes[ino]
-        return node
-
-    def child(self, parent: Node, name: str) -> Node | None:
-        ino = parent.children.get(name)
-        return None if ino is None else self.nodes[ino]
-
-    def holder(self, memory_id: str) -> Node | None:
-        """The file that holds memory_id now, if any."""
-        ino = self.by_memory.get(memory_id)
-        return None if ino is None else self.nodes.get(ino)
-
-    def dirty_files(self) -> list[Node]:
-        """The dirty files, from `maybe_dirty` (pruned as it goes): O(pending), not
-        O(store)."""
-        out = []
-        for ino in list(self.maybe_dirty):
-            node = self.nodes.get(ino)
-            if node is not None and self.is_dirty(node):
-                out.append(node)
-            else:
-                self.maybe_dirty.discard(ino)
-        return out
-
-    def files(self) -> Iterator[Node]:
-        return (n for n in self.nodes.values() if not n.is_dir)
-
-    def walk(self, node: Node) -> Iterator[Node]:
-        """The node and everything below it."""
-        yield node
-        for ino in list(node.children.values()):
-            yield from self.walk(self.nodes[ino])
-
-    def is_local_only_name(self, node: Node) -> bool:
-        """Editor/tool temp files, matched by name anywhere in the tree."""
-        # Same as fnmatchcase over every pattern, as one compiled regex: this runs for every
-        # file in every pusher scan.
-        pats = self.local_only_patterns
-        cached = self.__dict__.get("_local_only_rx")
-        if cached is None or cached[0] != pats:
-            rx = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in pats) or "(?!)")
-            cached = self._local_only_rx = (pats, rx)
-        return cached[1].match(node.name) is not None
-
-    def is_refused(self, node: Node) -> bool:
-        return node.refused_sha is not None and node.refused_sha == node.sha
-
-    def sync_state(self, node: Node) -> str:
-        """One word for `user.memfs.state` and status: where this file stands."""
-        if node.is_dir:
-            return "directory"
-        if self.is_local_only_name(node):
-            return "local-only"
-        if self.is_refused(node):
-            return "refused"
-        if node.memory_id is not None and node.memory_id in self.conflicted:
-            return "conflict"
-        if self.is_dirty(node):
-            return "error" if node.error else "pending"
-        return "synced"
-
-    def is_dirty(self, node: Node) -> bool:
-        """Local differs from base: the pusher has work for this file."""
-        if node.is_dir or self.is_local_only_name(node):
-            return False
-        if node.memory_id is None:
-            return True
-        return node.sha != node.base_sha or self.path_of(node) != node.base_path
-
-    def _counts(self, node: Node) -> bool:
-        """Whether a file is (or will be) a memory: counted against the 2,000 cap."""
-        return not (node.is_dir or self.is_local_only_name(node)
-                    or (self.is_refused(node) and node.memory_id is None))
-
-    def memory_count(self) -> int:
-        """Files that are (or will be) memories: what counts against the 2,000 cap."""
-        return sum(1 for n in self.files() if self._counts(n))
-
-    def _recount(self) -> None:
-        self._counted = {ino for ino, n in self.nodes.items() if self._counts(n)}
-        self._counted_for = self.local_only_patterns
-
-    def at_capacity(self) -> bool:
-        """memory_count() >= MAX_MEMORIES_PER_STORE, without a scan of the store
-        unless it is close to full. `_counted` holds every counted file (each save
-        adds or drops the saved file) and maybe files gone since (a removal leaves
-        its inode), so its size bounds the count from above; near the cap it is
-        rebuilt by a scan."""
-        if (self._counted_for == self.local_only_patterns
-                and len(self._counted) < paths.MAX_MEMORIES_PER_STORE):
-            return False
-        self._recount()
-        return len(self._counted) >= paths.MAX_MEMORIES_PER_STORE
-
-    def conflicts(self) -> list[dict]:
-        rows = self.db.execute(f"SELECT {', '.join(CONFLICT_COLUMNS)} FROM conflicts ORDER BY id")
-        return [dict(zip(CONFLICT_COLUMNS, r, strict=True)) for r in rows]
-
-    def get_conflict(self, cid: int) -> dict | None:
-        row = self.db.execute(
-            f"SELECT {', '.join(CONFLICT_COLUMNS)} FROM conflicts WHERE id=?", (cid,)).fetchone()
-        return None if row is None else dict(zip(CONFLICT_COLUMNS, row, strict=True))
-
-    def referenced_shas(self) -> set[str]:
-        shas = {n.sha for n in self.files() if n.sha}
-        for local, remote in self.db.execute("SELECT local_sha, remote_sha FROM conflicts"):
-            shas.update(s for s in (local, remote) if s)
-        return shas
 
     # -- local mutations (called by the filesystem) -------------------------------
 
@@ -415,9 +237,9 @@ class State(SyncTransitions):
 
     def set_open_dirty(self, ino: int, dirty: bool) -> None:
         if dirty:
-            self.open_dirty.add(ino)
+            self._open_dirty.add(ino)
         else:
-            self.open_dirty.discard(ino)
+            self._open_dirty.discard(ino)
 
     def new_node(self, parent: Node, name: str, *, is_dir: bool, mode: int, uid: int,
                  gid: int) -> Node:
@@ -428,7 +250,7 @@ class State(SyncTransitions):
         if not is_dir:
             node.sha = EMPTY_SHA
             self._touch(node)
-        self.nodes[node.ino] = node
+        self._nodes[node.ino] = node
         parent.children[name] = node.ino
         parent.mtime_ns = parent.ctime_ns = now
         with self.transaction():
@@ -443,12 +265,12 @@ class State(SyncTransitions):
         if self.is_local_only_name(node):
             return
         path = self.path_of(node)
-        for tomb in list(self.tombstones.values()):
+        for tomb in list(self._tombstones.values()):
             if tomb.base_path == path:
                 node.memory_id, node.base_path, node.base_sha = (
                     tomb.memory_id, tomb.base_path, tomb.base_sha)
                 node.sent_sha = tomb.sent_sha
-                self.by_memory[tomb.memory_id] = node.ino
+                self._by_memory[tomb.memory_id] = node.ino
                 self._drop_tombstone(tomb.memory_id)
                 return
 
@@ -459,12 +281,12 @@ class State(SyncTransitions):
         node.sha, node.size = sha, size
         node.mtime_ns = node.ctime_ns = now
         self._touch(node)
-        self.save(node)
+        self._save_nodes(node)
 
     def orphan_content(self, node: Node, sha: str, size: int) -> None:
         """The new content of a file unlinked while open: the handles still open read
         it; it has no row left in state.db to write, and no memory to push."""
-        assert node.ino not in self.nodes
+        assert node.ino not in self._nodes
         node.sha, node.size = sha, size
 
     def set_attrs(self, node: Node, *, mode: int | None = None, uid: int | None = None,
@@ -477,12 +299,12 @@ class State(SyncTransitions):
                                    ("ctime_ns", ctime_ns)) if v is not None}
         for key, value in given.items():
             setattr(node, key, value)
-        if given and node.ino in self.nodes:
-            self.save(node)
+        if given and node.ino in self._nodes:
+            self._save_nodes(node)
 
     def remove(self, node: Node) -> None:
         """Unlink a file or remove an empty directory; a memory becomes a tombstone."""
-        parent = self.nodes[node.parent]
+        parent = self._nodes[node.parent]
         now = time.time_ns()
         parent.mtime_ns = parent.ctime_ns = now
         with self.transaction():
@@ -495,8 +317,8 @@ class State(SyncTransitions):
         way a file leaves goes through here, so the content hook always hears of it
         (the kernel's fast opens, the handlers' `_gone`); only `prune`'s empty
         directories, which no open or fast handle can hold, leave on their own."""
-        del self.nodes[node.parent].children[node.name]
-        del self.nodes[node.ino]
+        del self._nodes[node.parent].children[node.name]
+        del self._nodes[node.ino]
         self.on_content(node.ino, node)
         self.db.execute("DELETE FROM nodes WHERE ino=?", (node.ino,))
 
@@ -504,27 +326,27 @@ class State(SyncTransitions):
         """Detach node's memory; its server delete waits out the delete delay."""
         if node.memory_id is None:
             return
-        self.by_memory.pop(node.memory_id, None)
+        self._by_memory.pop(node.memory_id, None)
         tomb = Tombstone(node.memory_id, node.base_path or "", node.base_sha or "", time.time(),
                          sent_sha=node.sent_sha)
-        self.tombstones[tomb.memory_id] = tomb
+        self._tombstones[tomb.memory_id] = tomb
         self._save_tombstone(tomb)
         node.memory_id = node.base_path = node.base_sha = node.sent_sha = None
 
     def _drop_tombstone(self, memory_id: str) -> None:
-        self.tombstones.pop(memory_id, None)
+        self._tombstones.pop(memory_id, None)
         self.db.execute("DELETE FROM tombstones WHERE memory_id=?", (memory_id,))
 
     def rename(self, node: Node, new_parent: Node, new_name: str, target: Node | None) -> None:
         """Move node; over an existing file the target keeps its memory id and history."""
-        old_parent = self.nodes[node.parent]
+        old_parent = self._nodes[node.parent]
         now = time.time_ns()
         with self.transaction():
             if target is not None:
                 # The editors' atomic save: `node` takes the target's place and
                 # identity; node's own memory (if any) is deleted after the delay.
                 self._drop(target)
-                self.replaced[target.ino] = node.ino
+                self._replaced[target.ino] = node.ino
                 self._move_doubts(target.ino, node.ino)
                 if not node.is_dir and target.memory_id is not None:
                     self._tombstone(node)
@@ -532,7 +354,7 @@ class State(SyncTransitions):
                         target.memory_id, target.base_path, target.base_sha)
                     node.sent_sha = target.sent_sha  # a lost answer for it is still ours
                     node.base_epoch = target.base_epoch
-                    self.by_memory[node.memory_id] = node.ino
+                    self._by_memory[node.memory_id] = node.ino
                     target.memory_id = target.sent_sha = None
                 elif not node.is_dir and node.memory_id is None and node.sent_sha is None:
                     node.sent_sha = target.sent_sha  # the target's create may have landed
@@ -564,7 +386,7 @@ class State(SyncTransitions):
         """The directory at dir_path, created (with its parents) if missing.
 
         None when a file stands in the way."""
-        node = self.nodes[ROOT_INO]
+        node = self._nodes[ROOT_INO]
         if dir_path == "/":
             return node
         created = []
@@ -575,7 +397,7 @@ class State(SyncTransitions):
                 child = Node(self._next_ino, node.ino, seg, True, stat.S_IFDIR | 0o755,
                              os.getuid(), os.getgid(), now, now, now)
                 self._next_ino += 1
-                self.nodes[child.ino] = child
+                self._nodes[child.ino] = child
                 node.children[seg] = child.ino
                 created.append(child)
             elif not child.is_dir:
@@ -591,9 +413,9 @@ class State(SyncTransitions):
         """Remove directories left empty by remote changes; returns (parent, name) gone."""
         gone = []
         while directory.ino != ROOT_INO and directory.is_dir and not directory.children:
-            parent = self.nodes[directory.parent]
+            parent = self._nodes[directory.parent]
             del parent.children[directory.name]
-            del self.nodes[directory.ino]
+            del self._nodes[directory.ino]
             self.db.execute("DELETE FROM nodes WHERE ino=?", (directory.ino,))
             gone.append((parent.ino, directory.name))
             self.on_entry(parent.ino, directory.name)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import fnmatch
 import hashlib
 import json
 import os
@@ -48,6 +47,7 @@ from memfs.local.registry import (
     write_private_json,
 )
 from memfs.state.schema import STATE_DB
+from memfs.state.view import StateView, read_meta
 
 if TYPE_CHECKING:  # imported where used: `memfs` commands that never adopt stay lean
     from memfs.state.blobs import BlobCache
@@ -147,7 +147,7 @@ def offline_key(base_url: str, store_id: str, cache_dir: str | None) -> str:
     root = Path(cache_dir) if cache_dir else cache_root()
     best: tuple[float, str] | None = None
     for db in root.glob(f"*/{store_id}/{STATE_DB}"):
-        if _meta(db, "base_url") == base_url:
+        if read_meta(db, "base_url").get("base_url") == base_url:
             mtime = db.stat().st_mtime
             if best is None or mtime > best[0]:
                 best = (mtime, db.parent.parent.name)
@@ -212,30 +212,13 @@ def known_state_dir(mountpoint: str) -> Path | None:
     db = state_dir / STATE_DB
     if not db.is_file():
         return None
-    last = _meta(db, "mountpoint")
+    last = read_meta(db, "mountpoint").get("mountpoint")
     if last is not None and canonical_mountpoint(last) != canonical_mountpoint(mountpoint):
         return None  # since mounted elsewhere
     return state_dir
 
 
-def _meta(db: Path, key: str) -> str | None:
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            row = conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return None
-    return row[0] if row else None
-
-
 # -- adoption ----------------------------------------------------------------------------
-
-#: Editor/tool temp names (memfs.state.state.DEFAULT_LOCAL_ONLY_PATTERNS): local-only, never
-#: pending, so not carried over (the old directory is kept aside with them).
-_TEMP_PATTERNS = (".*.swp", ".*.swo", ".*.swx", ".*.swpx", "*~", ".#*", "#*#", "4913")
-
 
 @dataclass
 class Adoption:
@@ -325,47 +308,29 @@ def _stamp() -> str:
 
 
 def _pending_rows(db: Path) -> tuple[list[dict], list[dict], int]:
-    """(dirty files, conflicts, pending deletes) of a state.db, read-only."""
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    """(dirty files, conflicts, pending deletes) of a state.db, read-only: what its
+    mount would push, by `StateView.is_dirty` with the local-only names that mount
+    recorded (an older memfs recorded none: the defaults)."""
+    view = StateView(db)
     try:
-        nodes = {r[0]: r for r in conn.execute(
-            "SELECT ino, parent, name, is_dir, sha, memory_id, base_path, base_sha, refused_sha"
-            " FROM nodes")}
-        conflicts = [dict(zip(("path", "memory_id", "local_sha", "remote_sha", "reason"), r,
-                              strict=True))
-                     for r in conn.execute("SELECT path, memory_id, local_sha, remote_sha, reason"
-                                           " FROM conflicts ORDER BY id")]
-        deletes = conn.execute("SELECT count(*) FROM tombstones").fetchone()[0]
+        dirty = []
+        for node in view.files():
+            if node.sha is None or not view.is_dirty(node):
+                continue
+            path = view.path_of(node)
+            if node.memory_id is None:
+                kind = "not yet created on the server"
+            elif node.sha != node.base_sha:
+                kind = "edited, not yet pushed"
+            else:
+                kind = f"renamed from {node.base_path}, not yet pushed"
+            if view.is_refused(node):
+                kind += "; refused by the server"
+            dirty.append({"path": path, "memory_id": node.memory_id, "local_sha": node.sha,
+                          "kind": kind})
+        return dirty, view.conflicts(), len(view.tombstones)
     finally:
-        conn.close()
-
-    def path_of(ino: int) -> str:
-        parts = []
-        seen = set()
-        while ino in nodes and ino != 1 and ino not in seen:
-            seen.add(ino)
-            parts.append(nodes[ino][2])
-            ino = nodes[ino][1]
-        return "/" + "/".join(reversed(parts))
-
-    dirty = []
-    for ino, _parent, name, is_dir, sha, memory_id, base_path, base_sha, refused in \
-            nodes.values():
-        if is_dir or sha is None or any(fnmatch.fnmatchcase(name, p) for p in _TEMP_PATTERNS):
-            continue
-        path = path_of(ino)
-        if memory_id is None:
-            kind = "not yet created on the server"
-        elif sha != base_sha:
-            kind = "edited, not yet pushed"
-        elif path != base_path:
-            kind = f"renamed from {base_path}, not yet pushed"
-        else:
-            continue
-        if refused is not None and refused == sha:
-            kind += "; refused by the server"
-        dirty.append({"path": path, "memory_id": memory_id, "local_sha": sha, "kind": kind})
-    return dirty, conflicts, deletes
+        view.close()
 
 
 def _copy_blob(source: BlobCache, target: BlobCache, sha: str | None) -> bool:
@@ -393,19 +358,19 @@ def _import(old: Path, target: Path) -> Adoption:
     for c in conflicts:
         rows.append((c["path"], c["memory_id"], c["local_sha"],
                      f"adopted from earlier state directory {where}: {c['reason']}"))
-    new_db = target / STATE_DB
     from memfs.state.blobs import BlobCache
+    from memfs.state.state import State
 
     with contextlib.ExitStack() as opened:
-        conn = sqlite3.connect(str(new_db), isolation_level=None)
-        opened.callback(conn.close)
+        # No daemon runs on target: its lock is held (see adopt).
+        state = State(target / STATE_DB)
+        opened.callback(state.close)
         source = BlobCache(old / "objects")
         opened.callback(source.close)
         dest = BlobCache(target / "objects")
         opened.callback(dest.close)
-        conn.execute("PRAGMA busy_timeout=5000")
-        tree = _tree_shas(conn)
-        have = set(conn.execute("SELECT path, local_sha FROM conflicts"))
+        tree = state.tree_shas()
+        have = {(c["path"], c["local_sha"]) for c in state.conflicts()}
         todo = []
         for path, memory_id, sha, reason in rows:
             if (path, sha) in have or tree.get(path) == sha:
@@ -415,42 +380,14 @@ def _import(old: Path, target: Path) -> Adoption:
                 result.missing.append(path)
                 continue
             todo.append((path, memory_id, sha, tree.get(path), reason))
-        _insert_conflicts(conn, new_db, todo)
+        if todo:
+            state.import_conflicts(todo)
     result.imported = [t[0] for t in todo]
     result.pending = len(todo)
     aside = old.with_name(f"{old.name}.adopted-{_stamp()}")
     os.rename(old, aside)
     result.aside = aside
     return result
-
-
-def _tree_shas(conn: sqlite3.Connection) -> dict[str, str]:
-    nodes = {r[0]: r for r in conn.execute("SELECT ino, parent, name, is_dir, sha FROM nodes")}
-    out = {}
-    for ino, _p, _n, is_dir, sha in nodes.values():
-        if is_dir or sha is None:
-            continue
-        parts, cur, seen = [], ino, set()
-        while cur in nodes and cur != 1 and cur not in seen:
-            seen.add(cur)
-            parts.append(nodes[cur][2])
-            cur = nodes[cur][1]
-        out["/" + "/".join(reversed(parts))] = sha
-    return out
-
-
-def _insert_conflicts(conn: sqlite3.Connection, db_path: Path, todo: list[tuple]) -> None:
-    """Add the rows through `State.import_conflicts` (one transaction; no daemon runs
-    on db_path: its lock is held). `conn` is unused: State owns its tables."""
-    if not todo:
-        return
-    from memfs.state.state import State
-
-    state = State(db_path)
-    try:
-        state.import_conflicts(todo)
-    finally:
-        state.close()
 
 
 def _repoint_known(old: Path, new: Path) -> None:

@@ -44,34 +44,34 @@ class SyncTransitions:
 
     def _mark_base(self, node: Node, remote: Remote) -> None:
         if node.memory_id and node.memory_id != remote.id:
-            self.by_memory.pop(node.memory_id, None)
+            self._by_memory.pop(node.memory_id, None)
         elif node.base_sha and node.base_sha != remote.sha:
             self._note_source(node.base_sha, remote.id)  # its versions still hold it
         node.memory_id, node.base_path, node.base_sha = remote.id, remote.path, remote.sha
-        self.by_memory[remote.id] = node.ino
+        self._by_memory[remote.id] = node.ino
         self.epoch += 1
         node.base_epoch = self.epoch
         if node.sha == remote.sha and node.dirty_since is not None \
                 and self.in_tree(node) and self.path_of(node) == remote.path:
             node.dirty_since = None  # clean again: the next change starts the clock
-        if remote.id in self.parks and not is_parked(remote.path):
+        if remote.id in self._parks and not is_parked(remote.path):
             self._end_park(remote.id)
 
     def _end_park(self, memory_id: str) -> None:
-        self.parks.pop(memory_id, None)
+        self._parks.pop(memory_id, None)
         self.db.execute("DELETE FROM parks WHERE memory_id=?", (memory_id,))
 
     def successor(self, ino: int) -> Node | None:
         """The node now standing for ino (itself, or whatever renamed over it)."""
         seen = set()
-        while ino not in self.nodes and ino in self.replaced and ino not in seen:
+        while ino not in self._nodes and ino in self._replaced and ino not in seen:
             seen.add(ino)
-            ino = self.replaced[ino]
-        return self.nodes.get(ino)
+            ino = self._replaced[ino]
+        return self._nodes.get(ino)
 
     def _add_tombstone(self, remote: Remote) -> None:
         tomb = Tombstone(remote.id, remote.path, remote.sha, time.time())
-        self.tombstones[remote.id] = tomb
+        self._tombstones[remote.id] = tomb
         self._save_tombstone(tomb)
 
     def _add_conflict(self, path: str, memory_id: str | None, local_sha: str,
@@ -82,16 +82,16 @@ class SyncTransitions:
             (path, memory_id, local_sha, remote_sha, reason, time.time()),
         )
         if memory_id:
-            self.conflicted[memory_id] = self.conflicted.get(memory_id, 0) + 1
+            self._conflicted[memory_id] = self._conflicted.get(memory_id, 0) + 1
         return int(cur.lastrowid)
 
     def _remove_conflict(self, row: dict) -> None:
         self.db.execute("DELETE FROM conflicts WHERE id=?", (row["id"],))
         mid = row["memory_id"]
-        if mid and mid in self.conflicted:
-            self.conflicted[mid] -= 1
-            if self.conflicted[mid] <= 0:
-                del self.conflicted[mid]
+        if mid and mid in self._conflicted:
+            self._conflicted[mid] -= 1
+            if self._conflicted[mid] <= 0:
+                del self._conflicted[mid]
 
     def _set_remote_content(self, node: Node, remote: Remote) -> None:
         self.on_content(node.ino)
@@ -133,23 +133,23 @@ class SyncTransitions:
                 f"VALUES ({', '.join('?' * (len(DOUBT_COLUMNS) - 1))})",
                 [getattr(ticket, c) for c in DOUBT_COLUMNS[:-1]])
             ticket = replace(ticket, doubt=int(cur.lastrowid))
-            self.doubts[ticket.doubt] = ticket
+            self._doubts[ticket.doubt] = ticket
         return ticket
 
     def _end_doubt(self, ticket: PushTicket) -> None:
-        if ticket.doubt is not None and self.doubts.pop(ticket.doubt, None) is not None:
+        if ticket.doubt is not None and self._doubts.pop(ticket.doubt, None) is not None:
             self.db.execute("DELETE FROM doubts WHERE id=?", (ticket.doubt,))
 
     def _move_doubts(self, ino: int, to: int) -> None:
         """ino's file was replaced by `to` (a rename over it): its doubts go with it."""
-        for key, ticket in list(self.doubts.items()):
+        for key, ticket in list(self._doubts.items()):
             if ticket.ino == ino:
-                self.doubts[key] = replace(ticket, ino=to)
+                self._doubts[key] = replace(ticket, ino=to)
                 self.db.execute("UPDATE doubts SET ino=? WHERE id=?", (to, key))
 
     def doubt_of(self, node: Node) -> PushTicket | None:
         """The request for node's file (or its memory) whose outcome is unknown."""
-        for ticket in self.doubts.values():
+        for ticket in self._doubts.values():
             if ticket.ino == node.ino or (ticket.memory_id is not None
                                           and ticket.memory_id == node.memory_id):
                 return ticket
@@ -175,7 +175,7 @@ class SyncTransitions:
             self._end_doubt(ticket)
             item = self.ticket_node(ticket)
             if item is None and ticket.memory_id is not None:
-                item = self.tombstones.get(ticket.memory_id)
+                item = self._tombstones.get(ticket.memory_id)
             if item is not None and item.sent_sha == ticket.sha:
                 item.sent_sha = ticket.previous_sent
                 if isinstance(item, Node):
@@ -204,7 +204,7 @@ class SyncTransitions:
                 holder = self.holder(remote.id)
                 if holder is not None:
                     return self._landed_on(holder, ticket, remote)
-                tomb = self.tombstones.get(remote.id)
+                tomb = self._tombstones.get(remote.id)
                 if tomb is not None:
                     tomb.base_path, tomb.base_sha, tomb.sent_sha = remote.path, remote.sha, None
                     self._save_tombstone(tomb)
@@ -216,7 +216,7 @@ class SyncTransitions:
             if (holder is not None and holder.memory_id is None
                     and not self.is_local_only_name(holder)):
                 return self._landed_on(holder, ticket, remote)
-            if remote.id in self.by_memory:
+            if remote.id in self._by_memory:
                 return None
             # The file is gone (unlinked, or its directory removed or moved: then its
             # successor lives elsewhere). A new file at the created path, not sent
@@ -302,7 +302,7 @@ class SyncTransitions:
         """node's memory is gone from the server: node becomes a new file. The memory's
         versions still hold its base content: remembered as a source of that sha."""
         if node.memory_id:
-            self.by_memory.pop(node.memory_id, None)
+            self._by_memory.pop(node.memory_id, None)
             if node.base_sha:
                 self._note_source(node.base_sha, node.memory_id)
         node.memory_id = node.base_path = node.base_sha = node.sent_sha = None
@@ -312,15 +312,15 @@ class SyncTransitions:
         """memory_id held sha once (its versions keep it): a source for a file whose
         content was taken from the server and never read, after that memory moved on
         or went (fetcher.recover). Memory only, the newest few thousand."""
-        self.former_sources.pop(sha, None)
-        self.former_sources[sha] = memory_id
-        if len(self.former_sources) > FORMER_SOURCES_KEPT:
-            del self.former_sources[next(iter(self.former_sources))]
+        self._former_sources.pop(sha, None)
+        self._former_sources[sha] = memory_id
+        if len(self._former_sources) > FORMER_SOURCES_KEPT:
+            del self._former_sources[next(iter(self._former_sources))]
 
     def begin_park(self, memory_id: str, path: str) -> None:
         """Journal a park before its request goes out (see the parks table)."""
         with self.transaction():
-            self.parks[memory_id] = path
+            self._parks[memory_id] = path
             self.db.execute("INSERT OR REPLACE INTO parks VALUES (?, ?, ?)",
                             (memory_id, path, time.time()))
 
@@ -334,7 +334,7 @@ class SyncTransitions:
 
     def tombstone_failed(self, memory_id: str, message: str) -> None:
         with self.transaction():
-            tomb = self.tombstones.get(memory_id)
+            tomb = self._tombstones.get(memory_id)
             if tomb is None:
                 return
             tomb.fail_count += 1
@@ -345,7 +345,7 @@ class SyncTransitions:
     def tombstone_rebased(self, memory_id: str, sha: str) -> None:
         """The memory holds `sha`, which we wrote ourselves (a lost answer)."""
         with self.transaction():
-            tomb = self.tombstones.get(memory_id)
+            tomb = self._tombstones.get(memory_id)
             if tomb is not None:
                 tomb.base_sha, tomb.sent_sha = sha, None
                 self._save_tombstone(tomb)
@@ -366,7 +366,7 @@ class SyncTransitions:
         Raises Deferred when the file is no longer clean, or (with `gen`) changed
         locally since the caller looked."""
         with self.transaction():
-            if (not self.in_tree(node) or node.ino in self.open_dirty
+            if (not self.in_tree(node) or node.ino in self._open_dirty
                     or node.sha != node.base_sha or (gen is not None and node.gen != gen)):
                 raise Deferred
             self._set_remote_content(node, remote)
@@ -385,7 +385,7 @@ class SyncTransitions:
         `tombstone_own`: node's own memory (a rename that lost its target path to
         a stranger) is deleted after the delay."""
         with self.transaction():
-            if not self.in_tree(node) or node.gen != gen or node.ino in self.open_dirty:
+            if not self.in_tree(node) or node.gen != gen or node.ino in self._open_dirty:
                 raise Deferred
             cid = None
             # Only local *content* can lose: a file merely renamed here (its sha
@@ -432,7 +432,7 @@ class SyncTransitions:
         taker = self.child(parent, name)
         if taker is None or taker is winner:
             return True
-        if taker.is_dir or taker.ino in self.open_dirty or self.is_local_only_name(taker) \
+        if taker.is_dir or taker.ino in self._open_dirty or self.is_local_only_name(taker) \
                 or taker.ino in seen:
             return False
         seen.add(taker.ino)
@@ -456,7 +456,7 @@ class SyncTransitions:
         parent = self.ensure_dir(dir_path)
         if parent is None or name in parent.children:
             return False
-        old_parent = self.nodes[node.parent]
+        old_parent = self._nodes[node.parent]
         del old_parent.children[node.name]
         node.parent, node.name = parent.ino, name
         parent.children[name] = node.ino
@@ -480,8 +480,8 @@ class SyncTransitions:
                 self._forget(node)
                 return
             if node.memory_id:
-                self.by_memory.pop(node.memory_id, None)
-            parent = self.nodes[node.parent]
+                self._by_memory.pop(node.memory_id, None)
+            parent = self._nodes[node.parent]
             self._drop(node)
             self.prune(parent)
 
@@ -499,7 +499,7 @@ class SyncTransitions:
                         os.getuid(), os.getgid(), now, now, now, sha=remote.sha,
                         size=remote.size)
             self._next_ino += 1
-            self.nodes[node.ino] = node
+            self._nodes[node.ino] = node
             parent.children[name] = node.ino
             self._mark_base(node, remote)
             self._save(node)
@@ -524,7 +524,7 @@ class SyncTransitions:
             if node is not None and node.is_dir:
                 raise ValueError(f"{row['path']} is a directory now; move it away to restore "
                                  f"conflict #{cid}")
-            if node is not None and node.ino in self.open_dirty:
+            if node is not None and node.ino in self._open_dirty:
                 raise ValueError(f"{self.path_of(node)} is open with unsaved changes; close "
                                  "it and try again")
             created = node is None
@@ -538,7 +538,7 @@ class SyncTransitions:
                 node = Node(self._next_ino, parent.ino, name, False, stat.S_IFREG | 0o644,
                             parent.uid, parent.gid, now, now, now, sha=EMPTY_SHA)
                 self._next_ino += 1
-                self.nodes[node.ino] = node
+                self._nodes[node.ino] = node
                 parent.children[name] = node.ino
                 self._revive(node)
             elif (node.sha not in (row["local_sha"], node.base_sha)

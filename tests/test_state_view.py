@@ -1,0 +1,183 @@
+"""The read side of state.db (memfs/state/view.py): `StateView` and `read_meta` read a
+mount's state the way `State` does and never change it; `memfs status` with no daemon
+reads through them (memfs/cli/status.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import stat
+
+import pytest
+
+from memfs.cli.status import offline_status
+from memfs.core.mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS
+from memfs.state.schema import _ADDED, NODE_COLUMNS
+from memfs.state.state import State
+from memfs.state.view import LOCAL_ONLY_KEY, StateUnreadable, StateView, read_meta
+
+PATTERNS = [*DEFAULT_LOCAL_ONLY_PATTERNS, "*.tmp"]
+
+
+def _files(d) -> dict[str, str]:
+    """Every file of the state directory and its content's hash: what a write changes."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(d.iterdir()) if p.is_file()}
+
+
+def _mount_state(d) -> None:
+    """A state.db as a mount with `--local-only '*.tmp'` leaves it: a pushed file, an
+    edit, a new file, a rename, a temp file, a pending delete, a conflict, meta."""
+    st = State(d / "state.db", local_only_patterns=PATTERNS)
+    try:
+        root = st.nodes[1]
+        sub = st.ensure_dir("/d")
+        made = {}
+        for parent, name in ((root, "synced.md"), (root, "edited.md"), (sub, "moved.md"),
+                             (root, "gone.md"), (root, "new.md"), (root, "scratch.tmp")):
+            made[name] = st.new_node(parent, name, is_dir=False, mode=stat.S_IFREG | 0o644,
+                                     uid=0, gid=0)
+        for i, name in enumerate(("synced.md", "edited.md", "moved.md", "gone.md")):
+            node = made[name]
+            st.set_base(node, f"mem_{i}", st.path_of(node), node.sha)
+        st.set_content(made["edited.md"], "e" * 64, 3)
+        st.rename(made["moved.md"], root, "moved-here.md", None)
+        st.remove(made["gone.md"])
+        st.import_conflicts([("/lost.md", None, "c" * 64, None, "server changed it")])
+        st.set_meta("mountpoint", "/mnt/x")
+        st.set_meta("store_id", "memstore_x")
+    finally:
+        st.close()
+
+
+def test_the_view_reads_what_state_reads_and_writes_nothing(tmp_path):
+    _mount_state(tmp_path)
+    before = _files(tmp_path)
+    live = State(tmp_path / "state.db")  # no patterns given: the recorded ones
+    view = StateView(tmp_path / "state.db")
+    try:
+        assert list(view.local_only_patterns) == PATTERNS == list(live.local_only_patterns)
+        assert {view.path_of(n): view.sync_state(n) for n in view.files()} == \
+            {live.path_of(n): live.sync_state(n) for n in live.files()} == {
+                "/synced.md": "synced", "/edited.md": "pending", "/moved-here.md": "pending",
+                "/new.md": "pending", "/scratch.tmp": "local-only"}
+        assert sorted(view.path_of(n) for n in view.dirty_files()) == \
+            ["/edited.md", "/moved-here.md", "/new.md"]
+        assert list(view.tombstones) == ["mem_3"] and view.by_memory.keys() == \
+            live.by_memory.keys()
+        assert view.conflicts() == live.conflicts() and len(view.conflicts()) == 1
+        assert view.get_meta("mountpoint") == "/mnt/x"
+        assert view.tree_shas() == live.tree_shas()
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            view.db.execute("DELETE FROM nodes")
+    finally:
+        view.close()
+        live.close()
+    after = {k: v for k, v in _files(tmp_path).items() if not k.endswith(("-wal", "-shm"))}
+    assert after == {k: v for k, v in before.items() if not k.endswith(("-wal", "-shm"))}
+    assert read_meta(tmp_path / "state.db", "store_id", "nope") == {"store_id": "memstore_x"}
+
+
+def test_status_without_a_daemon_uses_the_mounts_local_only_names(tmp_path):
+    _mount_state(tmp_path)
+    before = _files(tmp_path)
+    status = offline_status(tmp_path)
+    pending = status["pending"]
+    assert [c["path"] for c in pending["creates"]] == ["/new.md"]
+    assert [u["path"] for u in pending["updates"]] == ["/edited.md"]
+    assert [(r["from"], r["to"]) for r in pending["renames"]] == \
+        [("/d/moved.md", "/moved-here.md")]
+    assert [d["path"] for d in pending["deletes"]] == ["/gone.md"]
+    assert [x["path"] for x in pending["local_only"]] == ["/scratch.tmp"]
+    assert [c["path"] for c in status["conflicts"]] == ["/lost.md"]
+    assert status["mountpoint"] == "/mnt/x" and status["running"] is False
+    assert {k: v for k, v in _files(tmp_path).items() if not k.endswith(("-wal", "-shm"))} \
+        == {k: v for k, v in before.items() if not k.endswith(("-wal", "-shm"))}
+
+
+def test_a_missing_or_broken_state_db_is_one_line_and_stays_as_it_was(tmp_path):
+    with pytest.raises(StateUnreadable) as caught:
+        StateView(tmp_path / "state.db")
+    assert "state.db" in str(caught.value) and "\n" not in str(caught.value)
+    assert not (tmp_path / "state.db").exists()  # a reader never creates one
+    assert read_meta(tmp_path / "state.db", "mountpoint") == {}
+    (tmp_path / "state.db").write_bytes(b"not a database, " * 100)
+    with pytest.raises(StateUnreadable):
+        StateView(tmp_path / "state.db")
+    assert read_meta(tmp_path / "state.db", "mountpoint") == {}
+    assert (tmp_path / "state.db").read_bytes() == b"not a database, " * 100
+
+
+#: state.db as the first release wrote it: none of the columns added since (schema._ADDED),
+#: no parks or doubts table.
+OLD_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE nodes (
+    ino INTEGER PRIMARY KEY, parent INTEGER NOT NULL, name TEXT NOT NULL,
+    is_dir INTEGER NOT NULL, sha TEXT, size INTEGER NOT NULL DEFAULT 0,
+    mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,
+    atime_ns INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, ctime_ns INTEGER NOT NULL,
+    memory_id TEXT UNIQUE, base_path TEXT, base_sha TEXT, changed_at REAL,
+    sent_sha TEXT, refused_sha TEXT, refused_reason TEXT, UNIQUE (parent, name));
+CREATE TABLE tombstones (memory_id TEXT PRIMARY KEY, base_path TEXT NOT NULL,
+    base_sha TEXT NOT NULL, deleted_at REAL NOT NULL);
+CREATE TABLE conflicts (id INTEGER PRIMARY KEY, path TEXT NOT NULL, memory_id TEXT,
+    local_sha TEXT NOT NULL, remote_sha TEXT, reason TEXT NOT NULL, created_at REAL NOT NULL);
+"""
+
+
+def test_an_older_state_db_is_read_as_it_is_not_migrated(tmp_path):
+    """An older memfs's state.db (no columns added since, no doubts or parks table), as
+    adoption finds one: read with the defaults a migration would give, left unmigrated."""
+    db = tmp_path / "state.db"
+    conn = sqlite3.connect(db)
+    conn.executescript(OLD_SCHEMA)
+    conn.execute("INSERT INTO nodes (ino, parent, name, is_dir, sha, size, mode, uid, gid,"
+                 " atime_ns, mtime_ns, ctime_ns, memory_id, base_path, base_sha)"
+                 " VALUES (5, 1, 'a.md', 0, ?, 1, ?, 0, 0, 0, 0, 0, 'mem_a', '/a.md', ?)",
+                 ("1" * 64, stat.S_IFREG | 0o644, "2" * 64))
+    conn.execute("INSERT INTO tombstones (memory_id, base_path, base_sha, deleted_at)"
+                 " VALUES ('mem_b', '/b.md', ?, 1.5)", ("3" * 64,))
+    conn.commit()
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(nodes)")]
+    conn.close()
+    assert set(columns) == set(NODE_COLUMNS) - {c for t, c, _ in _ADDED if t == "nodes"}
+    view = StateView(db)
+    try:
+        node = view.lookup_path("/a.md")
+        assert node is not None and node.gen == 0 and node.error is None
+        assert view.is_dirty(node) and view.sync_state(node) == "pending"
+        assert view.tombstones["mem_b"].fail_count == 0
+        assert view.doubts == {} and view.parks == {}
+        assert view.get_meta(LOCAL_ONLY_KEY) is None
+        assert tuple(view.local_only_patterns) == tuple(DEFAULT_LOCAL_ONLY_PATTERNS)
+    finally:
+        view.close()
+    conn = sqlite3.connect(db)
+    try:
+        assert [r[1] for r in conn.execute("PRAGMA table_info(nodes)")] == columns
+        assert conn.execute("SELECT count(*) FROM nodes").fetchone() == (1,)  # no root row
+    finally:
+        conn.close()
+
+
+def test_a_cycle_of_parents_is_shown_at_the_root(tmp_path):
+    """A damaged state.db whose parents lead round in a circle: every file still has a
+    path (adoption and status end), as a file without a parent has."""
+    db = tmp_path / "state.db"
+    conn = sqlite3.connect(db)
+    conn.executescript(OLD_SCHEMA)
+    for ino, parent, name, is_dir in ((5, 6, "a", 1), (6, 5, "b", 1), (7, 6, "f.md", 0)):
+        conn.execute("INSERT INTO nodes (ino, parent, name, is_dir, sha, mode, uid, gid,"
+                     " atime_ns, mtime_ns, ctime_ns) VALUES (?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0)",
+                     (ino, parent, name, is_dir, None if is_dir else "1" * 64,
+                      (stat.S_IFDIR | 0o755) if is_dir else (stat.S_IFREG | 0o644)))
+    conn.commit()
+    conn.close()
+    view = StateView(db)
+    try:
+        assert sorted(view.path_of(n) for n in view.nodes.values()) == \
+            ["/", "/a", "/a/b", "/a/b/f.md"]
+        assert [view.path_of(n) for n in view.dirty_files()] == ["/a/b/f.md"]
+    finally:
+        view.close()
