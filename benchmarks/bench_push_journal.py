@@ -1,9 +1,9 @@
 """What `State` spends on one push: begin_push + push_landed over 500 new files, median of
 7 rounds (issue 20: each push journals its request in `doubts` and ends it with its answer).
-Run it from a checkout, and with PYTHONPATH at another checkout for the code before:
+Run it from a checkout; for code from before the package layers (issue 21), run the script of
+that time placed in that checkout (docs/BENCHMARKS.md section 7 gives the commands):
 
     .venv/bin/python benchmarks/bench_push_journal.py this
-    PYTHONPATH=/tmp/before .venv/bin/python benchmarks/bench_push_journal.py before
 """
 
 import pathlib
