@@ -19,6 +19,7 @@ import trio.testing
 from fs_helpers import ROOT, Fields, FsEnv, attrs, ctx, fuse_errno, record_fsyncs
 
 from memfs.core import paths
+from memfs.core.nodes import Remote
 from memfs.mount.fs import LOCAL_ONLY_MAX_BYTES
 from memfs.state.blobs import BlobCache, sha256
 from memfs.state.state import EMPTY_SHA
@@ -209,7 +210,7 @@ async def test_truncate_to_zero_needs_no_content(tmp_path):
     node = env.node("/f")
     remote = sha256(b"remote content")
     env.state.set_content(node, remote, 14)
-    env.state.set_base(node, "mem_f", "/f", remote)  # clean, blob not cached
+    env.state.adopt_own_write(node, Remote("mem_f", "/f", remote))  # clean, blob not cached
     assert await fuse_errno(env.read_all(attr.st_ino)) == errno.EIO
     await env.ops.setattr(attr.st_ino, attrs(st_size=0), Fields(update_size=True), None, ctx())
     assert env.node("/f").sha == EMPTY_SHA
@@ -237,7 +238,7 @@ async def test_chmod_chown_utimens_kept_locally(env):
     assert (stat.S_IMODE(node.mode), node.uid, node.gid) == (0o600, 1234, 5678)
     assert (node.atime_ns, node.mtime_ns) == (1_000_000_000, 2_000_000_000)
     # Metadata is not content: a synced file stays synced.
-    env.state.set_base(env.node("/f"), "mem_f", "/f", sha256(b"x"))
+    env.state.adopt_own_write(env.node("/f"), Remote("mem_f", "/f", sha256(b"x")))
     await env.ops.setattr(ino, attrs(st_mode=0o644), Fields(update_mode=True), None, ctx())
     assert await env.ops.getxattr(ino, b"user.memfs.state", ctx()) == b"synced"
 
@@ -385,7 +386,7 @@ async def test_capacity_check_agrees_with_the_count(env, monkeypatch):
     check(True)
     await env.ops.rename(ROOT, b"i", ROOT, b"i~", 0, ctx())        # c e g h
     check(False)
-    st.set_refused(env.node("/b"), None, None)                     # b c e g h
+    await env.write_file(env.node("/b").ino, b"y")  # no longer refused: b c e g h
     check(True)
 
 
@@ -481,7 +482,7 @@ async def test_create_applies_umask_and_owner(env):
 
 async def test_rename_plain_keeps_memory_id(env):
     _, attr = await env.create(ROOT, "a.md", b"A")
-    env.state.set_base(env.node("/a.md"), "mem_a", "/a.md", sha256(b"A"))
+    env.state.adopt_own_write(env.node("/a.md"), Remote("mem_a", "/a.md", sha256(b"A")))
     d = await env.mkdir(ROOT, "d")
     await env.ops.rename(ROOT, b"a.md", d, b"b.md", 0, ctx())
     assert (await env.ops.lookup(ROOT, b"a.md", ctx())).st_ino == 0
@@ -504,9 +505,9 @@ async def test_rename_to_itself_is_a_noop(env):
 async def test_rename_over_existing_keeps_target_memory(env):
     """The editors' atomic save: write x.tmp, rename onto x."""
     _, x = await env.create(ROOT, "x", b"old")
-    env.state.set_base(env.node("/x"), "mem_x", "/x", sha256(b"old"))
+    env.state.adopt_own_write(env.node("/x"), Remote("mem_x", "/x", sha256(b"old")))
     _, tmp = await env.create(ROOT, "x.tmp", b"new")
-    env.state.set_base(env.node("/x.tmp"), "mem_tmp", "/x.tmp", sha256(b"new"))
+    env.state.adopt_own_write(env.node("/x.tmp"), Remote("mem_tmp", "/x.tmp", sha256(b"new")))
     await env.ops.rename(ROOT, b"x.tmp", ROOT, b"x", 0, ctx())
 
     node = env.node("/x")
@@ -531,7 +532,7 @@ async def test_rename_over_existing_keeps_target_memory(env):
 
 async def test_rename_over_existing_source_never_synced(env):
     await env.create(ROOT, "x", b"old")
-    env.state.set_base(env.node("/x"), "mem_x", "/x", sha256(b"old"))
+    env.state.adopt_own_write(env.node("/x"), Remote("mem_x", "/x", sha256(b"old")))
     await env.create(ROOT, "x.tmp", b"new")
     await env.ops.rename(ROOT, b"x.tmp", ROOT, b"x", 0, ctx())
     assert env.node("/x").memory_id == "mem_x"
@@ -541,7 +542,7 @@ async def test_rename_over_existing_source_never_synced(env):
 async def test_rename_over_unsynced_target_keeps_source_memory(env):
     await env.create(ROOT, "x", b"old")  # never reached the server
     await env.create(ROOT, "y", b"new")
-    env.state.set_base(env.node("/y"), "mem_y", "/y", sha256(b"new"))
+    env.state.adopt_own_write(env.node("/y"), Remote("mem_y", "/y", sha256(b"new")))
     await env.ops.rename(ROOT, b"y", ROOT, b"x", 0, ctx())
     assert env.node("/x").memory_id == "mem_y"
     assert not env.state.tombstones
@@ -550,7 +551,7 @@ async def test_rename_over_unsynced_target_keeps_source_memory(env):
 async def test_vim_style_backup_rename_revives_memory(env):
     """vim: mv x x~ (local-only name), write a new x, rm x~."""
     await env.create(ROOT, "x", b"v1")
-    env.state.set_base(env.node("/x"), "mem_x", "/x", sha256(b"v1"))
+    env.state.adopt_own_write(env.node("/x"), Remote("mem_x", "/x", sha256(b"v1")))
     await env.ops.rename(ROOT, b"x", ROOT, b"x~", 0, ctx())
     assert set(env.state.tombstones) == {"mem_x"}
     await env.create(ROOT, "x", b"v2")
@@ -562,7 +563,7 @@ async def test_vim_style_backup_rename_revives_memory(env):
 
 async def test_rename_over_open_target(env):
     fh, x = await env.create(ROOT, "x", b"old", keep_open=True)
-    env.state.set_base(env.node("/x"), "mem_x", "/x", sha256(b"old"))
+    env.state.adopt_own_write(env.node("/x"), Remote("mem_x", "/x", sha256(b"old")))
     await env.create(ROOT, "x.tmp", b"new")
     await env.ops.rename(ROOT, b"x.tmp", ROOT, b"x", 0, ctx())
     # The replaced inode's handle still reads; its later writes go nowhere.
@@ -615,8 +616,8 @@ async def test_directory_rename_moves_every_file(env):
     await env.create(d, "a", b"a")
     await env.create(sub, "b", b"b")
     await env.create(sub, ".b.swp", b"swap")
-    env.state.set_base(env.node("/d/a"), "mem_a", "/d/a", sha256(b"a"))
-    env.state.set_base(env.node("/d/sub/b"), "mem_b", "/d/sub/b", sha256(b"b"))
+    env.state.adopt_own_write(env.node("/d/a"), Remote("mem_a", "/d/a", sha256(b"a")))
+    env.state.adopt_own_write(env.node("/d/sub/b"), Remote("mem_b", "/d/sub/b", sha256(b"b")))
     e = await env.mkdir(ROOT, "e")
     await env.ops.rename(ROOT, b"d", e, b"moved", 0, ctx())
     got = sorted(env.state.path_of(n) for n in env.state.files())
@@ -631,7 +632,7 @@ async def test_directory_rename_moves_every_file(env):
 
 async def test_rename_file_into_tombstoned_path_revives(env):
     await env.create(ROOT, "x", b"v1")
-    env.state.set_base(env.node("/x"), "mem_x", "/x", sha256(b"v1"))
+    env.state.adopt_own_write(env.node("/x"), Remote("mem_x", "/x", sha256(b"v1")))
     await env.ops.unlink(ROOT, b"x", ctx())
     await env.create(ROOT, "new", b"v2")
     await env.ops.rename(ROOT, b"new", ROOT, b"x", 0, ctx())
@@ -644,7 +645,7 @@ async def test_rename_file_into_tombstoned_path_revives(env):
 
 async def test_unlink_tombstones_and_recreate_revives(env):
     await env.create(ROOT, "m.md", b"v1")
-    env.state.set_base(env.node("/m.md"), "mem_m", "/m.md", sha256(b"v1"))
+    env.state.adopt_own_write(env.node("/m.md"), Remote("mem_m", "/m.md", sha256(b"v1")))
     await env.ops.unlink(ROOT, b"m.md", ctx())
     assert env.state.lookup_path("/m.md") is None
     tomb = env.state.tombstones["mem_m"]
@@ -663,7 +664,7 @@ async def test_unlink_tombstones_and_recreate_revives(env):
 async def test_temp_name_does_not_revive(env):
     await env.create(ROOT, "4913", b"v1")  # local-only from the start
     await env.create(ROOT, "y", b"y")
-    env.state.set_base(env.node("/y"), "mem_y", "/y", sha256(b"y"))
+    env.state.adopt_own_write(env.node("/y"), Remote("mem_y", "/y", sha256(b"y")))
     await env.ops.unlink(ROOT, b"y", ctx())
     await env.ops.rename(ROOT, b"4913", ROOT, b"y", 0, ctx())  # a real name now: revives
     assert env.node("/y").memory_id == "mem_y"
@@ -713,7 +714,7 @@ async def test_mkdir_is_persistent_and_local_only(env):
 
 async def test_unlink_while_open_keeps_the_handle_working(env):
     fh, attr = await env.create(ROOT, "f", b"still here", keep_open=True)
-    env.state.set_base(env.node("/f"), "mem_f", "/f", sha256(b"still here"))
+    env.state.adopt_own_write(env.node("/f"), Remote("mem_f", "/f", sha256(b"still here")))
     await env.ops.unlink(ROOT, b"f", ctx())
     assert (await env.ops.lookup(ROOT, b"f", ctx())).st_ino == 0
     assert await env.ops.read(fh, 0, 100) == b"still here"
@@ -806,7 +807,7 @@ async def test_xattrs(env):
     assert await fuse_errno(get(ino, b"user.memfs.memory_id", ctx())) == pyfuse3.ENOATTR
     assert await fuse_errno(get(ino, b"user.other", ctx())) == pyfuse3.ENOATTR
 
-    env.state.set_base(env.node("/f"), "mem_f", "/f", sha256(b"content"))
+    env.state.adopt_own_write(env.node("/f"), Remote("mem_f", "/f", sha256(b"content")))
     assert await get(ino, b"user.memfs.state", ctx()) == b"synced"
     assert await get(ino, b"user.memfs.memory_id", ctx()) == b"mem_f"
     names = await env.ops.listxattr(ino, ctx())
@@ -817,7 +818,7 @@ async def test_xattrs(env):
     assert await get(ino, b"user.memfs.state", ctx()) == b"pending"
 
     node = env.node("/f")
-    env.state.set_refused(node, node.sha, "content is not valid UTF-8 (byte 0)")
+    env.state.refuse_locally(node, "content is not valid UTF-8 (byte 0)")
     assert await get(ino, b"user.memfs.state", ctx()) == b"refused"
     assert await get(ino, b"user.memfs.reason", ctx()) == b"content is not valid UTF-8 (byte 0)"
     await env.write_file(ino, b"fixed")  # new content: no longer refused
@@ -863,7 +864,7 @@ def _remote_file(env: FsEnv, name: str, content: bytes, memory_id: str) -> int:
                               mode=stat.S_IFREG | 0o644, uid=0, gid=0)
     sha = sha256(content)
     env.state.set_content(node, sha, len(content))
-    env.state.set_base(node, memory_id, "/" + name, sha)
+    env.state.adopt_own_write(node, Remote(memory_id, "/" + name, sha))
     return node.ino
 
 
@@ -1034,7 +1035,7 @@ async def test_failed_commit_leaves_no_trace(env):
     """A commit that fails (disk full, I/O error) costs the request an EIO and leaves
     the tree as state.db has it: nothing shown that was not made durable."""
     await env.create(ROOT, "a.md", b"A")
-    env.state.set_base(env.node("/a.md"), "mem_a", "/a.md", sha256(b"A"))
+    env.state.adopt_own_write(env.node("/a.md"), Remote("mem_a", "/a.md", sha256(b"A")))
     # Any write of a row named 'boom' fails inside the transaction, as a full disk would.
     env.state.db.execute(
         "CREATE TEMP TRIGGER boom BEFORE INSERT ON nodes WHEN NEW.name = 'boom' "

@@ -30,7 +30,7 @@ def _file(st: State, name: str, data: bytes, *, memory_id: str | None = MID):
     node = st.new_node(st.nodes[ROOT_INO], name, is_dir=False, mode=0o100644, uid=0, gid=0)
     st.set_content(node, sha256(data), len(data))
     if memory_id is not None:
-        st.set_base(node, memory_id, st.path_of(node), sha256(data))
+        st.adopt_own_write(node, Remote(memory_id, st.path_of(node), sha256(data)))
     return node
 
 
@@ -274,7 +274,7 @@ def test_restore_of_a_deleted_file_recreates_it_with_its_memory(st, tmp_path):
     st.set_attrs(d, uid=1234, gid=5678)
     node = st.new_node(d, "x.md", is_dir=False, mode=0o100644, uid=0, gid=0)
     st.set_content(node, sha256(b"base"), 4)
-    st.set_base(node, MID, "/d/x.md", sha256(b"base"))
+    st.adopt_own_write(node, Remote(MID, "/d/x.md", sha256(b"base")))
     st.set_content(node, sha256(b"mine"), 4)
     cid = st.take_remote(node, Remote(MID, "/d/x.md", sha256(b"theirs"), 6), "r",
                          gen=node.gen)
@@ -469,7 +469,7 @@ def test_remote_deleted(st, tmp_path, keep):
     st.ensure_dir("/d")
     node = st.new_node(st.lookup_path("/d"), "x.md", is_dir=False, mode=0o100644, uid=0,
                        gid=0)
-    st.set_base(node, MID, "/d/x.md", node.sha)
+    st.adopt_own_write(node, Remote(MID, "/d/x.md", node.sha))
     st.remote_deleted(node, keep=keep)
     assert st.holder(MID) is None
     if keep:
@@ -522,7 +522,7 @@ def _mem(st: State, path: str, data: bytes, memory_id: str):
     parent = st.ensure_dir(dir_path or "/")
     node = st.new_node(parent, name, is_dir=False, mode=0o100644, uid=0, gid=0)
     st.set_content(node, sha256(data), len(data))
-    st.set_base(node, memory_id, path, sha256(data))
+    st.adopt_own_write(node, Remote(memory_id, path, sha256(data)))
     return node
 
 
@@ -778,7 +778,7 @@ def test_a_create_failure_goes_to_the_file_that_replaced_it(st):
 def test_a_create_failure_after_the_file_got_a_memory_changes_nothing(st):
     a = _file(st, "a.md", b"a", memory_id=None)
     ticket = st.begin_push(a)
-    st.set_base(a, MID, "/a.md", sha256(b"a"))  # a later answer gave it its memory
+    st.adopt_own_write(a, Remote(MID, "/a.md", sha256(b"a")))  # a later answer gave it its memory
     st.push_failed(ticket, "422 invalid", transient=False)
     assert a.error is None and a.retry_at is None
 
@@ -802,9 +802,9 @@ def test_a_park_is_journaled_until_the_memory_lands_elsewhere(st, tmp_path):
     again = _reopened(st, tmp_path)
     assert again.parks == {MID: park}
     again.close()
-    st.set_base(node, MID, park, sha256(b"x"))  # at the park: still parked
+    st.adopt_own_write(node, Remote(MID, park, sha256(b"x")))  # at the park: still parked
     assert st.parks == {MID: park}
-    st.set_base(node, MID, "/y.md", sha256(b"x"))  # landed
+    st.adopt_own_write(node, Remote(MID, "/y.md", sha256(b"x")))  # landed
     assert st.parks == {}
     again = _reopened(st, tmp_path)
     assert again.parks == {}

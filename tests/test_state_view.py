@@ -12,6 +12,7 @@ import pytest
 
 from memfs.cli.status import offline_status
 from memfs.core.mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS
+from memfs.core.nodes import Remote
 from memfs.state.schema import _ADDED, NODE_COLUMNS
 from memfs.state.state import State
 from memfs.state.view import LOCAL_ONLY_KEY, StateUnreadable, StateView, read_meta
@@ -39,7 +40,7 @@ def _mount_state(d) -> None:
                                      uid=0, gid=0)
         for i, name in enumerate(("synced.md", "edited.md", "moved.md", "gone.md")):
             node = made[name]
-            st.set_base(node, f"mem_{i}", st.path_of(node), node.sha)
+            st.adopt_own_write(node, Remote(f"mem_{i}", st.path_of(node), node.sha))
         st.set_content(made["edited.md"], "e" * 64, 3)
         st.rename(made["moved.md"], root, "moved-here.md", None)
         st.remove(made["gone.md"])

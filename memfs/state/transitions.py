@@ -104,15 +104,6 @@ class SyncTransitions:
     def _clear_error(item: Node | Tombstone) -> None:
         item.fail_count, item.retry_at, item.error = 0, None, None
 
-    # -- bases set directly (tests, adoption of our own writes) ----------------------
-
-    def set_base(self, node: Node, memory_id: str, path: str, sha: str) -> None:
-        """The server holds `sha` at `path` as memory_id, and that is node's memory."""
-        with self.transaction():
-            self._mark_base(node, Remote(memory_id, path, sha))
-            node.sent_sha = None
-            self._save(node)
-
     # -- pushes ---------------------------------------------------------------------
 
     def begin_push(self, node: Node, *, content: bool = True,
@@ -254,12 +245,6 @@ class SyncTransitions:
         """Content or path that can never be a memory (checked before sending)."""
         with self.transaction():
             node.refused_sha, node.refused_reason = node.sha, reason
-            self._save(node)
-
-    def set_refused(self, node: Node, sha: str | None, reason: str | None) -> None:
-        with self.transaction():
-            node.refused_sha, node.refused_reason = sha, reason
-            node.sent_sha = None
             self._save(node)
 
     def push_failed(self, ticket: PushTicket, message: str, *,
