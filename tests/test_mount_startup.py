@@ -71,7 +71,7 @@ def test_a_failed_mount_leaves_no_daemon(mounts, server, tmp_path):
 
 def test_memfs_mount_starts_its_daemon_before_click_loads_and_uses_that_one(tmp_path):
     """`memfs mount` starts the daemon first thing (before click and the CLI's
-    modules: about 30 ms sooner), `cli_mount` takes that process rather than starting
+    modules: about 30 ms sooner), `cli/mount.py` takes that process rather than starting
     another, and a mount that fails before handing it over leaves no daemon."""
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(REPO))
     env.pop("_MEMFS_COMPLETE", None)
@@ -86,7 +86,7 @@ def test_memfs_mount_starts_its_daemon_before_click_loads_and_uses_that_one(tmp_
             "spawn.main()\n")
     missing = tmp_path / "no-such-dir"
     for args, status, words in (
-        (["mount", "memstore_x", str(missing)], 1, "does not exist"),  # cli_mount refuses
+        (["mount", "memstore_x", str(missing)], 1, "does not exist"),  # cli/mount.py refuses
         (["mount", "memstore_x"], 2, "give STORE and MOUNTPOINT"),  # a usage error
     ):
         proc = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=REPO,

@@ -3,7 +3,7 @@
 The daemon (``python -m memfs.mount.daemon``) spends about 0.2 s importing pyfuse3, trio
 and httpx before it can mount, which is most of what `memfs mount` waits for. So the
 `memfs` command starts it first thing, before click and the CLI's own modules load
-(`main`), when its arguments are a background `memfs mount`; `cli_mount` then takes
+(`main`), when its arguments are a background `memfs mount`; `cli/mount.py` then takes
 that process (`take`) instead of starting one. The daemon waits for its
 configuration on a pipe: a mount that fails before handing it over (bad arguments,
 an unknown store) kills the process it no longer needs, or the process sees end of
@@ -96,7 +96,7 @@ def _kill_untaken() -> None:
 
 def wants_early_daemon(args: list[str]) -> bool:
     """A background `memfs mount ...` (the plain form only: anything else starts its
-    daemon when `cli_mount` gets there, as before)."""
+    daemon when `cli/mount.py` gets there, as before)."""
     return (bool(args) and args[0] == "mount" and not _NO_EARLY.intersection(args)
             and "_MEMFS_COMPLETE" not in os.environ)
 
@@ -109,7 +109,7 @@ def main() -> None:
             _early = start()
             atexit.register(_kill_untaken)
         except OSError:
-            _early = None  # cli_mount starts one and reports what fails
+            _early = None  # cli/mount.py starts one and reports what fails
     from memfs.cli.main import main as cli_main
 
     cli_main(prog_name="memfs")

@@ -307,7 +307,7 @@ class MountDaemon:
             return
         write_private_json(self.control_dir / "group.json", {
             "kind": self.cfg.kind, "root": self.cfg.root, "session_id": self.cfg.session_id,
-            "state_key": self.cfg.state_key,  # for an offline start (cli_group.cached_plan)
+            "state_key": self.cfg.state_key,  # for an offline start (cli/group.py cached_plan)
             "stores": [{"name": e.name, "store_id": e.cfg.store_id,
                         "state_dir": str(e.state_dir),
                         "read_only": e.cfg.options.read_only} for e in self.engines]})
