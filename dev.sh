@@ -288,7 +288,9 @@ EOF
 is_mounted() { # is_mounted DIR — a mount point in /proc/mounts (works on a dead FUSE mount too)
   local d
   d=$(readlink -f "$1" 2>/dev/null || printf '%s' "$1")
-  awk -v d="$d" '$2 == d { found = 1 } END { exit !found }' /proc/mounts
+  # /proc/mounts writes a space, tab, newline or backslash of a path as \040, \011, \012, \134.
+  awk -v d="$d" '{ m = $2; gsub(/\\040/, " ", m); gsub(/\\011/, "\t", m); gsub(/\\012/, "\n", m)
+                   gsub(/\\134/, "\\", m) } m == d { found = 1 } END { exit !found }' /proc/mounts
 }
 
 # The id of the store named "demo": saved id if the server still knows it, else found by name,
