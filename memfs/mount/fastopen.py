@@ -38,7 +38,7 @@ ENV = "MEMFS_FAST_OPEN"
 
 
 def _library_path() -> Path | None:
-    here = Path(__file__).parent
+    here = Path(__file__).parent.parent  # setup.py builds it as memfs._fastopen
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         candidate = here / f"_fastopen{suffix}"
         if candidate.exists():
