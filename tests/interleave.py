@@ -56,10 +56,11 @@ import httpx
 import pyfuse3
 import trio
 import trio.testing
+from fs_helpers import mount_ops
 
 from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
-from memfs.mount.fs import Operations
+from memfs.mount.router import Router
 from memfs.server.db import ApiError, Database
 from memfs.server.http import Request, resolve
 from memfs.state.blobs import BlobCache, sha256
@@ -98,7 +99,7 @@ class Parts:
     cache: BlobCache
     client: MemoryStoresClient
     ctx: SyncContext
-    ops: Operations
+    ops: Router
     pusher: Pusher
     reconciler: Reconciler
 
@@ -114,7 +115,7 @@ def make_engine(tmp_path: Path, transport: HeldTransport) -> Engine:
     client = MemoryStoresClient("http://interleave.test", None, max_retries=0,
                                 transport=transport)
     ctx = SyncContext(state, cache, client, transport.store_id, options)
-    ops = Operations(state, cache, fetch=ctx.fetch, kick=ctx.kick, invalidate=ctx.invalidate)
+    ops = mount_ops(state, cache, fetch=ctx.fetch, kick=ctx.kick)
     ctx.fs = ops
     parts = Parts(state, cache, client, ctx, ops, Pusher(ctx), Reconciler(ctx))
     return Engine(tmp_path, transport, parts)

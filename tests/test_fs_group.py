@@ -1,4 +1,5 @@
-"""Handler-level tests of the session root (memfs/mount/fs_group.py), without the kernel:
+"""Handler-level tests of the session root (memfs/mount/router.py, session_root.py), without
+the kernel:
 inode and handle numbering across stores, the marker, EROFS at the root, EXDEV
 between stores, per-store read-only. The same behaviour through a real mount is in
 test_group_mount.py and test_session_mount.py."""
@@ -13,8 +14,10 @@ import pyfuse3
 import pytest
 from fs_helpers import ctx, fuse_errno
 
-from memfs.mount.fs import MARKER_INO, MARKER_NAME, Operations, marker_content
-from memfs.mount.fs_group import GROUP_ROOT, SHIFT, GroupOperations
+from memfs.mount.marker import MARKER_INO, MARKER_NAME, marker_content
+from memfs.mount.router import SHIFT, Router
+from memfs.mount.session_root import GROUP_ROOT
+from memfs.mount.store_fs import StoreFS
 from memfs.state.blobs import BlobCache
 from memfs.state.state import ROOT_INO, State
 
@@ -22,21 +25,20 @@ from memfs.state.state import ROOT_INO, State
 @pytest.fixture
 def group(tmp_path):
     states = []
-    g = GroupOperations(owner=(1234, 5678))
+    g = Router(session_owner=(1234, 5678))
     for name, read_only in (("alpha", False), ("beta", True)):
         d = tmp_path / name
         d.mkdir()
         state = State(d / "state.db")
         states.append(state)
-        g.add(name, Operations(state, BlobCache(d / "objects"), read_only=read_only,
-                               marker=marker_content(f"memstore_{name}"),
-                               owner=(1234, 5678)))
+        g.add(StoreFS(state, BlobCache(d / "objects"), read_only=read_only,
+                      marker=marker_content(f"memstore_{name}"), owner=(1234, 5678)), name)
     yield g
     for s in states:
         s.close()
 
 
-async def listdir(g: GroupOperations, ino: int, monkeypatch) -> dict[str, int]:
+async def listdir(g: Router, ino: int, monkeypatch) -> dict[str, int]:
     got: dict[str, int] = {}
 
     def reply(token, name, attr, next_id):
