@@ -1,4 +1,4 @@
-"""The sync engine without the kernel: State + BlobCache + Operations + Pusher +
+"""The sync engine without the kernel: State + BlobCache + FUSE router + Pusher +
 Reconciler wired by hand against a real `memfs serve` (s3ql style).
 
 Every test drives the handlers (tests/fs_helpers.py) and then runs explicit

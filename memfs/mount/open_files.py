@@ -2,13 +2,11 @@
 
 What each handler does and every errno it returns is in docs/SEMANTICS.md.
 
-- An open file's content stays what the node holds until the first write or truncate
-  materializes it into a buffer shared by every handle on that inode (`OpenFile`).
-  What the sync side must know about it (unsaved writes) is kept in
-  `State.open_dirty`; a clean buffer whose node changed under it is dropped on the
-  next read (`loaded_sha`), so the sync code never reaches in here.
-- The only network I/O is the content fetch on a cache miss (`_content`), through
-  the `fetch` callable the engine injects.
+- A file's content stays the node's until the first write or truncate materializes it
+  into a buffer that every handle on the inode shares (`OpenFile`). The sync side learns
+  of unsaved writes from `State.open_dirty`; a clean buffer whose node changed under it
+  is dropped on the next read (`loaded_sha`), so the sync code never reaches in here.
+- The only network I/O is a cache miss's fetch (`_content`, through the engine's `fetch`).
 - Durability (docs/SEMANTICS.md): after `flush` (close) returns, the content is
   committed as a row of `objects/staged.db` and the node row in `state.db`, so a
   daemon crash loses nothing (the blob file is written later, once the mount is

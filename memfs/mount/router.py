@@ -336,5 +336,6 @@ HANDLERS = ("lookup", "getattr", "setattr", "opendir", "readdir", "releasedir", 
             "mknod", "symlink", "link", "readlink", "unlink", "rmdir", "rename", "open",
             "read", "write", "flush", "fsync", "release", "access", "forget")
 
-for _name in HANDLERS:
-    setattr(Router, _name, _guarded(getattr(Router, _name)))
+for _handler in HANDLERS:
+    setattr(Router, _handler, _guarded(getattr(Router, _handler)))
+del _handler

@@ -13,7 +13,8 @@ tests/test_fs_handlers.py holds this part to it.
 - A file's content is the open files' business (open_files.py): `open` finds the node
   here and opens it there; `setattr` truncates there.
 - No handler calls `pyfuse3.invalidate_*` (the kernel's caches are invalidated outside
-  request handling) and none awaits anything but a truncate's cache-miss fetch.
+  request handling); none awaits but a truncate (a cache-miss fetch) and fsyncdir (its
+  worker thread), so a handler's changes are atomic with respect to the sync tasks.
 """
 
 from __future__ import annotations
