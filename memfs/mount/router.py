@@ -114,7 +114,10 @@ class Router(pyfuse3.Operations):
 
     def _inode(self, inode: int):
         """(slot, the part that owns the inode, its local number)."""
-        slot, local = self._slot(inode)
+        slot = self.slots.get(inode >> SHIFT)
+        if slot is None:
+            raise err(errno.ENOENT)
+        local = inode & LOCAL_MASK
         fs = slot.fs
         if fs is None:
             return slot, self.root, local
@@ -150,11 +153,10 @@ class Router(pyfuse3.Operations):
             attr.st_ino = slot.base | attr.st_ino
         return attr
 
-    def _timing(self, args: tuple) -> FuseTiming | None:
-        """The metrics of the store a request is for (by its first number), if timed."""
-        first = args[0] if args else None
-        slot = self.slots.get((first & ~FAST_BIT) >> SHIFT if isinstance(first, int) else 0)
-        return slot.fs.timing if slot is not None and slot.fs is not None else None
+    def _timing(self, first) -> FuseTiming | None:
+        """The counters of the store a request is for (by its first number), if timed."""
+        slot = self.slots.get((first & ~FAST_BIT) >> SHIFT if type(first) is int else 0)
+        return None if slot is None or slot.fs is None else slot.fs.timing
 
     # -- lookups and attributes --------------------------------------------------------------
 
@@ -312,7 +314,7 @@ def _guarded(handler):
     @functools.wraps(handler)
     async def wrapper(self: Router, *args):
         self.clock.busy_at = start = time.monotonic()
-        timing = self._timing(args)
+        timing = self._timing(args[0] if args else None)
         try:
             return await handler(self, *args)
         except pyfuse3.FUSEError as exc:
