@@ -1,4 +1,5 @@
-"""Helpers for handler-level tests of `memfs.mount.fs.Operations` (no kernel, no mount).
+"""Helpers for handler-level tests of the FUSE layer (memfs/mount/router.py and its parts;
+no kernel, no mount).
 
 Handlers are called directly, s3ql ``t3_fs_api`` style::
 
@@ -21,7 +22,8 @@ from pathlib import Path
 import pyfuse3
 import pytest
 
-from memfs.mount.fs import Operations
+from memfs.mount.router import Router
+from memfs.mount.store_fs import StoreFS
 from memfs.state.blobs import BlobCache
 from memfs.state.state import ROOT_INO, Node, State
 
@@ -69,6 +71,13 @@ def record_fsyncs(monkeypatch) -> list[str]:
     return synced
 
 
+def mount_ops(state: State, cache: BlobCache, **kw) -> Router:
+    """What a plain mount mounts: the router over one store's parts (StoreFS's options)."""
+    ops = Router()
+    ops.add(StoreFS(state, cache, **kw))
+    return ops
+
+
 async def fuse_errno(coro) -> int:
     """Await coro; return the errno of the FUSEError it raises (fail if none)."""
     with pytest.raises(pyfuse3.FUSEError) as info:
@@ -81,13 +90,18 @@ class FsEnv:
     tmp: Path
     state: State
     cache: BlobCache
-    ops: Operations
+    ops: Router
 
     @classmethod
     def make(cls, tmp: Path, *, read_only: bool = False, fetch=None) -> FsEnv:
         state = State(tmp / "state.db")
         cache = BlobCache(tmp / "objects")
-        return cls(tmp, state, cache, Operations(state, cache, read_only=read_only, fetch=fetch))
+        return cls(tmp, state, cache, mount_ops(state, cache, read_only=read_only, fetch=fetch))
+
+    @property
+    def fs(self) -> StoreFS:
+        """The store's parts behind the router."""
+        return self.ops.slots[0].fs
 
     def reopen_state(self) -> State:
         """A second State on the same db: what a restarted daemon would find.
@@ -156,4 +170,4 @@ class FsEnv:
         return got
 
 
-__all__ = ["ROOT", "Fields", "FsEnv", "attrs", "b", "ctx", "errno", "fuse_errno"]
+__all__ = ["ROOT", "Fields", "FsEnv", "attrs", "b", "ctx", "errno", "fuse_errno", "mount_ops"]

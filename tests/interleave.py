@@ -19,7 +19,7 @@ after the action, while memfs does not know what the server did:
 
 A `Scenario` is: setup steps, one *sync action* (a push pass, a flush or a reconcile
 pass) run as a task, and an *interference* (a few local filesystem operations through the
-`Operations` handlers and/or other clients' changes made straight on the `Database`).
+FUSE handlers (the router) and/or other clients' changes made straight on the `Database`).
 `explore()` runs the action once alone to count its requests n, then, on a fresh engine
 each time, injects the interference at every hold point: before the action, at (k, point)
 for every k < n and every point, and after the action. The action's task is parked on the
@@ -33,7 +33,7 @@ seeded, so a failure replays exactly: `run_one(scenario, tmp, ("hold", k, point)
 
 The seam the sync-core rewrite has to adapt is small and at the top of this file:
 `make_engine` (the wiring, as memfs/mount/daemon.py does it) and the few `adapter` functions
-below it. Everything else talks to `Operations` handlers, `State` queries and the server.
+below it. Everything else talks to FUSE handlers (the router), `State` queries and the server.
 """
 
 from __future__ import annotations
@@ -56,10 +56,11 @@ import httpx
 import pyfuse3
 import trio
 import trio.testing
+from fs_helpers import mount_ops
 
 from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
-from memfs.mount.fs import Operations
+from memfs.mount.router import Router
 from memfs.server.db import ApiError, Database
 from memfs.server.http import Request, resolve
 from memfs.state.blobs import BlobCache, sha256
@@ -98,7 +99,7 @@ class Parts:
     cache: BlobCache
     client: MemoryStoresClient
     ctx: SyncContext
-    ops: Operations
+    ops: Router
     pusher: Pusher
     reconciler: Reconciler
 
@@ -114,7 +115,7 @@ def make_engine(tmp_path: Path, transport: HeldTransport) -> Engine:
     client = MemoryStoresClient("http://interleave.test", None, max_retries=0,
                                 transport=transport)
     ctx = SyncContext(state, cache, client, transport.store_id, options)
-    ops = Operations(state, cache, fetch=ctx.fetch, kick=ctx.kick, invalidate=ctx.invalidate)
+    ops = mount_ops(state, cache, fetch=ctx.fetch, kick=ctx.kick)
     ctx.fs = ops
     parts = Parts(state, cache, client, ctx, ops, Pusher(ctx), Reconciler(ctx))
     return Engine(tmp_path, transport, parts)

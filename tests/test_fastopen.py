@@ -123,7 +123,7 @@ async def test_an_fsync_on_a_fast_handle_makes_the_file_power_safe(env, monkeypa
     never answers FSYNC, and Python syncs the inode's blob and state.db."""
     ino = await _fast_file(env, data=b"keep me\n")
     synced: list = []
-    monkeypatch.setattr("memfs.mount.fs.fsync_paths",
+    monkeypatch.setattr("memfs.mount.open_files.fsync_paths",
                         lambda paths, missing_ok=False: synced.extend(map(str, paths)))
     await env.ops.fsync(FAST_BIT | ino, False)
     sha = env.node("/a.md").sha
@@ -280,7 +280,7 @@ async def test_files_new_to_the_kernel_start_marked(env):
     local = env.ino("/local.md")
     assert not fastopen.has(local)  # created here: its writer's pages may be cached
     fastopen.clear()
-    env.ops.prime_fast_opens()
+    env.fs.prime_fast_opens()
     assert fastopen.has(node.ino) and fastopen.has(local)
     # Unlinked before any read: a handle the shim opened still reads what it held.
     await env.ops.unlink(ROOT, b"local.md", None)

@@ -1,20 +1,26 @@
-"""Handler-level tests of the session root (memfs/mount/fs_group.py), without the kernel:
+"""Handler-level tests of the session root (memfs/mount/router.py, session_root.py), without
+the kernel:
 inode and handle numbering across stores, the marker, EROFS at the root, EXDEV
 between stores, per-store read-only. The same behaviour through a real mount is in
 test_group_mount.py and test_session_mount.py."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+import time
 
 import pyfuse3
 import pytest
 from fs_helpers import ctx, fuse_errno
 
-from memfs.mount.fs import MARKER_INO, MARKER_NAME, Operations, marker_content
-from memfs.mount.fs_group import GROUP_ROOT, SHIFT, GroupOperations
+from memfs.core.metrics import FuseTiming
+from memfs.mount.marker import MARKER_INO, MARKER_NAME, marker_content
+from memfs.mount.router import SHIFT, Router
+from memfs.mount.session_root import GROUP_ROOT
+from memfs.mount.store_fs import StoreFS
 from memfs.state.blobs import BlobCache
 from memfs.state.state import ROOT_INO, State
 
@@ -22,21 +28,20 @@ from memfs.state.state import ROOT_INO, State
 @pytest.fixture
 def group(tmp_path):
     states = []
-    g = GroupOperations(owner=(1234, 5678))
+    g = Router(session_owner=(1234, 5678))
     for name, read_only in (("alpha", False), ("beta", True)):
         d = tmp_path / name
         d.mkdir()
         state = State(d / "state.db")
         states.append(state)
-        g.add(name, Operations(state, BlobCache(d / "objects"), read_only=read_only,
-                               marker=marker_content(f"memstore_{name}"),
-                               owner=(1234, 5678)))
+        g.add(StoreFS(state, BlobCache(d / "objects"), read_only=read_only,
+                      marker=marker_content(f"memstore_{name}"), owner=(1234, 5678)), name)
     yield g
     for s in states:
         s.close()
 
 
-async def listdir(g: GroupOperations, ino: int, monkeypatch) -> dict[str, int]:
+async def listdir(g: Router, ino: int, monkeypatch) -> dict[str, int]:
     got: dict[str, int] = {}
 
     def reply(token, name, attr, next_id):
@@ -114,3 +119,49 @@ async def test_root_refuses_changes_and_stores_do_not_mix(group):
     assert await fuse_errno(group.mkdir(beta, b"d", 0o40755, ctx())) == errno.EROFS
     # An unknown store's numbers are ENOENT, never another store's file.
     assert await fuse_errno(group.getattr(9 << SHIFT | ROOT_INO, ctx())) == errno.ENOENT
+
+
+async def test_every_request_notes_the_mounts_one_idle_clock(group):
+    """The clock each engine hands its SyncContext (the blob writer and the pusher wait for a
+    quiet mount): a request to any store or to the root counts, answered or refused."""
+    alpha, beta = 1 << SHIFT | ROOT_INO, 2 << SHIFT | ROOT_INO
+    for call in (lambda: group.getattr(GROUP_ROOT, ctx()),
+                 lambda: group.getattr(alpha, ctx()),
+                 lambda: group.lookup(beta, b"nope.md", ctx()),
+                 lambda: group.mkdir(beta, b"d", 0o40755, ctx()),  # EROFS
+                 lambda: group.getattr(9 << SHIFT | ROOT_INO, ctx())):  # ENOENT
+        group.clock.busy_at = 0.0
+        assert group.clock.idle_for() > 0.0
+        before = time.monotonic()
+        with contextlib.suppress(pyfuse3.FUSEError):
+            await call()
+        assert group.clock.busy_at >= before
+
+
+async def test_a_request_is_timed_in_its_own_stores_counters(group):
+    """`--metrics-addr`: each store counts the requests for its numbers, errors by errno;
+    the root's own requests are no store's."""
+    alpha, beta = group.slots[1].fs, group.slots[2].fs
+    alpha.timing, beta.timing = FuseTiming(), FuseTiming()
+    await group.getattr(1 << SHIFT | ROOT_INO, ctx())
+    await group.getattr(GROUP_ROOT, ctx())
+    assert await fuse_errno(group.mkdir(2 << SHIFT | ROOT_INO, b"d", 0o40755,
+                                        ctx())) == errno.EROFS
+    assert set(alpha.timing.ops) == {"getattr"} and not alpha.timing.errors
+    assert set(beta.timing.ops) == {"mkdir"}
+    assert beta.timing.errors == {("mkdir", "EROFS"): 1}
+
+
+async def test_a_plain_mount_holds_one_unnamed_store(tmp_path):
+    state = State(tmp_path / "state.db")
+    try:
+        ops = Router()
+        fs = StoreFS(state, BlobCache(tmp_path / "objects"))
+        assert ops.add(fs).base == 0 and fs.ino_base == 0
+        with pytest.raises(ValueError):
+            ops.add(StoreFS(state, BlobCache(tmp_path / "objects")))
+        with pytest.raises(ValueError):
+            Router(session_owner=(0, 0)).add(fs)  # a session root names its stores
+        assert (await ops.getattr(ROOT_INO, ctx())).st_ino == ROOT_INO
+    finally:
+        state.close()

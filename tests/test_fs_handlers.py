@@ -1,6 +1,6 @@
-"""Handler-level tests of memfs.mount.fs.Operations, without the kernel.
+"""Handler-level tests of the FUSE layer (memfs/mount/router.py and its parts), no kernel.
 
-Each test builds a State + BlobCache + Operations in tmp_path and calls the
+Each test builds a State + BlobCache + a plain mount's Router in tmp_path and calls the
 pyfuse3 handlers directly. docs/SEMANTICS.md is the specification these
 tests hold the code to; keep the two in step.
 """
@@ -16,11 +16,11 @@ import pyfuse3
 import pytest
 import trio
 import trio.testing
-from fs_helpers import ROOT, Fields, FsEnv, attrs, ctx, fuse_errno, record_fsyncs
+from fs_helpers import ROOT, Fields, FsEnv, attrs, ctx, fuse_errno, mount_ops, record_fsyncs
 
 from memfs.core import paths
 from memfs.core.nodes import Remote
-from memfs.mount.fs import LOCAL_ONLY_MAX_BYTES
+from memfs.mount.open_files import LOCAL_ONLY_MAX_BYTES
 from memfs.state.blobs import BlobCache, sha256
 from memfs.state.state import EMPTY_SHA
 
@@ -400,8 +400,7 @@ async def test_read_only_refuses_every_mutation(tmp_path, monkeypatch):
     d = await rw.mkdir(ROOT, "d")
     await rw.create(d, "g", b"g")
     await rw.mkdir(ROOT, "empty")
-    ro = FsEnv(tmp_path, rw.state, rw.cache,
-               type(rw.ops)(rw.state, rw.cache, read_only=True))
+    ro = FsEnv(tmp_path, rw.state, rw.cache, mount_ops(rw.state, rw.cache, read_only=True))
     ops, f = ro.ops, attr.st_ino
     reg = stat.S_IFREG | 0o644
     cases = {
@@ -726,13 +725,13 @@ async def test_unlink_while_open_keeps_the_handle_working(env):
     assert "mem_f" in env.state.tombstones
     assert env.reopen_state().lookup_path("/f") is None
     await env.ops.release(fh)
-    assert attr.st_ino not in env.ops._open
+    assert attr.st_ino not in env.fs.files._open
     # Still answered as it was (no links) while the kernel may hold it; after
     # GONE_KEPT further removals it is unknown: ENOENT.
     assert (await env.ops.getattr(attr.st_ino, ctx())).st_nlink == 0
-    from memfs.mount.fs import GONE_KEPT
+    from memfs.mount.open_files import GONE_KEPT
     for i in range(GONE_KEPT):
-        env.ops._unfast(10**9 + i, env.node("/"))  # stand-ins for later removals
+        env.fs.files.unfast(10**9 + i, env.node("/"))  # stand-ins for later removals
     assert await fuse_errno(env.ops.getattr(attr.st_ino, ctx())) == errno.ENOENT
     # A new file at the same path is a different inode (reviving the memory).
     _, again = await env.create(ROOT, "f", b"new")

@@ -1,5 +1,5 @@
-"""Handler-level tests of the read-only `.memfs/versions` tree (memfs/mount/fs_versions.py),
-without the kernel: a fake versions API, the real Operations hooks.
+"""Handler-level tests of the read-only `.memfs/versions` tree (memfs/mount/versions.py),
+without the kernel: a fake versions API, through the real router.
 
 docs/SEMANTICS.md ("The .memfs tree") is the specification."""
 
@@ -11,13 +11,12 @@ import os
 import stat
 
 import pytest
-from fs_helpers import ROOT, Fields, attrs, b, ctx, fuse_errno
+from fs_helpers import ROOT, Fields, attrs, b, ctx, fuse_errno, mount_ops
 
 from memfs.api.models import MemoryVersion
 from memfs.core import decide
-from memfs.mount import fs_versions
-from memfs.mount.fs import Operations
-from memfs.mount.fs_versions import META_INO, VERSIONS_INO, VersionsTree, is_virtual, version_name
+from memfs.mount import versions as fs_versions
+from memfs.mount.versions import META_INO, VERSIONS_INO, VersionsTree, is_virtual, version_name
 from memfs.state.blobs import BlobCache, sha256
 from memfs.state.state import State
 
@@ -83,7 +82,7 @@ def env(tmp_path):
     cache = BlobCache(tmp_path / "objects")
     client = FakeClient(HISTORY)
     tree = VersionsTree(client, STORE, cache)
-    ops = Operations(state, cache, meta=tree)
+    ops = mount_ops(state, cache, versions=tree)
     yield ops, tree, client, cache
     state.close()
 

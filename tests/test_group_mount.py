@@ -1,4 +1,4 @@
-"""`memfs mount --all ROOT`: several stores under one FUSE mount (memfs/mount/fs_group.py),
+"""`memfs mount --all ROOT`: several stores under one FUSE mount (memfs/mount/router.py),
 through a real mount against a real `memfs serve`. Session mounts (`--session`) are
 in test_session_mount.py; both share the group daemon tested here."""
 

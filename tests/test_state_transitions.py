@@ -167,7 +167,7 @@ def test_take_remote_against_a_stranger_tombstones_our_own_memory(st, tmp_path):
 
 
 def test_applying_the_server_content_tells_the_content_hook(st):
-    """The kernel's cached pages of the file are dropped (fs.py's hook) when the
+    """The kernel's cached pages of the file are dropped (the open files' hook, mount/open_files.py) when the
     server's content replaces it."""
     node = _file(st, "x.md", b"base")
     heard = []
@@ -649,7 +649,7 @@ def test_set_attrs_persists_only_a_file_in_the_tree(st, tmp_path):
 
 def test_ensure_dir_makes_the_whole_chain_and_prune_removes_it(st, tmp_path):
     """The kernel hears of the topmost new (or removed) entry: its cached lookups of
-    that name are dropped (fs.py's on_entry hook)."""
+    that name are dropped (the tree's on_entry hook, mount/tree.py)."""
     heard = []
     st.on_entry = lambda parent, name: heard.append((parent, name))
     st.ensure_dir("/a")

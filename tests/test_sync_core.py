@@ -1,6 +1,6 @@
 """Named regressions for the sync core's races and refusals (issue 7), handler level.
 
-The engine of tests/test_sync_engine.py (State + Operations + Pusher +
+The engine of tests/test_sync_engine.py (State + FUSE router + Pusher +
 Reconciler against a real `memfs serve`), with one API call held by trio
 events *before* or *after* the server applied it, so the test acts while the
 request is provably in flight (`hold.reached` is set only once the call is

@@ -1,4 +1,4 @@
-"""The sync engine without the kernel: State + BlobCache + Operations + Pusher +
+"""The sync engine without the kernel: State + BlobCache + FUSE router + Pusher +
 Reconciler wired by hand against a real `memfs serve` (s3ql style).
 
 Every test drives the handlers (tests/fs_helpers.py) and then runs explicit
@@ -18,11 +18,10 @@ import os
 
 import pytest
 import trio
-from fs_helpers import ROOT, FsEnv, b, fuse_errno
+from fs_helpers import ROOT, FsEnv, b, fuse_errno, mount_ops
 
 from memfs.api.client import MemoryStoresClient
 from memfs.core import paths
-from memfs.mount.fs import Operations
 from memfs.state.blobs import BlobCache, sha256
 from memfs.state.report import pending
 from memfs.state.state import State
@@ -46,8 +45,7 @@ class Engine:
         self.client = MemoryStoresClient(server.base_url, server.api_key, max_retries=0)
         self.ctx = SyncContext(self.state, self.cache, self.client, store_id,
                                SyncOptions(**opts))
-        self.ops = Operations(self.state, self.cache, fetch=self.ctx.fetch, kick=self.ctx.kick,
-                              invalidate=self.ctx.invalidate)
+        self.ops = mount_ops(self.state, self.cache, fetch=self.ctx.fetch, kick=self.ctx.kick)
         self.fs = FsEnv(tmp, self.state, self.cache, self.ops)
         self.pusher = Pusher(self.ctx)
         self.reconciler = Reconciler(self.ctx)

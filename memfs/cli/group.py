@@ -1,7 +1,7 @@
 """`memfs mount --session ID [ROOT]` and `memfs mount --all ROOT`: plans a session root.
 
 A session root is one FUSE mount holding several stores, each at ``ROOT/<name>``
-(memfs/mount/fs_group.py). This module turns a session's memory-store resources, or the
+(memfs/mount/router.py). This module turns a session's memory-store resources, or the
 account's store list, into a `GroupConfig` for the daemon: which store goes to
 which directory, read-only or not, and where each store's own state lives (the
 same state directory a plain mount of that store uses, so nothing is stranded

@@ -3,7 +3,7 @@
 The FUSE handlers and the sync tasks add to these as they go (an integer or a
 list slot, on the trio thread: no lock, no label lookup); `memfs/mount/metrics_export.py`
 turns them into Prometheus families when a scrape comes (`memfs mount
---metrics-addr`). Kept light (no prometheus_client here): `fs.py` and the sync
+--metrics-addr`). Kept light (no prometheus_client here): the FUSE layer and the sync
 code import it in every mount, exporting or not.
 
 Which task a request to the server serves (push, sync, prefetch, read) is told
@@ -69,10 +69,10 @@ class FuseTiming:
 
 
 class StoreMetrics:
-    """One store's counters (a `SyncContext` holds them; its `Operations` shares them)."""
+    """One store's counters (a `SyncContext` holds them; its `StoreFS` shares them)."""
 
     def __init__(self) -> None:
-        self.fuse = FuseTiming()  # filled only while exported (`Operations.fuse_timing`)
+        self.fuse = FuseTiming()  # filled only while exported (`StoreFS.timing`)
         self.cache_hits = 0    # reads whose content the blob cache held
         self.cache_misses = 0  # reads that had to fetch it from the server
         self.feed_polls = 0

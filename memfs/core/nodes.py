@@ -17,7 +17,7 @@ def is_parked(path: str) -> bool:
     return path == PARK_DIR or path.startswith(PARK_DIR + "/")
 
 
-#: The store-root name of memfs's read-only virtual tree (memfs/mount/fs_versions.py): a
+#: The store-root name of memfs's read-only virtual tree (memfs/mount/versions.py): a
 #: memory under it is never shown in a memfs tree and no user may create it.
 META_NAME = ".memfs"
 META_DIR = "/" + META_NAME

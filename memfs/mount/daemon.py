@@ -38,15 +38,15 @@ from memfs.local import control
 from memfs.local.registry import canonical_mountpoint, registry_file, write_private_json
 from memfs.mount import titles
 from memfs.mount.engine import StoreEngine, StoreLocked
-from memfs.mount.fs import marker_content
-from memfs.mount.fs_group import GroupOperations
+from memfs.mount.marker import marker_content
+from memfs.mount.router import Router
 
 log = logging.getLogger("memfs.mount.daemon")
 
 
 class MountDaemon:
-    """The daemon of one mount: a plain store mount (one engine, its Operations are
-    the filesystem) or a session root (several engines under `GroupOperations`)."""
+    """The daemon of one mount: a plain store mount (one engine) or a session root
+    (several), their filesystems behind one `Router`."""
 
     def __init__(self, cfg: MountConfig | GroupConfig, api_key: str | None) -> None:
         self.cfg = cfg
@@ -58,14 +58,16 @@ class MountDaemon:
         self._nursery: trio.Nursery | None = None  # set while run() runs
         if isinstance(cfg, GroupConfig):
             owner = tuple(cfg.owner) if cfg.owner else (os.getuid(), os.getgid())
-            self.ops: pyfuse3.Operations = GroupOperations(owner=owner)
+            self.ops = Router(session_owner=owner)
             for store in cfg.stores:
                 self._add_store(store)
         else:
-            engine = StoreEngine(cfg, self.client)  # StoreLocked: reported by run()
-            engine.ops.prime_fast_opens()
+            self.ops = Router()
+            # StoreLocked: reported by run()
+            engine = StoreEngine(cfg, self.client, clock=self.ops.clock)
+            self.ops.add(engine.fs)
+            engine.fs.prime_fast_opens()
             self.engines.append(engine)
-            self.ops = engine.ops
         self.shutdown_requested = trio.Event()
         self.fuse_done = trio.Event()
         self.flush_result: dict | None = None
@@ -75,18 +77,18 @@ class MountDaemon:
         self.metrics_url: str | None = None  # `--metrics-addr`: where they are served
 
     def _add_store(self, store: GroupStore) -> StoreEngine | None:
-        assert isinstance(self.cfg, GroupConfig) and isinstance(self.ops, GroupOperations)
+        assert isinstance(self.cfg, GroupConfig)
         try:
             engine = StoreEngine(self.cfg.store_config(store), self.client,
-                                 marker=marker_content(store.store_id), name=store.name)
+                                 marker=marker_content(store.store_id), name=store.name,
+                                 clock=self.ops.clock)
         except (StoreLocked, OSError, sqlite3.Error) as exc:  # one store's trouble only
             log.error("store %s (%s) is not shown: %s", store.store_id, store.name, exc)
             self.skipped.append({"name": store.name, "store_id": store.store_id,
                                  "error": str(exc)})
             return None
-        slot = self.ops.add(store.name, engine.ops)
-        engine.ino_base = slot.base
-        engine.ops.prime_fast_opens()
+        self.ops.add(engine.fs, store.name)
+        engine.fs.prime_fast_opens()
         self.engines.append(engine)
         return engine
 
@@ -188,7 +190,7 @@ class MountDaemon:
 
     async def _invalidator(self, engine: StoreEngine) -> None:
         """Kernel cache invalidation, outside every request handler (docs/ARCHITECTURE.md);
-        a store's inode numbers are re-based to the mount's (memfs/mount/fs_group.py). What
+        a store's inode numbers are re-based to the mount's (memfs/mount/router.py). What
         is queued goes out in one worker-thread call, not one thread round trip per
         item: a first listing queues one per file, and 1,500 round trips took the
         trio thread away from FUSE requests for a good part of a second."""

@@ -1,7 +1,7 @@
 """One store's sync machinery: state, cache, handlers, pusher, reconciler.
 
 A daemon runs one engine (`memfs mount STORE DIR`) or several under one FUSE
-mount (`memfs mount --session|--all ROOT`, memfs/mount/fs_group.py). Each engine keeps
+mount (`memfs mount --session|--all ROOT`, memfs/mount/router.py). Each engine keeps
 its own journal (state.db), cache, pusher and reconciler, and its background
 tasks run supervised: an engine that fails is logged, reported in its status and
 restarted, and never ends the daemon or blocks another store.
@@ -23,9 +23,9 @@ from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
 from memfs.core.metrics import PURPOSE, purpose
 from memfs.core.mountconfig import MountConfig
-from memfs.mount import fs
-from memfs.mount.fs import Operations
-from memfs.mount.fs_versions import VersionsTree
+from memfs.mount.router import IdleClock
+from memfs.mount.store_fs import StoreFS
+from memfs.mount.versions import VersionsTree
 from memfs.state.blobs import BlobCache
 from memfs.state.report import pending, tree_summary
 from memfs.state.state import State
@@ -58,7 +58,8 @@ def locked_message(cfg: MountConfig, state_dir: Path) -> str:
 
 class StoreEngine:
     def __init__(self, cfg: MountConfig, client: MemoryStoresClient, *,
-                 marker: bytes | None = None, name: str | None = None) -> None:
+                 marker: bytes | None = None, name: str | None = None,
+                 clock: IdleClock | None = None) -> None:
         self.cfg = cfg
         self.name = name  # the directory under a session root; None for a plain mount
         self.state_dir = Path(cfg.state_dir)
@@ -78,18 +79,18 @@ class StoreEngine:
             self.client = client
             self.ctx = SyncContext(self.state, self.cache, client, cfg.store_id, cfg.options)
             self.ctx.events.store = name or cfg.store_id  # what `memfs watch` calls it
-            self.ctx.idle_for = fs.idle_for
+            # The mount's clock (its router's): background work waits for a quiet mount.
+            self.ctx.idle_for = (clock or IdleClock()).idle_for
             owner = tuple(cfg.owner) if cfg.owner else None
-            self.ops = Operations(self.state, self.cache, read_only=cfg.options.read_only,
-                                  fetch=self.ctx.fetch, kick=self.ctx.kick,
-                                  invalidate=self.ctx.invalidate, marker=marker, owner=owner,
-                                  meta=VersionsTree(client, cfg.store_id, self.cache,
+            self.fs = StoreFS(self.state, self.cache, read_only=cfg.options.read_only,
+                              fetch=self.ctx.fetch, kick=self.ctx.kick, marker=marker,
+                              owner=owner, metrics=self.ctx.metrics,
+                              versions=VersionsTree(client, cfg.store_id, self.cache,
                                                     show_meta=cfg.options.show_meta,
                                                     uid=owner[0] if owner else None,
                                                     gid=owner[1] if owner else None))
-            self.ops.metrics = self.ctx.metrics
             if cfg.metrics_addr:  # time every request only while someone can see it
-                self.ops.fuse_timing = self.ctx.metrics.fuse
+                self.fs.timing = self.ctx.metrics.fuse
             removed = self.cache.gc(self.state.referenced_shas())
             if removed:
                 log.info("cache: removed %d unreferenced blobs (store %s)", removed, cfg.store_id)
@@ -178,7 +179,7 @@ class StoreEngine:
     def set_read_only(self, read_only: bool) -> None:
         """The store was archived (or vanished) under an `--all` mount."""
         self.cfg.options.read_only = read_only
-        self.ops.read_only = read_only
+        self.fs.read_only = read_only
 
     def close(self) -> None:
         self.state.close()
@@ -208,12 +209,8 @@ class StoreEngine:
 
     @property
     def ino_base(self) -> int:
-        """Added to its inode numbers under a session root (memfs/mount/fs_group.py)."""
-        return self.ops.ino_base
-
-    @ino_base.setter
-    def ino_base(self, base: int) -> None:
-        self.ops.ino_base = base
+        """Added to its inode numbers under a session root (memfs/mount/router.py)."""
+        return self.fs.ino_base
 
     async def flush(self, timeout: float) -> dict:
         with purpose("push"):

@@ -5,19 +5,20 @@ pyfuse3's trio loop into a Python handler, while the bytes already sit in the pa
 The shim answers OPEN (keep_cache, no FLUSH on close) and RELEASE itself for inodes marked
 *fast* here, and hands every other request to pyfuse3 unchanged.
 
-The contract with the handlers (memfs/mount/fs.py) is one rule: an inode is in the set only while
-a read-only open of it would be answered exactly as the shim answers it, i.e. Python's last
-read-only open of it kept the cache and nothing about its content has changed since. So
-`Operations.open` adds an inode after such an answer, and every change of content, every
-local writer, unlink and rename-over discards it first (`State.on_content`,
-`Operations._unfast`). Reads and fsyncs on a fast handle (``FAST_BIT | inode``) reach
-Python and act by inode: reads happen only after the kernel dropped the cached pages.
+The contract with the handlers (memfs/mount/open_files.py) is one rule: an inode is in the set
+only while a read-only open of it would be answered exactly as the shim answers it, i.e.
+Python's last read-only open of it kept the cache and nothing about its content has changed
+since. So `OpenFiles.open` adds an inode after such an answer, and every change of content,
+every local writer, unlink and rename-over discards it first (`State.on_content`,
+`OpenFiles.unfast`). Reads and fsyncs on a fast handle (``FAST_BIT | inode``) reach Python
+(the router decodes them) and act by inode: reads happen only after the kernel dropped the
+cached pages.
 
 This module must be imported before pyfuse3 (it loads the library with RTLD_GLOBAL, so that
-pyfuse3's fuse_session_new binds to the shim's); memfs/mount/fs.py imports it first. Whether it
-took effect is known only after `pyfuse3.init`: `active()`. If it did not (no compiler at
-install time, MEMFS_FAST_OPEN=0, pyfuse3 already imported), add/discard do nothing useful
-and every open goes through Python, exactly as before.
+pyfuse3's fuse_session_new binds to the shim's); the memfs.mount package imports it first.
+Whether it took effect is known only after `pyfuse3.init`: `active()`. If it did not (no
+compiler at install time, MEMFS_FAST_OPEN=0, pyfuse3 already imported), add/discard do
+nothing useful and every open goes through Python, exactly as before.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ ENV = "MEMFS_FAST_OPEN"
 
 
 def _library_path() -> Path | None:
-    here = Path(__file__).resolve().parents[1]  # the extension is memfs._fastopen
+    here = Path(__file__).parent.parent  # setup.py builds it as memfs._fastopen
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         candidate = here / f"_fastopen{suffix}"
         if candidate.exists():

@@ -72,8 +72,9 @@ class State(StateView, SyncTransitions):
         #: keep it): the source of content taken from the server and never read, once
         #: no memory holds it any more (memory only; see SyncTransitions._note_source).
         self._former_sources: dict[str, str] = {}
-        #: Inodes whose open buffer holds writes not yet closed (set by the FUSE layer).
-        #: A remote change never replaces such a file's content; it waits for the close.
+        #: Inodes whose open buffer holds writes not yet closed (set by the open files,
+        #: memfs/mount/open_files.py). A remote change never replaces such a file's
+        #: content; it waits for the close.
         self._open_dirty: set[int] = set()
         #: ino -> ino that took its place by rename-over (memory only): a create in
         #: flight for the replaced node settles on its successor.

@@ -89,8 +89,9 @@ class SyncContext:
         self.invalidation_ready = trio.Event()
         self.online_wakeup = trio.Event()  # set (and renewed) when we come back online
         self.listed = trio.Event()  # set by every finished listing (the prefetch waits)
-        #: Seconds since FUSE last brought a request (the engine sets memfs.mount.fs.idle_for):
-        #: background work yields to the mount's users. Without a mount: always quiet.
+        #: Seconds since FUSE last brought a request (the engine sets its mount's clock's,
+        #: memfs/mount/router.py): background work yields to the mount's users. Without a
+        #: mount: always quiet.
         self.idle_for: Callable[[], float] = lambda: math.inf
         #: Told the version id of every write of ours the server answered (the reconciler's
         #: change feed then skips it: our own writes are not news).

@@ -48,7 +48,7 @@ from memfs.api.client import MemoryStoresClient
 from memfs.core import paths
 from memfs.core.version import VERSION
 from memfs.local import control
-from memfs.mount.fs import MARKER_NAME
+from memfs.mount.marker import MARKER_NAME
 from memfs.sync.watch import poll_store
 from memfs.tool.store import COMMANDS, StoreMemory
 from memfs.tool.text import (

@@ -27,8 +27,7 @@ docs/SEMANTICS.md ("The .memfs tree") is the contract. In short:
 - Every change is EROFS. Modes are the usual 0644/0755 (owner: the daemon's user), as
   on a file system mounted `ro`, so the owner's writes reach memfs and get EROFS
   rather than the kernel's EACCES. Inode numbers live in [2**33, 2**39), which `State` never
-  allocates; file handles in [2**39, 2**40) (a session root, fs_group.py, keeps the
-  low 40 bits of both for the store).
+  allocates; file handles in [2**39, 2**40) (the router, router.py, sends those here).
 """
 
 from __future__ import annotations
@@ -46,9 +45,11 @@ import trio
 
 from memfs.api.models import MemoryVersion, format_time, parse_time
 from memfs.core.nodes import META_NAME
+from memfs.mount.part import DirEntries, ReadOnlyPart, err, fs_name, negative_entry
 from memfs.state.blobs import BlobCache, sha256
 
-__all__ = ["FH_BASE", "META_INO", "META_NAME", "VERSIONS_INO", "VersionsTree", "is_virtual"]
+__all__ = ["FH_BASE", "INO_MAX", "INO_MIN", "META_INO", "META_NAME", "VERSIONS_INO",
+           "VersionsTree", "is_virtual"]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ INO_MAX = 2**39
 META_INO = INO_MIN
 VERSIONS_INO = INO_MIN + 1
 _FIRST_DYNAMIC_INO = INO_MIN + 1024
-FH_BASE = 2**39  # below 2**40: a session root (fs_group.py) numbers k << 40 | local
+FH_BASE = 2**39  # below 2**40: the router (router.py) numbers store k's as k << 40 | local
 
 #: A versions listing younger than this answers opendir/lookup without a request.
 LISTING_TTL = 2.0
@@ -77,10 +78,6 @@ TIMEOUT = 1.0
 
 def is_virtual(ino: int) -> bool:
     return INO_MIN <= ino < INO_MAX
-
-
-def _err(code: int) -> pyfuse3.FUSEError:
-    return pyfuse3.FUSEError(code)
 
 
 def version_name(v: MemoryVersion) -> str:
@@ -111,7 +108,7 @@ class _Open:
     data: bytes | None = None
 
 
-class VersionsTree:
+class VersionsTree(ReadOnlyPart):
     """The `.memfs` virtual tree of one mount (see the module docstring)."""
 
     def __init__(self, client, store_id: str, cache: BlobCache, *, show_meta: bool = False,
@@ -195,7 +192,7 @@ class VersionsTree:
             with trio.move_on_after(REFRESH_TIMEOUT):
                 await self._refreshing.wait()
             if self.versions is None:
-                raise _err(errno.EIO)
+                raise err(errno.EIO)
             return
         self._refreshing = done = trio.Event()
         full = self.versions is None or now - self.full_at >= FULL_EVERY
@@ -215,7 +212,7 @@ class VersionsTree:
             self._refreshing = None
             done.set()
         if self.versions is None:
-            raise _err(errno.EIO)
+            raise err(errno.EIO)
 
     # -- inodes -------------------------------------------------------------------------
 
@@ -260,7 +257,7 @@ class VersionsTree:
         vid = self._file_vid.get(ino)
         if vid is None:
             if ino not in (META_INO, VERSIONS_INO) and ino not in self._dirs:
-                raise _err(errno.ENOENT)
+                raise err(errno.ENOENT)
             e.st_mode = stat.S_IFDIR | 0o755
             e.st_nlink = 2
             e.st_size = 4096
@@ -275,16 +272,17 @@ class VersionsTree:
         e.st_blocks = (e.st_size + 511) // 512
         return e
 
-    # -- handlers (Operations delegates here) ------------------------------------------------
+    # -- handlers (the router sends this tree's numbers here; changes: ReadOnlyPart) ---------
 
-    async def lookup(self, parent: int, name: str) -> pyfuse3.EntryAttributes:
+    async def lookup(self, parent: int, raw: bytes, ctx=None) -> pyfuse3.EntryAttributes:
+        name = fs_name(raw)
         if parent == META_INO:
             if name == VERSIONS_NAME:
                 return self.attr(VERSIONS_INO)
-            return self._negative()
+            return negative_entry(TIMEOUT)
         d = self._dirs.get(parent)
         if d is None:
-            raise _err(errno.ENOTDIR if parent in self._file_vid else errno.ENOENT)
+            raise err(errno.ENOTDIR if parent in self._file_vid else errno.ENOENT)
         await self.refresh()
         if name in self.subdirs.get(d.path, ()):
             child = d.path + name if d.path == "/" else f"{d.path}/{name}"
@@ -292,21 +290,15 @@ class VersionsTree:
         vid = self.files.get(d.path, {}).get(name)
         if vid is not None:
             return self.attr(self._version_ino(vid))
-        return self._negative()
+        return negative_entry(TIMEOUT)
 
-    def _negative(self) -> pyfuse3.EntryAttributes:
-        e = pyfuse3.EntryAttributes()
-        e.st_ino = 0
-        e.entry_timeout = TIMEOUT
-        return e
-
-    async def opendir(self, ino: int) -> int:
+    async def opendir(self, ino: int, ctx=None) -> int:
         if ino == META_INO:
             entries = [(VERSIONS_NAME, VERSIONS_INO)]
         else:
             d = self._dirs.get(ino)
             if d is None:
-                raise _err(errno.ENOTDIR if ino in self._file_vid else errno.ENOENT)
+                raise err(errno.ENOTDIR if ino in self._file_vid else errno.ENOENT)
             await self.refresh()
             entries = []
             for name in self.subdirs.get(d.path, ()):
@@ -320,7 +312,7 @@ class VersionsTree:
         self._fh[fh] = entries
         return fh
 
-    def dir_entries(self, fh: int, start_id: int):
+    def dir_entries(self, fh: int, start_id: int) -> DirEntries:
         """(name, attributes, next id) of an open directory from `start_id` on."""
         entries = self._fh.get(fh)
         if not isinstance(entries, list):
@@ -329,16 +321,18 @@ class VersionsTree:
             name, ino = entries[i]
             yield name.encode("utf-8"), self.attr(ino), i + 1
 
-    def release(self, fh: int) -> None:
+    async def release(self, fh: int) -> None:
         self._fh.pop(fh, None)
 
-    def open(self, ino: int, flags: int) -> pyfuse3.FileInfo:
+    releasedir = release
+
+    async def open(self, ino: int, flags: int, ctx=None) -> pyfuse3.FileInfo:
         if ino not in self._file_vid:
             if self.known(ino):
-                raise _err(errno.EISDIR)
-            raise _err(errno.ENOENT)
+                raise err(errno.EISDIR)
+            raise err(errno.ENOENT)
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
-            raise _err(errno.EROFS)
+            raise err(errno.EROFS)
         fh = self._next_fh
         self._next_fh += 1
         self._fh[fh] = _Open(self._file_vid[ino])
@@ -347,7 +341,7 @@ class VersionsTree:
     async def read(self, fh: int, off: int, size: int) -> bytes:
         of = self._fh.get(fh)
         if not isinstance(of, _Open):
-            raise _err(errno.EBADF)
+            raise err(errno.EBADF)
         if of.data is None:
             of.data = await self.content(of.vid)
         return of.data[off:off + size]
@@ -367,7 +361,7 @@ class VersionsTree:
                 full = await self.client.get_version(self.store_id, vid, view="full")
         except Exception as exc:  # offline, server error, forgotten version
             log.warning(".memfs/versions: cannot fetch version %s: %s", vid, exc)
-            raise _err(errno.EIO) from None
+            raise err(errno.EIO) from None
         if self.versions is not None and v is not None and bool(v.redacted_at) != bool(
                 full.redacted_at):  # redacted since the listing: its name changes
             self.versions[vid] = replace(full, content=None)
@@ -377,7 +371,7 @@ class VersionsTree:
         data = full.content.encode("utf-8")
         if sha256(data) != full.content_sha256:
             log.warning(".memfs/versions: version %s does not hash to its sha", vid)
-            raise _err(errno.EIO)
+            raise err(errno.EIO)
         self.cache.put(data)
         return data
 

@@ -1,0 +1,41 @@
+"""Each file's sync state as read-only extended attributes (`user.memfs.*`).
+
+`getfattr -d -m user.memfs` shows what `memfs status` shows for one file: whether it
+is synced, its memory id, its content's and its base's sha, and why it is not pushed
+(docs/SEMANTICS.md, "Extended attributes"). Setting one is EPERM (tree.py).
+"""
+
+from __future__ import annotations
+
+from memfs.state.state import Node, State
+
+
+def xattr_values(state: State, node: Node, *, read_only: bool) -> dict[bytes, str]:
+    values: dict[bytes, str] = {b"user.memfs.state": state.sync_state(node)}
+    if node.is_dir:
+        return values
+    if node.memory_id:
+        values[b"user.memfs.memory_id"] = node.memory_id
+    if node.sha:
+        values[b"user.memfs.sha256"] = node.sha
+    if node.base_sha:
+        values[b"user.memfs.base_sha256"] = node.base_sha
+    reason = _reason(state, node, read_only=read_only)
+    if reason:
+        values[b"user.memfs.reason"] = reason
+    return values
+
+
+def _reason(state: State, node: Node, *, read_only: bool) -> str | None:
+    if state.is_local_only_name(node):
+        return "editor/tool temp file (local-only by name pattern)"
+    if node.refused_sha is not None and node.refused_sha == node.sha:
+        return node.refused_reason
+    if node.error and state.is_dirty(node):
+        return f"the server refused the last push: {node.error}; retried later"
+    if read_only and state.is_dirty(node):
+        if node.memory_id is None:
+            return ("read-only mount: not on the server (deleted there, or never "
+                    "pushed); kept here, unsynced")
+        return "read-only mount: local changes are never pushed"
+    return None
