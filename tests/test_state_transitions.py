@@ -649,7 +649,7 @@ def test_set_attrs_persists_only_a_file_in_the_tree(st, tmp_path):
 
 def test_ensure_dir_makes_the_whole_chain_and_prune_removes_it(st, tmp_path):
     """The kernel hears of the topmost new (or removed) entry: its cached lookups of
-    that name are dropped (the tree's on_entry hook, mount/tree.py)."""
+    that name are dropped (State.on_entry, which SyncContext turns into an invalidation)."""
     heard = []
     st.on_entry = lambda parent, name: heard.append((parent, name))
     st.ensure_dir("/a")
