@@ -5,6 +5,11 @@ mount (`memfs mount --session|--all ROOT`, memfs/mount/fs_group.py). Each engine
 its own journal (state.db), cache, pusher and reconciler, and its background
 tasks run supervised: an engine that fails is logged, reported in its status and
 restarted, and never ends the daemon or blocks another store.
+
+`StoreEngine` is the one place these parts are wired. It needs no FUSE mount: the
+tests (tests/test_sync_engine.py) and the interleaving harness (tests/interleave.py)
+build theirs with it too, drive the handlers (`ops`) and passes themselves, and run
+`start_content` (the fetcher and the blob writer) under an idle clock they control.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import fcntl
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -57,8 +63,13 @@ def locked_message(cfg: MountConfig, state_dir: Path) -> str:
 
 
 class StoreEngine:
+    """`idle_for`: seconds since the mount last brought a request; background disk work
+    and pushes wait for a quiet mount (memfs/sync/fetcher.py, memfs/sync/pusher.py).
+    FUSE's clock by default; a test that drives the handlers itself passes its own."""
+
     def __init__(self, cfg: MountConfig, client: MemoryStoresClient, *,
-                 marker: bytes | None = None, name: str | None = None) -> None:
+                 marker: bytes | None = None, name: str | None = None,
+                 idle_for: Callable[[], float] | None = None) -> None:
         self.cfg = cfg
         self.name = name  # the directory under a session root; None for a plain mount
         self.state_dir = Path(cfg.state_dir)
@@ -78,7 +89,7 @@ class StoreEngine:
             self.client = client
             self.ctx = SyncContext(self.state, self.cache, client, cfg.store_id, cfg.options)
             self.ctx.events.store = name or cfg.store_id  # what `memfs watch` calls it
-            self.ctx.idle_for = fs.idle_for
+            self.ctx.idle_for = idle_for or fs.idle_for
             owner = tuple(cfg.owner) if cfg.owner else None
             self.ops = Operations(self.state, self.cache, read_only=cfg.options.read_only,
                                   fetch=self.ctx.fetch, kick=self.ctx.kick,
@@ -112,8 +123,7 @@ class StoreEngine:
         """Start the fetcher, pusher, listing and prefetch in `nursery`. Listing and
         prefetch run in `self.background`, which the final flush cancels first, so
         nothing but the flush talks to the server once shutdown begins."""
-        await nursery.start(self.ctx.fetcher.serve)
-        nursery.start_soon(self._supervised, "blob writer", self.ctx.fetcher.write_when_quiet)
+        await self.start_content(nursery)
         if not self.cfg.options.read_only:
             nursery.start_soon(self._supervised, "pusher", self.pusher.run)
 
@@ -125,6 +135,14 @@ class StoreEngine:
                         tasks.start_soon(self._supervised, "prefetch", self._prefetch)
 
         nursery.start_soon(run_background)
+
+    async def start_content(self, nursery: trio.Nursery) -> None:
+        """Start what serves the handlers' content in `nursery`: the fetcher (the batches
+        a read's miss starts) and the blob writer (held and staged blobs to disk once the
+        mount is quiet). The interleaving harness runs these and no sync loop: it runs
+        the passes itself."""
+        await nursery.start(self.ctx.fetcher.serve)
+        nursery.start_soon(self._supervised, "blob writer", self.ctx.fetcher.write_when_quiet)
 
     async def _supervised(self, what: str, fn) -> None:
         """Run a background loop; an unexpected error is logged, shown in status and
