@@ -146,6 +146,20 @@ SCENARIOS = [
         doc="issue 20: the answers of two creates of one file are lost, with an edit between "
             "them; before, the second create's 409 forgot the first's sha and the edit "
             "became a false conflict (\"another writer created the same path\")"),
+    # Two held requests in one run (`second`): every later request's hold after each one's.
+    Scenario(
+        "two_lost_answers_to_one_file", [("write", "/x.md", "v1")], "pushes",
+        [("write", "/x.md", "v2")], second=[("write", "/x.md", "v3")], sole_writer=True,
+        doc="issue 21: a file's create is held (v2 saved meanwhile), then the update that "
+            "sends v2 (v3 saved meanwhile); at (lose, lose) both answers are lost, and the "
+            "second pass must read the first lost answer before it sends anything"),
+    Scenario(
+        "two_creates_in_flight", [("write", "/a.md", "a1"), ("write", "/b.md", "b1")], "push",
+        [("rename", "/b.md", "/c.md")], second=[("write", "/a.md", "a2"), ("unlink", "/c.md")],
+        sole_writer=True,
+        doc="issue 21: one pass creates two files, both requests on the wire at once; each "
+            "is held in turn, with a local change to the other's file and to its own while "
+            "it is, their answers delivered (or lost) one after the other"),
     Scenario(
         "save_and_remote_delete_during_conflict_fetch",
         [*PUSHED_X[:2], ("r_edit", "/x.md", "theirs"), ("write", "/x.md", "mine")], "push",
