@@ -17,23 +17,32 @@ after the action, while memfs does not know what the server did:
     unapplied   never applied, and no answer either (a reset before the server read it)
     refused     not applied, answered 403
 
-A `Scenario` is: setup steps, one *sync action* (a push pass, a flush or a reconcile
-pass) run as a task, and an *interference* (a few local filesystem operations through the
-`Operations` handlers and/or other clients' changes made straight on the `Database`).
-`explore()` runs the action once alone to count its requests n, then, on a fresh engine
-each time, injects the interference at every hold point: before the action, at (k, point)
-for every k < n and every point, and after the action. The action's task is parked on the
-held request (a `trio.Event`, no sleeps) while the interference runs; then it is released.
+A `Scenario` is: setup steps, one *sync action* (a push pass, push passes in a row, a
+flush or a reconcile pass) run as a task, and an *interference* (a few local filesystem
+operations through the `Operations` handlers and/or other clients' changes made straight
+on the `Database`). `explore()` runs the action once alone to count its requests n, then,
+on a fresh engine each time, injects the interference at every hold point: before the
+action, at (k, point) for every k < n and every point, and after the action. The action's
+task is parked on the held request (a `trio.Event`, no sleeps) while the interference runs;
+then it is released. A scenario with a `second` interference holds two requests in one
+run: the first at k1, then the second at every later k2 the action reaches after it.
 Each run then *settles* (push with flush=True and reconcile passes until nothing is
 pending) and the oracle (`Oracle`) is checked; state consistency is checked after every
 step.
 
-Everything runs in-process in a fresh `trio.run` per interleaving, with trio's scheduler
-seeded, so a failure replays exactly: `run_one(scenario, tmp, ("hold", k, point))`.
+The engine is the daemon's own (`StoreEngine`, memfs/mount/engine.py): its fetcher and
+blob writer run through every interleaving under an idle clock the harness holds
+(`IdleClock`: busy while a local operation runs); after each step the harness waits for
+the writer, so the blobs closes stage and fetches hold reach their files between steps.
 
-The seam the sync-core rewrite has to adapt is small and at the top of this file:
-`make_engine` (the wiring, as memfs/mount/daemon.py does it) and the few `adapter` functions
-below it. Everything else talks to `Operations` handlers, `State` queries and the server.
+Everything runs in-process in a fresh `trio.run` per interleaving, with trio's scheduler
+seeded, so a failure replays exactly: `run_one(scenario, tmp, ("hold", k, point))`. (What
+the writer's worker thread does during the action itself is not ordered by the seed:
+nothing the oracle checks may depend on whether a blob is staged or in its file.)
+
+The seam the sync core's changes adapt is small and at the top of this file: `make_engine`
+(a `StoreEngine` over the held transport) and the few adapter functions below it.
+Everything else talks to `Operations` handlers, `State` queries and the server.
 """
 
 from __future__ import annotations
@@ -92,8 +101,8 @@ _MEMORY_ID = re.compile(r"mem_[A-Za-z0-9]+")
 
 
 # ======================================================================================
-# The seam: engine wiring and the few State calls the harness needs. Adapt these when
-# the sync core's constructors change; nothing below should need to.
+# The seam: the engine (the daemon's StoreEngine) and the few State calls the harness
+# needs. Adapt these when their signatures change; nothing below should need to.
 # ======================================================================================
 
 
@@ -1264,7 +1273,8 @@ class Exploration:
 def explore(scenario: Scenario, tmp: Path, *, outcomes: tuple[str, ...] = ()) -> Exploration:
     """Every hold point of every request of the action, plus before and after it; and
     with `outcomes`, each of them for every request, the interference after the action
-    (while the mount does not know the outcome)."""
+    (while the mount does not know the outcome). With a `second` interference, also every
+    pair of holds: each hold run's own later requests, each at every point."""
     base = run_one(scenario, tmp / "alone", ("none",))
     n = base.requests
     wheres: list[tuple] = [("pre",)]
