@@ -74,7 +74,7 @@ from memfs.core.mountconfig import MountConfig, SyncOptions
 from memfs.mount.engine import StoreEngine
 from memfs.server.db import ApiError, Database
 from memfs.server.http import Request, resolve
-from memfs.state.blobs import sha256
+from memfs.state.blobs import BlobCache, sha256
 from memfs.state.report import pending
 from memfs.state.state import ROOT_INO, State
 
@@ -719,6 +719,17 @@ class Engine:
                 out.append(f"{path} reads {self.label(sha256(data))}, not {self.label(sha)}")
         return out
 
+    def not_durable(self) -> list[str]:
+        """Once the blob writer is quiet, a restarted daemon finds every file's content the
+        mount holds (a second BlobCache on the same directory: a blob file, or staged.db)."""
+        other = BlobCache(self.cache.root)
+        try:
+            return [f"{path}: {self.label(sha)} is in memory only, a restart would lose it"
+                    for path, sha in sorted(self.user_tree().items())
+                    if self.cache.get(sha) is not None and other.get(sha) is None]
+        finally:
+            other.close()
+
     async def op_restore(self, path: str) -> None:
         """`memfs conflicts restore` of the newest conflict at path."""
         rows = [r for r in self.state.conflicts() if r["path"] == path]
@@ -1224,6 +1235,7 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
         try:
             await eng.quiet()
             result.violations += await eng.unreadable()
+            result.violations += eng.not_durable()
         finally:
             ORIGIN.reset(token)
     result.violations += Oracle.requests(eng)

@@ -282,6 +282,22 @@ SCENARIOS = [
         doc="two writes to one memory between polls (the feed's newest wins), then more"),
 ]
 
+def test_the_harness_runs_the_blob_writer(tmp_path: Path, monkeypatch) -> None:
+    """The daemon's blob writer runs in every interleaving, and the oracle sees what it
+    does: planted, a writer that forgets a staged blob instead of writing it is caught
+    (the content is in memory only; the read-back alone would not see it)."""
+    from memfs.state.blobs import BlobCache
+
+    scenario = next(s for s in SCENARIOS if s.name == "save_during_update")
+    assert not run_one(scenario, tmp_path / "real", ("hold", 0, "after")).violations
+    written: list[str] = []
+    monkeypatch.setattr(BlobCache, "write_staged",
+                        lambda self, blobs: written.extend(sha for sha, _ in blobs))
+    result = run_one(scenario, tmp_path / "planted", ("hold", 0, "after"))
+    assert written, "the blob writer never ran"
+    assert "/x.md: 'v3' is in memory only, a restart would lose it" in result.violations
+
+
 # -- lost answers: every request kind x every outcome x every local operation -------------
 #
 # The action sends one request for /d/x.md (a sibling, /d/k.md, is on the server). Each
