@@ -1053,6 +1053,8 @@ class RunResult:
     label: str
     requests: int = 0  # the action's requests
     reached: bool = True
+    #: two holds: the second request reached its point while the first was still held
+    together: bool = False
     action_error: str | None = None
     action_value: Any = None
     violations: list[str] = field(default_factory=list)
@@ -1114,14 +1116,19 @@ def _label(where: tuple) -> str:
         return fixed[where[0]]
     if where[0] == "holds":
         return ", then ".join(f"k={k} {point}" for k, point in where[1:])
+    if where[0] == "nested":
+        (k1, p1), (k2, p2) = where[1:]
+        return f"k={k1} {p1} answered after k={k2} {p2}"
     return f"k={where[1]} {where[2]}"
 
 
 async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
     """One interleaving. where: ("none",) | ("pre",) | ("post",) | ("hold", k, point) |
     ("holds", (k1, point1), (k2, point2)): the interference at k1's hold, the second at
-    k2's (k1 < k2) | ("outcome", k, one of OUTCOMES): request k gets that outcome and the
-    interference runs after the action, before memfs learns what the server did.
+    k2's (k1 < k2) | ("nested", (k1, point1), (k2, point2)): the same, k1 held until
+    k2 was released (both on the wire at once) | ("outcome", k, one of OUTCOMES):
+    request k gets that outcome and the interference runs after the action, before memfs
+    learns what the server did.
 
     The engine's fetcher and blob writer run throughout, the mount quiet but while a local
     operation runs (`IdleClock`)."""
@@ -1168,7 +1175,8 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
         await interfere(0)
         await interfere(1)
     transport.rules = [FaultRule(**vars(r)) for r in scenario.faults]
-    holds = {"hold": [where[1:]], "holds": list(where[1:])}.get(where[0], [])
+    holds = {"hold": [where[1:]], "holds": list(where[1:]),
+             "nested": list(where[1:])}.get(where[0], [])
     transport.holds = {k: Hold(k, point) for k, point in holds}
     if where[0] == "outcome":
         transport.outcome = (where[1], where[2])
@@ -1187,9 +1195,12 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(act)
+        kept: list[Hold] = []  # "nested": the first request waits for the second's answer
         for i, (k, point) in enumerate(holds):
             hold = transport.holds[k]
-            while hold.rec is None and not done.is_set():
+            if kept:
+                await trio.testing.wait_all_tasks_blocked()
+            while hold.rec is None and not done.is_set() and not kept:
                 await transport.reached.wait()
                 transport.reached = trio.Event()
             if hold.rec is None:
@@ -1198,6 +1209,13 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
                 break
             await trio.testing.wait_all_tasks_blocked()
             await interfere(i)
+            if i == 0 and len(holds) > 1:
+                result.together = transport.holds[holds[1][0]].rec is not None
+                if where[0] == "nested":
+                    kept.append(hold)
+                    continue
+            hold.release.set()
+        for hold in kept:
             hold.release.set()
         await done.wait()
     result.requests = transport.action_count
@@ -1286,7 +1304,8 @@ def explore(scenario: Scenario, tmp: Path, *, outcomes: tuple[str, ...] = ()) ->
     """Every hold point of every request of the action, plus before and after it; and
     with `outcomes`, each of them for every request, the interference after the action
     (while the mount does not know the outcome). With a `second` interference, also every
-    pair of holds: each hold run's own later requests, each at every point."""
+    pair of holds: each hold run's own later requests, each at every point; where both
+    were on the wire at once, also with the later one answered first."""
     base = run_one(scenario, tmp / "alone", ("none",))
     n = base.requests
     wheres: list[tuple] = [("pre",)]
@@ -1300,6 +1319,10 @@ def explore(scenario: Scenario, tmp: Path, *, outcomes: tuple[str, ...] = ()) ->
         pairs = [("holds", w[1:], (k2, p2)) for w, r in zip(wheres, runs[1:], strict=True)
                  if w[0] == "hold" and r.reached
                  for k2 in range(w[1] + 1, r.requests) for p2 in scenario.points]
-        runs += [run_one(scenario, tmp / f"pair{i}", w) for i, w in enumerate(pairs)]
+        paired = [run_one(scenario, tmp / f"pair{i}", w) for i, w in enumerate(pairs)]
+        # Both on the wire at once: their answers in the other order too.
+        nested = [("nested", *w[1:]) for w, r in zip(pairs, paired, strict=True) if r.together]
+        runs += paired + [run_one(scenario, tmp / f"nested{i}", w)
+                          for i, w in enumerate(nested)]
     return Exploration(scenario, n, runs)
 
