@@ -1215,7 +1215,8 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
                     kept.append(hold)
                     continue
             hold.release.set()
-        for hold in kept:
+        for hold in kept:  # once the later request's answer has been taken in
+            await trio.testing.wait_all_tasks_blocked()
             hold.release.set()
         await done.wait()
     result.requests = transport.action_count
