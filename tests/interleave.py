@@ -1254,6 +1254,7 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
         try:
             await eng.quiet()
             result.violations += await eng.unreadable()
+            await eng.quiet()  # what those reads fetched, too
             result.violations += eng.not_durable()
         finally:
             ORIGIN.reset(token)

@@ -341,8 +341,9 @@ def test_lost_answers(scenario: Scenario, tmp_path: Path) -> None:
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_scenario(scenario: Scenario, tmp_path: Path) -> None:
     result = explore(scenario, tmp_path)
+    pairs = ", and pairs of holds" if scenario.second else ""
     print(f"\n{scenario.name}: {len(result.runs)} interleavings "
-          f"({result.n} action requests x {len(scenario.points)} points + 3)")
+          f"({result.n} action requests x {len(scenario.points)} points + 3{pairs})")
     if result.failures:
         pytest.fail(result.summary(), pytrace=False)
 
@@ -376,12 +377,16 @@ def cases(draw) -> tuple[Scenario, tuple]:
     setup += draw(st.lists(st.one_of(LOCAL, REMOTE, SYNC), max_size=8))
     scenario = Scenario(
         "hypothesis", setup,
-        draw(st.sampled_from(["push", "flush", "reconcile", "poll"])),
+        draw(st.sampled_from(["push", "pushes", "flush", "reconcile", "poll"])),
         draw(st.lists(st.one_of(LOCAL, REMOTE), min_size=1, max_size=3)),
+        second=draw(st.lists(st.one_of(LOCAL, REMOTE), max_size=2)),
         list_limit=draw(st.sampled_from([None, 2])))
+    hold = st.tuples(st.integers(0, 3), st.sampled_from(FAULT_POINTS))
     where = draw(st.one_of(
         st.tuples(st.just("hold"), st.integers(0, 3), st.sampled_from(FAULT_POINTS)),
-        st.tuples(st.just("outcome"), st.integers(0, 3), st.sampled_from(OUTCOMES))))
+        st.tuples(st.just("outcome"), st.integers(0, 3), st.sampled_from(OUTCOMES)),
+        st.tuples(st.sampled_from(["holds", "nested"]), hold, hold).filter(
+            lambda w: w[1][0] < w[2][0])))
     return scenario, where
 
 
@@ -395,8 +400,8 @@ def test_random_interleavings(case: tuple[Scenario, tuple]) -> None:
         result = run_one(scenario, Path(d), where, kind="hypothesis")
     if result.violations:
         replay = (f"run_one(Scenario('replay', {scenario.setup!r}, {scenario.action!r}, "
-                  f"{scenario.interference!r}, list_limit={scenario.list_limit!r}), tmp, "
-                  f"{where!r})")
+                  f"{scenario.interference!r}, second={scenario.second!r}, "
+                  f"list_limit={scenario.list_limit!r}), tmp, {where!r})")
         pytest.fail("\n".join([f"{scenario.action} at {result.label} (the action sent "
                                f"{result.requests} requests):", *result.violations,
                                f"replay: {replay}", "trace:", *result.trace]),
