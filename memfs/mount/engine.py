@@ -8,8 +8,9 @@ restarted, and never ends the daemon or blocks another store.
 
 `StoreEngine` is the one place these parts are wired. It needs no FUSE mount: the
 tests (tests/test_sync_engine.py) and the interleaving harness (tests/interleave.py)
-build theirs with it too, drive the handlers (`ops`) and passes themselves, and run
-`start_content` (the fetcher and the blob writer) under an idle clock they control.
+build theirs with it too and drive the handlers (`ops`) and passes themselves; the
+harness also runs `start_content` (the fetcher and the blob writer) under an idle clock
+it controls.
 """
 
 from __future__ import annotations
