@@ -1206,6 +1206,8 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
             if hold.rec is None:
                 result.reached = False
                 result.label += f" (k={k} {point} not reached: the rest after the action)"
+                for unheld in transport.holds.values():  # should the action send it later
+                    unheld.release.set()
                 break
             await trio.testing.wait_all_tasks_blocked()
             await interfere(i)
