@@ -17,30 +17,41 @@ after the action, while memfs does not know what the server did:
     unapplied   never applied, and no answer either (a reset before the server read it)
     refused     not applied, answered 403
 
-A `Scenario` is: setup steps, one *sync action* (a push pass, a flush or a reconcile
-pass) run as a task, and an *interference* (a few local filesystem operations through the
-FUSE handlers (the router) and/or other clients' changes made straight on the `Database`).
-`explore()` runs the action once alone to count its requests n, then, on a fresh engine
-each time, injects the interference at every hold point: before the action, at (k, point)
-for every k < n and every point, and after the action. The action's task is parked on the
-held request (a `trio.Event`, no sleeps) while the interference runs; then it is released.
+A `Scenario` is: setup steps, one *sync action* (a push pass, push passes in a row, a
+flush or a reconcile pass) run as a task, and an *interference* (a few local filesystem
+operations through the FUSE handlers (the router) and/or other clients' changes made straight
+on the `Database`). `explore()` runs the action once alone to count its requests n, then,
+on a fresh engine each time, injects the interference at every hold point: before the
+action, at (k, point) for every k < n and every point, and after the action. The action's
+task is parked on the held request (a `trio.Event`, no sleeps) while the interference runs;
+then it is released. A scenario with a `second` interference holds two requests in one
+run: the first at k1, then the second at every later k2 the action reaches after it.
 Each run then *settles* (push with flush=True and reconcile passes until nothing is
 pending) and the oracle (`Oracle`) is checked; state consistency is checked after every
 step.
 
-Everything runs in-process in a fresh `trio.run` per interleaving, with trio's scheduler
-seeded, so a failure replays exactly: `run_one(scenario, tmp, ("hold", k, point))`.
+The engine is the daemon's own (`StoreEngine`, memfs/mount/engine.py): its fetcher and
+blob writer run through every interleaving under an idle clock the harness holds
+(`IdleClock`: busy while a local operation runs); after each step the harness waits for
+the writer, so the blobs closes stage and fetches hold reach their files between steps.
 
-The seam the sync-core rewrite has to adapt is small and at the top of this file:
-`make_engine` (the wiring, as memfs/mount/daemon.py does it) and the few `adapter` functions
-below it. Everything else talks to FUSE handlers (the router), `State` queries and the server.
+Everything runs in-process in a fresh `trio.run` per interleaving, with trio's scheduler
+seeded, so a failure replays exactly: `run_one(scenario, tmp, ("hold", k, point))`. (What
+the writer's worker thread does during the action itself is not ordered by the seed:
+nothing the oracle checks may depend on whether a blob is staged or in its file.)
+
+The seam the sync core's changes adapt is small and at the top of this file: `make_engine`
+(a `StoreEngine` over the held transport) and the few adapter functions below it.
+Everything else talks to the router's handlers, `State` queries and the server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import errno
 import json
+import math
 import os
 import re
 import shutil
@@ -56,19 +67,17 @@ import httpx
 import pyfuse3
 import trio
 import trio.testing
-from fs_helpers import mount_ops
 
 from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
+from memfs.core.mountconfig import MountConfig, SyncOptions
+from memfs.mount.engine import StoreEngine
 from memfs.mount.router import Router
 from memfs.server.db import ApiError, Database
 from memfs.server.http import Request, resolve
 from memfs.state.blobs import BlobCache, sha256
 from memfs.state.report import pending
 from memfs.state.state import ROOT_INO, State
-from memfs.sync.common import SyncContext, SyncOptions
-from memfs.sync.pusher import Pusher
-from memfs.sync.reconciler import Reconciler
 
 HOUR = 3600.0
 EMPTY_SHA = sha256(b"")
@@ -79,6 +88,11 @@ FAULT_POINTS = ("before", "after", "lose", "fail")
 #: What the server does with one request whose outcome the mount then does not know.
 OUTCOMES = ("answered", "lost", "unapplied", "refused")
 SETTLE_ROUNDS = 8
+#: Push passes the `pushes` action runs at most (one after another, as `Pusher.run` goes on).
+PUSH_PASSES = 3
+#: How long the blob writer may take to write what waits (a guard against a hang only).
+WRITER_PATIENCE = 30.0
+BASE_URL = "http://interleave.test"
 #: Interleavings run so far in this process, by kind (reported at the end of a session).
 EXPLORED: dict[str, int] = {}
 
@@ -88,37 +102,45 @@ _MEMORY_ID = re.compile(r"mem_[A-Za-z0-9]+")
 
 
 # ======================================================================================
-# The seam: engine wiring and the few State calls the harness needs. Adapt these when
-# the sync core's constructors change; nothing below should need to.
+# The seam: the engine (the daemon's StoreEngine) and the few State calls the harness
+# needs. Adapt these when their signatures change; nothing below should need to.
 # ======================================================================================
 
 
-@dataclass
-class Parts:
-    state: State
-    cache: BlobCache
-    client: MemoryStoresClient
-    ctx: SyncContext
-    ops: Router
-    pusher: Pusher
-    reconciler: Reconciler
+class IdleClock:
+    """The mount's idle clock (`StoreEngine(idle_for=...)`), run by the harness: busy while a
+    local operation goes through the handlers, quiet at every other moment. The blob
+    writer waits for quiet, so it writes between steps, never inside one, and the harness
+    waits for it after every step (`Engine.quiet`): where it wrote replays exactly."""
+
+    def __init__(self) -> None:
+        self.requests = 0  # local operations under way
+
+    def __call__(self) -> float:
+        return 0.0 if self.requests else math.inf
+
+    @contextlib.contextmanager
+    def busy(self):
+        self.requests += 1
+        try:
+            yield
+        finally:
+            self.requests -= 1
 
 
 def make_engine(tmp_path: Path, transport: HeldTransport) -> Engine:
-    """One mount's sync machinery wired as memfs/mount/daemon.py does, minus FUSE and the
-    background loops: write-back delay 0, delete delay an hour (tests age tombstones)."""
+    """One mount's sync machinery, built by `StoreEngine` as the daemon builds it, over the
+    held transport and with the harness's idle clock; no FUSE and no sync loop (the harness
+    runs the passes; `_run` starts the fetcher and the blob writer). Write-back delay 0,
+    delete delay an hour (tests age tombstones)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     options = SyncOptions(write_back_delay=0.0, delete_delay=HOUR, poll_interval=1.0,
                           prefetch=False)
-    state = State(tmp_path / "state.db")
-    cache = BlobCache(tmp_path / "objects")
-    client = MemoryStoresClient("http://interleave.test", None, max_retries=0,
-                                transport=transport)
-    ctx = SyncContext(state, cache, client, transport.store_id, options)
-    ops = mount_ops(state, cache, fetch=ctx.fetch, kick=ctx.kick)
-    ctx.fs = ops
-    parts = Parts(state, cache, client, ctx, ops, Pusher(ctx), Reconciler(ctx))
-    return Engine(tmp_path, transport, parts)
+    cfg = MountConfig(base_url=BASE_URL, options=options, store_id=transport.store_id,
+                      mountpoint=str(tmp_path / "mnt"), state_dir=str(tmp_path))
+    client = MemoryStoresClient(BASE_URL, None, max_retries=0, transport=transport)
+    clock = IdleClock()
+    return Engine(tmp_path, transport, StoreEngine(cfg, client, idle_for=clock), clock)
 
 
 def reopen_state(eng: Engine) -> State:
@@ -251,6 +273,16 @@ class FaultRule:
     times: int | None = None  # None: every matching request
 
 
+@dataclass
+class Hold:
+    """Action request `index`, held at `point` until `release` is set."""
+
+    index: int
+    point: str
+    release: trio.Event = field(default_factory=trio.Event)
+    rec: Record | None = None  # the request, once it reached the point
+
+
 class HeldTransport(httpx.AsyncBaseTransport):
     """The server in-process; every request numbered, recorded, and holdable."""
 
@@ -260,11 +292,9 @@ class HeldTransport(httpx.AsyncBaseTransport):
         self.list_limit = list_limit
         self.records: list[Record] = []
         self.rules: list[FaultRule] = []
-        self.hold: tuple[int, str] | None = None  # (action request index, point)
+        self.holds: dict[int, Hold] = {}  # by action request index
         self.outcome: tuple[int, str] | None = None  # (action request index, OUTCOMES)
-        self.reached = trio.Event()  # set when the hold point is reached
-        self.release = trio.Event()
-        self.held: Record | None = None
+        self.reached = trio.Event()  # set when a hold point is reached (the harness renews it)
         self.action_count = 0
         self.in_flight: dict[str, Record] = {}
         self.violations: list[str] = []
@@ -277,10 +307,10 @@ class HeldTransport(httpx.AsyncBaseTransport):
         except ApiError as exc:
             return exc.status, {"type": "error", "error": exc.error_object()}
 
-    async def _park(self, rec: Record) -> None:
-        self.held = rec
+    async def _park(self, rec: Record, hold: Hold) -> None:
+        hold.rec = rec
         self.reached.set()
-        await self.release.wait()
+        await hold.release.wait()
 
     def _rule(self, rec: Record) -> FaultRule | None:
         for rule in self.rules:
@@ -312,11 +342,10 @@ class HeldTransport(httpx.AsyncBaseTransport):
                     f"two requests in flight for {key}: {other.short()} and {rec.short()}")
             self.in_flight[key] = rec
         try:
-            point = None
-            if self.hold is not None and rec.index is not None and rec.index == self.hold[0]:
-                point = self.hold[1]
+            hold = self.holds.get(rec.index) if rec.index is not None else None
+            point = None if hold is None else hold.point
             if point in ("before", "fail"):
-                await self._park(rec)
+                await self._park(rec, hold)
             if point == "fail":
                 rec.status, rec.outcome = 503, "failed"
                 return _error(503, "api_error", "held request failed by the test")
@@ -344,7 +373,7 @@ class HeldTransport(httpx.AsyncBaseTransport):
                 if status == 200 and rec.method == "POST" and rec.path.endswith("/memories"):
                     self.created.add(payload["id"])
             if point in ("after", "lose"):
-                await self._park(rec)
+                await self._park(rec, hold)
             if point == "lose" or fate == "lost" or (rule is not None and rule.kind == "lose"):
                 rec.outcome = "lost"
                 raise httpx.ReadError("response lost by the test", request=request)
@@ -377,17 +406,24 @@ class Skip(Exception):
     """A step that does not apply to the current tree (a missing file, ...)."""
 
 
-class Engine:
-    """One mount (Parts) plus its server, and a model of what every writer did."""
+#: Steps that are not the mount's local operations: other clients' and the sync passes.
+NOT_LOCAL = ("push", "flush", "reconcile", "poll", "age")
 
-    def __init__(self, tmp: Path, transport: HeldTransport, parts: Parts) -> None:
+
+class Engine:
+    """One mount (a `StoreEngine`) plus its server, and a model of what every writer did."""
+
+    def __init__(self, tmp: Path, transport: HeldTransport, store: StoreEngine,
+                 clock: IdleClock) -> None:
         self.tmp = tmp
         self.transport = transport
         self.db = transport.db
         self.store_id = transport.store_id
-        self.parts = parts
-        self.state, self.cache, self.ops = parts.state, parts.cache, parts.ops
-        self.ctx, self.pusher, self.reconciler = parts.ctx, parts.pusher, parts.reconciler
+        self.store, self.clock = store, clock
+        self.state, self.cache = store.state, store.cache
+        self.ops = Router()  # what the daemon mounts: a router over the store's parts
+        self.ops.add(store.fs)
+        self.ctx, self.pusher, self.reconciler = store.ctx, store.pusher, store.reconciler
         # Open handles with unsaved writes, by the path they were opened at:
         # (fh, ino, sha seen at open, data); data None: already made durable.
         self.handles: dict[str, tuple[int, int, str | None, bytes | None]] = {}
@@ -500,9 +536,13 @@ class Engine:
     # -- steps --------------------------------------------------------------------------
 
     async def do(self, step: tuple) -> str:
+        """Run one step; a local operation keeps the mount busy (the idle clock) while it
+        runs, and after every step the mount goes quiet and the blob writer writes."""
         op, *args = step
+        local = not op.startswith("r_") and op not in NOT_LOCAL
         try:
-            await getattr(self, "op_" + op)(*args)
+            with self.clock.busy() if local else contextlib.nullcontext():
+                await getattr(self, "op_" + op)(*args)
             outcome = "ok"
         except Skip as exc:
             outcome = f"skipped ({exc})"
@@ -512,8 +552,19 @@ class Engine:
             outcome = f"raised {type(exc).__name__}: {exc}"
             self.state_errors.append(f"{ORIGIN.get()} step {step!r} {outcome}")
         self.log.append(f"{ORIGIN.get()}: {step!r} {outcome}")
+        await self.quiet()
         self.check_state()
         return outcome
+
+    async def quiet(self) -> None:
+        """The mount is quiet: wait until the blob writer has written every blob held
+        (fetched) or staged (closed) to its file."""
+        with trio.move_on_after(WRITER_PATIENCE):
+            while self.cache.pending_bytes:
+                await trio.sleep(0.001)  # the writer's worker thread
+            return
+        self.state_errors.append(f"the blob writer left {self.cache.pending_bytes} bytes "
+                                 f"unwritten after {self.log[-1] if self.log else 'start'}")
 
     # local filesystem operations (through the handlers)
 
@@ -651,6 +702,36 @@ class Engine:
         """What the user sees: path -> content sha of every file that is to be a memory."""
         st = self.state
         return {st.path_of(n): n.sha for n in st.files() if not st.is_local_only_name(n)}
+
+    async def unreadable(self) -> list[str]:
+        """Every file of the tree reads back, through the handlers, as its sha says (from
+        the files the blob writer wrote, or fetched)."""
+        out = []
+        for path, sha in sorted(self.user_tree().items()):
+            node = self.node(path)
+            try:
+                fi = await self.ops.open(node.ino, os.O_RDONLY, _ctx())
+                try:
+                    data = await self.ops.read(fi.fh, 0, 1 << 20)
+                finally:
+                    await self.ops.release(fi.fh)
+            except pyfuse3.FUSEError as exc:
+                out.append(f"{path} does not read: {errno.errorcode.get(exc.errno, exc.errno)}")
+                continue
+            if sha256(data) != sha:
+                out.append(f"{path} reads {self.label(sha256(data))}, not {self.label(sha)}")
+        return out
+
+    def not_durable(self) -> list[str]:
+        """Once the blob writer is quiet, a restarted daemon finds every file's content the
+        mount holds (a second BlobCache on the same directory: a blob file, or staged.db)."""
+        other = BlobCache(self.cache.root)
+        try:
+            return [f"{path}: {self.label(sha)} is in memory only, a restart would lose it"
+                    for path, sha in sorted(self.user_tree().items())
+                    if self.cache.get(sha) is not None and other.get(sha) is None]
+        finally:
+            other.close()
 
     async def op_restore(self, path: str) -> None:
         """`memfs conflicts restore` of the newest conflict at path."""
@@ -948,8 +1029,15 @@ Check = Callable[[Engine, "RunResult"], list[str]]
 class Scenario:
     name: str
     setup: list[Step]
-    action: str  # push | flush | reconcile (a full listing) | poll (the change feed)
+    #: push (one pass) | pushes (passes one after another while something is left, at most
+    #: PUSH_PASSES) | flush | reconcile (a full listing) | poll (the change feed)
+    action: str
     interference: list[Step]
+    #: A second interference, for two held requests in one run: at a hold of request k1,
+    #: `interference` runs, then k1 goes on; at a later request k2's hold, `second` runs.
+    #: `explore` tries every such pair; where one request is held, `second` runs after the
+    #: action.
+    second: list[Step] = field(default_factory=list)
     after: list[Step] = field(default_factory=list)  # after the action, before settling
     faults: list[FaultRule] = field(default_factory=list)
     points: tuple[str, ...] = FAULT_POINTS
@@ -968,6 +1056,8 @@ class RunResult:
     label: str
     requests: int = 0  # the action's requests
     reached: bool = True
+    #: two holds: the second request reached its point while the first was still held
+    together: bool = False
     action_error: str | None = None
     action_value: Any = None
     violations: list[str] = field(default_factory=list)
@@ -977,6 +1067,13 @@ class RunResult:
 async def _action(eng: Engine, kind: str) -> Any:
     if kind == "push":
         return await eng.pusher.push_pass()
+    if kind == "pushes":  # what Pusher.run does after a pass that went offline, unwaited
+        results = []
+        for _ in range(PUSH_PASSES):
+            results.append(await eng.pusher.push_pass())
+            if not results[-1].left:
+                break
+        return results
     if kind == "flush":
         return await eng.pusher.flush(60.0)
     if kind in ("reconcile", "poll"):  # a full listing / a change-feed poll
@@ -1016,101 +1113,158 @@ def _fingerprint(eng: Engine) -> Any:
         sorted(eng.server().items())
 
 
+def _label(where: tuple) -> str:
+    fixed = {"none": "alone", "pre": "before the action", "post": "after the action"}
+    if where[0] in fixed:
+        return fixed[where[0]]
+    if where[0] == "holds":
+        return ", then ".join(f"k={k} {point}" for k, point in where[1:])
+    if where[0] == "nested":
+        (k1, p1), (k2, p2) = where[1:]
+        return f"k={k1} {p1} answered after k={k2} {p2}"
+    return f"k={where[1]} {where[2]}"
+
+
 async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
     """One interleaving. where: ("none",) | ("pre",) | ("post",) | ("hold", k, point) |
-    ("outcome", k, one of OUTCOMES): request k gets that outcome and the interference runs
-    after the action, before memfs learns what the server did."""
-    label = {"none": "alone", "pre": "before the action", "post": "after the action"}.get(
-        where[0]) or f"k={where[1]} {where[2]}"
-    result = RunResult(label)
+    ("holds", (k1, point1), (k2, point2)): the interference at k1's hold, the second at
+    k2's (k1 < k2) | ("nested", (k1, point1), (k2, point2)): the same, k1 held until
+    k2 was released (both on the wire at once) | ("outcome", k, one of OUTCOMES):
+    request k gets that outcome and the interference runs after the action, before memfs
+    learns what the server did.
+
+    The engine's fetcher and blob writer run throughout, the mount quiet but while a local
+    operation runs (`IdleClock`)."""
+    result = RunResult(_label(where))
     db = Database(":memory:")
     store = db.create_store(name="interleave")["id"]
     transport = HeldTransport(db, store, list_limit=scenario.list_limit)
     eng = make_engine(tmp, transport)
     try:
-        for step in scenario.setup:
-            await eng.do(step)
-        eng.start_action()
-
-        async def interfere() -> None:
-            token = ORIGIN.set("interference")
-            try:
-                for step in scenario.interference:
-                    await eng.do(step)
-            finally:
-                ORIGIN.reset(token)
-
-        if where[0] == "pre":
-            await interfere()
-        transport.rules = [FaultRule(**vars(r)) for r in scenario.faults]
-        if where[0] == "hold":
-            transport.hold = (where[1], where[2])
-        if where[0] == "outcome":
-            transport.outcome = (where[1], where[2])
-        done = trio.Event()
-
-        async def act() -> None:
-            ORIGIN.set("action")
-            try:
-                result.action_value = await _action(eng, scenario.action)
-            except Exception as exc:
-                result.action_error = f"{type(exc).__name__}: {exc}"
-                result.trace = traceback.format_exception(exc)[-6:]
-            finally:
-                done.set()
-                transport.reached.set()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(act)
-            await transport.reached.wait()
-            if where[0] == "hold":
-                if transport.held is None:
-                    result.reached = False
-                    result.label += " (not reached: interference after the action)"
-                else:
-                    await trio.testing.wait_all_tasks_blocked()
-                    await interfere()
-                    transport.release.set()
-            await done.wait()
-        result.requests = transport.action_count
-        if where[0] in ("post", "outcome") or not result.reached:
-            await interfere()
-        if result.action_error is not None:
-            result.violations.append(f"the {scenario.action} raised {result.action_error}")
-        if scenario.action in ("reconcile", "poll"):
-            result.violations += Oracle.after_reconcile(eng)
-        result.violations += Oracle.tree(eng)
-        if scenario.check is not None:
-            result.violations += scenario.check(eng, result)
-        token = ORIGIN.set("after")
-        try:
-            for step in scenario.after:
-                await eng.do(step)
-        finally:
-            ORIGIN.reset(token)
-        await eng.close_all()
-        made = eng.user_tree()
-        try:
-            await _settle(eng, result, scenario.may_stay)
-        except Exception as exc:
-            result.violations.append(f"settling raised {type(exc).__name__}: {exc}")
-            result.trace = traceback.format_exception(exc)[-6:]
-        else:
-            result.violations += Oracle.settled(eng, scenario.may_stay)
-            if scenario.settled_check is not None:
-                result.violations += scenario.settled_check(eng, result)
-            if scenario.sole_writer:
-                result.violations += Oracle.sole_writer(eng, made)
-        result.violations += Oracle.requests(eng)
-        result.violations += eng.state_errors
+        async with trio.open_nursery() as background:
+            await eng.store.start_content(background)
+            await _interleave(eng, scenario, where, result)
+            background.cancel_scope.cancel()
+        if eng.store.failure:
+            result.violations.append(f"a background task failed: {eng.store.failure}")
     finally:
         trace = [*eng.log, *(r.short() for r in transport.records if r.origin != "setup")]
         if len(trace) > 60:
             trace = [*trace[:50], f"… {len(trace) - 60} more …", *trace[-10:]]
         result.trace = [*trace, *result.trace]
-        await eng.parts.client.aclose()
-        eng.state.close()
+        await eng.store.client.aclose()
+        eng.store.close()
     return result
+
+
+async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: RunResult) -> None:
+    transport = eng.transport
+    for step in scenario.setup:
+        await eng.do(step)
+    eng.start_action()
+    segments = [scenario.interference, scenario.second]
+    ran = [False, False]
+
+    async def interfere(i: int) -> None:
+        ran[i] = True
+        token = ORIGIN.set("interference")
+        try:
+            for step in segments[i]:
+                await eng.do(step)
+        finally:
+            ORIGIN.reset(token)
+
+    if where[0] == "pre":
+        await interfere(0)
+        await interfere(1)
+    transport.rules = [FaultRule(**vars(r)) for r in scenario.faults]
+    holds = {"hold": [where[1:]], "holds": list(where[1:]),
+             "nested": list(where[1:])}.get(where[0], [])
+    transport.holds = {k: Hold(k, point) for k, point in holds}
+    if where[0] == "outcome":
+        transport.outcome = (where[1], where[2])
+    done = trio.Event()
+
+    async def act() -> None:
+        ORIGIN.set("action")
+        try:
+            result.action_value = await _action(eng, scenario.action)
+        except Exception as exc:
+            result.action_error = f"{type(exc).__name__}: {exc}"
+            result.trace = traceback.format_exception(exc)[-6:]
+        finally:
+            done.set()
+            transport.reached.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(act)
+        kept: list[Hold] = []  # "nested": the first request waits for the second's answer
+        for i, (k, point) in enumerate(holds):
+            hold = transport.holds[k]
+            if kept:
+                await trio.testing.wait_all_tasks_blocked()
+            while hold.rec is None and not done.is_set() and not kept:
+                await transport.reached.wait()
+                transport.reached = trio.Event()
+            if hold.rec is None:
+                result.reached = False
+                result.label += f" (k={k} {point} not reached: the rest after the action)"
+                for unheld in transport.holds.values():  # should the action send it later
+                    unheld.release.set()
+                break
+            await trio.testing.wait_all_tasks_blocked()
+            await interfere(i)
+            if i == 0 and len(holds) > 1:
+                result.together = transport.holds[holds[1][0]].rec is not None
+                if where[0] == "nested":
+                    kept.append(hold)
+                    continue
+            hold.release.set()
+        for hold in kept:  # once the later request's answer has been taken in
+            await trio.testing.wait_all_tasks_blocked()
+            hold.release.set()
+        await done.wait()
+    result.requests = transport.action_count
+    if where[0] != "none":  # what did not run at a hold runs now
+        for i in (0, 1):
+            if not ran[i]:
+                await interfere(i)
+    if result.action_error is not None:
+        result.violations.append(f"the {scenario.action} raised {result.action_error}")
+    if scenario.action in ("reconcile", "poll"):
+        result.violations += Oracle.after_reconcile(eng)
+    result.violations += Oracle.tree(eng)
+    if scenario.check is not None:
+        result.violations += scenario.check(eng, result)
+    token = ORIGIN.set("after")
+    try:
+        for step in scenario.after:
+            await eng.do(step)
+    finally:
+        ORIGIN.reset(token)
+    await eng.close_all()
+    made = eng.user_tree()
+    try:
+        await _settle(eng, result, scenario.may_stay)
+    except Exception as exc:
+        result.violations.append(f"settling raised {type(exc).__name__}: {exc}")
+        result.trace = traceback.format_exception(exc)[-6:]
+    else:
+        result.violations += Oracle.settled(eng, scenario.may_stay)
+        if scenario.settled_check is not None:
+            result.violations += scenario.settled_check(eng, result)
+        if scenario.sole_writer:
+            result.violations += Oracle.sole_writer(eng, made)
+        token = ORIGIN.set("oracle")
+        try:
+            await eng.quiet()
+            result.violations += await eng.unreadable()
+            await eng.quiet()  # what those reads fetched, too
+            result.violations += eng.not_durable()
+        finally:
+            ORIGIN.reset(token)
+    result.violations += Oracle.requests(eng)
+    result.violations += eng.state_errors
 
 
 def run_one(scenario: Scenario, tmp: Path, where: tuple, *, seed: int = 0,
@@ -1156,7 +1310,9 @@ class Exploration:
 def explore(scenario: Scenario, tmp: Path, *, outcomes: tuple[str, ...] = ()) -> Exploration:
     """Every hold point of every request of the action, plus before and after it; and
     with `outcomes`, each of them for every request, the interference after the action
-    (while the mount does not know the outcome)."""
+    (while the mount does not know the outcome). With a `second` interference, also every
+    pair of holds: each hold run's own later requests, each at every point; where both
+    were on the wire at once, also with the later one answered first."""
     base = run_one(scenario, tmp / "alone", ("none",))
     n = base.requests
     wheres: list[tuple] = [("pre",)]
@@ -1164,5 +1320,16 @@ def explore(scenario: Scenario, tmp: Path, *, outcomes: tuple[str, ...] = ()) ->
     wheres.append(("post",))
     wheres += [("outcome", k, o) for k in range(n) for o in outcomes]
     runs = [base] + [run_one(scenario, tmp / f"run{i}", w) for i, w in enumerate(wheres)]
+    if scenario.second:
+        # Two held requests: after request k1's hold (and the interference there), the
+        # action sent what the run with that hold alone counted; hold each later one too.
+        pairs = [("holds", w[1:], (k2, p2)) for w, r in zip(wheres, runs[1:], strict=True)
+                 if w[0] == "hold" and r.reached
+                 for k2 in range(w[1] + 1, r.requests) for p2 in scenario.points]
+        paired = [run_one(scenario, tmp / f"pair{i}", w) for i, w in enumerate(pairs)]
+        # Both on the wire at once: their answers in the other order too.
+        nested = [("nested", *w[1:]) for w, r in zip(pairs, paired, strict=True) if r.together]
+        runs += paired + [run_one(scenario, tmp / f"nested{i}", w)
+                          for i, w in enumerate(nested)]
     return Exploration(scenario, n, runs)
 

@@ -146,6 +146,20 @@ SCENARIOS = [
         doc="issue 20: the answers of two creates of one file are lost, with an edit between "
             "them; before, the second create's 409 forgot the first's sha and the edit "
             "became a false conflict (\"another writer created the same path\")"),
+    # Two held requests in one run (`second`): every later request's hold after each one's.
+    Scenario(
+        "two_lost_answers_to_one_file", [("write", "/x.md", "v1")], "pushes",
+        [("write", "/x.md", "v2")], second=[("write", "/x.md", "v3")], sole_writer=True,
+        doc="issue 21: a file's create is held (v2 saved meanwhile), then the update that "
+            "sends v2 (v3 saved meanwhile); at (lose, lose) both answers are lost, and the "
+            "second pass must read the first lost answer before it sends anything"),
+    Scenario(
+        "two_creates_in_flight", [("write", "/a.md", "a1"), ("write", "/b.md", "b1")], "push",
+        [("rename", "/b.md", "/c.md")], second=[("write", "/a.md", "a2"), ("unlink", "/c.md")],
+        sole_writer=True,
+        doc="issue 21: one pass creates two files, both requests on the wire at once; each "
+            "is held in turn, with a local change to the other's file and to its own while "
+            "it is, their answers delivered (or lost) one after the other"),
     Scenario(
         "save_and_remote_delete_during_conflict_fetch",
         [*PUSHED_X[:2], ("r_edit", "/x.md", "theirs"), ("write", "/x.md", "mine")], "push",
@@ -268,6 +282,22 @@ SCENARIOS = [
         doc="two writes to one memory between polls (the feed's newest wins), then more"),
 ]
 
+def test_the_harness_runs_the_blob_writer(tmp_path: Path, monkeypatch) -> None:
+    """The daemon's blob writer runs in every interleaving, and the oracle sees what it
+    does: planted, a writer that forgets a staged blob instead of writing it is caught
+    (the content is in memory only; the read-back alone would not see it)."""
+    from memfs.state.blobs import BlobCache
+
+    scenario = next(s for s in SCENARIOS if s.name == "save_during_update")
+    assert not run_one(scenario, tmp_path / "real", ("hold", 0, "after")).violations
+    written: list[str] = []
+    monkeypatch.setattr(BlobCache, "write_staged",
+                        lambda self, blobs: written.extend(sha for sha, _ in blobs))
+    result = run_one(scenario, tmp_path / "planted", ("hold", 0, "after"))
+    assert written, "the blob writer never ran"
+    assert "/x.md: 'v3' is in memory only, a restart would lose it" in result.violations
+
+
 # -- lost answers: every request kind x every outcome x every local operation -------------
 #
 # The action sends one request for /d/x.md (a sibling, /d/k.md, is on the server). Each
@@ -311,8 +341,9 @@ def test_lost_answers(scenario: Scenario, tmp_path: Path) -> None:
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_scenario(scenario: Scenario, tmp_path: Path) -> None:
     result = explore(scenario, tmp_path)
+    pairs = ", and pairs of holds" if scenario.second else ""
     print(f"\n{scenario.name}: {len(result.runs)} interleavings "
-          f"({result.n} action requests x {len(scenario.points)} points + 3)")
+          f"({result.n} action requests x {len(scenario.points)} points + 3{pairs})")
     if result.failures:
         pytest.fail(result.summary(), pytrace=False)
 
@@ -346,12 +377,16 @@ def cases(draw) -> tuple[Scenario, tuple]:
     setup += draw(st.lists(st.one_of(LOCAL, REMOTE, SYNC), max_size=8))
     scenario = Scenario(
         "hypothesis", setup,
-        draw(st.sampled_from(["push", "flush", "reconcile", "poll"])),
+        draw(st.sampled_from(["push", "pushes", "flush", "reconcile", "poll"])),
         draw(st.lists(st.one_of(LOCAL, REMOTE), min_size=1, max_size=3)),
+        second=draw(st.lists(st.one_of(LOCAL, REMOTE), max_size=2)),
         list_limit=draw(st.sampled_from([None, 2])))
+    hold = st.tuples(st.integers(0, 3), st.sampled_from(FAULT_POINTS))
     where = draw(st.one_of(
         st.tuples(st.just("hold"), st.integers(0, 3), st.sampled_from(FAULT_POINTS)),
-        st.tuples(st.just("outcome"), st.integers(0, 3), st.sampled_from(OUTCOMES))))
+        st.tuples(st.just("outcome"), st.integers(0, 3), st.sampled_from(OUTCOMES)),
+        st.tuples(st.sampled_from(["holds", "nested"]), hold, hold).filter(
+            lambda w: w[1][0] < w[2][0])))
     return scenario, where
 
 
@@ -365,8 +400,8 @@ def test_random_interleavings(case: tuple[Scenario, tuple]) -> None:
         result = run_one(scenario, Path(d), where, kind="hypothesis")
     if result.violations:
         replay = (f"run_one(Scenario('replay', {scenario.setup!r}, {scenario.action!r}, "
-                  f"{scenario.interference!r}, list_limit={scenario.list_limit!r}), tmp, "
-                  f"{where!r})")
+                  f"{scenario.interference!r}, second={scenario.second!r}, "
+                  f"list_limit={scenario.list_limit!r}), tmp, {where!r})")
         pytest.fail("\n".join([f"{scenario.action} at {result.label} (the action sent "
                                f"{result.requests} requests):", *result.violations,
                                f"replay: {replay}", "trace:", *result.trace]),

@@ -167,8 +167,8 @@ def test_take_remote_against_a_stranger_tombstones_our_own_memory(st, tmp_path):
 
 
 def test_applying_the_server_content_tells_the_content_hook(st):
-    """The kernel's cached pages of the file are dropped (the open files' hook, mount/open_files.py) when the
-    server's content replaces it."""
+    """The kernel's cached pages of the file are dropped (the open files' hook,
+    mount/open_files.py) when the server's content replaces it."""
     node = _file(st, "x.md", b"base")
     heard = []
     st.on_content = lambda ino, *rest: heard.append(ino)

@@ -1,5 +1,6 @@
-"""The sync engine without the kernel: State + BlobCache + FUSE router + Pusher +
-Reconciler wired by hand against a real `memfs serve` (s3ql style).
+"""The sync engine without the kernel: `StoreEngine` (State + BlobCache + the FUSE parts +
+Pusher + Reconciler, wired as the daemon wires them) behind a router, against a real
+`memfs serve` (s3ql style).
 
 Every test drives the handlers (tests/fs_helpers.py) and then runs explicit
 passes (`await eng.push(...)`, `await eng.reconcile()`), so what goes over the
@@ -18,37 +19,41 @@ import os
 
 import pytest
 import trio
-from fs_helpers import ROOT, FsEnv, b, fuse_errno, mount_ops
+from fs_helpers import ROOT, FsEnv, b, fuse_errno
 
 from memfs.api.client import MemoryStoresClient
 from memfs.core import paths
-from memfs.state.blobs import BlobCache, sha256
+from memfs.core.mountconfig import MountConfig, SyncOptions
+from memfs.mount.engine import StoreEngine
+from memfs.mount.router import Router
+from memfs.state.blobs import sha256
 from memfs.state.report import pending
 from memfs.state.state import State
-from memfs.sync.common import SyncContext, SyncOptions
-from memfs.sync.pusher import Pusher, delete_cap
-from memfs.sync.reconciler import Reconciler
+from memfs.sync.pusher import delete_cap
 
 HOUR = 3600.0
 
 
 class Engine:
-    """One mount's sync machinery, minus FUSE and the background loops."""
+    """One mount's sync machinery (`StoreEngine`, as the daemon builds it), minus FUSE
+    and the background loops."""
 
     def __init__(self, tmp, server, store_id: str, **options) -> None:
         opts = {"write_back_delay": 0.0, "delete_delay": HOUR, "poll_interval": 1.0,
                 "prefetch": False, **options}
         self.server = server
         self.store_id = store_id
-        self.state = State(tmp / "state.db")
-        self.cache = BlobCache(tmp / "objects")
+        cfg = MountConfig(base_url=server.base_url, options=SyncOptions(**opts),
+                          store_id=store_id, mountpoint=str(tmp / "mnt"), state_dir=str(tmp))
         self.client = MemoryStoresClient(server.base_url, server.api_key, max_retries=0)
-        self.ctx = SyncContext(self.state, self.cache, self.client, store_id,
-                               SyncOptions(**opts))
-        self.ops = mount_ops(self.state, self.cache, fetch=self.ctx.fetch, kick=self.ctx.kick)
+        self.engine = StoreEngine(cfg, self.client)
+        self.state, self.cache = self.engine.state, self.engine.cache
+        self.ops = Router()  # what the daemon mounts: a router over the store's parts
+        self.ops.add(self.engine.fs)
+        self.ctx = self.engine.ctx
         self.fs = FsEnv(tmp, self.state, self.cache, self.ops)
-        self.pusher = Pusher(self.ctx)
-        self.reconciler = Reconciler(self.ctx)
+        self.pusher = self.engine.pusher
+        self.reconciler = self.engine.reconciler
         self.calls: list[tuple[str, tuple, dict]] = []
         for name in ("create_memory", "update_memory", "delete_memory"):
             self._record(name)
@@ -130,7 +135,7 @@ class Engine:
     async def close(self) -> None:
         await self.client.aclose()
         await self.other.aclose()
-        self.state.close()
+        self.engine.close()
 
 
 @pytest.fixture

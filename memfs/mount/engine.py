@@ -5,6 +5,12 @@ mount (`memfs mount --session|--all ROOT`, memfs/mount/router.py). Each engine k
 its own journal (state.db), cache, pusher and reconciler, and its background
 tasks run supervised: an engine that fails is logged, reported in its status and
 restarted, and never ends the daemon or blocks another store.
+
+`StoreEngine` is the one place these parts are wired. It needs no FUSE mount: the
+tests (tests/test_sync_engine.py) and the interleaving harness (tests/interleave.py)
+build theirs with it too and drive the handlers (`ops`) and passes themselves; the
+harness also runs `start_content` (the fetcher and the blob writer) under an idle clock
+it controls.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import fcntl
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -57,9 +64,14 @@ def locked_message(cfg: MountConfig, state_dir: Path) -> str:
 
 
 class StoreEngine:
+    """`idle_for`: seconds since the mount last brought a request (the router's
+    `IdleClock.idle_for`); background disk work and pushes wait for a quiet mount
+    (memfs/sync/fetcher.py, memfs/sync/pusher.py). A test that drives the handlers itself
+    passes its own clock; without one the mount always looks quiet."""
+
     def __init__(self, cfg: MountConfig, client: MemoryStoresClient, *,
                  marker: bytes | None = None, name: str | None = None,
-                 clock: IdleClock | None = None) -> None:
+                 idle_for: Callable[[], float] | None = None) -> None:
         self.cfg = cfg
         self.name = name  # the directory under a session root; None for a plain mount
         self.state_dir = Path(cfg.state_dir)
@@ -79,8 +91,8 @@ class StoreEngine:
             self.client = client
             self.ctx = SyncContext(self.state, self.cache, client, cfg.store_id, cfg.options)
             self.ctx.events.store = name or cfg.store_id  # what `memfs watch` calls it
-            # The mount's clock (its router's): background work waits for a quiet mount.
-            self.ctx.idle_for = (clock or IdleClock()).idle_for
+            # The mount's idle clock (its router's): background work waits for a quiet mount.
+            self.ctx.idle_for = idle_for or IdleClock().idle_for
             owner = tuple(cfg.owner) if cfg.owner else None
             self.fs = StoreFS(self.state, self.cache, read_only=cfg.options.read_only,
                               fetch=self.ctx.fetch, kick=self.ctx.kick, marker=marker,
@@ -113,8 +125,7 @@ class StoreEngine:
         """Start the fetcher, pusher, listing and prefetch in `nursery`. Listing and
         prefetch run in `self.background`, which the final flush cancels first, so
         nothing but the flush talks to the server once shutdown begins."""
-        await nursery.start(self.ctx.fetcher.serve)
-        nursery.start_soon(self._supervised, "blob writer", self.ctx.fetcher.write_when_quiet)
+        await self.start_content(nursery)
         if not self.cfg.options.read_only:
             nursery.start_soon(self._supervised, "pusher", self.pusher.run)
 
@@ -126,6 +137,14 @@ class StoreEngine:
                         tasks.start_soon(self._supervised, "prefetch", self._prefetch)
 
         nursery.start_soon(run_background)
+
+    async def start_content(self, nursery: trio.Nursery) -> None:
+        """Start what serves the handlers' content in `nursery`: the fetcher (the batches
+        a read's miss starts) and the blob writer (held and staged blobs to disk once the
+        mount is quiet). The interleaving harness runs these and no sync loop: it runs
+        the passes itself."""
+        await nursery.start(self.ctx.fetcher.serve)
+        nursery.start_soon(self._supervised, "blob writer", self.ctx.fetcher.write_when_quiet)
 
     async def _supervised(self, what: str, fn) -> None:
         """Run a background loop; an unexpected error is logged, shown in status and
