@@ -436,6 +436,8 @@ class Engine:
         self.remote_writes: set[tuple[str, str]] = set()
         self.alive: dict[str, str] | None = None  # memory id -> path (from action start)
         self.excused: set[str] = set()  # ids another client deleted
+        #: Conflict rows `conflicts restore` consumed: they still explain what they explained.
+        self.restored: list[dict] = []
         self.named: dict[str, str] = {}  # "@/path" -> memory id at the action start
         self.new_names: dict[str, str] = {}
         self.held: dict[str, set[str]] = {}  # memory id -> contents its file has held
@@ -491,6 +493,7 @@ class Engine:
         self.alive = {mid: st.path_of(st.nodes[ino]) for mid, ino in st.by_memory.items()}
         self.named = {f"@{p}": mid for mid, p in self.alive.items()}
         self.known_at_start = set(st.by_memory) | set(st.tombstones)
+        self.tombstones_at_start = set(st.tombstones)
 
     # -- tree helpers -----------------------------------------------------------------
 
@@ -753,6 +756,7 @@ class Engine:
         if clean:
             self._supersede(replaced)
         self.obligations[row["local_sha"]] = f"restored conflict at {path}"
+        self.restored.append(row)
 
     # other clients: straight on the server
 
@@ -902,9 +906,16 @@ class Oracle:
         known = set(st.by_memory) | set(st.tombstones)
         out = []
         for mid in sorted(eng.known_at_start - known):
-            if mid in server:
-                out.append(f"the reconcile pass dropped {eng.mname(mid)} (now at {server[mid]}), "
-                           "which the server still holds")
+            if mid not in server:
+                continue
+            if mid in eng.tombstones_at_start and st.lookup_path(server[mid]) is not None:
+                # Deleted here, changed there, onto a path a local file or directory holds:
+                # the delete no longer applies, and the memory is what any memory colliding
+                # with a local file is, not shown until the path frees (docs/SYNC.md, the
+                # merge table: "its path held here").
+                continue
+            out.append(f"the reconcile pass dropped {eng.mname(mid)} (now at {server[mid]}), "
+                       "which the server still holds")
         return out
 
     @staticmethod
@@ -994,10 +1005,12 @@ class Oracle:
                     path = next(p for p, (m, _s) in visible.items() if m == mid)
                     out.append(f"duplicate: {path} ({eng.mname(mid)}) still holds "
                                f"{eng.label(old)}, which {eng.label(new)} replaced")
-        # Saves and renames keep memory ids.
-        excused = {c["memory_id"] for c in conflicts} | eng.excused
-        conflict_paths = {c["path"] for c in conflicts}
-        conflict_shas = {c["local_sha"] for c in conflicts}
+        # Saves and renames keep memory ids, but where a conflict (kept, or restored since)
+        # or another client's delete explains the change.
+        explaining = [*conflicts, *eng.restored]
+        excused = {c["memory_id"] for c in explaining} | eng.excused
+        conflict_paths = {c["path"] for c in explaining}
+        conflict_shas = {c["local_sha"] for c in explaining}
         for mid, p in sorted((eng.alive or {}).items(), key=lambda kv: kv[1]):
             if mid in st.by_memory or mid in excused or p in conflict_paths \
                     or eng.held.get(mid, set()) & conflict_shas:

@@ -139,6 +139,23 @@ SCENARIOS = [
             "there; the file is kept as new, and its content, only on the server, comes "
             "from the deleted memory's versions (before: 'content missing', never pushed)"),
     Scenario(
+        "deleted_here_changed_there_onto_a_new_local_file",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("unlink", "/a.md"),
+         ("r_edit", "/a.md"), ("r_rename", "/a.md", "/d/e.md")], "reconcile",
+        [("write", "/d/e.md")],
+        doc="found by the long Hypothesis run: a file deleted here is edited and renamed "
+            "there onto the path of a new local file; the delete is cancelled and the memory "
+            "collides like any other (the oracle called that a drop: the local create's 409 "
+            "shows the server's file and keeps the local one as a conflict)"),
+    Scenario(
+        "conflict_restored_while_the_push_is_out",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_create", "/c.md"),
+         ("rename", "/a.md", "/c.md"), ("write", "/a.md")], "push", [("restore", "/c.md")],
+        doc="found by the long Hypothesis run: a rename onto a path another client created "
+            "loses it (a conflict) while a create of the same pass is held, and the user "
+            "restores that conflict: the restored row explains the path's new memory (the "
+            "oracle forgot rows a restore consumed)"),
+    Scenario(
         "two_lost_creates_then_edits", [("write", "/x.md", "v1")], "push",
         [("write", "/x.md", "v2")],
         faults=[FaultRule(_is_create, kind="lose", origins=("action", "settle"), times=2)],
