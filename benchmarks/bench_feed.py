@@ -24,6 +24,8 @@ copy, `cpu_seconds`), which other load disturbs far less than wall time.
    through the moment the burst settles, and after).
 4. A quiet store, its newest write alone in its lookback window: requests and bytes per poll
    of a fresh mount (--poll-interval 1).
+5. What one push costs the daemon and the server (CPU per file over a pass, nothing else
+   running), in each repetition: what a copy meets while a pass runs.
 
     .venv/bin/python benchmarks/bench_feed.py                  # ~9 min on 2 cores
     .venv/bin/python benchmarks/bench_feed.py --quick          # smoke-test sizes (~1 min)
@@ -201,6 +203,25 @@ def creates_empty(b, server, a, s: Samples, srcs, rep: int, variant: str,
     finished(m, _Problems(s), f"empty store ({variant})")
 
 
+def push_cost(b, server, a, s: Samples, src, rep: int) -> None:
+    """What one push costs, nothing else running: a mount whose write-back delay lets the
+    blob writer finish first (`--write-back-delay 4`), its daemon's and the server's CPU
+    over the pass of a copy, per file pushed (`memfs status` every 0.5 s meanwhile: a few
+    ms of the daemon's each)."""
+    store = new_store(server, f"feed-push-cost-{rep}")
+    m = mount(b, server, store, "--no-prefetch", "--write-back-delay", "4")
+    run_timed(["cp", "-r", str(src), str(m.path)])
+    time.sleep(3.0)
+    d0, s0 = cpu_seconds(m.pid), cpu_seconds(server.proc.pid)
+    deadline = time.monotonic() + 120
+    while m.pending_total() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if not m.pending_total():
+        s.add("push daemon cpu", (cpu_seconds(m.pid) - d0) / a.creates * 1e6, rep)
+        s.add("push server cpu", (cpu_seconds(server.proc.pid) - s0) / a.creates * 1e6, rep)
+    finished(m, _Problems(s), "push cost")
+
+
 def creates_after_burst(b, server, a, s: Samples, src, rep: int, at: float, variant: str,
                         code: pathlib.Path | None) -> None:
     """A copy into a store right after a burst, and beside it (A/B, order alternating by
@@ -344,6 +365,7 @@ def main() -> int:
             for variant, code in order:
                 creates_empty(b, server, a, s, srcs, rep, variant, code,
                               *flags.get(variant, ()))
+            push_cost(b, server, a, s, src, rep)
             for at in a.at_list:
                 for variant, code in order:
                     if variant != "no-feed":
@@ -431,6 +453,11 @@ def main() -> int:
                 "empty store mounted beside it, copied into a second apart", variant,
                 f"after burst at {at:g}", f"after burst at {at:g} pair",
                 f"creates after-burst-{at:g}s/empty")
+    if s.get("push daemon cpu"):
+        lines += ["", f"One push, nothing else running (a pass of {a.creates} files): the "
+                  f"daemon's CPU {spread(s['push daemon cpu'], '{:.0f}')} µs, the server's "
+                  f"{spread(s['push server cpu'], '{:.0f}')} µs, per file."]
+        values.append(("push daemon cpu us", statistics.median(s["push daemon cpu"])))
     first_at = a.at_list[0]
     cpu, cpu_b = s.med("feed window cpu"), s.med("before window cpu")
     if cpu is not None:
