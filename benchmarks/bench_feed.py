@@ -264,22 +264,29 @@ def creates_after_burst(b, server, a, s: Samples, src, rep: int, at: float, vari
     finished(m, _Problems(s), f"burst store at {at:g} s ({variant})")
 
 
+def _ticks(path: str) -> int:
+    """User + system clock ticks of /proc/.../stat."""
+    with open(path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def cpu_seconds(pid: int | None) -> float:
-    """CPU seconds a process used so far, all its threads: the nanoseconds of each live
-    thread's /proc/PID/task/TID/schedstat (a 400-file copy costs the daemon about 150 ms:
-    user + system time, counted in 10 ms ticks, moved its CPU per create in 25 µs steps),
-    or, when that cannot be read, user + system time."""
+    """CPU seconds a process used so far: the nanoseconds each live thread ran
+    (/proc/PID/task/TID/schedstat; user + system time comes in 10 ms ticks, which moved a
+    400-file copy's CPU per create in 25 µs steps), plus, in ticks, what threads that
+    exited used (the process's ticks less its live threads'; a thread pool's thread that
+    ends must not take its time with it)."""
+    hz = os.sysconf("SC_CLK_TCK")
     try:
-        total = 0
+        ns = live = 0
         for task in os.listdir(f"/proc/{pid}/task"):
             with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                total += int(f.read().split()[0])
-        return total / 1e9
-    except (OSError, ValueError, IndexError):
-        pass
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+                ns += int(f.read().split()[0])
+            live += _ticks(f"/proc/{pid}/task/{task}/stat")
+        return ns / 1e9 + max(0, _ticks(f"/proc/{pid}/stat") - live) / hz
+    except (OSError, ValueError, IndexError):  # a thread ended meanwhile, no schedstat...
+        return _ticks(f"/proc/{pid}/stat") / hz
 
 
 # -- 3 and 4: bytes per poll -------------------------------------------------------------------
