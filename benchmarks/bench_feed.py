@@ -136,15 +136,15 @@ def cp(src, m, s: Samples | None = None, key: str = "", rep: int | None = None,
     machine disturbs far less."""
     run_timed(["sync"])
     before = cpu_seconds(m.pid)
-    sbefore = cpu_seconds(server.proc.pid) if server is not None else 0.0
+    sbefore = cpu_seconds(server.proc.pid, precise=False) if server is not None else 0.0
     took = run_timed(["cp", "-r", str(src), str(m.path)])
     if s is not None:
         files = sum(1 for _ in src.rglob("*.md"))
         s.add(key, files / took, rep)
         s.add(f"{key} cpu", (cpu_seconds(m.pid) - before) / files * 1e6, rep)
         if server is not None:
-            s.add(f"{key} server cpu", (cpu_seconds(server.proc.pid) - sbefore) / files * 1e6,
-                  rep)
+            spent = cpu_seconds(server.proc.pid, precise=False) - sbefore
+            s.add(f"{key} server cpu", spent / files * 1e6, rep)
     return took
 
 
@@ -212,13 +212,14 @@ def push_cost(b, server, a, s: Samples, src, rep: int) -> None:
     m = mount(b, server, store, "--no-prefetch", "--write-back-delay", "4")
     run_timed(["cp", "-r", str(src), str(m.path)])
     time.sleep(3.0)
-    d0, s0 = cpu_seconds(m.pid), cpu_seconds(server.proc.pid)
+    d0, s0 = cpu_seconds(m.pid), cpu_seconds(server.proc.pid, precise=False)
     deadline = time.monotonic() + 120
     while m.pending_total() and time.monotonic() < deadline:
         time.sleep(0.5)
     if not m.pending_total():
         s.add("push daemon cpu", (cpu_seconds(m.pid) - d0) / a.creates * 1e6, rep)
-        s.add("push server cpu", (cpu_seconds(server.proc.pid) - s0) / a.creates * 1e6, rep)
+        spent = cpu_seconds(server.proc.pid, precise=False) - s0
+        s.add("push server cpu", spent / a.creates * 1e6, rep)
     finished(m, _Problems(s), "push cost")
 
 
@@ -271,13 +272,17 @@ def _ticks(path: str) -> int:
     return int(fields[11]) + int(fields[12])
 
 
-def cpu_seconds(pid: int | None) -> float:
+def cpu_seconds(pid: int | None, *, precise: bool = True) -> float:
     """CPU seconds a process used so far: the nanoseconds each live thread ran
     (/proc/PID/task/TID/schedstat; user + system time comes in 10 ms ticks, which moved a
     400-file copy's CPU per create in 25 µs steps), plus, in ticks, what threads that
-    exited used (the process's ticks less its live threads'; a thread pool's thread that
-    ends must not take its time with it)."""
+    exited used (the process's ticks less its live threads'). For the daemon, whose
+    threads live on. Not `precise`: user + system ticks only, for the server, whose
+    request threads come and go (ticks and nanoseconds of an ended thread disagree: its
+    CPU over a copy came out negative)."""
     hz = os.sysconf("SC_CLK_TCK")
+    if not precise:
+        return _ticks(f"/proc/{pid}/stat") / hz
     try:
         ns = live = 0
         for task in os.listdir(f"/proc/{pid}/task"):

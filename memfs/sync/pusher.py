@@ -273,14 +273,14 @@ class Pusher:
         QUIET_WINDOW without a request, go (any number at once); after a shorter gap of
         BUSY_WINDOW, or after YIELD_MAX without one, go as one of at most
         BUSY_CONCURRENCY pushes started while busy (returns True: the caller counts
-        itself in `_busy_pushes`). A push costs the trio thread about 1.5 ms of CPU
-        (httpx and the answer's transitions) and, against `memfs serve` on the same
-        machine, about 1 ms of the server's: `cp -r` of 500 files went at 470-580/s
-        while a pass ran, 1,240-1,430/s with the wait (docs/BENCHMARKS.md, section 4);
-        a copy's every 20 ms gap let a full concurrency's worth go, where a few keep
-        the pass going (section 6). The pushes waiting queue behind one that watches
-        (`_gate`): 32 of them waking every BUSY_WINDOW cost the copy more than the
-        pushes. An unmount or flush waiting on the pass ends the wait."""
+        itself in `_busy_pushes`). A push costs the trio thread about 1.2 ms of CPU
+        (httpx and the answer's transitions, three creates' worth) and, against `memfs
+        serve` on the same machine, about 0.8 ms of the server's: `cp -r` of 500 files
+        went at 470-580/s while a pass ran, 1,240-1,430/s with the wait
+        (docs/BENCHMARKS.md, section 4); a copy's every 20 ms gap let a full
+        concurrency's worth go, where a few keep the pass going (section 6). The pushes
+        waiting queue behind one that watches (`_gate`), not 32 of them waking every
+        BUSY_WINDOW. An unmount or flush waiting on the pass ends the wait."""
         idle_for = self.ctx.idle_for
         give_up = trio.current_time() + YIELD_MAX
         if idle_for() >= QUIET_WINDOW:
