@@ -5,19 +5,29 @@ Side by side in one run, against one `memfs serve` (--latency ms added per reque
 
 1. creates/s (`cp -r` of --creates files through the mount, default 400) into an empty store;
    then the same again while that mount's push pass of the first copy is under way (its own
-   versions in the feed). The same pair with `--no-feed` as a reference.
+   versions in the feed); then a third copy once that pass ended and the mount is quiet
+   again ("idle again": the same mount, the same size of state, nothing running). The same
+   with `--no-feed` as a reference (A/B, interleaved).
 2. creates/s into a store of --burst memories (default 1,500) written through the SDK just
    before the mount, at each of --at seconds after the burst's end (default 2,12,24: inside
    the feed's 30 s lookback; the last one where the burst's versions start to settle), a fresh
    store each time. The empty store of 1. is the baseline, measured in the same repetition.
+
+Creates/s on a shared 2-core machine moves 2-fold between repetitions: every ratio is taken
+within one repetition (the copy and its reference a few seconds apart, the order of the
+variants alternating), and the report gives the median of those ratios with their spread
+(min-max), beside the daemon's CPU per create (the nanoseconds its threads ran during the
+copy, `cpu_seconds`), which other load disturbs far less than wall time.
 3. An idle mount (--poll-interval 1) right after --changes creates made through it (default
    1,000): each poll's requests and response bytes, as the mount itself counts them (`memfs
    status --json`, feed.polls), for --watch seconds after its push pass ended (default 40:
    through the moment the burst settles, and after).
 4. A quiet store, its newest write alone in its lookback window: requests and bytes per poll
    of a fresh mount (--poll-interval 1).
+5. What one push costs the daemon and the server (CPU per file over a pass, nothing else
+   running), in each repetition: what a copy meets while a pass runs.
 
-    .venv/bin/python benchmarks/bench_feed.py                  # ~4 min on 2 cores
+    .venv/bin/python benchmarks/bench_feed.py                  # ~9 min on 2 cores
     .venv/bin/python benchmarks/bench_feed.py --quick          # smoke-test sizes (~1 min)
 """
 
@@ -48,6 +58,7 @@ from common import (
 KIB = 1024
 TARGET_RATIO = 0.9
 LOOKBACK_S = 30.0  # the feed's (memfs/sync/feed.py); not imported: --baseline has none
+IDLE_AGAIN_S = 2.0  # after a push pass ended, before the "idle again" copy
 
 
 def parse_args() -> argparse.Namespace:
@@ -64,7 +75,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--watch", type=float, default=None,
                    help="seconds of polls watched after 3.'s push pass (default 40)")
     p.add_argument("--repeat", type=int, default=None, help="repetitions of 1. and 2. "
-                   "(default 3, 1 with --quick)")
+                   "(default 5, 1 with --quick)")
     p.add_argument("--latency", type=float, default=0.0, help="ms added to every request")
     p.add_argument("--baseline", type=pathlib.Path, default=None, metavar="CHECKOUT",
                    help="also measure the creates of 1. and 2. with the memfs of another "
@@ -73,23 +84,38 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--keep-tmp", action="store_true")
     a = p.parse_args()
     for name, full, quick in (("creates", 400, 60), ("burst", 1500, 150), ("at", "2,12,24", "2"),
-                              ("changes", 1000, 100), ("watch", 40.0, 8.0), ("repeat", 3, 1)):
+                              ("changes", 1000, 100), ("watch", 40.0, 8.0), ("repeat", 5, 1)):
         if getattr(a, name) is None:
             setattr(a, name, quick if a.quick else full)
     a.at_list = [float(x) for x in str(a.at).split(",") if x.strip()]
     if a.baseline is not None:
         a.baseline = a.baseline.resolve()
-    if a.burst + a.creates > 2000:
-        p.error("a store holds at most 2,000 memories: --burst + --creates must stay within it")
+    if max(a.burst + a.creates, 3 * a.creates) > 2000:
+        p.error("a store holds at most 2,000 memories: --burst + --creates and 3 x --creates "
+                "must stay within it")
     return a
 
 
 class Samples(dict):
-    def add(self, key: str, value: float) -> None:
+    """Samples by key; `rep` also files each by repetition, for ratios within one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reps: dict[str, dict[int, float]] = {}
+
+    def add(self, key: str, value: float, rep: int | None = None) -> None:
         self.setdefault(key, []).append(value)
+        if rep is not None:
+            self.reps.setdefault(key, {})[rep] = value
 
     def med(self, key: str) -> float | None:
         return statistics.median(self[key]) if self.get(key) else None
+
+    def ratios(self, key: str, ref: str, *, inverse: bool = False) -> list[float]:
+        """key / ref (ref / key with `inverse`) within each repetition that has both."""
+        mine, theirs = self.reps.get(key, {}), self.reps.get(ref, {})
+        return [(theirs[r] / mine[r] if inverse else mine[r] / theirs[r])
+                for r in sorted(mine) if r in theirs and mine[r] and theirs[r]]
 
 
 class _Problems:
@@ -103,15 +129,22 @@ class _Problems:
         self.s.setdefault("problems", []).append(text)
 
 
-def cp(src, m, s: Samples | None = None, key: str = "") -> float:
-    """`cp -r` of src into the mount: its wall time; with `s`, also the daemon's CPU per
-    file during it (µs), which other load on the machine disturbs far less."""
+def cp(src, m, s: Samples | None = None, key: str = "", rep: int | None = None,
+       server=None) -> float:
+    """`cp -r` of src into the mount: its wall time; with `s`, also files its creates/s and
+    the daemon's (and the server's) CPU per file during it (µs), which other load on the
+    machine disturbs far less."""
     run_timed(["sync"])
     before = cpu_seconds(m.pid)
+    sbefore = cpu_seconds(server.proc.pid, precise=False) if server is not None else 0.0
     took = run_timed(["cp", "-r", str(src), str(m.path)])
     if s is not None:
         files = sum(1 for _ in src.rglob("*.md"))
-        s.add(f"{key} cpu", (cpu_seconds(m.pid) - before) / files * 1e6)
+        s.add(key, files / took, rep)
+        s.add(f"{key} cpu", (cpu_seconds(m.pid) - before) / files * 1e6, rep)
+        if server is not None:
+            spent = cpu_seconds(server.proc.pid, precise=False) - sbefore
+            s.add(f"{key} server cpu", spent / files * 1e6, rep)
     return took
 
 
@@ -154,22 +187,49 @@ def mount(b, server, store: str, *args: str, code: pathlib.Path | None = None) -
     return m
 
 
-def creates_empty(b, server, a, s: Samples, src, src2, rep: int, variant: str,
+def creates_empty(b, server, a, s: Samples, srcs, rep: int, variant: str,
                   code: pathlib.Path | None, *flags: str) -> None:
     store = new_store(server, f"feed-empty-{rep}-{variant}")
     m = mount(b, server, store, "--no-prefetch", *flags, code=code)
-    s.add(f"{variant} empty", a.creates / cp(src, m, s, f"{variant} empty"))
+    cp(srcs[0], m, s, f"{variant} empty", rep, server)
     left = push_under_way(m, a.creates)
     if 0 < left < a.creates:
-        s.add(f"{variant} while pushing",
-              a.creates / cp(src2, m, s, f"{variant} while pushing"))
+        cp(srcs[1], m, s, f"{variant} while pushing", rep, server)
     else:
         say(f"  cp while pushing not measured ({left} of {a.creates} pending)")
+    wait_pushed(m)
+    time.sleep(IDLE_AGAIN_S)  # the blob writer's turn (0.3 s of quiet, then its fsyncs)
+    cp(srcs[2], m, s, f"{variant} idle again", rep, server)
     finished(m, _Problems(s), f"empty store ({variant})")
+
+
+def push_cost(b, server, a, s: Samples, src, rep: int) -> None:
+    """What one push costs, nothing else running: a mount whose write-back delay lets the
+    blob writer finish first (`--write-back-delay 4`), its daemon's and the server's CPU
+    over the pass of a copy, per file pushed (`memfs status` every 0.5 s meanwhile: a few
+    ms of the daemon's each)."""
+    store = new_store(server, f"feed-push-cost-{rep}")
+    m = mount(b, server, store, "--no-prefetch", "--write-back-delay", "4")
+    run_timed(["cp", "-r", str(src), str(m.path)])
+    time.sleep(3.0)
+    d0, s0 = cpu_seconds(m.pid), cpu_seconds(server.proc.pid, precise=False)
+    deadline = time.monotonic() + 120
+    while m.pending_total() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if not m.pending_total():
+        s.add("push daemon cpu", (cpu_seconds(m.pid) - d0) / a.creates * 1e6, rep)
+        spent = cpu_seconds(server.proc.pid, precise=False) - s0
+        s.add("push server cpu", spent / a.creates * 1e6, rep)
+    finished(m, _Problems(s), "push cost")
 
 
 def creates_after_burst(b, server, a, s: Samples, src, rep: int, at: float, variant: str,
                         code: pathlib.Path | None) -> None:
+    """A copy into a store right after a burst, and beside it (A/B, order alternating by
+    repetition) the same copy into an empty store mounted at the same time: the pair a
+    second apart, its ratio free of the machine's drift."""
+    pair = mount(b, server, new_store(server, f"feed-pair-{rep}-{at:g}-{variant}"),
+                 "--no-prefetch", code=code)
     store = new_store(server, f"feed-burst-{rep}-{at:g}-{variant}")
     burst = make_tree(a.burst, 0, seed=20 + rep, size_range=(500, 3500), name="burst")
     seed_store(server, store, burst)
@@ -179,15 +239,18 @@ def creates_after_burst(b, server, a, s: Samples, src, rep: int, at: float, vari
     if wait > 0:
         time.sleep(wait)
     since = time.monotonic() - ended
-    s.add(f"{variant} after burst at {at:g}",
-          a.creates / cp(src, m, s, f"{variant} after burst at {at:g}"))
+    key = f"{variant} after burst at {at:g}"
+    copies = [(m, key), (pair, f"{key} pair")]
+    for mnt, k in (copies if rep % 2 == 0 else copies[::-1]):
+        cp(src, mnt, s, k, rep, server)
+    finished(pair, _Problems(s), f"empty store beside the burst store at {at:g} s ({variant})")
     s.add(f"{variant} after burst at {at:g} since", since)
     seen: dict[float, dict] = {}
     polls_of(m, seen)
     if seen:
         s.add(f"{variant} after burst at {at:g} poll bytes",
               max(p["bytes"] for p in seen.values()))
-    if at == a.at_list[0]:
+    if at == a.at_list[0] and rep == 0:
         # The whole lookback after the burst: what the mount spent (CPU seconds of its
         # daemon from its start: the listing, this cp and every poll), and its polls.
         while time.monotonic() < ended + LOOKBACK_S + 2:
@@ -202,11 +265,33 @@ def creates_after_burst(b, server, a, s: Samples, src, rep: int, at: float, vari
     finished(m, _Problems(s), f"burst store at {at:g} s ({variant})")
 
 
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds a process used so far."""
-    with open(f"/proc/{pid}/stat") as f:
+def _ticks(path: str) -> int:
+    """User + system clock ticks of /proc/.../stat."""
+    with open(path) as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) + int(fields[12])
+
+
+def cpu_seconds(pid: int | None, *, precise: bool = True) -> float:
+    """CPU seconds a process used so far: the nanoseconds each live thread ran
+    (/proc/PID/task/TID/schedstat; user + system time comes in 10 ms ticks, which moved a
+    400-file copy's CPU per create in 25 µs steps), plus, in ticks, what threads that
+    exited used (the process's ticks less its live threads'). For the daemon, whose
+    threads live on. Not `precise`: user + system ticks only, for the server, whose
+    request threads come and go (ticks and nanoseconds of an ended thread disagree: its
+    CPU over a copy came out negative)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    if not precise:
+        return _ticks(f"/proc/{pid}/stat") / hz
+    try:
+        ns = live = 0
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                ns += int(f.read().split()[0])
+            live += _ticks(f"/proc/{pid}/task/{task}/stat")
+        return ns / 1e9 + max(0, _ticks(f"/proc/{pid}/stat") - live) / hz
+    except (OSError, ValueError, IndexError):  # a thread ended meanwhile, no schedstat...
+        return _ticks(f"/proc/{pid}/stat") / hz
 
 
 # -- 3 and 4: bytes per poll -------------------------------------------------------------------
@@ -277,68 +362,114 @@ def main() -> int:
         changes = b.path("changes") / "changes"
         write_tree(changes, make_tree(a.changes, 0, seed=12, size_range=(200, 800),
                                       name="change"))
+        srcs = [src, src2, b.path("src3") / "tree3"]
+        write_tree(srcs[2], make_tree(a.creates, 0, seed=11, size_range=(500, 3500),
+                                      name="cp"))
         here = REPO if a.baseline else None
-        variants = [("feed", here)] + ([("before", a.baseline)] if a.baseline else [])
+        variants = [("feed", here), ("no-feed", here)] + (
+            [("before", a.baseline)] if a.baseline else [])
+        flags = {"no-feed": ("--no-feed",)}
         for rep in range(a.repeat):
-            say(f"repetition {rep + 1}: creates into an empty store "
-                f"({', '.join(v for v, _c in variants)}, --no-feed), then into burst stores at "
-                f"{a.at} s")
-            order = variants if rep % 2 == 0 else variants[::-1]  # drift hits both alike
+            order = variants if rep % 2 == 0 else variants[::-1]  # drift hits all alike
+            say(f"repetition {rep + 1}: creates into an empty store, while it pushes, idle "
+                f"again ({', '.join(v for v, _c in order)}), then into burst stores at "
+                f"{a.at} s (feed{', before' if a.baseline else ''})")
             for variant, code in order:
-                creates_empty(b, server, a, s, src, src2, rep, variant, code)
-            creates_empty(b, server, a, s, src, src2, rep, "no-feed", here, "--no-feed")
+                creates_empty(b, server, a, s, srcs, rep, variant, code,
+                              *flags.get(variant, ()))
+            push_cost(b, server, a, s, src, rep)
             for at in a.at_list:
                 for variant, code in order:
-                    creates_after_burst(b, server, a, s, src, rep, at, variant, code)
+                    if variant != "no-feed":
+                        creates_after_burst(b, server, a, s, src, rep, at, variant, code)
         say(f"idle mount after {a.changes} changes made through it")
         after = idle_after_changes(b, server, a, s, changes, here)
         say("quiet store")
         quiet = quiet_store(b, server, s, here)
     wall = time.perf_counter() - started
 
-    empty = s.med("feed empty")
     ratios: list[tuple[str, float]] = []
     values: list[tuple[str, float]] = []
     base = bool(a.baseline)
+    names = {"feed": "this code", "no-feed": "`--no-feed`", "before": "before"}
     lines = [f"Run: {time.strftime('%Y-%m-%d')}, commit {code_version()}, {machine}, load "
              f"{load0} -> {loadavg()}, {wall:.0f} s, `benchmarks/bench_feed.py "
-             f"{' '.join(sys.argv[1:])}`, {a.latency:g} ms added per request; medians of "
-             f"{a.repeat} run(s)" + (f"; before: the memfs of {a.baseline}, interleaved"
-                                     if base else "") + ".", "",
-             f"| creates/s through the mount (`cp -r` of {a.creates} files) | this code | "
-             + ("before | " if base else "") + "`--no-feed` | ratio (before) | target | "
-             "daemon CPU per create, µs (before) |",
-             "|---|---|---|---|---|---|" + ("---|" if base else "")]
+             f"{' '.join(sys.argv[1:])}`, {a.latency:g} ms added per request; "
+             f"{a.repeat} repetition(s)" + (f"; before: the memfs of {a.baseline}"
+                                            if base else "") + ".", "",
+             f"Creates (`cp -r` of {a.creates} files through the mount). Each ratio is taken "
+             "within one repetition, then the median (min-max) over repetitions; the CPU "
+             "ratio is the reference's daemon CPU per create over this one's (1: the copy "
+             "cost the daemon nothing more).", "",
+             "| copy | code | creates/s, median (min-max) | ratio to its reference | "
+             "daemon CPU per create, µs | CPU ratio | target |",
+             "|---|---|---|---|---|---|---|"]
 
-    def row(what: str, key: str, ref: str | None, name: str | None) -> None:
-        v, before = s.med(f"feed {key}"), s.med(f"before {key}")
-        r = v / empty if v and empty and ref else None
-        rb = before / s.med("before empty") if before and s.med("before empty") and ref \
-            else None
-        if r is not None and name:
-            ratios.append((name, r))
-        shown = "1" if ref is None else "-" if r is None else f"{r:.2f}"
-        if rb is not None:
-            shown += f" ({rb:.2f})"
-        target = "" if ref is None else (f">= {TARGET_RATIO} x empty: "
-                                         f"{verdict(r is not None and r >= TARGET_RATIO)}")
-        cpu, cpu_b = s.med(f"feed {key} cpu"), s.med(f"before {key} cpu")
-        cpu_shown = "-" if cpu is None else f"{cpu:.0f}" + (
-            f" ({cpu_b:.0f})" if cpu_b is not None else "")
-        lines.append(f"| {what} | {fmt_rate(v)} | " + (f"{fmt_rate(before)} | " if base else "")
-                     + f"{fmt_rate(s.med(f'no-feed {key}'))} | {shown} | {target} | "
-                     f"{cpu_shown} |")
+    def spread(xs: list[float], f: str = "{:.2f}") -> str:
+        if not xs:
+            return "-"
+        mid = f.format(statistics.median(xs))
+        return mid if len(xs) == 1 else f"{mid} ({f.format(min(xs))}-{f.format(max(xs))})"
 
-    row("empty store", "empty", None, None)
-    row("empty store, while this mount pushes the first copy", "while pushing", "empty",
-        "creates while-pushing/empty")
+    def both(key: str, ref: str) -> tuple[list[float], list[float]]:
+        """Per repetition: key over ref in creates/s, and ref over key in CPU per create;
+        ref may be a "+"-joined bracket (its mean)."""
+        refs = ref.split("+")
+        for suffix in ("", " cpu"):
+            s.reps[ref + suffix] = {
+                r: statistics.mean(s.reps[x + suffix][r] for x in refs)
+                for r in s.reps.get(refs[0] + suffix, {})
+                if all(r in s.reps.get(x + suffix, {}) for x in refs)}
+        return s.ratios(key, ref), s.ratios(f"{key} cpu", f"{ref} cpu", inverse=True)
+
+    def row(what: str, variant: str, key: str, ref: str | None, name: str | None) -> None:
+        k = f"{variant} {key}"
+        if not s.get(k):
+            return
+        rate = spread(s[k], "{:,.0f}") + "/s"
+        cpu = spread(s.get(f"{k} cpu", []), "{:.0f}")
+        if ref is None:
+            lines.append(f"| {what} | {names[variant]} | {rate} | 1 | {cpu} | 1 | |")
+            return
+        wall, cpu_r = both(k, "+".join(f"{variant} {r}" for r in ref.split("+")))
+        target = ""
+        if name:
+            if wall:
+                ratios.append((name if variant == "feed" else f"{name} ({variant})",
+                               statistics.median(wall)))
+            if variant == "feed":
+                met_w = bool(wall) and statistics.median(wall) >= TARGET_RATIO
+                met_c = bool(cpu_r) and statistics.median(cpu_r) >= TARGET_RATIO
+                target = (f">= {TARGET_RATIO}: {verdict(met_w)} (creates/s), "
+                          f"{verdict(met_c)} (CPU)")
+        lines.append(f"| {what} | {names[variant]} | {rate} | {spread(wall)} | {cpu} | "
+                     f"{spread(cpu_r)} | {target} |")
+
+    shown = [v for v, _c in variants]
+    for variant in shown:
+        row("empty store", variant, "empty", None, None)
+    for variant in shown:
+        row("the same mount while it pushes the first copy; reference: its copies before "
+            "and after the pass", variant, "while pushing", "empty+idle again",
+            "creates while-pushing/idle")
+    for variant in shown:
+        row("the same mount once that pass ended (idle again); reference: the empty store",
+            variant, "idle again", "empty", None)
     for at in a.at_list:
         since = s.med(f"feed after burst at {at:g} since") or at
         biggest = s.med(f"feed after burst at {at:g} poll bytes")
-        row(f"{a.burst:,} memories written just before the mount, cp {since:.0f} s after the "
-            f"burst (this code's biggest poll by then: "
-            f"{'-' if biggest is None else f'{biggest / KIB:.1f} KiB'})",
-            f"after burst at {at:g}", "empty", f"creates after-burst-{at:g}s/empty")
+        for variant in shown:
+            row(f"{a.burst:,} memories written just before the mount, cp {since:.0f} s after "
+                f"the burst (biggest poll by then: "
+                f"{'-' if biggest is None else f'{biggest / KIB:.1f} KiB'}); reference: an "
+                "empty store mounted beside it, copied into a second apart", variant,
+                f"after burst at {at:g}", f"after burst at {at:g} pair",
+                f"creates after-burst-{at:g}s/empty")
+    if s.get("push daemon cpu"):
+        lines += ["", f"One push, nothing else running (a pass of {a.creates} files): the "
+                  f"daemon's CPU {spread(s['push daemon cpu'], '{:.0f}')} µs, the server's "
+                  f"{spread(s['push server cpu'], '{:.0f}')} µs, per file."]
+        values.append(("push daemon cpu us", statistics.median(s["push daemon cpu"])))
     first_at = a.at_list[0]
     cpu, cpu_b = s.med("feed window cpu"), s.med("before window cpu")
     if cpu is not None:

@@ -127,9 +127,9 @@ def record_writes(cache) -> list[tuple[bool, int]]:
     calls: list[tuple[bool, int]] = []
     write_many = cache.write_many
 
-    def recorded(blobs):
+    def recorded(blobs, stop=None):
         calls.append((threading.current_thread() is threading.main_thread(), len(blobs)))
-        return write_many(blobs)
+        return write_many(blobs, stop)
 
     cache.write_many = recorded
     return calls
@@ -196,7 +196,7 @@ async def test_a_failed_blob_write_keeps_nothing_held(eng, monkeypatch):
     cache = eng.ctx.cache
     assert await eng.ctx.fetcher.prefetch() == (5, 0)
 
-    def full(blobs):
+    def full(blobs, stop=None):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(cache, "write_many", full)
@@ -232,6 +232,50 @@ async def test_content_users_wrote_becomes_files_when_the_mount_is_quiet(eng):
     assert BlobCache(cache.root).staged() == []  # the rows are gone too
 
 
+async def test_the_writer_stops_at_a_fuse_request_and_ends_in_the_next_quiet(eng, monkeypatch):
+    """The blob writer yields to the mount's users: a FUSE request that arrives while it
+    makes files stops it before the next blob (each one is an fsync); the rows of the
+    blobs already written are gone, the others stay staged, and the writer finishes
+    once the mount is quiet again."""
+    from memfs.sync import fetcher as fetcher_mod
+
+    cache, fetcher = eng.ctx.cache, eng.ctx.fetcher
+    wrote = {f"/n{i}.md": f"written {i}\n".encode() for i in range(12)}
+    for path, data in wrote.items():
+        await eng.write(path, data)
+    order = [sha for sha, _ in cache.staged()]
+    idle = [fetcher_mod.WRITE_QUIET]  # quiet: the writer starts
+    real_write, made = cache._write, []
+
+    def write(path, sha, data, *, fsync=False):
+        real_write(path, sha, data, fsync=fsync)
+        made.append(sha)
+        if len(made) == 3:
+            idle[0] = 0.0  # a FUSE request arrives while the third file is made
+
+    monkeypatch.setattr(cache, "_write", write)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetcher.write_when_quiet, lambda: idle[0])
+        with trio.fail_after(5):
+            while len(cache.staged()) == len(order):
+                await trio.sleep(0.01)
+        await trio.sleep(3 * fetcher_mod.WRITE_QUIET)  # busy: the writer waits
+        assert made == order[:3]
+        assert sorted(sha for sha, _ in BlobCache(cache.root).staged()) == sorted(order[3:])
+        for sha in order[3:]:
+            assert not on_disk(cache, sha) and cache.get(sha) is not None  # still readable
+        idle[0] = fetcher_mod.WRITE_QUIET  # quiet again: the rest goes
+        with trio.fail_after(5):
+            while cache.staged_bytes:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert made == order
+    for path, data in wrote.items():
+        sha = eng.fs.node(path).sha
+        assert (cache.root / sha[:2] / sha).read_bytes() == data
+    assert BlobCache(cache.root).staged() == []
+
+
 async def test_a_failed_move_keeps_the_content_staged(eng, monkeypatch):
     """Disk trouble while making files: a user's content stays staged (readable, and
     in staged.db) and a later pass moves it."""
@@ -240,7 +284,7 @@ async def test_a_failed_move_keeps_the_content_staged(eng, monkeypatch):
     sha = eng.fs.node("/a.md").sha
     real = cache.write_staged
 
-    def full(blobs):
+    def full(blobs, stop=None):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(cache, "write_staged", full)
@@ -260,11 +304,11 @@ async def test_the_writer_retries_a_failed_move_on_its_own(eng, monkeypatch):
     await eng.write("/a.md", b"mine\n")
     real, calls = cache.write_staged, []
 
-    def flaky(blobs):
+    def flaky(blobs, stop=None):
         calls.append(len(blobs))
         if len(calls) == 1:
             raise OSError(5, "Input/output error")
-        return real(blobs)
+        return real(blobs, stop)
 
     monkeypatch.setattr(cache, "write_staged", flaky)
     async with trio.open_nursery() as nursery:

@@ -86,3 +86,38 @@ async def test_a_flush_ends_the_wait_of_a_pass_under_way(eng, monkeypatch):
     assert len(seen) == 6 and all(b for b, _ in seen) and busy[0]
     assert max(n for _, n in seen) > pusher_mod.BUSY_CONCURRENCY
     assert eng.state.dirty_files() == []
+
+
+async def test_a_short_gap_in_a_busy_mount_lets_a_few_pushes_go(eng, monkeypatch):
+    """A gap between FUSE requests longer than BUSY_WINDOW but shorter than QUIET_WINDOW
+    (a `cp -r` preempted on a loaded machine) lets at most BUSY_CONCURRENCY pushes go,
+    at once (no YIELD_MAX wait); full concurrency waits for a quiet mount."""
+    _busy, seen = await busy_with_files(eng, monkeypatch, 30.0)
+    gap = (pusher_mod.BUSY_WINDOW + pusher_mod.QUIET_WINDOW) / 2
+    eng.ctx.idle_for = lambda: gap
+    with trio.fail_after(20):  # well under YIELD_MAX
+        await eng.push()
+    assert len(seen) == 6
+    assert max(n for _, n in seen) <= pusher_mod.BUSY_CONCURRENCY
+    assert eng.state.dirty_files() == []
+
+
+async def test_pushes_waiting_for_a_quiet_mount_do_not_all_poll(eng, monkeypatch):
+    """One waiting push watches the mount, the others queue behind it: a pass of many
+    files costs a busy mount one check every BUSY_WINDOW, not one per push."""
+    busy, seen = await busy_with_files(eng, monkeypatch, 30.0)
+    checks = [0]
+
+    def idle_for() -> float:
+        checks[0] += 1
+        return 0.0 if busy[0] else 10.0
+
+    eng.ctx.idle_for = idle_for
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(eng.push)
+        await trio.sleep(20 * pusher_mod.BUSY_WINDOW)
+        assert seen == []
+        # about 20 checks by the one watching, plus one each as the others arrive
+        assert checks[0] <= 20 + 6 + 5
+        busy[0] = False
+    assert len(seen) == 6 and max(n for _, n in seen) > pusher_mod.BUSY_CONCURRENCY

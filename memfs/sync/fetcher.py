@@ -118,37 +118,50 @@ class Fetcher:
         if ev is not None:
             ev.set()
 
-    async def write_pending(self) -> bool:
+    async def write_pending(self, idle_for: Callable[[], float] | None = None) -> bool:
         """Write the held and the staged blobs to disk, in a worker thread. False when
-        staged blobs could not be moved (they stay staged)."""
+        staged blobs could not be moved (they stay staged).
+
+        With `idle_for` the writer yields to the mount's users: it stops before the
+        next blob once FUSE brought a request (`idle_for` below WRITE_QUIET), and what
+        is left waits for the next quiet moment. Each staged blob costs an fsync (400
+        of them about 1.5 s of disk and 0.2-0.5 s of kernel CPU here): a `cp -r` that
+        met them went at half its speed (docs/BENCHMARKS.md, section 6)."""
         cache = self.ctx.cache
+        stop = None if idle_for is None else (lambda: idle_for() < WRITE_QUIET)
+        left = False
         async with self._writing:
             held, staged = cache.held(), cache.staged()
             if held:
                 shas = [sha for sha, _ in held]
                 try:
-                    await trio.to_thread.run_sync(cache.write_many, held)
+                    done = await trio.to_thread.run_sync(cache.write_many, held, stop)
                 except OSError as exc:  # disk full...: the LRU keeps what it can; misses refetch
                     log.warning("cannot write %d fetched blobs: %s", len(held), exc)
                     cache.drop_held(shas)
                 else:
-                    cache.on_disk(shas)
-            if staged:
+                    cache.on_disk(shas[:done])
+                    left = done < len(held)
+            if staged and not left:
                 shas = [sha for sha, _ in staged]
                 try:
-                    await trio.to_thread.run_sync(cache.write_staged, staged)
-                    cache.unstage(shas)
+                    done = await trio.to_thread.run_sync(cache.write_staged, staged, stop)
+                    cache.unstage(shas[:done])
                 except (OSError, sqlite3.Error) as exc:  # they stay staged: nothing is lost
                     log.warning("cannot move %d staged blobs to files: %s", len(staged), exc)
                     return False
+                left = done < len(staged)
+        if left:
+            self.pending.set()  # the rest waits for the next quiet moment
         return True
 
     async def write_when_quiet(self, idle_for: Callable[[], float] | None = None) -> None:
         """Run for the engine: write held and staged blobs once no batch runs and FUSE
         has answered nothing for `WRITE_QUIET` seconds (`idle_for`), so their disk work
-        never competes with the reads and writes under way; sooner once `PENDING_MAX`
-        bytes wait, whatever put them there (batches, single GETs, closes). `idle_for`:
-        the context's (FUSE's), unless a test passes its own."""
+        never competes with the reads and writes under way (the writer stops at the
+        next FUSE request, `write_pending`); all at once when `PENDING_MAX` bytes wait,
+        whatever put them there (batches, single GETs, closes). `idle_for`: the
+        context's (FUSE's), unless a test passes its own."""
         cache, idle_for = self.ctx.cache, idle_for or self.ctx.idle_for
         while True:
             await self.pending.wait()
@@ -156,7 +169,8 @@ class Fetcher:
             while ((self._fetching() or idle_for() < WRITE_QUIET)
                    and cache.pending_bytes < PENDING_MAX):
                 await trio.sleep(WRITE_QUIET / 3)
-            if not await self.write_pending():
+            full = cache.pending_bytes >= PENDING_MAX  # memory stays bounded: no yielding
+            if not await self.write_pending(None if full else idle_for):
                 await trio.sleep(WRITE_RETRY)
                 self.pending.set()  # the staged blobs still wait: try again
 

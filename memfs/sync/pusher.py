@@ -54,6 +54,9 @@ BUSY_WINDOW = 0.02
 YIELD_MAX = 1.0
 #: ... and if none comes, goes as one of at most this many started while busy.
 BUSY_CONCURRENCY = 2
+#: Pushes go at full concurrency only once FUSE has been quiet this long (seconds); a
+#: shorter gap (a `cp -r` preempted on a loaded machine) lets BUSY_CONCURRENCY go.
+QUIET_WINDOW = 0.3
 
 
 def delete_cap(known: int) -> int:
@@ -79,6 +82,7 @@ class Pusher:
         self._running = False
         self._not_before = 0.0  # trio clock: a 429's retry-after holds every request
         self._busy_pushes = 0  # pushes in flight that started while FUSE was busy
+        self._gate = trio.Lock()  # one push at a time watches for a quiet mount
         self._flushing = 0  # flushes waiting: a pass under way stops yielding to FUSE
 
     # -- the loop -------------------------------------------------------------------
@@ -265,19 +269,31 @@ class Pusher:
                 result.progress += 1
 
     async def _yield_to_mount(self) -> bool:
-        """While FUSE requests keep coming (a `cp -r`), wait for a quiet moment; after
-        YIELD_MAX, go as one of at most BUSY_CONCURRENCY pushes started while busy
-        (returns True: the caller counts itself in `_busy_pushes`). A push costs the
-        trio thread its request's CPU and, against `memfs serve` on the same machine,
-        the server's commit: `cp -r` of 500 files went at 470-580/s while a pass ran,
-        1,240-1,430/s with this (docs/BENCHMARKS.md, section 4). An unmount or flush
-        waiting on the pass ends the wait."""
+        """While FUSE requests keep coming (a `cp -r`), wait for a quiet moment: after
+        QUIET_WINDOW without a request, go (any number at once); after a shorter gap of
+        BUSY_WINDOW, or after YIELD_MAX without one, go as one of at most
+        BUSY_CONCURRENCY pushes started while busy (returns True: the caller counts
+        itself in `_busy_pushes`). A push costs the trio thread about 1.2 ms of CPU
+        (httpx and the answer's transitions, three creates' worth) and, against `memfs
+        serve` on the same machine, about 0.8 ms of the server's: `cp -r` of 500 files
+        went at 470-580/s while a pass ran, 1,240-1,430/s with the wait
+        (docs/BENCHMARKS.md, section 4); a copy's every 20 ms gap let a full
+        concurrency's worth go, where a few keep the pass going (section 6). The pushes
+        waiting queue behind one that watches (`_gate`), not 32 of them waking every
+        BUSY_WINDOW. An unmount or flush waiting on the pass ends the wait."""
         idle_for = self.ctx.idle_for
         give_up = trio.current_time() + YIELD_MAX
-        while idle_for() < BUSY_WINDOW and not (self._stop.is_set() or self._flushing):
-            if trio.current_time() >= give_up and self._busy_pushes < BUSY_CONCURRENCY:
-                return True
-            await trio.sleep(BUSY_WINDOW)
+        if idle_for() >= QUIET_WINDOW:
+            return False
+        async with self._gate:
+            while not (self._stop.is_set() or self._flushing):
+                idle = idle_for()
+                if idle >= QUIET_WINDOW:
+                    return False
+                if self._busy_pushes < BUSY_CONCURRENCY and (
+                        idle >= BUSY_WINDOW or trio.current_time() >= give_up):
+                    return True
+                await trio.sleep(BUSY_WINDOW)
         return False
 
     async def flush(self, timeout: float) -> PassResult:
