@@ -167,15 +167,18 @@ class BlobCache:
         """The staged blobs, to hand to `write_staged`."""
         return list(self._staged.items())
 
-    def write_staged(self, blobs: list[tuple[str, bytes]]) -> None:
+    def write_staged(self, blobs: list[tuple[str, bytes]], *, fsync: bool = True) -> None:
         """Write staged blobs as files and fsync them and their directories, so that
-        `unstage` may then forget their rows. Touches only files (a worker thread)."""
+        `unstage` may then forget their rows. Touches only files (a worker thread).
+        `fsync=False` for content the server holds (the caller's reason to forget the
+        rows is elsewhere: memfs/sync/fetcher.py `write_pending`)."""
         dirs = {self.root}
         for sha, data in blobs:
             path = self._path(sha)
-            self._write(path, sha, data, fsync=True)
+            self._write(path, sha, data, fsync=fsync)
             dirs.add(path.parent)
-        fsync_paths(sorted(dirs))
+        if fsync:
+            fsync_paths(sorted(dirs))
 
     def unstage(self, shas: list[str]) -> None:
         """These staged blobs are durable files now (`write_staged`): drop their rows."""
