@@ -174,8 +174,10 @@ class Fetcher:
         """Run for the engine: write held and staged blobs once no batch runs and FUSE
         has answered nothing for `WRITE_QUIET` seconds (`idle_for`), so their disk work
         never competes with the reads and writes under way; sooner once `PENDING_MAX`
-        bytes wait, whatever put them there (batches, single GETs, closes). `idle_for`:
-        the context's (FUSE's), unless a test passes its own."""
+        bytes wait, whatever put them there (batches, single GETs, closes). Nor while
+        a pass holds the sync lock: during the unmount's flush the writer fsynced each
+        blob the pass was about to push, which once pushed needs no fsync (`_pushed`).
+        `idle_for`: the context's (FUSE's), unless a test passes its own."""
         cache, idle_for = self.ctx.cache, idle_for or self.ctx.idle_for
         while True:
             await self.pending.wait()
