@@ -318,3 +318,26 @@ async def test_the_writer_waits_for_a_push_pass(eng):
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     assert on_disk(cache, eng.fs.node("/a.md").sha)
+
+
+async def test_a_pass_starting_stops_the_writer_after_its_chunk(eng, monkeypatch):
+    """The writer may start before the unmount's flush takes the sync lock: it moves
+    the chunk under way, leaves the rest staged until the pass is over, and what the
+    pass pushed then goes without an fsync each."""
+    from fs_helpers import record_fsyncs
+
+    from memfs.sync import fetcher as fetcher_mod
+
+    monkeypatch.setattr(fetcher_mod, "STAGED_CHUNK", 4)
+    cache, fetcher = eng.ctx.cache, eng.ctx.fetcher
+    for i in range(20):
+        await eng.write(f"/n{i}.md", f"note {i}\n".encode())
+    synced = record_fsyncs(monkeypatch)
+    async with eng.ctx.sync_lock:
+        assert await fetcher.write_pending(yielding=True) is True
+    assert len(cache.staged()) == 16 and fetcher.pending.is_set()
+    assert len([p for p in synced if ".tmp" in p]) == 4  # not pushed: fsynced
+    assert (await eng.push(flush=True)).pushed == 20
+    synced.clear()
+    assert await fetcher.write_pending(yielding=True) is True
+    assert cache.staged() == [] and not [p for p in synced if ".tmp" in p]

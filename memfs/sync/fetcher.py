@@ -44,6 +44,9 @@ BATCH_MIN = 5
 WRITE_QUIET = 0.3
 #: ... or at once when this many bytes are held or staged (memory stays bounded).
 PENDING_MAX = 16 * 1024 * 1024
+#: The background writer moves staged blobs this many at a time (about 60 ms of
+#: fsyncs here), so that a pass starting meanwhile (the unmount's flush) stops it soon.
+STAGED_CHUNK = 32
 #: After staged blobs failed to become files (disk trouble), wait this long (seconds).
 WRITE_RETRY = 5.0
 
@@ -118,9 +121,11 @@ class Fetcher:
         if ev is not None:
             ev.set()
 
-    async def write_pending(self) -> bool:
+    async def write_pending(self, *, yielding: bool = False) -> bool:
         """Write the held and the staged blobs to disk, in a worker thread. False when
-        staged blobs could not be moved (they stay staged)."""
+        staged blobs could not be moved (they stay staged). `yielding` (the background
+        writer): staged blobs go `STAGED_CHUNK` at a time and the rest waits while a
+        pass holds the sync lock, since what it pushes meanwhile needs no fsync."""
         cache = self.ctx.cache
         async with self._writing:
             held, staged = cache.held(), cache.staged()
@@ -133,27 +138,42 @@ class Fetcher:
                     cache.drop_held(shas)
                 else:
                     cache.on_disk(shas)
-            if staged:
-                shas = [sha for sha, _ in staged]
-                pushed = self._pushed({sha for sha, _ in staged})
-                mine = [(sha, data) for sha, data in staged if sha not in pushed]
-                copies = [(sha, data) for sha, data in staged if sha in pushed]
+            step = STAGED_CHUNK if yielding else max(1, len(staged))
+            for i in range(0, len(staged), step):
+                if i and self._yield_to_pass():
+                    self.pending.set()  # the rest once the pass is over
+                    break
+                chunk = staged[i:i + step]
                 try:
-                    if mine:
-                        await trio.to_thread.run_sync(cache.write_staged, mine)
-                    if copies:
-                        await trio.to_thread.run_sync(
-                            self._write_copies, copies, self.ctx.state.durable_files())
-                        # (a base that moved on meanwhile: that row stays, for the next turn)
-                        kept = {sha for sha, _ in copies} - self._pushed(set(shas))
-                        if kept:
-                            shas = [sha for sha in shas if sha not in kept]
-                            self.pending.set()
-                    cache.unstage(shas)
+                    await self._move_staged(chunk)
                 except (OSError, sqlite3.Error) as exc:  # they stay staged: nothing is lost
-                    log.warning("cannot move %d staged blobs to files: %s", len(staged), exc)
+                    log.warning("cannot move %d staged blobs to files: %s", len(chunk), exc)
                     return False
         return True
+
+    def _yield_to_pass(self) -> bool:
+        """A pass holds the sync lock (the unmount's flush...) and memory allows waiting."""
+        return self.ctx.sync_lock.locked() and self.ctx.cache.pending_bytes < PENDING_MAX
+
+    async def _move_staged(self, staged: list[tuple[str, bytes]]) -> None:
+        """Make these staged blobs files, then forget their rows: a user's content
+        fsynced first, pushed content after one fsync of state.db (`_write_copies`)."""
+        cache = self.ctx.cache
+        shas = [sha for sha, _ in staged]
+        pushed = self._pushed(set(shas))
+        mine = [(sha, data) for sha, data in staged if sha not in pushed]
+        copies = [(sha, data) for sha, data in staged if sha in pushed]
+        if mine:
+            await trio.to_thread.run_sync(cache.write_staged, mine)
+        if copies:
+            await trio.to_thread.run_sync(
+                self._write_copies, copies, self.ctx.state.durable_files())
+            # (a base that moved on meanwhile: that row stays, for the next turn)
+            kept = pushed - self._pushed(pushed)
+            if kept:
+                shas = [sha for sha in shas if sha not in kept]
+                self.pending.set()
+        cache.unstage(shas)
 
     def _pushed(self, shas: set[str]) -> set[str]:
         """Of these staged shas, those the server holds: the base of a memory state.db
@@ -182,10 +202,10 @@ class Fetcher:
         while True:
             await self.pending.wait()
             self.pending = trio.Event()
-            while ((self._fetching() or idle_for() < WRITE_QUIET or self.ctx.sync_lock.locked())
+            while ((self._fetching() or idle_for() < WRITE_QUIET or self._yield_to_pass())
                    and cache.pending_bytes < PENDING_MAX):
                 await trio.sleep(WRITE_QUIET / 3)
-            if not await self.write_pending():
+            if not await self.write_pending(yielding=True):
                 await trio.sleep(WRITE_RETRY)
                 self.pending.set()  # the staged blobs still wait: try again
 
