@@ -334,10 +334,31 @@ async def test_a_pass_starting_stops_the_writer_after_its_chunk(eng, monkeypatch
         await eng.write(f"/n{i}.md", f"note {i}\n".encode())
     synced = record_fsyncs(monkeypatch)
     async with eng.ctx.sync_lock:
-        assert await fetcher.write_pending(yielding=True) is True
+        assert await fetcher.write_pending() is True
     assert len(cache.staged()) == 16 and fetcher.pending.is_set()
     assert len([p for p in synced if ".tmp" in p]) == 4  # not pushed: fsynced
     assert (await eng.push(flush=True)).pushed == 20
     synced.clear()
-    assert await fetcher.write_pending(yielding=True) is True
+    assert await fetcher.write_pending() is True
     assert cache.staged() == [] and not [p for p in synced if ".tmp" in p]
+
+
+async def test_the_last_write_leaves_staged_content_staged_and_synced(eng, monkeypatch):
+    """At unmount (`write_at_exit`) fetched blobs become files, and what users wrote
+    stays in staged.db for the next mount's writer: one sync of staged.db, no file and
+    no fsync per blob."""
+    from fs_helpers import record_fsyncs
+
+    await seed(eng, dirs=1, per_dir=5, root=0)
+    cache = eng.ctx.cache
+    assert await eng.ctx.fetcher.prefetch() == (5, 0)
+    held = [sha for sha, _ in cache.held()]
+    for i in range(10):
+        await eng.write(f"/n{i}.md", f"note {i}\n".encode())
+    staged = sorted(sha for sha, _ in cache.staged())
+    synced = record_fsyncs(monkeypatch)
+    await eng.ctx.fetcher.write_at_exit()
+    assert all(on_disk(cache, sha) for sha in held) and cache.held_bytes == 0
+    assert sorted(sha for sha, _ in BlobCache(cache.root).staged()) == staged
+    assert not any(on_disk(cache, sha) for sha in staged)
+    assert sorted(synced) == sorted(str(p) for p in cache.staged_files())

@@ -292,6 +292,12 @@ class BlobCache:
             os.close(fd)
         os.replace(tmp, path)
 
+    def staged_files(self) -> list[Path]:
+        """What makes every staged blob survive a power cut: staged.db, its WAL and
+        their directory entry."""
+        staged = self.root / STAGED_DB
+        return [staged.with_name(STAGED_DB + "-wal"), staged, self.root]
+
     def durable_files(self, sha: str) -> list[Path]:
         """What makes blob sha survive a power cut, wherever it is now: its file and
         directory entries, or staged.db (the writer may move it meanwhile; a file

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Callable
+from functools import partial
 
 import trio
 
@@ -121,35 +122,51 @@ class Fetcher:
         if ev is not None:
             ev.set()
 
-    async def write_pending(self, *, yielding: bool = False) -> bool:
+    async def write_pending(self) -> bool:
         """Write the held and the staged blobs to disk, in a worker thread. False when
-        staged blobs could not be moved (they stay staged). `yielding` (the background
-        writer): staged blobs go `STAGED_CHUNK` at a time and the rest waits while a
-        pass holds the sync lock, since what it pushes meanwhile needs no fsync."""
-        cache = self.ctx.cache
+        staged blobs could not be moved (they stay staged). Staged blobs go
+        `STAGED_CHUNK` at a time, and the rest waits while a pass holds the sync lock:
+        what it pushes meanwhile needs no fsync."""
         async with self._writing:
-            held, staged = cache.held(), cache.staged()
-            if held:
-                shas = [sha for sha, _ in held]
-                try:
-                    await trio.to_thread.run_sync(cache.write_many, held)
-                except OSError as exc:  # disk full...: the LRU keeps what it can; misses refetch
-                    log.warning("cannot write %d fetched blobs: %s", len(held), exc)
-                    cache.drop_held(shas)
-                else:
-                    cache.on_disk(shas)
-            step = STAGED_CHUNK if yielding else max(1, len(staged))
-            for i in range(0, len(staged), step):
+            await self._write_held()
+            staged = self.ctx.cache.staged()
+            for i in range(0, len(staged), STAGED_CHUNK):
                 if i and self._yield_to_pass():
                     self.pending.set()  # the rest once the pass is over
                     break
-                chunk = staged[i:i + step]
+                chunk = staged[i:i + STAGED_CHUNK]
                 try:
                     await self._move_staged(chunk)
                 except (OSError, sqlite3.Error) as exc:  # they stay staged: nothing is lost
                     log.warning("cannot move %d staged blobs to files: %s", len(chunk), exc)
                     return False
         return True
+
+    async def _write_held(self) -> None:
+        cache = self.ctx.cache
+        held = cache.held()
+        if held:
+            shas = [sha for sha, _ in held]
+            try:
+                await trio.to_thread.run_sync(cache.write_many, held)
+            except OSError as exc:  # disk full...: the LRU keeps what it can; misses refetch
+                log.warning("cannot write %d fetched blobs: %s", len(held), exc)
+                cache.drop_held(shas)
+            else:
+                cache.on_disk(shas)
+
+    async def write_at_exit(self) -> None:
+        """The unmount's last write, after its flush: fetched blobs become files (the
+        next mount starts warm); staged content stays in staged.db, synced once, and the
+        next mount's writer makes it files. Making them files here put the creation of
+        a file per blob written since the mount was last quiet on the user's wait: after
+        `cp -r` of 500 files, 0.2-0.4 s on this kind of VM (plus an fsync each, 1 s)."""
+        cache = self.ctx.cache
+        async with self._writing:
+            await self._write_held()
+            if cache.staged_bytes:
+                await trio.to_thread.run_sync(
+                    partial(fsync_paths, cache.staged_files(), missing_ok=True))
 
     def _yield_to_pass(self) -> bool:
         """A pass holds the sync lock (the unmount's flush...) and memory allows waiting."""
@@ -205,7 +222,7 @@ class Fetcher:
             while ((self._fetching() or idle_for() < WRITE_QUIET or self._yield_to_pass())
                    and cache.pending_bytes < PENDING_MAX):
                 await trio.sleep(WRITE_QUIET / 3)
-            if not await self.write_pending(yielding=True):
+            if not await self.write_pending():
                 await trio.sleep(WRITE_RETRY)
                 self.pending.set()  # the staged blobs still wait: try again
 
