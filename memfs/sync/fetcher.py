@@ -160,7 +160,7 @@ class Fetcher:
         next mount starts warm); staged content stays in staged.db, synced once, and the
         next mount's writer makes it files. Making them files here put the creation of
         a file per blob written since the mount was last quiet on the user's wait: after
-        `cp -r` of 500 files, 0.2-0.4 s on this kind of VM (plus an fsync each, 1 s)."""
+        `cp -r` of 500 files, 0.2-0.4 s on this kind of VM (and, fsynced, 1 s more)."""
         cache = self.ctx.cache
         async with self._writing:
             await self._write_held()
