@@ -561,9 +561,10 @@ class Engine:
 
     async def quiet(self) -> None:
         """The mount is quiet: wait until the blob writer has written every blob held
-        (fetched) or staged (closed) to its file."""
+        (fetched) or staged (closed) to its file, or waits, as it does while a pass holds
+        the sync lock (the action, parked on a held request)."""
         with trio.move_on_after(WRITER_PATIENCE):
-            while self.cache.pending_bytes:
+            while self.cache.pending_bytes and not self.ctx.fetcher.waits_for_pass():
                 await trio.sleep(0.001)  # the writer's worker thread
             return
         self.state_errors.append(f"the blob writer left {self.cache.pending_bytes} bytes "

@@ -308,7 +308,7 @@ def test_the_harness_runs_the_blob_writer(tmp_path: Path, monkeypatch) -> None:
     scenario = next(s for s in SCENARIOS if s.name == "save_during_update")
     assert not run_one(scenario, tmp_path / "real", ("hold", 0, "after")).violations
     written: list[str] = []
-    def forget(self, blobs, stop=None) -> int:  # claims every blob written, writes none
+    def forget(self, blobs, stop=None, *, fsync=True) -> int:  # claims all written, writes none
         written.extend(sha for sha, _ in blobs)
         return len(blobs)
 

@@ -180,7 +180,7 @@ class StoreEngine:
         self.background.cancel()
         with purpose("push"):
             result = await self.pusher.flush(timeout)
-        await self.ctx.fetcher.write_pending()  # the next mount starts warm, nothing staged
+        await self.ctx.fetcher.write_at_exit()  # the next mount starts warm
         return {"pushed": result.pushed, "left": result.left,
                 "offline": str(result.offline) if result.left and result.offline else None,
                 **self.kept_local()}

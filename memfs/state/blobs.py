@@ -168,22 +168,25 @@ class BlobCache:
         return list(self._staged.items())
 
     def write_staged(self, blobs: list[tuple[str, bytes]],
-                     stop: Callable[[], bool] | None = None) -> int:
+                     stop: Callable[[], bool] | None = None, *, fsync: bool = True) -> int:
         """Write staged blobs as files and fsync them and their directories, so that
         `unstage` may then forget their rows. Touches only files (a worker thread).
-        Returns how many (the first ones) are durable files now: `stop` is asked before
-        each blob (each costs an fsync, about 3 ms of disk here), so a writer that
-        yields to the mount's users stops within one."""
+        Returns how many (the first ones) are files now: `stop` is asked before each blob
+        (each costs an fsync, about 3 ms of disk here), so a writer that yields to the
+        mount's users stops within one. `fsync=False` for content the server holds (the
+        caller's reason to forget the rows is elsewhere: memfs/sync/fetcher.py
+        `write_pending`)."""
         dirs = {self.root}
         done = 0
         for sha, data in blobs:
             if stop is not None and stop():
                 break
             path = self._path(sha)
-            self._write(path, sha, data, fsync=True)
+            self._write(path, sha, data, fsync=fsync)
             dirs.add(path.parent)
             done += 1
-        fsync_paths(sorted(dirs))
+        if fsync:
+            fsync_paths(sorted(dirs))
         return done
 
     def unstage(self, shas: list[str]) -> None:
@@ -304,6 +307,12 @@ class BlobCache:
         finally:
             os.close(fd)
         os.replace(tmp, path)
+
+    def staged_files(self) -> list[Path]:
+        """What makes every staged blob survive a power cut: staged.db, its WAL and
+        their directory entry."""
+        staged = self.root / STAGED_DB
+        return [staged.with_name(STAGED_DB + "-wal"), staged, self.root]
 
     def durable_files(self, sha: str) -> list[Path]:
         """What makes blob sha survive a power cut, wherever it is now: its file and
