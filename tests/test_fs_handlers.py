@@ -390,7 +390,6 @@ async def test_capacity_check_agrees_with_the_count(env, monkeypatch):
     check(True)
 
 
-
 # -- read-only mounts --------------------------------------------------------------------
 
 

@@ -30,7 +30,6 @@ def _wait(pred, timeout: float = 15.0, what: str = "condition"):
         time.sleep(0.1)
 
 
-
 def test_all_root_view_marker_and_access(server, mounts):
     sdk = server.sdk()
     a = sdk.beta.memory_stores.create(name="User Preferences").id

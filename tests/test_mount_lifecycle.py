@@ -21,8 +21,6 @@ from synchelpers import wait_for
 pytestmark = needs_fuse
 
 
-
-
 def pid_gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)

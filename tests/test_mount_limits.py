@@ -27,8 +27,6 @@ def expect_errno(code: int, fn, *args, **kw):
         f"{fn.__name__}{args}: expected {errno.errorcode[code]}, got {info.value!r}")
 
 
-
-
 def create_file(path, data: bytes = b"") -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:

@@ -71,8 +71,6 @@ def operations(server, store: str, memory_id: str) -> list[str]:
     return [v.operation for v in versions]
 
 
-
-
 def local_tree(root) -> dict[str, str]:
     out = {}
     for dirpath, _dirs, names in os.walk(root):

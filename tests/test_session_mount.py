@@ -13,7 +13,6 @@ from mountutil import errno_of, mount_env, needs_fuse, server_memories, strand_u
 pytestmark = needs_fuse
 
 
-
 def make_session(sdk, resources) -> str:
     return sdk.beta.sessions.create(agent="agent_test", environment_id="env_test",
                                     resources=resources).id

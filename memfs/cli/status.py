@@ -37,7 +37,6 @@ def locate(mountpoint: str) -> tuple[Path, dict | None] | None:
     return None if best is None else (best[1], None)
 
 
-
 def offline_status(state_dir: Path) -> dict:
     """Status read from state.db when no daemon runs (read-only: status changes nothing)."""
     state = StateView(state_dir / STATE_DB)

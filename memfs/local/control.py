@@ -26,7 +26,6 @@ import trio
 SOCKET_NAME = "control.sock"
 
 
-
 @dataclass
 class Stream:
     """A reply of many lines: each object `lines` yields, until the client leaves."""
