@@ -8,11 +8,15 @@ must fail fast with a clear message.
 # ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import pathlib
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 
 import pytest
 from mountutil import is_mounted, mount_env, mounts, needs_fuse, server_memories  # noqa: F401
@@ -86,6 +90,30 @@ def staged_count(state_dir) -> int:
         db.close()
 
 
+@contextlib.contextmanager
+def fuse_kept_busy(directory: pathlib.Path) -> Iterator[None]:
+    """A reader that keeps the daemon's FUSE side from ever being quiet (getxattr always
+    reaches the daemon), so the blob writer, which waits for 0.3 s of quiet, stays idle;
+    it ends with the block, or when the mount goes (a kill)."""
+    stop = threading.Event()
+
+    def busy() -> None:
+        while not stop.is_set():
+            try:
+                os.getxattr(directory, "user.memfs.state")
+            except OSError:
+                return  # the mount is gone
+            stop.wait(0.02)
+
+    reader = threading.Thread(target=busy)
+    reader.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        reader.join()
+
+
 def test_unmount_leaves_the_content_staged_for_the_next_mount(mounts, server):
     """`memfs unmount` pushes what a `cp -r` just wrote but makes no blob file of it:
     its content stays in staged.db (synced), and the next mount serves it and moves
@@ -94,30 +122,13 @@ def test_unmount_leaves_the_content_staged_for_the_next_mount(mounts, server):
     writer, which waits for 0.3 s of quiet, has at most the unmount command's start-up
     to move a few chunks before the flush takes the sync lock (on a loaded machine that
     start-up varies: the check is that content is left staged, not how much)."""
-    import threading
-
     store = mounts.new_store()
     m = mounts.mount(store, "--write-back-delay", "30")
     files = {f"/cp/f{i:03}.md": f"copied {i}\n" for i in range(200)}
     (m.path / "cp").mkdir()
-    stop = threading.Event()
-
-    def busy() -> None:  # getxattr always reaches the daemon: FUSE is never quiet
-        while not stop.is_set():
-            try:
-                os.getxattr(m.path / "cp", "user.memfs.state")
-            except OSError:
-                return
-            stop.wait(0.02)
-
-    reader = threading.Thread(target=busy)
-    reader.start()
-    try:
+    with fuse_kept_busy(m.path / "cp"):
         for path, text in files.items():
             (m.path / path[1:]).write_text(text)
-    finally:
-        stop.set()
-        reader.join()
     state_dir = m.state_dir
     out = m.unmount()
     assert "0 left" in out, out
@@ -140,31 +151,15 @@ def test_kill9_right_after_close_finds_the_staged_content(mounts, server):
     before the move (the test checks that the rows are there), and a remount serves
     the closed, never-fsync'd writes, makes them files and pushes them."""
     import sqlite3
-    import threading
 
     store = mounts.new_store()
     m = mounts.mount(store, "--write-back-delay", "30")
     files = {f"/closed/f{i}.md": f"closed, not fsync'd {i}\n" for i in range(20)}
     (m.path / "closed").mkdir()
-    stop = threading.Event()
-
-    def busy() -> None:  # getxattr always reaches the daemon: FUSE is never quiet
-        while not stop.is_set():
-            try:
-                os.getxattr(m.path / "closed", "user.memfs.state")
-            except OSError:
-                return  # the kill came
-            stop.wait(0.02)
-
-    reader = threading.Thread(target=busy)
-    reader.start()
-    try:
+    with fuse_kept_busy(m.path / "closed"):
         for path, text in files.items():
             (m.path / path[1:]).write_text(text)
         m.kill9()
-    finally:
-        stop.set()
-        reader.join()
     db = sqlite3.connect(str(m.state_dir / "objects" / "staged.db"))
     try:
         staged = {bytes(data).decode() for _, data in db.execute("SELECT sha, data FROM staged")}
