@@ -155,24 +155,16 @@ def age_tombstones(eng: Engine, seconds: float = 2 * HOUR) -> None:
 
 
 def is_open_dirty(eng: Engine, ino: int) -> bool:
-    """Whether an open handle holds unsaved writes (the registry moves into State)."""
-    registry = getattr(eng.state, "open_dirty", None)
-    if registry is not None:
-        return ino in registry
-    probe = getattr(eng.state, "is_open_dirty", None) or eng.ops.is_open_dirty
-    return bool(probe(ino))
+    """Whether an open handle holds unsaved writes (State's registry)."""
+    return ino in eng.state.open_dirty
 
 
 def restore_conflict(eng: Engine, cid: int) -> None:
-    """`memfs conflicts restore` as the daemon's control socket runs it."""
-    import inspect
-
+    """`memfs conflicts restore` as the daemon's control socket runs it
+    (`StoreEngine.conflict_command`)."""
     from memfs.state import conflicts
 
-    extra = {"ops": eng.ops, "invalidate": eng.ctx.invalidate}
-    accepted = inspect.signature(conflicts.restore).parameters
-    conflicts.restore(eng.state, eng.cache, cid,
-                      **{k: v for k, v in extra.items() if k in accepted})
+    conflicts.restore(eng.state, eng.cache, cid, invalidate=eng.ctx.invalidate)
     eng.ctx.kick()
 
 
