@@ -198,6 +198,33 @@ def tally() -> Iterator[list[int]]:
         _TALLY.reset(token)
 
 
+#: Awaited before the answer of each request this trio task (or a task it starts) sends
+#: while an `answers_when()` is open: the pusher's requests, whose answers (httpx, JSON,
+#: the state transitions: about 1 ms of the trio thread each) wait in the socket while
+#: a `cp -r` keeps the mount busy. The request went out: only reading its answer waits.
+_BEFORE_ANSWER: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar(
+    "memfs_client_before_answer", default=None)
+
+
+@contextmanager
+def answers_when(ready: Callable[[], Awaitable[None]]) -> Iterator[None]:
+    """Read the answers of the requests this task sends only once `ready()` returns."""
+    token = _BEFORE_ANSWER.set(ready)
+    try:
+        yield
+    finally:
+        _BEFORE_ANSWER.reset(token)
+
+
+def _answer_trace(ready: Callable[[], Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+    """httpcore's `trace` extension, awaited at each step of a request: wait for
+    `ready()` when the request is sent and its answer's headers are next."""
+    async def trace(event: str, info: dict) -> None:
+        if event == "http11.receive_response_headers.started":
+            await ready()
+    return trace
+
+
 class MemoryStoresClient:
     """Async client for ``/v1/memory_stores``. Use under trio; ``await aclose()`` when done."""
 
@@ -255,7 +282,7 @@ class MemoryStoresClient:
             headers=headers,
             timeout=httpx.Timeout(timeout),
             transport=transport,
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
             follow_redirects=False,
             verify=tls.verify(),  # made ahead where `memfs mount` and its daemon asked
         )
@@ -383,7 +410,10 @@ class MemoryStoresClient:
                 counts[0] += 1
             response: httpx.Response | None = None
             try:
-                response = await self._http.request(method, url, content=content, headers=headers)
+                ready = _BEFORE_ANSWER.get()
+                response = await self._http.request(
+                    method, url, content=content, headers=headers,
+                    extensions=None if ready is None else {"trace": _answer_trace(ready)})
             except httpx.TransportError as exc:
                 self._observe(method, path, 0, len(content or b""), 0)
                 reason = self._scrub(str(exc) or type(exc).__name__)

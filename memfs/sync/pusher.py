@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import trio
 
 from memfs.api import errors as api_errors
+from memfs.api.client import answers_when
 from memfs.api.models import Memory
 from memfs.core import decide, paths
 from memfs.core.nodes import EMPTY_SHA, Node, PushTicket, Remote, Tombstone
@@ -83,6 +84,7 @@ class Pusher:
         self._not_before = 0.0  # trio clock: a 429's retry-after holds every request
         self._busy_pushes = 0  # pushes in flight that started while FUSE was busy
         self._gate = trio.Lock()  # one push at a time watches for a quiet mount
+        self._answers = trio.Lock()  # one answer at a time waits for it (`_answer_ready`)
         self._flushing = 0  # flushes waiting: a pass under way stops yielding to FUSE
 
     # -- the loop -------------------------------------------------------------------
@@ -247,7 +249,11 @@ class Pusher:
                 wait = self._not_before - trio.current_time()
                 if wait > 0:
                     await trio.sleep(wait)
-                outcome = await push(item)
+                if polite and not busy:
+                    with answers_when(self._answer_ready):
+                        outcome = await push(item)
+                else:
+                    outcome = await push(item)
             except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
                 result.offline = exc
                 if isinstance(exc, (api_errors.APIConnectionError,
@@ -295,6 +301,25 @@ class Pusher:
                     return True
                 await trio.sleep(BUSY_WINDOW)
         return False
+
+    async def _answer_ready(self) -> None:
+        """A push sent while the mount was quiet reads its answer only once the mount is
+        quiet again (QUIET_WINDOW without a FUSE request), or after YIELD_MAX: the
+        answers of a pass's requests in flight when a `cp -r` begins (up to
+        push_concurrency of them, about 1 ms of the trio thread each) wait in their
+        sockets instead of taking turns with the copy's requests. The request is
+        journaled and went out: waiting only widens the window a lost answer already
+        has. The waiting answers queue behind one that watches; an unmount or flush
+        ends the wait. (Pushes started while busy, at most BUSY_CONCURRENCY, do not
+        wait: they keep the pass going during a long copy.)"""
+        idle_for = self.ctx.idle_for
+        if idle_for() >= QUIET_WINDOW:
+            return
+        give_up = trio.current_time() + YIELD_MAX
+        async with self._answers:
+            while (idle_for() < QUIET_WINDOW and trio.current_time() < give_up
+                   and not (self._stop.is_set() or self._flushing)):
+                await trio.sleep(BUSY_WINDOW)
 
     async def flush(self, timeout: float) -> PassResult:
         """Push everything now (write-back and delete delays waived) until nothing is
