@@ -32,7 +32,7 @@ step.
 
 The engine is the daemon's own (`StoreEngine`, memfs/mount/engine.py): its fetcher and
 blob writer run through every interleaving under an idle clock the harness holds
-(`IdleClock`: busy while a local operation runs); after each step the harness waits for
+(`HarnessClock`: busy while a local operation runs); after each step the harness waits for
 the writer, so the blobs closes stage and fetches hold reach their files between steps.
 
 Everything runs in-process in a fresh `trio.run` per interleaving, with trio's scheduler
@@ -71,6 +71,7 @@ import trio.testing
 from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
 from memfs.core.mountconfig import MountConfig, SyncOptions
+from memfs.core.signals import IdleClock
 from memfs.mount.engine import StoreEngine
 from memfs.mount.router import Router
 from memfs.server.db import ApiError, Database
@@ -107,16 +108,19 @@ _MEMORY_ID = re.compile(r"mem_[A-Za-z0-9]+")
 # ======================================================================================
 
 
-class IdleClock:
-    """The mount's idle clock (`StoreEngine(idle_for=...)`), run by the harness: busy while a
+class HarnessClock(IdleClock):
+    """The mount's idle clock (`StoreEngine(clock=...)`), run by the harness: busy while a
     local operation goes through the handlers, quiet at every other moment. The blob
     writer waits for quiet, so it writes between steps, never inside one, and the harness
     waits for it after every step (`Engine.quiet`): where it wrote replays exactly."""
 
+    __slots__ = ("requests",)
+
     def __init__(self) -> None:
+        super().__init__()
         self.requests = 0  # local operations under way
 
-    def __call__(self) -> float:
+    def idle_for(self) -> float:
         return 0.0 if self.requests else math.inf
 
     @contextlib.contextmanager
@@ -139,8 +143,8 @@ def make_engine(tmp_path: Path, transport: HeldTransport) -> Engine:
     cfg = MountConfig(base_url=BASE_URL, options=options, store_id=transport.store_id,
                       mountpoint=str(tmp_path / "mnt"), state_dir=str(tmp_path))
     client = MemoryStoresClient(BASE_URL, None, max_retries=0, transport=transport)
-    clock = IdleClock()
-    return Engine(tmp_path, transport, StoreEngine(cfg, client, idle_for=clock), clock)
+    clock = HarnessClock()
+    return Engine(tmp_path, transport, StoreEngine(cfg, client, clock=clock), clock)
 
 
 def reopen_state(eng: Engine) -> State:
@@ -165,7 +169,6 @@ def restore_conflict(eng: Engine, cid: int) -> None:
     from memfs.state import conflicts
 
     conflicts.restore(eng.state, eng.cache, cid, invalidate=eng.ctx.invalidate)
-    eng.ctx.kick()
 
 
 def is_refusal(exc: BaseException) -> bool:
@@ -406,7 +409,7 @@ class Engine:
     """One mount (a `StoreEngine`) plus its server, and a model of what every writer did."""
 
     def __init__(self, tmp: Path, transport: HeldTransport, store: StoreEngine,
-                 clock: IdleClock) -> None:
+                 clock: HarnessClock) -> None:
         self.tmp = tmp
         self.transport = transport
         self.db = transport.db
@@ -1140,7 +1143,7 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
     learns what the server did.
 
     The engine's fetcher and blob writer run throughout, the mount quiet but while a local
-    operation runs (`IdleClock`)."""
+    operation runs (`HarnessClock`)."""
     result = RunResult(_label(where))
     db = Database(":memory:")
     store = db.create_store(name="interleave")["id"]

@@ -13,7 +13,21 @@ import trio
 # ruff: noqa: F811  (pytest fixtures imported from test_sync_engine are arguments here)
 from test_sync_engine import Engine, eng, make_engine  # noqa: F401
 
+from memfs.core.signals import IdleClock
 from memfs.sync import pusher as pusher_mod
+
+
+class Clock(IdleClock):
+    """The mount's idle clock as the test sets it: `idle_for()` is what `fn` says."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def idle_for(self) -> float:
+        return self.fn()
 
 
 def watch_creates(eng: Engine, busy: list[bool]) -> list[tuple[bool, int]]:
@@ -42,7 +56,7 @@ async def busy_with_files(eng: Engine, monkeypatch, yield_max: float,
     for i in range(n):
         await eng.write(f"/f{i}.md", f"file {i}\n".encode())
     busy = [True]
-    eng.ctx.idle_for = lambda: 0.0 if busy[0] else 10.0
+    eng.ctx.clock = Clock(lambda: 0.0 if busy[0] else 10.0)
     return busy, watch_creates(eng, busy)
 
 
@@ -94,7 +108,7 @@ async def test_a_short_gap_in_a_busy_mount_lets_a_few_pushes_go(eng, monkeypatch
     at once (no YIELD_MAX wait); full concurrency waits for a quiet mount."""
     _busy, seen = await busy_with_files(eng, monkeypatch, 30.0)
     gap = (pusher_mod.BUSY_WINDOW + pusher_mod.QUIET_WINDOW) / 2
-    eng.ctx.idle_for = lambda: gap
+    eng.ctx.clock = Clock(lambda: gap)
     with trio.fail_after(20):  # well under YIELD_MAX
         await eng.push()
     assert len(seen) == 6
@@ -112,7 +126,7 @@ async def test_pushes_waiting_for_a_quiet_mount_do_not_all_poll(eng, monkeypatch
         checks[0] += 1
         return 0.0 if busy[0] else 10.0
 
-    eng.ctx.idle_for = idle_for
+    eng.ctx.clock = Clock(idle_for)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(eng.push)
         await trio.sleep(20 * pusher_mod.BUSY_WINDOW)
@@ -121,3 +135,56 @@ async def test_pushes_waiting_for_a_quiet_mount_do_not_all_poll(eng, monkeypatch
         assert checks[0] <= 20 + 6 + 5
         busy[0] = False
     assert len(seen) == 6 and max(n for _, n in seen) > pusher_mod.BUSY_CONCURRENCY
+
+
+async def held_answer(eng: Engine, monkeypatch) -> list[bool]:
+    """A create sent while the mount is quiet; the mount turns busy as it goes out (a
+    `cp -r` beginning while the pass's requests are in flight). Returns once the server
+    has applied it, with the push's answer not taken in: the busy switch."""
+    monkeypatch.setattr(pusher_mod, "YIELD_MAX", 30.0)
+    await eng.write("/a.md", b"one\n")
+    busy = [False]
+    eng.ctx.clock = Clock(lambda: 0.0 if busy[0] else 10.0)
+    create = eng.client.create_memory
+
+    async def create_then_busy(*a, **kw):
+        busy[0] = True
+        return await create(*a, **kw)
+
+    eng.client.create_memory = create_then_busy
+    return busy
+
+
+async def applied_on_server_only(eng: Engine) -> None:
+    """Wait until the server holds /a.md; then, a few of the watcher's turns later, the
+    mount has still not taken the answer in."""
+    with trio.fail_after(20):
+        while "/a.md" not in await eng.remote():
+            await trio.sleep(0.02)
+    await trio.sleep(5 * pusher_mod.BUSY_WINDOW)  # (read at once, were it not held)
+    assert eng.state.sync_state(eng.fs.node("/a.md")) != "synced"
+
+
+async def test_an_answer_that_meets_a_busy_mount_is_read_once_it_is_quiet(eng, monkeypatch):
+    """The answer of a push sent in a quiet mount waits in its socket while FUSE is busy
+    (`Pusher._answer_ready`): the copy does not pay for it. A push started while busy
+    does not wait (test_a_short_gap_in_a_busy_mount_lets_a_few_pushes_go)."""
+    busy = await held_answer(eng, monkeypatch)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(eng.push)
+        await applied_on_server_only(eng)
+        busy[0] = False
+    assert eng.state.sync_state(eng.fs.node("/a.md")) == "synced"
+    assert eng.state.dirty_files() == []
+
+
+async def test_a_flush_takes_in_the_answers_a_busy_mount_held(eng, monkeypatch):
+    """An unmount (a flush) does not wait for a quiet mount: the held answer is read."""
+    busy = await held_answer(eng, monkeypatch)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(eng.push)
+        await applied_on_server_only(eng)
+        with trio.fail_after(20):  # well under YIELD_MAX
+            result = await eng.pusher.flush(25.0)
+    assert busy[0] and result.left == 0
+    assert eng.state.sync_state(eng.fs.node("/a.md")) == "synced"

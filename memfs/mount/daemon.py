@@ -64,7 +64,7 @@ class MountDaemon:
         else:
             self.ops = Router()
             # StoreLocked: reported by run()
-            engine = StoreEngine(cfg, self.client, idle_for=self.ops.clock.idle_for)
+            engine = StoreEngine(cfg, self.client, clock=self.ops.clock)
             self.ops.add(engine.fs)
             engine.fs.prime_fast_opens()
             self.engines.append(engine)
@@ -81,7 +81,7 @@ class MountDaemon:
         try:
             engine = StoreEngine(self.cfg.store_config(store), self.client,
                                  marker=marker_content(store.store_id), name=store.name,
-                                 idle_for=self.ops.clock.idle_for)
+                                 clock=self.ops.clock)
         except (StoreLocked, OSError, sqlite3.Error) as exc:  # one store's trouble only
             log.error("store %s (%s) is not shown: %s", store.store_id, store.name, exc)
             self.skipped.append({"name": store.name, "store_id": store.store_id,

@@ -20,7 +20,6 @@ import fcntl
 import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
 from memfs.core.metrics import PURPOSE, purpose
 from memfs.core.mountconfig import MountConfig
-from memfs.mount.router import IdleClock
+from memfs.core.signals import IdleClock
 from memfs.mount.store_fs import StoreFS
 from memfs.mount.versions import VersionsTree
 from memfs.state.blobs import BlobCache
@@ -64,14 +63,14 @@ def locked_message(cfg: MountConfig, state_dir: Path) -> str:
 
 
 class StoreEngine:
-    """`idle_for`: seconds since the mount last brought a request (the router's
-    `IdleClock.idle_for`); background disk work and pushes wait for a quiet mount
+    """`clock`: when the mount last brought a request (the router's `IdleClock`);
+    background disk work and pushes wait for a quiet mount
     (memfs/sync/fetcher.py, memfs/sync/pusher.py). A test that drives the handlers itself
     passes its own clock; without one the mount always looks quiet."""
 
     def __init__(self, cfg: MountConfig, client: MemoryStoresClient, *,
                  marker: bytes | None = None, name: str | None = None,
-                 idle_for: Callable[[], float] | None = None) -> None:
+                 clock: IdleClock | None = None) -> None:
         self.cfg = cfg
         self.name = name  # the directory under a session root; None for a plain mount
         self.state_dir = Path(cfg.state_dir)
@@ -92,10 +91,10 @@ class StoreEngine:
             self.ctx = SyncContext(self.state, self.cache, client, cfg.store_id, cfg.options)
             self.ctx.events.store = name or cfg.store_id  # what `memfs watch` calls it
             # The mount's idle clock (its router's): background work waits for a quiet mount.
-            self.ctx.idle_for = idle_for or IdleClock().idle_for
+            self.ctx.clock = clock or IdleClock()
             owner = tuple(cfg.owner) if cfg.owner else None
             self.fs = StoreFS(self.state, self.cache, read_only=cfg.options.read_only,
-                              fetch=self.ctx.fetch, kick=self.ctx.kick, marker=marker,
+                              fetch=self.ctx.fetch, marker=marker,
                               owner=owner, metrics=self.ctx.metrics,
                               versions=VersionsTree(client, cfg.store_id, self.cache,
                                                     show_meta=cfg.options.show_meta,
@@ -106,8 +105,8 @@ class StoreEngine:
             removed = self.cache.gc(self.state.referenced_shas())
             if removed:
                 log.info("cache: removed %d unreferenced blobs (store %s)", removed, cfg.store_id)
-            self.pusher = Pusher(self.ctx)
             self.reconciler = Reconciler(self.ctx)
+            self.pusher = Pusher(self.ctx, self.reconciler.feed if cfg.options.feed else None)
             self.background = trio.CancelScope()
             self.started_at = time.time()
             self.failure: str | None = None  # the last unexpected error of a background task
@@ -256,7 +255,6 @@ class StoreEngine:
                 return {"ok": True, **conflicts.discard(self.state, cid)}
             done = conflicts.restore(self.state, self.cache, cid,
                                      invalidate=self.ctx.invalidate)
-            self.ctx.kick()
             return {"ok": True, **done}
         except conflicts.ConflictError as exc:
             return {"ok": False, "error": str(exc)}

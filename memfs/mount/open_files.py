@@ -70,18 +70,15 @@ class OpenFiles:
 
     Attributes:
         fetch: async callable returning a clean file's content from the server.
-        kick: called after every durable change so the pusher wakes up.
         ino_base: added to this store's inode numbers in the kernel (a session root's
             slot, router.py): the fast-open set holds kernel numbers.
     """
 
     def __init__(self, state: State, cache: BlobCache, *, fetch: Fetch | None = None,
-                 kick: Callable[[], None] | None = None,
                  metrics: StoreMetrics | None = None) -> None:
         self.state = state
         self.cache = cache
         self.fetch = fetch
-        self.kick = kick or (lambda: None)
         self.metrics = metrics or StoreMetrics()
         self.read_only = False
         self.ino_base = 0
@@ -337,7 +334,6 @@ class OpenFiles:
                     self.state.orphan_content(node, sha, len(data))
                 of.loaded_sha = sha
                 self._set_dirty(of, False)
-                self.kick()
         except OSError as exc:
             log.error("cannot persist inode %d: %s", of.node.ino, exc)
             raise err(exc.errno or errno.EIO) from None

@@ -32,6 +32,7 @@ import time
 import pyfuse3
 
 from memfs.core.metrics import FuseTiming
+from memfs.core.signals import IdleClock
 from memfs.mount.fastopen import FAST_BIT
 from memfs.mount.marker import MARKER_FH, MARKER_INO
 from memfs.mount.part import ABSENT, err
@@ -44,20 +45,6 @@ log = logging.getLogger(__name__)
 
 SHIFT = 40
 LOCAL_MASK = (1 << SHIFT) - 1
-
-
-class IdleClock:
-    """When a FUSE request last reached Python, for one mount: the blob writer and the
-    pusher (memfs/sync/) wait for a quiet mount (`SyncContext.idle_for`, which the
-    engine sets to this clock's `idle_for`)."""
-
-    __slots__ = ("busy_at",)
-
-    def __init__(self) -> None:
-        self.busy_at = 0.0  # time.monotonic() of the last request
-
-    def idle_for(self) -> float:
-        return time.monotonic() - self.busy_at
 
 
 class Slot:

@@ -7,8 +7,6 @@ store is read-only, where its inode numbers start in the kernel) is set here onc
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from memfs.core.metrics import FuseTiming, StoreMetrics
 from memfs.mount.marker import Marker
 from memfs.mount.open_files import FastHandles, Fetch, OpenFiles
@@ -24,7 +22,6 @@ class StoreFS:
 
     Args:
         fetch: async callable returning a clean file's content from the server.
-        kick: called after every durable change so the pusher wakes up.
         marker: the content of the store marker at the root (marker.py), or None.
         owner: (uid, gid) every entry is shown as owned by (`--uid`/`--gid`), or None.
         versions: the read-only `.memfs` tree (versions.py), or None for none.
@@ -35,18 +32,18 @@ class StoreFS:
     timing: FuseTiming | None = None
 
     def __init__(self, state: State, cache: BlobCache, *, read_only: bool = False,
-                 fetch: Fetch | None = None, kick: Callable[[], None] | None = None,
+                 fetch: Fetch | None = None,
                  timeout: float = 300.0, marker: bytes | None = None,
                  owner: tuple[int, int] | None = None,
                  versions: VersionsTree | None = None,
                  metrics: StoreMetrics | None = None) -> None:
         self.state = state
-        self.files = OpenFiles(state, cache, fetch=fetch, kick=kick, metrics=metrics)
+        self.files = OpenFiles(state, cache, fetch=fetch, metrics=metrics)
         self.fast = FastHandles(self.files)
         self.marker = (None if marker is None
                        else Marker(marker, state, owner=owner, timeout=timeout))
         self.versions = versions
-        self.tree = Tree(state, self.files, kick=kick, timeout=timeout, owner=owner,
+        self.tree = Tree(state, self.files, timeout=timeout, owner=owner,
                          marker=self.marker, versions=versions)
         self.read_only = read_only
 

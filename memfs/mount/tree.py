@@ -5,7 +5,8 @@ tests/test_fs_handlers.py holds this part to it.
 
 - lookup, getattr, readdir and a clean file's open touch neither the disk nor the
   network: the tree is in memory (`State`). A change is one `State` call, written
-  through to state.db, and a `kick` that wakes the pusher.
+  through to state.db (State then wakes the pusher itself: this part never calls
+  into the sync code).
 - The store root also shows two entries `State` does not hold: the marker (marker.py,
   a session mount's) and `.memfs` (versions.py, listed only with --show-meta). This
   part answers their names and refuses to change them; the router sends their inodes
@@ -46,12 +47,11 @@ class Tree:
         timeout: how long the kernel may cache entries and attributes.
     """
 
-    def __init__(self, state: State, files: OpenFiles, *, kick=None, timeout: float = 300.0,
+    def __init__(self, state: State, files: OpenFiles, *, timeout: float = 300.0,
                  owner: tuple[int, int] | None = None, marker: Marker | None = None,
                  versions: VersionsTree | None = None) -> None:
         self.state = state
         self.files = files
-        self.kick = kick or (lambda: None)
         self.timeout = timeout
         self.owner = owner
         self.marker = marker
@@ -258,7 +258,6 @@ class Tree:
         node = self.state.new_node(parent, sname, is_dir=False,
                                    mode=stat.S_IFREG | (mode & ~ctx.umask & 0o7777),
                                    uid=ctx.uid, gid=ctx.gid)
-        self.kick()  # the empty file is pending too (its content needs no blob)
         return node
 
     async def create(self, parent_inode, name, mode, flags, ctx):
@@ -298,7 +297,6 @@ class Tree:
         if node.is_dir:
             raise err(errno.EISDIR)
         self.state.remove(node)
-        self.kick()
 
     async def rmdir(self, parent_inode, name, ctx):
         if self._is_meta_entry(parent_inode, name):
@@ -355,7 +353,6 @@ class Tree:
         elif (target is None and self._is_temp_name(sold) and not self._is_temp_name(snew)):
             self._check_capacity()
         self.state.rename(node, new_parent, snew, target)
-        self.kick()
 
     # -- attributes and opens ------------------------------------------------------------
 

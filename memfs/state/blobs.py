@@ -33,6 +33,7 @@ from pathlib import Path
 from cachetools import LRUCache
 
 from memfs.core.nodes import EMPTY_SHA
+from memfs.core.signals import Wakeup
 from memfs.state.schema import STAGED_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -68,8 +69,8 @@ class BlobCache:
         self._staged: dict[str, bytes] = {}
         self.staged_bytes = 0
         self._db: sqlite3.Connection | None = None
-        #: called when a blob starts waiting to be written (the blob writer's wake-up)
-        self.on_pending: Callable[[], None] = lambda: None
+        #: set when a blob starts waiting to be written (the blob writer waits on it)
+        self.unwritten = Wakeup()
         if (self.root / STAGED_DB).exists():
             try:
                 self._load_staged()
@@ -159,7 +160,7 @@ class BlobCache:
             self.drop_held([sha])  # fetched bytes alike: now a user's, kept until written
             self._staged[sha] = data
             self.staged_bytes += len(data)
-            self.on_pending()
+            self.unwritten.set()
         self._remember(sha, data)
         return sha
 
@@ -251,7 +252,7 @@ class BlobCache:
         self._held[sha] = data
         self.held_bytes += len(data)
         self._remember(sha, data)
-        self.on_pending()
+        self.unwritten.set()
         return True
 
     def held(self) -> list[tuple[str, bytes]]:

@@ -51,6 +51,7 @@ from memfs.core.nodes import (
     Tombstone,
     is_parked,
 )
+from memfs.core.signals import Wakeup
 from memfs.state.schema import NODE_COLUMNS, TOMBSTONE_COLUMNS, create_or_migrate
 from memfs.state.transitions import SyncTransitions
 from memfs.state.view import LOCAL_ONLY_KEY, SetView, StateView
@@ -90,6 +91,9 @@ class State(StateView, SyncTransitions):
         # reloaded: the handlers' fast-open set (memfs/mount/fastopen.py) must never outlive
         # what it promised about a file, and an open racing the removal finds the node.
         self.on_content: Callable[..., None] = lambda ino, gone=None: None
+        #: Set by every local change that leaves something to push (`_touch`,
+        #: `_tombstone`): the pusher waits on it, the mount need not know it exists.
+        self.local_change = Wakeup()
         # Called with the inode of a file that came from the server: new to the kernel too.
         self.on_added: Callable[[int], None] = lambda ino: None
         self._batch = False  # inside batch(): transactions join its own
@@ -229,7 +233,8 @@ class State(StateView, SyncTransitions):
     # -- local mutations (called by the filesystem) -------------------------------
 
     def _touch(self, node: Node) -> None:
-        """A local change to a file's content, place or identity."""
+        """A local change to a file's content, place or identity (the pusher wakes)."""
+        self.local_change.set()
         node.gen += 1
         node.changed_at = time.time()
         if node.dirty_since is None:
@@ -327,6 +332,7 @@ class State(StateView, SyncTransitions):
         """Detach node's memory; its server delete waits out the delete delay."""
         if node.memory_id is None:
             return
+        self.local_change.set()
         self._by_memory.pop(node.memory_id, None)
         tomb = Tombstone(node.memory_id, node.base_path or "", node.base_sha or "", time.time(),
                          sent_sha=node.sent_sha)

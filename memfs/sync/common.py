@@ -11,10 +11,8 @@ files (unsaved writes) is in `State.open_dirty`.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -23,6 +21,7 @@ from memfs.api.client import MemoryStoresClient
 from memfs.core.metrics import StoreMetrics
 from memfs.core.mountconfig import SyncOptions
 from memfs.core.nodes import Node, Remote
+from memfs.core.signals import IdleClock
 from memfs.state.blobs import BlobCache
 from memfs.state.state import State
 from memfs.sync.events import EventBus
@@ -81,7 +80,7 @@ class SyncContext:
         self.status = SyncStatus()
         self.metrics = StoreMetrics()  # counters for `--metrics-addr` (memfs/core/metrics.py)
         self.sync_lock = trio.Lock()
-        self.push_wakeup = trio.Event()
+        self.push_wakeup = state.local_change  # kick() and every local change set it
         self.reconcile_wakeup = trio.Event()
         # Offline, probe no less often than a few poll intervals (60 s at most).
         self.backoff = Backoff(cap=min(60.0, max(10.0, 4 * options.poll_interval)))
@@ -89,13 +88,9 @@ class SyncContext:
         self.invalidation_ready = trio.Event()
         self.online_wakeup = trio.Event()  # set (and renewed) when we come back online
         self.listed = trio.Event()  # set by every finished listing (the prefetch waits)
-        #: Seconds since FUSE last brought a request (the engine sets its mount's clock's,
-        #: memfs/mount/router.py): background work yields to the mount's users. Without a
-        #: mount: always quiet.
-        self.idle_for: Callable[[], float] = lambda: math.inf
-        #: Told the version id of every write of ours the server answered (the reconciler's
-        #: change feed then skips it: our own writes are not news).
-        self.wrote: Callable[[str], None] = lambda version_id: None
+        #: When FUSE last brought a request (the engine hands over its router's clock):
+        #: background work yields to the mount's users. Without a mount: always quiet.
+        self.clock = IdleClock()
         self.fetcher = Fetcher(self, concurrency=options.push_concurrency)
         self.events = EventBus(store_id)  # `memfs watch`, `memfs mcp` (memfs/sync/events.py)
         # Directories that remote changes empty or create: the kernel's entry follows.
@@ -104,7 +99,8 @@ class SyncContext:
     # -- wakeups -------------------------------------------------------------------
 
     def kick(self) -> None:
-        """A durable local change happened: the pusher has work."""
+        """The pusher has work (the sync code's own news: a local change sets the same
+        wake-up through State)."""
         self.push_wakeup.set()
 
     def kick_reconcile(self) -> None:

@@ -68,10 +68,9 @@ class Fetcher:
         self._inflight: dict[str, trio.Event] = {}  # memory id -> its single GET
         self._nursery: trio.Nursery | None = None
         self.filled = 0
-        #: set when a blob is held or staged; the engine's writer replaces it as it
-        #: takes them
-        self.pending = trio.Event()
-        ctx.cache.on_pending = lambda: self.pending.set()
+        #: set when a blob is held or staged (the cache's); the engine's writer clears it
+        #: as it takes them
+        self.pending = ctx.cache.unwritten
         if ctx.cache.pending_bytes:  # staged by a daemon that crashed
             self.pending.set()
         self._writing = trio.Lock()
@@ -238,10 +237,10 @@ class Fetcher:
         the sync lock: during the unmount's flush the writer fsynced each blob the pass
         was about to push, which once pushed needs no fsync (`_pushed`). `idle_for`: the
         context's (FUSE's), unless a test passes its own."""
-        cache, idle_for = self.ctx.cache, idle_for or self.ctx.idle_for
+        cache, idle_for = self.ctx.cache, idle_for or self.ctx.clock.idle_for
         while True:
             await self.pending.wait()
-            self.pending = trio.Event()
+            self.pending.clear()
             while ((self._fetching() or idle_for() < WRITE_QUIET or self.waits_for_pass())
                    and cache.pending_bytes < PENDING_MAX):
                 await trio.sleep(WRITE_QUIET / 3)

@@ -36,6 +36,7 @@ from memfs.state.state import PARK_DIR
 from memfs.state.transitions import Deferred
 from memfs.sync import doubts
 from memfs.sync.common import SyncContext
+from memfs.sync.feed import Feed
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +75,12 @@ def local_of(state, node: Node) -> decide.Local:
 
 
 class Pusher:
-    def __init__(self, ctx: SyncContext) -> None:
+    def __init__(self, ctx: SyncContext, feed: Feed | None = None) -> None:
+        """`feed`: the reconciler's change feed, told the version id of every write of
+        ours the server answered: when the feed reads it, it is not news."""
         self.ctx = ctx
         self.state = ctx.state
+        self.feed = feed
         self._stop = trio.Event()
         self._stopped = trio.Event()
         self._idle_scope: trio.CancelScope | None = None
@@ -127,8 +131,8 @@ class Pusher:
                     else:
                         await self.ctx.online_wakeup.wait()
         self._idle_scope = None
-        if wake == "push" and self.ctx.push_wakeup.is_set():
-            self.ctx.push_wakeup = trio.Event()
+        if wake == "push":
+            self.ctx.push_wakeup.clear()
 
     async def stop(self) -> None:
         """Stop the background loop: a pass under way finishes (its requests are
@@ -287,7 +291,7 @@ class Pusher:
         concurrency's worth go, where a few keep the pass going (section 6). The pushes
         waiting queue behind one that watches (`_gate`), not 32 of them waking every
         BUSY_WINDOW. An unmount or flush waiting on the pass ends the wait."""
-        idle_for = self.ctx.idle_for
+        idle_for = self.ctx.clock.idle_for
         give_up = trio.current_time() + YIELD_MAX
         if idle_for() >= QUIET_WINDOW:
             return False
@@ -312,7 +316,7 @@ class Pusher:
         has. The waiting answers queue behind one that watches; an unmount or flush
         ends the wait. (Pushes started while busy, at most BUSY_CONCURRENCY, do not
         wait: they keep the pass going during a long copy.)"""
-        idle_for = self.ctx.idle_for
+        idle_for = self.ctx.clock.idle_for
         if idle_for() >= QUIET_WINDOW:
             return
         give_up = trio.current_time() + YIELD_MAX
@@ -427,8 +431,12 @@ class Pusher:
             return self._failed(ticket, exc)
         st.push_landed(ticket, remote_of(memory))
         ctx.events.pushed(memory.path, memory)
-        ctx.wrote(memory.memory_version_id)
+        self._ours(memory)
         return 1
+
+    def _ours(self, memory: Memory) -> None:
+        if self.feed is not None:
+            self.feed.ours(memory.memory_version_id)
 
     async def _send(self, ticket: PushTicket, request: Awaitable[Memory]) -> Memory:
         """Await ticket's request. A refusal is an answer (the request was not
@@ -588,7 +596,7 @@ class Pusher:
             return self._failed(ticket, exc)
         log.info("rename cycle: parked %s at %s", node.memory_id, park)
         st.push_landed(ticket, remote_of(memory))
-        ctx.wrote(memory.memory_version_id)
+        self._ours(memory)
         ctx.kick()
         return 1
 

@@ -48,8 +48,6 @@ class Reconciler:
         self.state = ctx.state
         self._parked_since: dict[str, float] = {}
         self.feed = Feed(ctx.client, ctx.store_id, learn=ctx.events.learn)
-        if ctx.options.feed:
-            ctx.wrote = self.feed.ours
         self.last_full: float | None = None  # monotonic time of the last full listing
         #: During a pass: the server's renames that could not follow yet (their place is
         #: held by a file another row of the pass moves away: a chain, a→c then b→a).
