@@ -188,3 +188,21 @@ async def test_a_flush_takes_in_the_answers_a_busy_mount_held(eng, monkeypatch):
             result = await eng.pusher.flush(25.0)
     assert busy[0] and result.left == 0
     assert eng.state.sync_state(eng.fs.node("/a.md")) == "synced"
+
+
+async def test_a_busy_mount_lets_one_push_start_per_interval(eng, monkeypatch):
+    """However often a copy pauses for BUSY_WINDOW, pushes start while busy at most one
+    per BUSY_INTERVAL: the mount takes in a bounded number of answers a second."""
+    busy, seen = await busy_with_files(eng, monkeypatch, 30.0)
+    monkeypatch.setattr(pusher_mod, "BUSY_INTERVAL", 30.0)
+    gap = (pusher_mod.BUSY_WINDOW + pusher_mod.QUIET_WINDOW) / 2
+    eng.ctx.clock = Clock(lambda: gap if busy[0] else 10.0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(eng.push)
+        with trio.fail_after(20):
+            while not seen:
+                await trio.sleep(pusher_mod.BUSY_WINDOW)
+        await trio.sleep(20 * pusher_mod.BUSY_WINDOW)  # gaps enough for all six, but
+        assert len(seen) == 1 and seen[0][0]            # one busy start per interval
+        busy[0] = False
+    assert len(seen) == 6 and eng.state.dirty_files() == []

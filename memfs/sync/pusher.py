@@ -54,8 +54,11 @@ class PassResult:
 BUSY_WINDOW = 0.02
 #: ... then a push waits for a quiet moment, at most this long (seconds), ...
 YIELD_MAX = 1.0
-#: ... and if none comes, goes as one of at most this many started while busy.
+#: ... and if none comes, goes as one of at most this many started while busy, ...
 BUSY_CONCURRENCY = 2
+#: ... one such start per this many seconds at most: a busy mount takes in at most
+#: 20 answers a second (about 2.5 % of its trio thread), however often a copy pauses.
+BUSY_INTERVAL = 0.05
 #: Pushes go at full concurrency only once FUSE has been quiet this long (seconds); a
 #: shorter gap (a `cp -r` preempted on a loaded machine) lets BUSY_CONCURRENCY go.
 QUIET_WINDOW = 0.3
@@ -87,6 +90,7 @@ class Pusher:
         self._running = False
         self._not_before = 0.0  # trio clock: a 429's retry-after holds every request
         self._busy_pushes = 0  # pushes in flight that started while FUSE was busy
+        self._busy_next = 0.0  # trio clock: the next push may start while busy from then
         self._gate = trio.Lock()  # one push at a time watches for a quiet mount
         self._answers = trio.Lock()  # one answer at a time waits for it (`_answer_ready`)
         self._flushing = 0  # flushes waiting: a pass under way stops yielding to FUSE
@@ -282,13 +286,16 @@ class Pusher:
         """While FUSE requests keep coming (a `cp -r`), wait for a quiet moment: after
         QUIET_WINDOW without a request, go (any number at once); after a shorter gap of
         BUSY_WINDOW, or after YIELD_MAX without one, go as one of at most
-        BUSY_CONCURRENCY pushes started while busy (returns True: the caller counts
-        itself in `_busy_pushes`). A push costs the trio thread about 1.2 ms of CPU
-        (httpx and the answer's transitions, three creates' worth) and, against `memfs
-        serve` on the same machine, about 0.8 ms of the server's: `cp -r` of 500 files
-        went at 470-580/s while a pass ran, 1,240-1,430/s with the wait
+        BUSY_CONCURRENCY pushes started while busy, one per BUSY_INTERVAL at most
+        (returns True: the caller counts itself in `_busy_pushes`). A push costs the trio
+        thread about 1.2 ms of CPU (httpx and the answer's transitions, three creates'
+        worth) and, against `memfs serve` on the same machine, about 0.8 ms of the
+        server's: `cp -r` of 500 files went at 470-580/s while a pass ran, 1,240-1,430/s
+        with the wait
         (docs/BENCHMARKS.md, section 4); a copy's every 20 ms gap let a full
-        concurrency's worth go, where a few keep the pass going (section 6). The pushes
+        concurrency's worth go, where a few keep the pass going (section 6); and the
+        pushes two at a time in every 20 ms gap of a loaded machine's copy were still
+        60-150 answers in a 400-file copy, where BUSY_INTERVAL allows ten. The pushes
         waiting queue behind one that watches (`_gate`), not 32 of them waking every
         BUSY_WINDOW. An unmount or flush waiting on the pass ends the wait."""
         idle_for = self.ctx.clock.idle_for
@@ -300,8 +307,10 @@ class Pusher:
                 idle = idle_for()
                 if idle >= QUIET_WINDOW:
                     return False
-                if self._busy_pushes < BUSY_CONCURRENCY and (
-                        idle >= BUSY_WINDOW or trio.current_time() >= give_up):
+                now = trio.current_time()
+                if (self._busy_pushes < BUSY_CONCURRENCY and now >= self._busy_next
+                        and (idle >= BUSY_WINDOW or now >= give_up)):
+                    self._busy_next = now + BUSY_INTERVAL
                     return True
                 await trio.sleep(BUSY_WINDOW)
         return False
