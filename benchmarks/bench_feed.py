@@ -26,6 +26,9 @@ copy, `cpu_seconds`), which other load disturbs far less than wall time.
    of a fresh mount (--poll-interval 1).
 5. What one push costs the daemon and the server (CPU per file over a pass, nothing else
    running), in each repetition: what a copy meets while a pass runs.
+6. How many push answers the daemon takes in during a copy begun while its pass runs (its
+   `pushed` events inside the copy's window, through `memfs watch --json`), in each
+   repetition (and for --baseline).
 
     .venv/bin/python benchmarks/bench_feed.py                  # ~9 min on 2 cores
     .venv/bin/python benchmarks/bench_feed.py --quick          # smoke-test sizes (~1 min)
@@ -38,8 +41,11 @@ import json
 import os
 import pathlib
 import statistics
+import subprocess
 import sys
+import threading
 import time
+from datetime import UTC, datetime
 
 from bench_network import code_version, finished, loadavg, push_under_way, say
 from common import (
@@ -201,6 +207,40 @@ def creates_empty(b, server, a, s: Samples, srcs, rep: int, variant: str,
     time.sleep(IDLE_AGAIN_S)  # the blob writer's turn (0.3 s of quiet, then its fsyncs)
     cp(srcs[2], m, s, f"{variant} idle again", rep, server)
     finished(m, _Problems(s), f"empty store ({variant})")
+
+
+def answers_during_copy(b, server, a, s: Samples, srcs, rep: int, variant: str,
+                        code: pathlib.Path | None) -> None:
+    """How many push answers the daemon takes in during a copy that begins while its
+    pass runs: its `pushed` events, timestamped by the daemon (`memfs watch --json`), inside
+    the copy's window. Apart from 1. (a subscriber costs the daemon a little per event)."""
+    store = new_store(server, f"feed-answers-{rep}-{variant}")
+    m = mount(b, server, store, "--no-prefetch", code=code)
+    heard: list[tuple[float, str]] = []
+    watch = subprocess.Popen([sys.executable, "-m", "memfs", "watch", str(m.path), "--json"],
+                             env=m.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             text=True)
+    b.callback(lambda: (watch.kill(), watch.wait()))
+
+    def listen() -> None:
+        for line in watch.stdout:
+            event = json.loads(line)
+            at = datetime.strptime(event["time"], "%Y-%m-%dT%H:%M:%S.%fZ")
+            heard.append((at.replace(tzinfo=UTC).timestamp(), event["kind"]))
+
+    threading.Thread(target=listen, daemon=True).start()
+    run_timed(["cp", "-r", str(srcs[0]), str(m.path)])
+    left = push_under_way(m, a.creates)
+    if not 0 < left < a.creates:
+        say(f"  answers during a copy not measured ({left} of {a.creates} pending)")
+    else:
+        t0 = time.time()
+        run_timed(["cp", "-r", str(srcs[1]), str(m.path)])
+        t1 = time.time()
+        wait_pushed(m)
+        s.add(f"{variant} answers during copy",
+              sum(1 for at, kind in heard if kind == "pushed" and t0 <= at <= t1), rep)
+    finished(m, _Problems(s), f"answers during a copy ({variant})")
 
 
 def push_cost(b, server, a, s: Samples, src, rep: int) -> None:
@@ -378,6 +418,9 @@ def main() -> int:
                 creates_empty(b, server, a, s, srcs, rep, variant, code,
                               *flags.get(variant, ()))
             push_cost(b, server, a, s, src, rep)
+            for variant, code in order:
+                if variant != "no-feed":
+                    answers_during_copy(b, server, a, s, srcs, rep, variant, code)
             for at in a.at_list:
                 for variant, code in order:
                     if variant != "no-feed":
@@ -465,6 +508,13 @@ def main() -> int:
                 "empty store mounted beside it, copied into a second apart", variant,
                 f"after burst at {at:g}", f"after burst at {at:g} pair",
                 f"creates after-burst-{at:g}s/empty")
+    for variant in shown:
+        if s.get(f"{variant} answers during copy"):
+            got = s[f"{variant} answers during copy"]
+            lines += ["", f"Push answers the daemon took in during a {a.creates}-file copy "
+                      f"begun while its pass ran ({names[variant]}): median "
+                      f"{statistics.median(got):g} ({min(got):g}-{max(got):g})."]
+            values.append((f"answers during copy ({variant})", statistics.median(got)))
     if s.get("push daemon cpu"):
         lines += ["", f"One push, nothing else running (a pass of {a.creates} files): the "
                   f"daemon's CPU {spread(s['push daemon cpu'], '{:.0f}')} µs, the server's "
