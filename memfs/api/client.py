@@ -282,7 +282,10 @@ class MemoryStoresClient:
             headers=headers,
             timeout=httpx.Timeout(timeout),
             transport=transport,
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
+            # A pass keeps 32 requests in flight (the push concurrency): as many
+            # connections stay open between its requests, no new TCP and TLS handshake
+            # for each one.
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
             follow_redirects=False,
             verify=tls.verify(),  # made ahead where `memfs mount` and its daemon asked
         )
