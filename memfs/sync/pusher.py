@@ -291,13 +291,12 @@ class Pusher:
         thread about 1.2 ms of CPU (httpx and the answer's transitions, three creates'
         worth) and, against `memfs serve` on the same machine, about 0.8 ms of the
         server's: `cp -r` of 500 files went at 470-580/s while a pass ran, 1,240-1,430/s
-        with the wait
-        (docs/BENCHMARKS.md, section 4); a copy's every 20 ms gap let a full
-        concurrency's worth go, where a few keep the pass going (section 6); and the
-        pushes two at a time in every 20 ms gap of a loaded machine's copy were still
-        60-150 answers in a 400-file copy, where BUSY_INTERVAL allows ten. The pushes
-        waiting queue behind one that watches (`_gate`), not 32 of them waking every
-        BUSY_WINDOW. An unmount or flush waiting on the pass ends the wait."""
+        with the wait (docs/BENCHMARKS.md, section 4); a copy's every 20 ms gap let a
+        full concurrency's worth go, where a few keep the pass going; and two at a time
+        in every 20 ms gap of a loaded machine's copy still went by the dozen, where
+        BUSY_INTERVAL allows 20 a second (section 6). The pushes waiting queue behind one
+        that watches (`_gate`), not 32 of them waking every BUSY_WINDOW. An unmount or
+        flush waiting on the pass ends the wait."""
         idle_for = self.ctx.clock.idle_for
         give_up = trio.current_time() + YIELD_MAX
         if idle_for() >= QUIET_WINDOW:
