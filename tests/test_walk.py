@@ -49,10 +49,12 @@ def rank(module: str, order: list[str]) -> int:
     return order.index(top)
 
 
-async def _walk(tmp: Path) -> tuple[list[str], set[tuple[str, str, str]]]:
+async def _walk(tmp: Path, plant=None) -> tuple[list[str], set[tuple[str, str, str]]]:
     db = Database(":memory:")
     transport = HeldTransport(db, db.create_store(name="walk")["id"])
     eng = make_engine(tmp, transport)
+    if plant is not None:
+        plant(eng)
     modules: list[str] = []
     calls: set[tuple[str, str, str]] = set()
 
@@ -103,9 +105,17 @@ def test_the_write_walk_calls_no_layer_above_but_the_kept_observer(tmp_path):
     assert len(modules) <= WALK_CEILING, modules
 
 
-def test_the_check_sees_a_call_up_a_layer():
-    """The rank check itself: a call from the state package into the sync package (what
-    the blob cache's `on_pending` callback into the fetcher was) counts as one up."""
+def test_the_trace_sees_a_callback_planted_up_a_layer(tmp_path):
+    """The check on a violation: State's content hook made to wake the pusher as well
+    (a callback from the state package into the sync package, as the handlers' `kick`
+    and the blob cache's `on_pending` were) is a call up a layer, and the test above
+    would fail on it."""
+
+    def plant(eng) -> None:
+        hook = eng.state.on_content
+        eng.state.on_content = lambda ino, gone=None: (hook(ino, gone), eng.ctx.kick())
+
+    _modules, calls = trio.run(_walk, tmp_path, plant)
     order = layers()
-    assert rank("sync/fetcher.py", order) < rank("state/blobs.py", order)
-    assert rank("core/metrics.py", order) > rank("api/client.py", order)
+    up = {c for c in calls if rank(c[1], order) < rank(c[0], order)}
+    assert ("state/state.py", "sync/common.py", "kick") in up and up != KEPT_UP_CALLS
