@@ -615,3 +615,21 @@ async def test_a_poll_counts_its_own_requests_only(eng):
     assert counts["list"] == 10
     assert last_cost(eng).requests == counts["versions"] >= 1
     assert 0 < last_cost(eng).bytes < 4096
+
+
+async def test_a_memory_to_recheck_is_named_by_the_next_poll_only(eng):
+    """`Feed.recheck`: the next poll names the memory whatever its versions say (a
+    change no base matches: the reconciler re-reads it), once; a listing, which reads
+    every memory's head, clears it."""
+    await eng.write("/a.md", b"one\n")
+    await eng.push()
+    await anchored(eng)
+    feed = eng.reconciler.feed
+    mid = eng.fs.node("/a.md").memory_id
+    assert [c.memory_id for c in await feed.poll()] == []  # quiet: nothing named
+    feed.recheck(mid)
+    assert [(c.memory_id, c.path, c.sha) for c in await feed.poll()] == [(mid, None, None)]
+    assert await feed.poll() == []  # once
+    feed.recheck(mid)
+    await eng.reconciler.reconcile_pass(full=True)
+    assert feed.rechecks == set() and await feed.poll() == []

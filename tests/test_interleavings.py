@@ -156,6 +156,16 @@ SCENARIOS = [
             "restores that conflict: the restored row explains the path's new memory (the "
             "oracle forgot rows a restore consumed)"),
     Scenario(
+        "deleted_while_open_changed_there_comes_back",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("open_write", "/b.md"),
+         ("r_edit", "/b.md")], "reconcile", [("write", "/a.md")],
+        second=[("unlink", "/b.md")],
+        doc="found by the long Hypothesis run: a file with unsaved writes (the listing "
+            "defers its change there) is unlinked; its delete meets the change (409), the "
+            "server's version wins, and the feed, which had shown that version already, "
+            "names the memory again so that it comes back (before: absent until the next "
+            "full listing)"),
+    Scenario(
         "two_lost_creates_then_edits", [("write", "/x.md", "v1")], "push",
         [("write", "/x.md", "v2")],
         faults=[FaultRule(_is_create, kind="lose", origins=("action", "settle"), times=2)],

@@ -117,6 +117,7 @@ class Feed:
     listed: dict[str, datetime] = field(default_factory=dict)
     seen: dict[str, datetime] = field(default_factory=dict)  # read, created after confirmed
     own: dict[str, float] = field(default_factory=dict)      # our versions -> clock() told
+    rechecks: set[str] = field(default_factory=set)  # memories the next poll names (recheck)
     #: (created_at, clock()) of a version read: the server's clock was at least there then.
     anchor: tuple[datetime, float] | None = None
     last_poll: float | None = None              # clock() of the last good poll
@@ -173,6 +174,7 @@ class Feed:
         the memories the listing showed changed in it, with their times (more than
         MERGE: no need to ask whether the window is small)."""
         self.seen.clear()
+        self.rechecks.clear()  # a listing read every memory's head
         self.listed = dict(recent or {})
         self.probed = len(self.listed) > MERGE
         if position is None:
@@ -188,6 +190,14 @@ class Feed:
         self.confirmed = max(EPOCH, settled) if position > EPOCH else EPOCH
         self.unread_until = position if position > EPOCH else None
         self.last_poll = self.clock()
+
+    def recheck(self, memory_id: str) -> None:
+        """A memory whose state here changed without its server side being read back
+        (a delete the server refused because another writer changed it: its version
+        wins). The feed may have shown that version already, when the mount could not
+        take it (the file had unsaved writes): the next poll names the memory again,
+        whatever the versions say (one GET), and the reconciler applies its row."""
+        self.rechecks.add(memory_id)
 
     def ours(self, version_id: str) -> None:
         """A version this mount wrote (the id from the answer): no news when read."""
@@ -248,6 +258,9 @@ class Feed:
             # sent (another writer's rename just before ours), which this brings.
             changes[v.memory_id] = Change(v.memory_id, v.operation, v.path,
                                           v.content_sha256, when)
+        for mid in self.rechecks:  # a change no base matches: the memory is re-read
+            changes.setdefault(mid, Change(mid, "modified", None, None, self.position))
+        self.rechecks.clear()
         if final is not None and final > self.confirmed:
             self.confirmed = final
         self._forget()

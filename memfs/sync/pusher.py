@@ -663,7 +663,8 @@ class Pusher:
     async def _send_delete(self, tomb: Tombstone) -> bool:
         """Delete tomb's memory if it still holds the sha we deleted; True when it is
         gone. A memory changed on the server is not deleted: the tombstone is settled
-        and the reconciler brings the server's version back (its edit wins)."""
+        and the reconciler brings the server's version back (its edit wins): a listing
+        does, and so does the feed's next poll, told to name the memory again."""
         ctx, st = self.ctx, self.state
         mid = tomb.memory_id
         try:
@@ -686,6 +687,8 @@ class Pusher:
                 ctx.status.note(f"{tomb.base_path} was deleted here but changed on the "
                                 "server; restoring the server's version")
                 st.tombstone_settled(mid)
+                if self.feed is not None:  # it may have shown that version already
+                    self.feed.recheck(mid)
                 ctx.kick_reconcile()
                 return False
             # GONE: deleted meanwhile, as we wanted
