@@ -166,6 +166,14 @@ SCENARIOS = [
             "names the memory again so that it comes back (before: absent until the next "
             "full listing)"),
     Scenario(
+        "renamed_into_a_chain_and_edited_there",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_rename", "/a.md", "/c.md"),
+         ("r_rename", "/b.md", "/a.md")], "push", [("r_edit", "/a.md")],
+        doc="found by the long Hypothesis run: the server renamed a→c, then b→a and edited "
+            "the new /a.md; the listing takes b's content while its place is still held, "
+            "and the retry once a→c moved must not take that for a newer answer (before: b "
+            "stayed at /b.md until a later listing)"),
+    Scenario(
         "two_lost_creates_then_edits", [("write", "/x.md", "v1")], "push",
         [("write", "/x.md", "v2")],
         faults=[FaultRule(_is_create, kind="lose", origins=("action", "settle"), times=2)],

@@ -159,7 +159,7 @@ class Reconciler:
                     except BaseException:
                         self.feed.reset(None)  # not applied: the next pass lists everything
                         raise
-                await self._follow_blocked(since)
+                await self._follow_blocked()
             finally:
                 self._blocked = None
             ctx.status.last_sync_at = time.time()
@@ -413,14 +413,17 @@ class Reconciler:
         elif place in (P.KEEP_OURS, P.SAME):
             st.remote_base_path(node, m.path)
 
-    async def _follow_blocked(self, since: int) -> None:
+    async def _follow_blocked(self) -> None:
         """The server's renames that could not follow when their row came (the place was
         held by a file a later row moved away: a chain such as a→c, b→a) are tried again
-        once the rest of the pass is applied, until a round moves none of them."""
+        once the rest of the pass is applied, until a round moves none of them. Without
+        the epoch guard: the base may have moved since the listing only by this pass's own
+        rows (it holds the sync lock), this memory's among them (its content taken while
+        its place was held): the guard would skip the move it waits for."""
         while self._blocked:
             blocked, self._blocked = self._blocked, []
             for m in blocked:
-                await self._row(m, since)
+                await self._row(m, None)
             if len(self._blocked) >= len(blocked):
                 break
         for m in self._blocked or ():
