@@ -174,6 +174,15 @@ SCENARIOS = [
             "and the retry once a→c moved must not take that for a newer answer (before: b "
             "stayed at /b.md until a later listing)"),
     Scenario(
+        "created_where_a_chain_moves_away",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",)], "push",
+        [("r_rename", "/b.md", "/c.md")],
+        second=[("r_rename", "/a.md", "/b.md"), ("r_create", "/a.md")],
+        doc="found by the long Hypothesis run: the server renamed b→c and a→b, then "
+            "created a new /a.md; that new memory's row meets /a.md still held here (a "
+            "moves later in the pass) and is tried again with the chain's renames (before: "
+            "not shown until a later listing)"),
+    Scenario(
         "two_lost_creates_then_edits", [("write", "/x.md", "v1")], "push",
         [("write", "/x.md", "v2")],
         faults=[FaultRule(_is_create, kind="lose", origins=("action", "settle"), times=2)],

@@ -358,6 +358,9 @@ class Reconciler:
         if row is U.COLLIDE:
             if tomb is not None:  # our delete no longer applies: the server changed it
                 st.tombstone_settled(m.id)
+            if self._blocked is not None:  # a later row of this pass may free the path
+                self._blocked.append(m)
+                return
             ctx.status.note(f"the server's {m.path} ({m.id}) collides with a local "
                             f"{'directory' if at_path and at_path.is_dir else 'file'}; not shown")
             return
@@ -415,22 +418,22 @@ class Reconciler:
 
     async def _follow_blocked(self) -> None:
         """The server's renames that could not follow when their row came (the place was
-        held by a file a later row moved away: a chain such as a→c, b→a) are tried again
-        once the rest of the pass is applied, until a round moves none of them. Without
-        the epoch guard: the base may have moved since the listing only by this pass's own
-        rows (it holds the sync lock), this memory's among them (its content taken while
-        its place was held): the guard would skip the move it waits for."""
+        held by a file a later row moved away: a chain such as a→c, b→a), and its new
+        memories whose path was held so (b→c, a→b, a new /a), are tried again once the
+        rest of the pass is applied, until a round places none of them; the rows of those
+        left then say why they wait. Without the epoch guard: the base may have moved
+        since the listing only by this pass's own rows (it holds the sync lock), this
+        memory's among them (its content taken while its place was held): the guard
+        would skip the move it waits for."""
         while self._blocked:
             blocked, self._blocked = self._blocked, []
             for m in blocked:
                 await self._row(m, None)
             if len(self._blocked) >= len(blocked):
                 break
-        for m in self._blocked or ():
-            node = self.state.holder(m.id)
-            if node is not None:
-                self.ctx.status.note(f"cannot move {self.state.path_of(node)} to {m.path} "
-                                     "(renamed on the server): the place is taken locally")
+        left, self._blocked = self._blocked or [], None
+        for m in left:
+            await self._row(m, None)
 
     def _abandoned_park(self, m: Memory) -> bool:
         """Another client's park that never landed: after PARK_PATIENCE, ours wins."""
