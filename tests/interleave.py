@@ -632,7 +632,8 @@ class Engine:
 
     async def op_open_write(self, path: str, content: str | None = None) -> None:
         """Open and write without closing: a dirty open buffer (closed by `close`)."""
-        if self._handle(path) is not None:
+        if self._handle(path) is not None or path in self.handles:
+            # (a handle opened at this path whose file moved away is still keyed by it)
             raise Skip(f"{path} already open")
         data = self._content(content, "o")
         node = self.node(path)
