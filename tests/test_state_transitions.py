@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from memfs.core.nodes import Remote
+from memfs.state import transitions
 from memfs.state.blobs import sha256
 from memfs.state.state import PARK_NAME, ROOT_INO, State
 from memfs.state.transitions import Deferred
@@ -462,6 +463,21 @@ def test_forget_memory_turns_the_file_into_a_create(st, tmp_path):
     again = _reopened(st, tmp_path)
     assert again.lookup_path("/x.md").memory_id is None and again.holder(MID) is None
     again.close()
+
+
+def test_a_forgotten_memory_stays_a_source_of_its_content(st, monkeypatch):
+    """fetcher.recover asks a memory that once held a sha (its versions keep it): forgetting
+    a memory remembers it as its content's source, the newest FORMER_SOURCES_KEPT of them,
+    a sha noted again counting as the newest."""
+    monkeypatch.setattr(transitions, "FORMER_SOURCES_KEPT", 2)
+    a, b, again, d = (_file(st, f"{n}.md", data, memory_id=f"mem_{n}")
+                      for n, data in (("a", b"A"), ("b", b"B"), ("c", b"A"), ("d", b"D")))
+    st.forget_memory(a)
+    st.forget_memory(b)
+    assert dict(st.former_sources) == {sha256(b"A"): "mem_a", sha256(b"B"): "mem_b"}
+    st.forget_memory(again)  # A's source is now mem_c, and the newest
+    st.forget_memory(d)  # one too many: the oldest (B) goes
+    assert dict(st.former_sources) == {sha256(b"A"): "mem_c", sha256(b"D"): "mem_d"}
 
 
 @pytest.mark.parametrize("keep", [True, False])
