@@ -687,6 +687,23 @@ def test_ensure_dir_makes_the_whole_chain_and_prune_removes_it(st, tmp_path):
     assert st.lookup_path("/a") is None
 
 
+@pytest.mark.parametrize("is_dir", [False, True])
+def test_a_new_entry_is_born_now_and_so_is_its_directorys_change(st, tmp_path, is_dir):
+    """stat of a file or directory just made shows its making in every time (atime,
+    mtime, ctime), and its directory's mtime and ctime: here and after a reopen."""
+    before = time.time_ns()
+    mode = stat.S_IFDIR | 0o755 if is_dir else stat.S_IFREG | 0o644
+    node = st.new_node(st.nodes[ROOT_INO], "x", is_dir=is_dir, mode=mode, uid=0, gid=0)
+    after = time.time_ns()
+    root = st.nodes[ROOT_INO]
+    assert before <= node.atime_ns == node.mtime_ns == node.ctime_ns <= after
+    assert root.mtime_ns == root.ctime_ns == node.ctime_ns
+    again = _reopened(st, tmp_path)
+    back = again.lookup_path("/x")
+    assert (back.atime_ns, back.mtime_ns, back.ctime_ns) == (node.ctime_ns,) * 3
+    again.close()
+
+
 def test_restore_follows_the_memory_to_where_the_file_is_now(st):
     """Renamed here since the conflict: the file holding the memory is restored, not a
     new file at the conflict's old path."""
