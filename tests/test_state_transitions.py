@@ -365,6 +365,22 @@ def test_adopt_own_write_of_an_older_send_keeps_the_newer_one_in_flight(st):
     assert st.is_dirty(node)
 
 
+def test_a_rename_answered_with_another_writers_content_keeps_our_base(st, tmp_path):
+    """The API answers an update that changes nothing 200 without checking its
+    precondition (a rename whose earlier answer was lost, after another writer's edit):
+    only the path is ours; the base sha stays, so the next listing shows their change
+    instead of our next push overwriting it."""
+    node = _file(st, "x.md", b"base")
+    st.rename(node, st.nodes[ROOT_INO], "y.md", None)
+    ticket = st.begin_push(node, content=False)
+    st.push_landed(ticket, Remote(MID, "/y.md", sha256(b"theirs"), 6))
+    assert (node.base_path, node.base_sha, node.sha) == ("/y.md", sha256(b"base"),
+                                                         sha256(b"base"))
+    again = _reopened(st, tmp_path)
+    assert again.lookup_path("/y.md").base_sha == sha256(b"base")
+    again.close()
+
+
 def test_push_refused_marks_that_content_and_forgets_the_send(st, tmp_path):
     node = _file(st, "x.md", b"base")
     st.set_content(node, sha256(b"big"), 3)
