@@ -406,6 +406,22 @@ def test_push_refused_for_a_file_gone_since_changes_nothing(st):
     assert MID in st.tombstones and st.lookup_path("/x.md") is None
 
 
+def test_an_update_landing_after_an_unlink_rebases_the_pending_delete(st, tmp_path):
+    """x.md was unlinked while its update was in flight: the update's answer is the
+    base of the pending delete (sent with that precondition), no longer in flight."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"mine"), 4)
+    ticket = st.begin_push(node)
+    st.remove(node)
+    assert st.push_landed(ticket, Remote(MID, "/x.md", sha256(b"mine"), 4)) is None
+    tomb = st.tombstones[MID]
+    assert (tomb.base_path, tomb.base_sha, tomb.sent_sha) == ("/x.md", sha256(b"mine"), None)
+    again = _reopened(st, tmp_path)
+    back = again.tombstones[MID]
+    assert (back.base_sha, back.sent_sha) == (sha256(b"mine"), None)
+    again.close()
+
+
 def test_tombstone_rebased_on_our_own_write(st, tmp_path):
     node = _file(st, "x.md", b"base")
     st.set_content(node, sha256(b"mine"), 4)
