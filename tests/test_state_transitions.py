@@ -422,6 +422,21 @@ def test_an_update_landing_after_an_unlink_rebases_the_pending_delete(st, tmp_pa
     again.close()
 
 
+def test_an_update_landing_for_a_memory_nothing_holds_adds_nothing_and_says_so(st, caplog):
+    """Cannot happen under the sync lock (the memory's file forgot it while its update
+    was in flight): nothing holds the answer, the next listing shows the memory, and
+    the log says which."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"mine"), 4)
+    ticket = st.begin_push(node)
+    st.forget_memory(node)
+    with caplog.at_level(logging.WARNING, logger="memfs.state.transitions"):
+        assert st.push_landed(ticket, Remote(MID, "/x.md", sha256(b"mine"), 4)) is None
+    assert st.holder(MID) is None and st.tombstones == {} and node.memory_id is None
+    assert caplog.messages == [f"memory {MID} answered for no local file; the next "
+                               "listing shows it"]
+
+
 def test_tombstone_rebased_on_our_own_write(st, tmp_path):
     node = _file(st, "x.md", b"base")
     st.set_content(node, sha256(b"mine"), 4)
