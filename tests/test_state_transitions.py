@@ -365,6 +365,21 @@ def test_adopt_own_write_of_an_older_send_keeps_the_newer_one_in_flight(st):
     assert st.is_dirty(node)
 
 
+def test_a_landed_update_is_no_longer_in_flight(st, tmp_path):
+    """Once its answer is applied, what was sent is the base and nothing is in flight:
+    a later listing showing that sha again is another writer's (decide's rows adopt a
+    remote sha equal to `sent_sha` as our own write)."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    ticket = st.begin_push(node)
+    assert node.sent_sha == sha256(b"v1")
+    assert st.push_landed(ticket, Remote(MID, "/x.md", sha256(b"v1"), 2)) is node
+    assert (node.base_sha, node.sent_sha, st.is_dirty(node)) == (sha256(b"v1"), None, False)
+    again = _reopened(st, tmp_path)
+    assert again.lookup_path("/x.md").sent_sha is None
+    again.close()
+
+
 def test_a_rename_answered_with_another_writers_content_keeps_our_base(st, tmp_path):
     """The API answers an update that changes nothing 200 without checking its
     precondition (a rename whose earlier answer was lost, after another writer's edit):
