@@ -375,8 +375,34 @@ def test_a_landed_update_is_no_longer_in_flight(st, tmp_path):
     assert node.sent_sha == sha256(b"v1")
     assert st.push_landed(ticket, Remote(MID, "/x.md", sha256(b"v1"), 2)) is node
     assert (node.base_sha, node.sent_sha, st.is_dirty(node)) == (sha256(b"v1"), None, False)
+    assert node.dirty_since is None  # clean: the next change starts the clock
     again = _reopened(st, tmp_path)
     assert again.lookup_path("/x.md").sent_sha is None
+    again.close()
+
+
+def test_a_change_made_while_its_push_was_in_flight_is_due_from_the_landing(st):
+    """v2 was written while v1's request was out: once v1 lands, v2 is due at most
+    max_push_delay after the landing (`dirty_since`), not after its first change."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    ticket = st.begin_push(node)
+    st.set_content(node, sha256(b"v2"), 2)
+    before = time.time()
+    st.push_landed(ticket, Remote(MID, "/x.md", sha256(b"v1"), 2))
+    assert st.is_dirty(node) and node.dirty_since is not None and node.dirty_since >= before
+
+
+def test_a_landing_clears_an_earlier_failure(st, tmp_path):
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    st.push_failed(st.begin_push(node), "Forbidden: no", transient=False)
+    assert (node.fail_count, node.error) == (1, "Forbidden: no") and node.retry_at
+    st.push_landed(st.begin_push(node), Remote(MID, "/x.md", sha256(b"v1"), 2))
+    assert (node.fail_count, node.retry_at, node.error) == (0, None, None)
+    again = _reopened(st, tmp_path)
+    back = again.lookup_path("/x.md")
+    assert (back.fail_count, back.retry_at, back.error) == (0, None, None)
     again.close()
 
 
