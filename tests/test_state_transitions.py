@@ -568,6 +568,15 @@ def test_a_forgotten_memory_stays_a_source_of_its_content(st, monkeypatch):
     assert dict(st.former_sources) == {sha256(b"A"): "mem_c", sha256(b"D"): "mem_d"}
 
 
+def test_a_memorys_former_content_stays_a_source_of_that_sha(st):
+    """The server changed x.md (a clean file takes it): the memory's versions still hold
+    the former content, so it stays a source of that sha for fetcher.recover."""
+    node = _file(st, "x.md", b"base")
+    st.remote_content(node, Remote(MID, "/x.md", sha256(b"v2"), 2), gen=node.gen)
+    assert node.base_sha == sha256(b"v2")
+    assert dict(st.former_sources) == {sha256(b"base"): MID}
+
+
 @pytest.mark.parametrize("keep", [True, False])
 def test_remote_deleted(st, tmp_path, keep):
     st.ensure_dir("/d")
