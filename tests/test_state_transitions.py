@@ -406,6 +406,20 @@ def test_a_landing_clears_an_earlier_failure(st, tmp_path):
     again.close()
 
 
+def test_a_create_landing_after_a_local_rename_goes_to_the_renamed_file(st, tmp_path):
+    """x.md was renamed to y.md while its create was in flight: the new memory is that
+    file's (its rename is pushed next), not a stray memory deleted later."""
+    node = _file(st, "x.md", b"v1", memory_id=None)
+    ticket = st.begin_push(node)
+    st.rename(node, st.nodes[ROOT_INO], "y.md", None)
+    assert st.push_landed(ticket, Remote("mem_new", "/x.md", sha256(b"v1"), 2)) is node
+    assert (node.memory_id, node.base_path, node.sent_sha) == ("mem_new", "/x.md", None)
+    assert st.holder("mem_new") is node and st.tombstones == {}
+    again = _reopened(st, tmp_path)
+    assert again.lookup_path("/y.md").memory_id == "mem_new" and again.tombstones == {}
+    again.close()
+
+
 def test_a_rename_answered_with_another_writers_content_keeps_our_base(st, tmp_path):
     """The API answers an update that changes nothing 200 without checking its
     precondition (a rename whose earlier answer was lost, after another writer's edit):
