@@ -420,6 +420,58 @@ def test_a_create_landing_after_a_local_rename_goes_to_the_renamed_file(st, tmp_
     again.close()
 
 
+def test_a_request_is_journaled_with_what_its_lost_answer_needs(st, tmp_path):
+    """begin_push: the ticket holds what was sent and against what (doubts.py looks a
+    lost answer up with it), the file records the send, and state.db holds the same
+    ticket after a reopen. A second send while the first is in doubt remembers it."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    first = st.begin_push(node)
+    st.set_content(node, sha256(b"v2"), 2)
+    before = time.time()
+    second = st.begin_push(node)
+    assert (second.ino, second.memory_id, second.sha, second.path, second.base_sha,
+            second.gen, second.previous_sent, second.content_sent, second.path_sent) == \
+        (node.ino, MID, sha256(b"v2"), "/x.md", sha256(b"base"), node.gen, sha256(b"v1"),
+         True, True)
+    assert before <= second.sent_at <= time.time()
+    assert node.sent_sha == sha256(b"v2")
+    assert st.doubts == {first.doubt: first, second.doubt: second}
+    again = _reopened(st, tmp_path)
+    assert again.doubts == {first.doubt: first, second.doubt: second}
+    assert again.lookup_path("/x.md").sent_sha == sha256(b"v2")
+    again.close()
+
+
+def test_a_local_change_starts_the_push_clock_once_and_clears_the_backoff(st, tmp_path):
+    """_touch: every change moves `changed_at` (the write-back delay) and `gen`; the
+    first one not yet pushed also starts `dirty_since` (max_push_delay), which later
+    changes leave; a change ends a refusal's backoff (new content may go)."""
+    node = _file(st, "x.md", b"base")
+    assert node.dirty_since is None
+    before = time.time()
+    st.set_content(node, sha256(b"v1"), 2)
+    first, gen = node.changed_at, node.gen
+    assert first >= before and node.dirty_since == first
+    st.push_failed(st.begin_push(node), "Forbidden: no", transient=False)
+    assert node.fail_count == 1
+    st.set_content(node, sha256(b"v2"), 2)
+    assert node.changed_at >= first and node.dirty_since == first and node.gen == gen + 1
+    assert (node.fail_count, node.retry_at, node.error) == (0, None, None)
+    again = _reopened(st, tmp_path)
+    back = again.lookup_path("/x.md")
+    assert (back.gen, back.fail_count, back.error) == (gen + 1, 0, None)
+    again.close()
+
+
+def test_a_content_change_tells_the_content_hook(st):
+    node = _file(st, "x.md", b"base")
+    heard = []
+    st.on_content = lambda ino, *rest: heard.append(ino)
+    st.set_content(node, sha256(b"v1"), 2)
+    assert heard == [node.ino]
+
+
 def test_a_rename_answered_with_another_writers_content_keeps_our_base(st, tmp_path):
     """The API answers an update that changes nothing 200 without checking its
     precondition (a rename whose earlier answer was lost, after another writer's edit):
