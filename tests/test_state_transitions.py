@@ -472,6 +472,32 @@ def test_a_content_change_tells_the_content_hook(st):
     assert heard == [node.ino]
 
 
+@pytest.mark.parametrize("new_sent", [False, True])
+def test_a_create_landing_after_an_unlink_goes_to_a_new_file_at_its_path(st, tmp_path,
+                                                                        new_sent):
+    """x.md was unlinked while its create was in flight and a new x.md made: the new
+    file, not sent yet, takes the memory (as at a tombstoned path; its content goes out
+    as an update). One with its own create in flight does not: the memory is deleted
+    after the delay, preconditioned on what we wrote."""
+    node = _file(st, "x.md", b"v1", memory_id=None)
+    ticket = st.begin_push(node)
+    st.remove(node)
+    new = _file(st, "x.md", b"new", memory_id=None)
+    if new_sent:
+        st.begin_push(new)
+    landed = st.push_landed(ticket, Remote("mem_new", "/x.md", sha256(b"v1"), 2))
+    if new_sent:
+        assert landed is None and new.memory_id is None
+        assert st.tombstones["mem_new"].base_sha == sha256(b"v1")
+    else:
+        assert landed is new and st.tombstones == {}
+        assert (new.memory_id, new.base_sha, st.is_dirty(new)) == ("mem_new", sha256(b"v1"),
+                                                                  True)
+        again = _reopened(st, tmp_path)
+        assert again.lookup_path("/x.md").memory_id == "mem_new"
+        again.close()
+
+
 def test_a_rename_answered_with_another_writers_content_keeps_our_base(st, tmp_path):
     """The API answers an update that changes nothing 200 without checking its
     precondition (a rename whose earlier answer was lost, after another writer's edit):
