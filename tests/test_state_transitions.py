@@ -660,6 +660,17 @@ def test_a_forgotten_memory_stays_a_source_of_its_content(st, monkeypatch):
     assert dict(st.former_sources) == {sha256(b"A"): "mem_c", sha256(b"D"): "mem_d"}
 
 
+def test_a_file_given_another_memory_no_longer_holds_the_first(st, tmp_path):
+    """`by_memory` stays the inverse of the files' memory ids (what `holder` answers
+    and the harness's check_state asserts) when a file's base becomes another memory."""
+    node = _file(st, "x.md", b"base")
+    st.adopt_own_write(node, Remote("mem_y", "/x.md", sha256(b"base")))
+    assert st.holder(MID) is None and st.holder("mem_y") is node
+    again = _reopened(st, tmp_path)
+    assert again.holder(MID) is None and again.holder("mem_y").ino == node.ino
+    again.close()
+
+
 def test_a_memorys_former_content_stays_a_source_of_that_sha(st):
     """The server changed x.md (a clean file takes it): the memory's versions still hold
     the former content, so it stays a source of that sha for fetcher.recover."""
