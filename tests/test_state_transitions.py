@@ -360,9 +360,11 @@ def test_adopt_own_write_of_an_older_send_keeps_the_newer_one_in_flight(st):
     st.begin_push(node)
     st.set_content(node, sha256(b"v2"), 2)
     st.begin_push(node)
+    first_change = node.dirty_since
     st.adopt_own_write(node, Remote(MID, "/x.md", sha256(b"v1"), 2))
     assert (node.base_sha, node.sent_sha) == (sha256(b"v1"), sha256(b"v2"))
-    assert st.is_dirty(node)
+    # still dirty: v2 stays due max_push_delay after the first change not yet pushed
+    assert st.is_dirty(node) and node.dirty_since == first_change is not None
 
 
 def test_a_landed_update_is_no_longer_in_flight(st, tmp_path):
