@@ -500,6 +500,19 @@ def test_a_create_landing_after_an_unlink_goes_to_a_new_file_at_its_path(st, tmp
         again.close()
 
 
+def test_a_refused_request_found_on_the_server_lands_after_its_doubt_ended(st):
+    """Pusher._precondition_failed: the 412 ended the request's doubt (`push_answered`,
+    in `_send`), then the memory is found holding what we wrote (decide's OWN_WRITE):
+    the same ticket lands, its doubt already gone."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    ticket = st.begin_push(node)
+    st.push_answered(ticket)
+    assert st.doubts == {}
+    assert st.push_landed(ticket, Remote(MID, "/x.md", sha256(b"v1"), 2)) is node
+    assert (node.base_sha, node.sent_sha, st.doubts) == (sha256(b"v1"), None, {})
+
+
 def test_a_rename_answered_with_another_writers_content_keeps_our_base(st, tmp_path):
     """The API answers an update that changes nothing 200 without checking its
     precondition (a rename whose earlier answer was lost, after another writer's edit):
