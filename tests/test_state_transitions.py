@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from memfs.core.nodes import Remote
+from memfs.state import transitions
 from memfs.state.blobs import sha256
 from memfs.state.state import PARK_NAME, ROOT_INO, State
 from memfs.state.transitions import Deferred
@@ -359,9 +360,173 @@ def test_adopt_own_write_of_an_older_send_keeps_the_newer_one_in_flight(st):
     st.begin_push(node)
     st.set_content(node, sha256(b"v2"), 2)
     st.begin_push(node)
+    first_change = node.dirty_since
     st.adopt_own_write(node, Remote(MID, "/x.md", sha256(b"v1"), 2))
     assert (node.base_sha, node.sent_sha) == (sha256(b"v1"), sha256(b"v2"))
-    assert st.is_dirty(node)
+    # still dirty: v2 stays due max_push_delay after the first change not yet pushed
+    assert st.is_dirty(node) and node.dirty_since == first_change is not None
+
+
+def test_a_landed_update_is_no_longer_in_flight(st, tmp_path):
+    """Once its answer is applied, what was sent is the base and nothing is in flight:
+    a later listing showing that sha again is another writer's (decide's rows adopt a
+    remote sha equal to `sent_sha` as our own write)."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    ticket = st.begin_push(node)
+    assert node.sent_sha == sha256(b"v1")
+    assert st.push_landed(ticket, Remote(MID, "/x.md", sha256(b"v1"), 2)) is node
+    assert (node.base_sha, node.sent_sha, st.is_dirty(node)) == (sha256(b"v1"), None, False)
+    assert node.dirty_since is None  # clean: the next change starts the clock
+    again = _reopened(st, tmp_path)
+    assert again.lookup_path("/x.md").sent_sha is None
+    again.close()
+
+
+def test_a_change_made_while_its_push_was_in_flight_is_due_from_the_landing(st):
+    """v2 was written while v1's request was out: once v1 lands, v2 is due at most
+    max_push_delay after the landing (`dirty_since`), not after its first change."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    ticket = st.begin_push(node)
+    st.set_content(node, sha256(b"v2"), 2)
+    before = time.time()
+    st.push_landed(ticket, Remote(MID, "/x.md", sha256(b"v1"), 2))
+    assert st.is_dirty(node) and node.dirty_since is not None and node.dirty_since >= before
+
+
+def test_a_landing_clears_an_earlier_failure(st, tmp_path):
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    st.push_failed(st.begin_push(node), "Forbidden: no", transient=False)
+    assert (node.fail_count, node.error) == (1, "Forbidden: no") and node.retry_at
+    st.push_landed(st.begin_push(node), Remote(MID, "/x.md", sha256(b"v1"), 2))
+    assert (node.fail_count, node.retry_at, node.error) == (0, None, None)
+    again = _reopened(st, tmp_path)
+    back = again.lookup_path("/x.md")
+    assert (back.fail_count, back.retry_at, back.error) == (0, None, None)
+    again.close()
+
+
+def test_a_create_landing_after_a_local_rename_goes_to_the_renamed_file(st, tmp_path):
+    """x.md was renamed to y.md while its create was in flight: the new memory is that
+    file's (its rename is pushed next), not a stray memory deleted later."""
+    node = _file(st, "x.md", b"v1", memory_id=None)
+    ticket = st.begin_push(node)
+    st.rename(node, st.nodes[ROOT_INO], "y.md", None)
+    assert st.push_landed(ticket, Remote("mem_new", "/x.md", sha256(b"v1"), 2)) is node
+    assert (node.memory_id, node.base_path, node.sent_sha) == ("mem_new", "/x.md", None)
+    assert st.holder("mem_new") is node and st.tombstones == {}
+    again = _reopened(st, tmp_path)
+    assert again.lookup_path("/y.md").memory_id == "mem_new" and again.tombstones == {}
+    again.close()
+
+
+def test_a_request_is_journaled_with_what_its_lost_answer_needs(st, tmp_path):
+    """begin_push: the ticket holds what was sent and against what (doubts.py looks a
+    lost answer up with it), the file records the send, and state.db holds the same
+    ticket after a reopen. A second send while the first is in doubt remembers it."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    first = st.begin_push(node)
+    st.set_content(node, sha256(b"v2"), 2)
+    before = time.time()
+    second = st.begin_push(node)
+    assert (second.ino, second.memory_id, second.sha, second.path, second.base_sha,
+            second.gen, second.previous_sent, second.content_sent, second.path_sent) == \
+        (node.ino, MID, sha256(b"v2"), "/x.md", sha256(b"base"), node.gen, sha256(b"v1"),
+         True, True)
+    assert before <= second.sent_at <= time.time()
+    assert node.sent_sha == sha256(b"v2")
+    assert st.doubts == {first.doubt: first, second.doubt: second}
+    again = _reopened(st, tmp_path)
+    assert again.doubts == {first.doubt: first, second.doubt: second}
+    assert again.lookup_path("/x.md").sent_sha == sha256(b"v2")
+    again.close()
+
+
+def test_a_local_change_starts_the_push_clock_once_and_clears_the_backoff(st, tmp_path):
+    """_touch: every change moves `changed_at` (the write-back delay) and `gen`; the
+    first one not yet pushed also starts `dirty_since` (max_push_delay), which later
+    changes leave; a change ends a refusal's backoff (new content may go)."""
+    node = _file(st, "x.md", b"base")
+    assert node.dirty_since is None
+    before = time.time()
+    st.set_content(node, sha256(b"v1"), 2)
+    first, gen = node.changed_at, node.gen
+    assert first >= before and node.dirty_since == first
+    st.push_failed(st.begin_push(node), "Forbidden: no", transient=False)
+    assert node.fail_count == 1
+    st.set_content(node, sha256(b"v2"), 2)
+    assert node.changed_at >= first and node.dirty_since == first and node.gen == gen + 1
+    assert (node.fail_count, node.retry_at, node.error) == (0, None, None)
+    again = _reopened(st, tmp_path)
+    back = again.lookup_path("/x.md")
+    assert (back.gen, back.fail_count, back.error) == (gen + 1, 0, None)
+    again.close()
+
+
+def test_a_content_change_tells_the_content_hook(st):
+    node = _file(st, "x.md", b"base")
+    heard = []
+    st.on_content = lambda ino, *rest: heard.append(ino)
+    st.set_content(node, sha256(b"v1"), 2)
+    assert heard == [node.ino]
+
+
+@pytest.mark.parametrize("new_sent", [False, True])
+def test_a_create_landing_after_an_unlink_goes_to_a_new_file_at_its_path(st, tmp_path,
+                                                                        new_sent):
+    """x.md was unlinked while its create was in flight and a new x.md made: the new
+    file, not sent yet, takes the memory (as at a tombstoned path; its content goes out
+    as an update). One with its own create in flight does not: the memory is deleted
+    after the delay, preconditioned on what we wrote."""
+    node = _file(st, "x.md", b"v1", memory_id=None)
+    ticket = st.begin_push(node)
+    st.remove(node)
+    new = _file(st, "x.md", b"new", memory_id=None)
+    if new_sent:
+        st.begin_push(new)
+    landed = st.push_landed(ticket, Remote("mem_new", "/x.md", sha256(b"v1"), 2))
+    if new_sent:
+        assert landed is None and new.memory_id is None
+        assert st.tombstones["mem_new"].base_sha == sha256(b"v1")
+    else:
+        assert landed is new and st.tombstones == {}
+        assert (new.memory_id, new.base_sha, st.is_dirty(new)) == ("mem_new", sha256(b"v1"),
+                                                                  True)
+        again = _reopened(st, tmp_path)
+        assert again.lookup_path("/x.md").memory_id == "mem_new"
+        again.close()
+
+
+def test_a_refused_request_found_on_the_server_lands_after_its_doubt_ended(st):
+    """Pusher._precondition_failed: the 412 ended the request's doubt (`push_answered`,
+    in `_send`), then the memory is found holding what we wrote (decide's OWN_WRITE):
+    the same ticket lands, its doubt already gone."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    ticket = st.begin_push(node)
+    st.push_answered(ticket)
+    assert st.doubts == {}
+    assert st.push_landed(ticket, Remote(MID, "/x.md", sha256(b"v1"), 2)) is node
+    assert (node.base_sha, node.sent_sha, st.doubts) == (sha256(b"v1"), None, {})
+
+
+def test_a_rename_answered_with_another_writers_content_keeps_our_base(st, tmp_path):
+    """The API answers an update that changes nothing 200 without checking its
+    precondition (a rename whose earlier answer was lost, after another writer's edit):
+    only the path is ours; the base sha stays, so the next listing shows their change
+    instead of our next push overwriting it."""
+    node = _file(st, "x.md", b"base")
+    st.rename(node, st.nodes[ROOT_INO], "y.md", None)
+    ticket = st.begin_push(node, content=False)
+    st.push_landed(ticket, Remote(MID, "/y.md", sha256(b"theirs"), 6))
+    assert (node.base_path, node.base_sha, node.sha) == ("/y.md", sha256(b"base"),
+                                                         sha256(b"base"))
+    again = _reopened(st, tmp_path)
+    assert again.lookup_path("/y.md").base_sha == sha256(b"base")
+    again.close()
 
 
 def test_push_refused_marks_that_content_and_forgets_the_send(st, tmp_path):
@@ -387,6 +552,37 @@ def test_push_refused_for_a_file_gone_since_changes_nothing(st):
     st.remove(node)
     st.push_refused(ticket, "too large")
     assert MID in st.tombstones and st.lookup_path("/x.md") is None
+
+
+def test_an_update_landing_after_an_unlink_rebases_the_pending_delete(st, tmp_path):
+    """x.md was unlinked while its update was in flight: the update's answer is the
+    base of the pending delete (sent with that precondition), no longer in flight."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"mine"), 4)
+    ticket = st.begin_push(node)
+    st.remove(node)
+    assert st.push_landed(ticket, Remote(MID, "/x.md", sha256(b"mine"), 4)) is None
+    tomb = st.tombstones[MID]
+    assert (tomb.base_path, tomb.base_sha, tomb.sent_sha) == ("/x.md", sha256(b"mine"), None)
+    again = _reopened(st, tmp_path)
+    back = again.tombstones[MID]
+    assert (back.base_sha, back.sent_sha) == (sha256(b"mine"), None)
+    again.close()
+
+
+def test_an_update_landing_for_a_memory_nothing_holds_adds_nothing_and_says_so(st, caplog):
+    """Cannot happen under the sync lock (the memory's file forgot it while its update
+    was in flight): nothing holds the answer, the next listing shows the memory, and
+    the log says which."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"mine"), 4)
+    ticket = st.begin_push(node)
+    st.forget_memory(node)
+    with caplog.at_level(logging.WARNING, logger="memfs.state.transitions"):
+        assert st.push_landed(ticket, Remote(MID, "/x.md", sha256(b"mine"), 4)) is None
+    assert st.holder(MID) is None and st.tombstones == {} and node.memory_id is None
+    assert caplog.messages == [f"memory {MID} answered for no local file; the next "
+                               "listing shows it"]
 
 
 def test_tombstone_rebased_on_our_own_write(st, tmp_path):
@@ -462,6 +658,41 @@ def test_forget_memory_turns_the_file_into_a_create(st, tmp_path):
     again = _reopened(st, tmp_path)
     assert again.lookup_path("/x.md").memory_id is None and again.holder(MID) is None
     again.close()
+
+
+def test_a_forgotten_memory_stays_a_source_of_its_content(st, monkeypatch):
+    """fetcher.recover asks a memory that once held a sha (its versions keep it): forgetting
+    a memory remembers it as its content's source, the newest FORMER_SOURCES_KEPT of them,
+    a sha noted again counting as the newest."""
+    monkeypatch.setattr(transitions, "FORMER_SOURCES_KEPT", 2)
+    a, b, again, d = (_file(st, f"{n}.md", data, memory_id=f"mem_{n}")
+                      for n, data in (("a", b"A"), ("b", b"B"), ("c", b"A"), ("d", b"D")))
+    st.forget_memory(a)
+    st.forget_memory(b)
+    assert dict(st.former_sources) == {sha256(b"A"): "mem_a", sha256(b"B"): "mem_b"}
+    st.forget_memory(again)  # A's source is now mem_c, and the newest
+    st.forget_memory(d)  # one too many: the oldest (B) goes
+    assert dict(st.former_sources) == {sha256(b"A"): "mem_c", sha256(b"D"): "mem_d"}
+
+
+def test_a_file_given_another_memory_no_longer_holds_the_first(st, tmp_path):
+    """`by_memory` stays the inverse of the files' memory ids (what `holder` answers
+    and the harness's check_state asserts) when a file's base becomes another memory."""
+    node = _file(st, "x.md", b"base")
+    st.adopt_own_write(node, Remote("mem_y", "/x.md", sha256(b"base")))
+    assert st.holder(MID) is None and st.holder("mem_y") is node
+    again = _reopened(st, tmp_path)
+    assert again.holder(MID) is None and again.holder("mem_y").ino == node.ino
+    again.close()
+
+
+def test_a_memorys_former_content_stays_a_source_of_that_sha(st):
+    """The server changed x.md (a clean file takes it): the memory's versions still hold
+    the former content, so it stays a source of that sha for fetcher.recover."""
+    node = _file(st, "x.md", b"base")
+    st.remote_content(node, Remote(MID, "/x.md", sha256(b"v2"), 2), gen=node.gen)
+    assert node.base_sha == sha256(b"v2")
+    assert dict(st.former_sources) == {sha256(b"base"): MID}
 
 
 @pytest.mark.parametrize("keep", [True, False])
@@ -669,6 +900,23 @@ def test_ensure_dir_makes_the_whole_chain_and_prune_removes_it(st, tmp_path):
     assert st.prune(leaf) == [(b.ino, "c"), (a.ino, "b"), (ROOT_INO, "a")]
     assert heard == [(b.ino, "c"), (a.ino, "b"), (ROOT_INO, "a")]
     assert st.lookup_path("/a") is None
+
+
+@pytest.mark.parametrize("is_dir", [False, True])
+def test_a_new_entry_is_born_now_and_so_is_its_directorys_change(st, tmp_path, is_dir):
+    """stat of a file or directory just made shows its making in every time (atime,
+    mtime, ctime), and its directory's mtime and ctime: here and after a reopen."""
+    before = time.time_ns()
+    mode = stat.S_IFDIR | 0o755 if is_dir else stat.S_IFREG | 0o644
+    node = st.new_node(st.nodes[ROOT_INO], "x", is_dir=is_dir, mode=mode, uid=0, gid=0)
+    after = time.time_ns()
+    root = st.nodes[ROOT_INO]
+    assert before <= node.atime_ns == node.mtime_ns == node.ctime_ns <= after
+    assert root.mtime_ns == root.ctime_ns == node.ctime_ns
+    again = _reopened(st, tmp_path)
+    back = again.lookup_path("/x")
+    assert (back.atime_ns, back.mtime_ns, back.ctime_ns) == (node.ctime_ns,) * 3
+    again.close()
 
 
 def test_restore_follows_the_memory_to_where_the_file_is_now(st):
