@@ -118,19 +118,19 @@ def test_unmount_leaves_the_content_staged_for_the_next_mount(mounts, server):
     """`memfs unmount` pushes what a `cp -r` just wrote but makes no blob file of it:
     its content stays in staged.db (synced), and the next mount serves it and moves
     it. (Making 500 files there cost the unmount 0.2-0.4 s, 1 s more with their
-    fsyncs.) A reader keeps FUSE busy until the unmount starts, so the background
-    writer, which waits for 0.3 s of quiet, has at most the unmount command's start-up
-    to move a few chunks before the flush takes the sync lock (on a loaded machine that
-    start-up varies: the check is that content is left staged, not how much)."""
+    fsyncs.) A reader keeps FUSE busy through the unmount (it ends when the mount
+    goes), so the background writer, which waits for 0.3 s of quiet, never runs: what
+    is on disk after is what the unmount made. (With the reader stopped before the
+    unmount, an idle machine let the writer move all 200 in the command's start-up.)"""
     store = mounts.new_store()
     m = mounts.mount(store, "--write-back-delay", "30")
     files = {f"/cp/f{i:03}.md": f"copied {i}\n" for i in range(200)}
     (m.path / "cp").mkdir()
+    state_dir = m.state_dir
     with fuse_kept_busy(m.path / "cp"):
         for path, text in files.items():
             (m.path / path[1:]).write_text(text)
-    state_dir = m.state_dir
-    out = m.unmount()
+        out = m.unmount()
     assert "0 left" in out, out
     assert server_memories(server, store) == files
     assert staged_count(state_dir) > 0, "the unmount made blob files of the staged content"
