@@ -411,6 +411,7 @@ class Flooder:
         self.closed_by_server = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
+        self.lock = threading.Lock()  # the thread and the test both reap: one poll() at a time
 
     def open_one(self) -> None:
         s = socket.socket()
@@ -428,6 +429,10 @@ class Flooder:
         self.opened += 1
 
     def reap(self) -> None:
+        with self.lock:
+            self._reap()
+
+    def _reap(self) -> None:
         for fd, _ in self.poll.poll(0):
             s = self.socks.pop(fd, None)
             if s is not None:
@@ -436,8 +441,9 @@ class Flooder:
                 self.closed_by_server += 1
 
     def fill(self) -> None:
-        while len(self.socks) < self.target:
-            self.open_one()
+        with self.lock:
+            while len(self.socks) < self.target:
+                self.open_one()
 
     def run(self) -> None:
         while not self.stop.is_set():
