@@ -48,7 +48,7 @@ from urllib.parse import quote
 import httpx
 import trio
 
-from memfs.api import tls
+from memfs.api import pool, tls
 from memfs.api.betas import MEMORY_BETA, SESSIONS_BETA
 from memfs.api.config import BEARER, ClientConfig
 from memfs.api.errors import (
@@ -289,6 +289,8 @@ class MemoryStoresClient:
             follow_redirects=False,
             verify=tls.verify(),  # made ahead where `memfs mount` and its daemon asked
         )
+        if transport is None:
+            pool.install(self._http)  # httpcore's pool, minus O(connections²) per request
 
     @classmethod
     def from_config(cls, cfg: ClientConfig, **kw: Any) -> MemoryStoresClient:
