@@ -142,6 +142,7 @@ async def held_answer(eng: Engine, monkeypatch) -> list[bool]:
     `cp -r` beginning while the pass's requests are in flight). Returns once the server
     has applied it, with the push's answer not taken in: the busy switch."""
     monkeypatch.setattr(pusher_mod, "YIELD_MAX", 30.0)
+    monkeypatch.setattr(pusher_mod, "ANSWER_WAIT_MAX", 30.0)
     await eng.write("/a.md", b"one\n")
     busy = [False]
     eng.ctx.clock = Clock(lambda: 0.0 if busy[0] else 10.0)
@@ -176,6 +177,17 @@ async def test_an_answer_that_meets_a_busy_mount_is_read_once_it_is_quiet(eng, m
         busy[0] = False
     assert eng.state.sync_state(eng.fs.node("/a.md")) == "synced"
     assert eng.state.dirty_files() == []
+
+
+async def test_a_mount_that_stays_busy_reads_a_held_answer_after_the_longest_wait(
+        eng, monkeypatch):
+    """The mount never turns quiet: the held answer is read after ANSWER_WAIT_MAX, and
+    the pass ends."""
+    busy = await held_answer(eng, monkeypatch)
+    monkeypatch.setattr(pusher_mod, "ANSWER_WAIT_MAX", 0.3)
+    with trio.fail_after(20):
+        await eng.push()
+    assert busy[0] and eng.state.sync_state(eng.fs.node("/a.md")) == "synced"
 
 
 async def test_a_flush_takes_in_the_answers_a_busy_mount_held(eng, monkeypatch):

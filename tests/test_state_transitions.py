@@ -1215,3 +1215,39 @@ def test_a_local_rename_sent_home_claims_its_own_path_too(st):
     assert new.ino not in st.nodes
     assert [(c["path"], c["memory_id"], c["local_sha"], c["remote_sha"])
             for c in st.conflicts()] == [("/t.md", "mem_t", sha256(b"new here"), sha256(b"t"))]
+
+
+def test_a_request_applied_and_written_over_since_is_no_longer_in_flight(st, tmp_path):
+    """doubts.py's SUPERSEDED row: v1's answer was lost, the server took v1 and then
+    another writer's v2, which a listing showed and this file took (the same bytes as
+    ours: adopted). v1 is in the memory's history, so the request was applied; it ends
+    its doubt and nothing it sent is in flight any more (a later listing showing v1
+    again is another writer's); the base v2 stands."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v1"), 2)
+    ticket = st.begin_push(node)
+    st.set_content(node, sha256(b"v2"), 2)
+    st.adopt_own_write(node, Remote(MID, "/x.md", sha256(b"v2"), 2))
+    assert node.sent_sha == sha256(b"v1") and node.base_sha == sha256(b"v2")
+    st.push_superseded(ticket)
+    assert (st.doubts, node.sent_sha, node.base_sha, st.is_dirty(node)) == \
+        ({}, None, sha256(b"v2"), False)
+    again = _reopened(st, tmp_path)
+    back = again.lookup_path("/x.md")
+    assert (back.sent_sha, back.base_sha, again.doubts) == (None, sha256(b"v2"), {})
+    again.close()
+
+
+def test_an_earlier_send_stays_in_flight_only_when_the_request_never_took_effect(st):
+    """Two sends journaled for one file (v1, then v2 while v1's answer was unknown):
+    v2 not applied puts v1 back in flight (push_not_applied); v2 applied and written
+    over leaves nothing in flight (push_superseded): v1's own doubt decides for v1."""
+    for superseded in (False, True):
+        node = _file(st, f"x{superseded}.md", b"base", memory_id=f"mem_{superseded}")
+        st.set_content(node, sha256(b"v1"), 2)
+        st.begin_push(node)
+        st.set_content(node, sha256(b"v2"), 2)
+        second = st.begin_push(node)
+        assert second.previous_sent == sha256(b"v1")
+        (st.push_superseded if superseded else st.push_not_applied)(second)
+        assert node.sent_sha == (None if superseded else sha256(b"v1"))

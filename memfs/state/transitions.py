@@ -152,6 +152,14 @@ class SyncTransitions:
         with self.transaction():
             self._end_doubt(ticket)
 
+    def push_superseded(self, ticket: PushTicket) -> None:
+        """ticket's request was applied and a later write came over it, which this file
+        has taken since (its base is neither what the request was sent against nor what
+        it wrote): the base stands, and what the request sent is no longer in flight."""
+        with self.transaction():
+            self._end_doubt(ticket)
+            self._end_send(ticket, None)
+
     def push_unanswered(self, ticket: PushTicket, *, maybe_applied: bool) -> None:
         """No answer came. Unless the request provably never reached the server (the
         connection was refused), its row stays: the request is in doubt."""
@@ -164,15 +172,20 @@ class SyncTransitions:
         forget it; whatever its file holds now goes out as if it had never been sent."""
         with self.transaction():
             self._end_doubt(ticket)
-            item = self.ticket_node(ticket)
-            if item is None and ticket.memory_id is not None:
-                item = self._tombstones.get(ticket.memory_id)
-            if item is not None and item.sent_sha == ticket.sha:
-                item.sent_sha = ticket.previous_sent
-                if isinstance(item, Node):
-                    self._save(item)
-                else:
-                    self._save_tombstone(item)
+            self._end_send(ticket, ticket.previous_sent)
+
+    def _end_send(self, ticket: PushTicket, sent: str | None) -> None:
+        """What ticket's request sent is no longer in flight for its file (or pending
+        delete): `sent` is in flight instead (the send before it, or none)."""
+        item = self.ticket_node(ticket)
+        if item is None and ticket.memory_id is not None:
+            item = self._tombstones.get(ticket.memory_id)
+        if item is not None and item.sent_sha == ticket.sha:
+            item.sent_sha = sent
+            if isinstance(item, Node):
+                self._save(item)
+            else:
+                self._save_tombstone(item)
 
     def push_landed(self, ticket: PushTicket, remote: Remote) -> Node | None:
         """The server now holds `remote` because of ticket's request.

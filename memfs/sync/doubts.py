@@ -88,12 +88,14 @@ def _apply(ctx: SyncContext, ticket: PushTicket, row: decide.Doubt,
            remote: Remote | None, done: Resolved) -> None:
     st = ctx.state
     done.resolved += 1
+    if row is decide.Doubt.SUPERSEDED:  # applied; a later version, taken since, stands
+        log.info("request in doubt for %s: applied on the server, and written over since",
+                 ticket.path)
+        st.push_superseded(ticket)
+        return
     if row is decide.Doubt.NOT_APPLIED or remote is None:
         log.info("request in doubt for %s: not applied on the server", ticket.path)
         st.push_not_applied(ticket)
-        return
-    if row is decide.Doubt.SUPERSEDED:  # our write stays in the memory's history
-        st.push_answered(ticket)
         return
     log.info("request in doubt for %s: applied on the server (%s); its lost answer is "
              "applied now", ticket.path, remote.id)

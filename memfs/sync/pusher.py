@@ -62,6 +62,11 @@ BUSY_INTERVAL = 0.05
 #: Pushes go at full concurrency only once FUSE has been quiet this long (seconds); a
 #: shorter gap (a `cp -r` preempted on a loaded machine) lets BUSY_CONCURRENCY go.
 QUIET_WINDOW = 0.3
+#: The answer of a push sent while the mount was quiet, met by a busy mount, waits for a
+#: quiet moment at most this long (seconds): a copy of a few seconds begun while a pass
+#: runs does not take in the pass's answers; a mount that stays busy longer still does,
+#: and its pass goes on (docs/BENCHMARKS.md, section 6).
+ANSWER_WAIT_MAX = 3.0
 
 
 def delete_cap(known: int) -> int:
@@ -316,7 +321,7 @@ class Pusher:
 
     async def _answer_ready(self) -> None:
         """A push sent while the mount was quiet reads its answer only once the mount is
-        quiet again (QUIET_WINDOW without a FUSE request), or after YIELD_MAX: the
+        quiet again (QUIET_WINDOW without a FUSE request), or after ANSWER_WAIT_MAX: the
         answers of a pass's requests in flight when a `cp -r` begins (up to
         push_concurrency of them, about 1 ms of the trio thread each) wait in their
         sockets instead of taking turns with the copy's requests. The request is
@@ -327,7 +332,7 @@ class Pusher:
         idle_for = self.ctx.clock.idle_for
         if idle_for() >= QUIET_WINDOW:
             return
-        give_up = trio.current_time() + YIELD_MAX
+        give_up = trio.current_time() + ANSWER_WAIT_MAX
         async with self._answers:
             while (idle_for() < QUIET_WINDOW and trio.current_time() < give_up
                    and not (self._stop.is_set() or self._flushing)):

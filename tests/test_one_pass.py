@@ -1,0 +1,180 @@
+"""What one push pass or one listing did, checked right after it (no settling passes).
+
+The interleaving scenarios check where a run settles, after flush and reconcile
+passes; a pass that decided wrong is often repaired by the next one, which those
+checks cannot see. These tests run one pass over the harness's engine (the daemon's
+`StoreEngine` and its in-process server, tests/interleave.py) and check what that pass
+sent, what the server holds and what the file's state became, before anything else
+runs. The mutation run (docs/TESTING.md, "Mutation testing") found each of these
+unpinned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import trio
+from interleave import Database, Engine, FaultRule, HeldTransport, make_engine
+
+from memfs.state.blobs import sha256
+from memfs.sync.events import Subscriber
+
+
+@contextlib.asynccontextmanager
+async def harness(tmp: Path) -> AsyncIterator[Engine]:
+    db = Database(":memory:")
+    eng = make_engine(tmp, HeldTransport(db, db.create_store(name="one-pass")["id"]))
+    try:
+        async with trio.open_nursery() as background:
+            await eng.store.start_content(background)
+            yield eng
+            background.cancel_scope.cancel()
+    finally:
+        await eng.store.client.aclose()
+        eng.store.close()
+
+
+def sent(eng: Engine, since: int = 0) -> list[str]:
+    """The requests since record `since`: "METHOD what" (what: memories, or mem_…)."""
+    return [f"{r.method} {r.path.rsplit('/', 1)[-1]}" for r in eng.transport.records[since:]]
+
+
+def data(text: str) -> bytes:
+    return (text + "\n").encode()
+
+
+async def synced(eng: Engine, **files: str) -> None:
+    """Files written and pushed, the server holding each."""
+    for name, text in files.items():
+        await eng.op_write(f"/{name}.md", text)
+    await eng.op_push()
+    assert eng.pusher.pending_total() == 0
+
+
+# -- the push pass ---------------------------------------------------------------------------
+
+
+async def test_a_412_is_a_conflict_in_the_same_pass(tmp_path):
+    """Another writer changed a.md; our edit's update meets 412: in that pass the
+    server's version takes the tree and ours is kept as a conflict."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="base")
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_write("/a.md", "mine")
+        await eng.op_push()
+        assert eng.tree_sha("/a.md") == sha256(data("theirs"))
+        rows = eng.state.conflicts()
+        assert [(r["path"], r["local_sha"]) for r in rows] == [("/a.md", sha256(data("mine")))]
+        assert not eng.state.is_dirty(eng.node("/a.md"))
+
+
+async def test_a_lost_update_answer_found_applied_lands_on_its_memory(tmp_path):
+    """The update's answer was lost. The next pass asks the server first (one GET), finds
+    our write applied, and applies it as the answer: the file is clean, its memory the
+    same, and nothing is sent again."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        assert eng.state.doubts
+        first = len(eng.transport.records)
+        await eng.op_push()
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_sha, node.sent_sha) == (mid, sha256(data("v2")), None)
+        assert not eng.state.doubts and not eng.state.is_dirty(node)
+        assert sent(eng, first) == [f"GET {mid}"]
+
+
+async def test_content_that_cannot_be_a_memory_is_refused_without_a_request(tmp_path):
+    """Bytes that are not UTF-8: refused locally (the file says why), nothing sent."""
+    async with harness(tmp_path) as eng:
+        await eng._put("/bad.md", b"\xff\xfe not text\n")
+        first = len(eng.transport.records)
+        await eng.op_push()
+        node = eng.node("/bad.md")
+        assert eng.state.sync_state(node) == "refused" and "UTF-8" in node.refused_reason
+        assert sent(eng, first) == []
+
+
+async def test_a_refused_file_renamed_moves_its_memory(tmp_path):
+    """A synced file whose new content is refused, then renamed: the rename still goes
+    out (the memory follows, holding the content it had), the content stays local."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng._put("/a.md", b"\xff not text\n")
+        await eng.op_rename("/a.md", "/b.md")
+        await eng.op_push()
+        assert eng.server() == {"/b.md": (mid, sha256(data("v1")))}
+        assert eng.state.sync_state(eng.node("/b.md")) == "refused"
+
+
+async def test_a_rename_onto_our_own_pending_delete_sends_that_delete_early(tmp_path):
+    """b.md renamed to a.md, which was just unlinked (its delete waits out the delay):
+    the rename meets 409 on our own deleted memory, so that delete goes now and the
+    rename after it, in the same pass."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        b_mid = eng.node("/b.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_rename("/b.md", "/a.md")
+        await eng.op_push()
+        assert eng.server() == {"/a.md": (b_mid, sha256(data("B")))}
+        assert eng.state.tombstones == {} and eng.pusher.pending_total() == 0
+
+
+async def test_next_due_in_follows_the_write_back_delay_and_the_backoff(tmp_path):
+    async with harness(tmp_path) as eng:
+        assert eng.pusher.next_due_in() is None  # nothing to push
+        await eng.op_write("/a.md", "v1")
+        assert eng.pusher.next_due_in() <= 0  # write-back delay 0: due now
+        ticket = eng.state.begin_push(eng.node("/a.md"))
+        assert eng.pusher.next_due_in() <= 0  # a request in doubt: find out now
+        eng.state.push_answered(ticket)  # a refusal (Pusher._send, then _failed)
+        eng.state.push_failed(ticket, "refused", transient=False)
+        assert eng.pusher.next_due_in() > 0  # its backoff runs
+
+
+# -- the listing -------------------------------------------------------------------------------
+
+
+async def test_a_listing_saves_when_it_last_synced(tmp_path):
+    """For `memfs status` of an unmounted store (it reads state.db)."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        assert float(eng.state.get_meta("last_sync_seconds")) >= 0
+
+
+async def test_a_feed_batch_goes_on_past_a_memory_made_and_deleted_elsewhere(tmp_path):
+    """One poll's changes: x made and deleted by another writer (nothing to do here),
+    then an edit of a.md and a new z.md: both applied in that poll."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_poll()  # the feed's first poll: its starting point
+        await eng.op_r_create("/x.md", "x")
+        await eng.op_r_delete("/x.md")
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_r_create("/z.md", "z")
+        await eng.op_r_create("/y.md", "y")
+        await eng.op_r_delete("/y.md")
+        await eng.op_poll()
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))
+        assert eng.tree_sha("/z.md") == sha256(data("z"))
+
+
+async def test_a_remote_rename_is_told_as_renamed(tmp_path):
+    """`memfs watch` hears a memory moved on the server as "renamed", with both paths."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        sub = Subscriber()
+        eng.ctx.events.attach(sub)
+        await eng.op_r_rename("/a.md", "/b.md")
+        await eng.op_reconcile()
+        event = sub.receive.receive_nowait()
+        assert (event.kind, event.path, event.old_path) == ("renamed", "/b.md", "/a.md")
+        assert eng.tree_sha("/b.md") == sha256(data("v1"))
