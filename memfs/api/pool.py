@@ -11,8 +11,8 @@ of connections, so `len(self._connections)` is the same test.
 
 `_LinearPool._assign_requests_to_connections` is upstream's method with that one
 expression replaced, and with the first available (or idle) connection found by a scan
-that stops at it instead of lists of all of them: the same queries of the same
-connections, the same choice, the same result (tests/test_client_pool.py runs both on
+that stops at it instead of lists of all of them: fewer questions of the same
+connections, the same choices, the same result (tests/test_client_pool.py runs both on
 random pool states and compares every outcome). Installed on the client's own default
 transport only when its pool is exactly httpcore's class and has the method; anything
 else (another httpcore, a test transport, a proxy) is left as it is.
@@ -20,12 +20,8 @@ else (another httpcore, a test transport, a proxy) is left as it is.
 
 from __future__ import annotations
 
-import logging
-
 import httpcore
 import httpx
-
-log = logging.getLogger(__name__)
 
 
 class _LinearPool(httpcore.AsyncConnectionPool):

@@ -57,8 +57,8 @@ YIELD_MAX = 1.0
 #: ... and if none comes, goes as one of at most this many started while busy, ...
 BUSY_CONCURRENCY = 2
 #: ... one such start per this many seconds at most: a busy mount takes in at most
-#: 20 answers a second (about 2.5 % of its trio thread), however often a copy pauses.
-BUSY_INTERVAL = 0.05
+#: 10 answers a second (about 2-3 % of its trio thread), however often a copy pauses.
+BUSY_INTERVAL = 0.1
 #: Pushes go at full concurrency only once FUSE has been quiet this long (seconds); a
 #: shorter gap (a `cp -r` preempted on a loaded machine) lets BUSY_CONCURRENCY go.
 QUIET_WINDOW = 0.3
@@ -299,7 +299,7 @@ class Pusher:
         with the wait (docs/BENCHMARKS.md, section 4); a copy's every 20 ms gap let a
         full concurrency's worth go, where a few keep the pass going; and two at a time
         in every 20 ms gap of a loaded machine's copy still went by the dozen, where
-        BUSY_INTERVAL allows 20 a second (section 6). The pushes waiting queue behind one
+        BUSY_INTERVAL allows 10 a second (section 6). The pushes waiting queue behind one
         that watches (`_gate`), not 32 of them waking every BUSY_WINDOW. An unmount or
         flush waiting on the pass ends the wait."""
         idle_for = self.ctx.clock.idle_for
