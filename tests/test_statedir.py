@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import socket
 import sqlite3
 import stat
 
@@ -34,9 +35,13 @@ def test_server_id_is_made_once_and_survives_restarts_and_ports(tmp_path):
         assert first["ok"] is True and statedir._ID_RE.match(first["server_id"])
         assert statedir.reported_server_id(sp.base_url) == first["server_id"]
         sp.stop()
-        sp.port = 0  # a new port, as the embedded server gets on every start
         old_url = sp.base_url
-        sp.start()
+        with socket.socket() as holder:  # the old port stays taken: the kernel picks another
+            holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (past TIME_WAIT)
+            holder.bind(("127.0.0.1", sp.port))
+            holder.listen()
+            sp.port = 0  # a new port, as the embedded server gets on every start
+            sp.start()
         assert sp.base_url != old_url
         assert statedir.reported_server_id(sp.base_url) == first["server_id"]
     finally:
