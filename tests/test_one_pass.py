@@ -178,3 +178,20 @@ async def test_a_remote_rename_is_told_as_renamed(tmp_path):
         event = sub.receive.receive_nowait()
         assert (event.kind, event.path, event.old_path) == ("renamed", "/b.md", "/a.md")
         assert eng.tree_sha("/b.md") == sha256(data("v1"))
+
+
+async def test_a_change_seen_while_the_file_had_unsaved_writes_is_read_again(tmp_path):
+    """A poll met another writer's v2 while a.md was open with unsaved writes: the row
+    waits (content WAIT). Those writes were v1 again (nothing to push at the close), so
+    no push meets the change either: the next poll names a.md once more and takes v2."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_open_write("/a.md", "v1")
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_poll()
+        assert eng.tree_sha("/a.md") == sha256(data("v1"))  # waits for the close
+        await eng.op_close("/a.md")
+        await eng.op_push()
+        await eng.op_poll()
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))

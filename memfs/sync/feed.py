@@ -192,11 +192,12 @@ class Feed:
         self.last_poll = self.clock()
 
     def recheck(self, memory_id: str) -> None:
-        """A memory whose state here changed without its server side being read back
-        (a delete the server refused because another writer changed it: its version
-        wins). The feed may have shown that version already, when the mount could not
-        take it (the file had unsaved writes): the next poll names the memory again,
-        whatever the versions say (one GET), and the reconciler applies its row."""
+        """A memory whose server side this mount could not take when the feed showed it:
+        its row waited for a file's unsaved writes (the reconciler), or a delete of it
+        was refused because another writer changed it, whose version wins (the pusher).
+        The feed will not show that version again: the next poll names the memory,
+        whatever the versions say (one GET), and the reconciler applies its row (while
+        the file stays open with unsaved writes, one GET a poll)."""
         self.rechecks.add(memory_id)
 
     def ours(self, version_id: str) -> None:

@@ -52,6 +52,10 @@ class Reconciler:
         #: During a pass: the server's renames that could not follow yet (their place is
         #: held by a file another row of the pass moves away: a chain, a→c then b→a).
         self._blocked: list[Memory] | None = None
+        #: During a pass: the memories whose row waited for a file's unsaved writes. The
+        #: feed will not show their change again, and the close may push nothing (the
+        #: writes were the content it had): the next poll names them once more.
+        self._waited: set[str] = set()
         self.last_pass: float | None = None  # monotonic time of the last finished pass
 
     async def run(self) -> None:
@@ -160,8 +164,11 @@ class Reconciler:
                         self.feed.reset(None)  # not applied: the next pass lists everything
                         raise
                 await self._follow_blocked()
+                for mid in self._waited:  # (after the listing's reset of the feed)
+                    self.feed.recheck(mid)
             finally:
                 self._blocked = None
+                self._waited = set()
             ctx.status.last_sync_at = time.time()
             ctx.status.last_sync_seconds = ctx.status.last_sync_at - started
             position = self.feed.position if self.feed.trusted() else None
@@ -343,6 +350,8 @@ class Reconciler:
             local_of(st, at_path) if at_path is not None and not at_path.is_dir else None,
             at_path is not None and at_path.is_dir)
         U = decide.Unknown
+        if row is U.WAIT:
+            self._waited.add(m.id)
         if row in (U.HIDDEN, U.DELETE_PENDING, U.WAIT):
             return
         if row is U.REBASE_DELETE:
@@ -383,7 +392,9 @@ class Reconciler:
         place = decide.place_row(local, m.path, ours_parked=ours_parked)
         content = decide.content_row(local, m.content_sha256)
         C = decide.Content
-        if content is C.ADOPT:
+        if content is C.WAIT:
+            self._waited.add(m.id)
+        elif content is C.ADOPT:
             st.adopt_own_write(node, Remote(m.id, node.base_path or m.path, m.content_sha256,
                                             m.content_size_bytes))
         elif content is C.TAKE:
