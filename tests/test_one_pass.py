@@ -5,8 +5,9 @@ passes; a pass that decided wrong is often repaired by the next one, which those
 checks cannot see. These tests run one pass over the harness's engine (the daemon's
 `StoreEngine` and its in-process server, tests/interleave.py) and check what that pass
 sent, what the server holds and what the file's state became, before anything else
-runs. The mutation run (docs/TESTING.md, "Mutation testing") found each of these
-unpinned.
+runs. The mutation run (docs/TESTING.md, "Mutation testing") found the first ones
+unpinned; the last is a defect that writing them turned up (a change the feed showed
+while the file had unsaved writes waited for the next full listing).
 """
 
 from __future__ import annotations
