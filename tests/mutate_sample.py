@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 SEED = 21
+ORDER_FILE = Path("mutants") / "sample-order.json"
 DETECTED = {"killed", "timeout", "caught by type check", "segfault"}
 
 
@@ -44,10 +45,20 @@ def _codes(modules: list[str]) -> dict[str, int | None]:
 
 
 def order(modules: list[str]) -> list[str]:
-    """Every mutant of the modules, shuffled with SEED (the same order on every run)."""
-    names = sorted(_codes(modules))
-    random.Random(SEED).shuffle(names)
-    return names
+    """Every mutant of the modules, shuffled with SEED, in the order the first run fixed
+    (kept in mutants/sample-order.json): a change to a sampled module makes mutmut name
+    that function's mutants anew, and a fresh shuffle of the new list would put every
+    decided mutant elsewhere. Names gone are dropped; new ones go last, shuffled."""
+    names = set(_codes(modules))
+    key = " ".join(modules)
+    saved = json.loads(ORDER_FILE.read_text()) if ORDER_FILE.exists() else {}
+    kept = [n for n in saved.get(key, []) if n in names]
+    new = sorted(names - set(kept))
+    random.Random(SEED).shuffle(new)
+    if new or len(kept) != len(saved.get(key, [])):
+        saved[key] = kept + new
+        ORDER_FILE.write_text(json.dumps(saved))
+    return kept + new
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
