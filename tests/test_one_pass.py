@@ -129,6 +129,20 @@ async def test_a_rename_onto_our_own_pending_delete_sends_that_delete_early(tmp_
         assert eng.state.tombstones == {} and eng.pusher.pending_total() == 0
 
 
+async def test_a_refusal_makes_the_file_wait_and_says_why_in_the_same_pass(tmp_path):
+    """The server refuses the create (403): the file keeps its content, waits (a retry
+    time, doubling) and carries the refusal as its error; nothing is in doubt."""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", origins=("setup",),
+                                         times=1)]
+        await eng.op_write("/a.md", "v1")
+        await eng.op_push()
+        node = eng.node("/a.md")
+        assert node.fail_count == 1 and node.retry_at and "refused by the test" in node.error
+        assert eng.state.sync_state(node) != "synced" and not eng.state.doubts
+        assert eng.server() == {}
+
+
 async def test_next_due_in_follows_the_write_back_delay_and_the_backoff(tmp_path):
     async with harness(tmp_path) as eng:
         assert eng.pusher.next_due_in() is None  # nothing to push
@@ -149,6 +163,29 @@ async def test_a_listing_saves_when_it_last_synced(tmp_path):
     async with harness(tmp_path) as eng:
         await eng.op_reconcile()
         assert float(eng.state.get_meta("last_sync_seconds")) >= 0
+
+
+async def test_a_full_listing_leaves_a_file_deleted_here_deleted(tmp_path):
+    """a.md unlinked: its delete waits out the delay, the memory still on the server. A
+    full listing shows that memory (no file holds it): it stays a pending delete, not a
+    new memory to show (the file must not come back)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_reconcile()
+        assert eng.node("/a.md") is None and mid in eng.state.tombstones
+
+
+async def test_a_new_memory_from_the_server_is_told_as_created(tmp_path):
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        sub = Subscriber()
+        eng.ctx.events.attach(sub)
+        await eng.op_r_create("/n.md", "new")
+        await eng.op_reconcile()
+        event = sub.receive.receive_nowait()
+        assert (event.kind, event.path) == ("created", "/n.md")
 
 
 async def test_a_feed_batch_goes_on_past_a_memory_made_and_deleted_elsewhere(tmp_path):
