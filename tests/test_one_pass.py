@@ -91,6 +91,25 @@ async def test_a_lost_update_answer_found_applied_lands_on_its_memory(tmp_path):
         assert sent(eng, first) == [f"GET {mid}"]
 
 
+async def test_an_edit_answered_from_where_another_writer_moved_it_follows_them(tmp_path):
+    """Another writer renamed a.md to b.md; our edit (content only, no path sent) is
+    answered with the memory at /b.md. Their rename is the reconciler's to follow: the
+    base path stays /a.md after the push (taking /b.md would make our /a.md a rename of
+    ours, pushed back over theirs), and the next poll moves the file."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_poll()
+        await eng.op_r_rename("/a.md", "/b.md")
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        node = eng.node("/a.md")
+        assert (node.base_path, node.base_sha) == ("/a.md", sha256(data("v2")))
+        await eng.op_poll()
+        await eng.op_push()
+        assert eng.server() == {"/b.md": (node.memory_id, sha256(data("v2")))}
+        assert eng.node("/a.md") is None and eng.tree_sha("/b.md") == sha256(data("v2"))
+
+
 async def test_content_that_cannot_be_a_memory_is_refused_without_a_request(tmp_path):
     """Bytes that are not UTF-8: refused locally (the file says why), nothing sent."""
     async with harness(tmp_path) as eng:
@@ -175,6 +194,20 @@ async def test_a_full_listing_leaves_a_file_deleted_here_deleted(tmp_path):
         await eng.op_unlink("/a.md")
         await eng.op_reconcile()
         assert eng.node("/a.md") is None and mid in eng.state.tombstones
+
+
+async def test_a_listing_that_meets_an_unpushed_edit_keeps_it_as_a_conflict(tmp_path):
+    """a.md edited here (not pushed yet) and there: the listing puts the server's version
+    in the tree and keeps ours as a conflict that says why (`memfs conflicts` shows it)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="base")
+        await eng.op_write("/a.md", "mine")
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_reconcile()
+        assert eng.tree_sha("/a.md") == sha256(data("theirs"))
+        [row] = eng.state.conflicts()
+        assert (row["local_sha"], row["reason"]) == \
+            (sha256(data("mine")), "changed on the server and here at the same time")
 
 
 async def test_a_new_memory_from_the_server_is_told_as_created(tmp_path):
