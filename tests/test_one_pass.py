@@ -57,9 +57,9 @@ async def synced(eng: Engine, **files: str) -> None:
 # -- the push pass ---------------------------------------------------------------------------
 
 
-async def test_a_412_is_a_conflict_in_the_same_pass(tmp_path):
-    """Another writer changed a.md; our edit's update meets 412: in that pass the
-    server's version takes the tree and ours is kept as a conflict."""
+async def test_a_failed_precondition_is_a_conflict_in_the_same_pass(tmp_path):
+    """Another writer changed a.md; our edit's update meets 409 (precondition failed): in
+    that pass the server's version takes the tree and ours is kept as a conflict."""
     async with harness(tmp_path) as eng:
         await synced(eng, a="base")
         await eng.op_r_edit("/a.md", "theirs")
@@ -160,6 +160,38 @@ async def test_a_refusal_makes_the_file_wait_and_says_why_in_the_same_pass(tmp_p
         assert node.fail_count == 1 and node.retry_at and "refused by the test" in node.error
         assert eng.state.sync_state(node) != "synced" and not eng.state.doubts
         assert eng.server() == {}
+
+
+async def test_a_create_into_a_store_gone_makes_the_file_wait(tmp_path):
+    """The store was deleted: the create meets 404. No memory can be gone (it has none
+    yet): the file waits with the error, its content kept."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        eng.db.delete_store(eng.store_id)
+        await eng.op_write("/a.md", "v1")
+        await eng.op_push()
+        node = eng.node("/a.md")
+        assert node.fail_count == 1 and node.retry_at and "NotFound" in node.error
+        assert eng.tree_sha("/a.md") == sha256(data("v1"))
+
+
+async def test_a_failed_precondition_on_our_own_bytes_lands_them(tmp_path):
+    """Another writer wrote exactly our new bytes first; we also renamed the file, so our
+    update changes something and its precondition is checked: 409 (precondition failed),
+    and the memory holds the content we sent. That content is ours, landed: the base
+    takes it in that pass, no conflict, and only the rename is left to send."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_write("/a.md", "v2")
+        await eng.op_rename("/a.md", "/b.md")
+        first = len(eng.transport.records)
+        await eng.op_push()
+        node = eng.node("/b.md")
+        assert "POST" in sent(eng, first)[0] and eng.state.conflicts() == []
+        assert (node.base_path, node.base_sha) == ("/a.md", sha256(data("v2")))
+        await eng.op_push()
+        assert eng.server() == {"/b.md": (node.memory_id, sha256(data("v2")))}
 
 
 async def test_next_due_in_follows_the_write_back_delay_and_the_backoff(tmp_path):
