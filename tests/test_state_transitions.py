@@ -501,9 +501,9 @@ def test_a_create_landing_after_an_unlink_goes_to_a_new_file_at_its_path(st, tmp
 
 
 def test_a_refused_request_found_on_the_server_lands_after_its_doubt_ended(st):
-    """Pusher._precondition_failed: the failed precondition (409) ended the request's doubt (`push_answered`,
-    in `_send`), then the memory is found holding what we wrote (decide's OWN_WRITE):
-    the same ticket lands, its doubt already gone."""
+    """Pusher._precondition_failed: the failed precondition (409) ended the request's
+    doubt (`push_answered`, in `_send`), then the memory is found holding what we wrote
+    (decide's OWN_WRITE): the same ticket lands, its doubt already gone."""
     node = _file(st, "x.md", b"base")
     st.set_content(node, sha256(b"v1"), 2)
     ticket = st.begin_push(node)
