@@ -64,7 +64,8 @@ async def test_a_failed_precondition_is_a_conflict_in_the_same_pass(tmp_path):
         await synced(eng, a="base")
         await eng.op_r_edit("/a.md", "theirs")
         await eng.op_write("/a.md", "mine")
-        await eng.op_push()
+        result = await eng.pusher.push_pass()
+        assert (result.pushed, result.progress) == (0, 1)  # a conflict is no push
         assert eng.tree_sha("/a.md") == sha256(data("theirs"))
         rows = eng.state.conflicts()
         assert [(r["path"], r["local_sha"]) for r in rows] == [("/a.md", sha256(data("mine")))]
