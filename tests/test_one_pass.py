@@ -50,8 +50,8 @@ async def synced(eng: Engine, **files: str) -> None:
     """Files written and pushed, the server holding each."""
     for name, text in files.items():
         await eng.op_write(f"/{name}.md", text)
-    await eng.op_push()
-    assert eng.pusher.pending_total() == 0
+    result = await eng.pusher.push_pass()
+    assert result.pushed == len(files) and eng.pusher.pending_total() == 0
 
 
 # -- the push pass ---------------------------------------------------------------------------
@@ -84,10 +84,11 @@ async def test_a_lost_update_answer_found_applied_lands_on_its_memory(tmp_path):
         await eng.op_write("/a.md", "v2")
         await eng.op_push()
         assert eng.state.doubts
-        first = len(eng.transport.records)
+        first, pushed = len(eng.transport.records), eng.ctx.status.pushed
         await eng.op_push()
         node = eng.node("/a.md")
         assert (node.memory_id, node.base_sha, node.sent_sha) == (mid, sha256(data("v2")), None)
+        assert eng.ctx.status.pushed == pushed + 1  # the lost answer's push, counted once
         assert not eng.state.doubts and not eng.state.is_dirty(node)
         assert sent(eng, first) == [f"GET {mid}"]
 
@@ -120,6 +121,20 @@ async def test_content_that_cannot_be_a_memory_is_refused_without_a_request(tmp_
         node = eng.node("/bad.md")
         assert eng.state.sync_state(node) == "refused" and "UTF-8" in node.refused_reason
         assert sent(eng, first) == []
+
+
+async def test_a_synced_file_whose_new_content_is_refused_is_left_alone(tmp_path):
+    """Once refused, the file is not news to the next pass (nothing sent, no progress
+    counted, which would keep a flush going), until its content changes again."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng._put("/a.md", b"\xff not text\n")
+        await eng.op_push()
+        assert eng.state.sync_state(eng.node("/a.md")) == "refused"
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert (result.progress, result.pushed, sent(eng, first)) == (0, 0, [])
+        assert eng.pusher.pending_total() == 0  # refused, not pending (status lists it)
 
 
 async def test_a_refused_file_renamed_moves_its_memory(tmp_path):
