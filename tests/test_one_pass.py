@@ -85,7 +85,11 @@ async def test_a_lost_update_answer_found_applied_lands_on_its_memory(tmp_path):
         await eng.op_push()
         assert eng.state.doubts
         first, pushed = len(eng.transport.records), eng.ctx.status.pushed
+        sub = Subscriber()
+        eng.ctx.events.attach(sub)
         await eng.op_push()
+        event = sub.receive.receive_nowait()  # `memfs watch` hears the push, of that memory
+        assert (event.kind, event.path, event.memory_id) == ("pushed", "/a.md", mid)
         node = eng.node("/a.md")
         assert (node.memory_id, node.base_sha, node.sent_sha) == (mid, sha256(data("v2")), None)
         assert eng.ctx.status.pushed == pushed + 1  # the lost answer's push, counted once
@@ -208,6 +212,22 @@ async def test_a_failed_precondition_on_our_own_bytes_lands_them(tmp_path):
         assert (node.base_path, node.base_sha) == ("/a.md", sha256(data("v2")))
         await eng.op_push()
         assert eng.server() == {"/b.md": (node.memory_id, sha256(data("v2")))}
+
+
+async def test_a_rename_into_a_place_another_rename_frees_goes_next_pass(tmp_path):
+    """b.md renamed to c.md, then a.md to b.md. If a's rename goes first it meets 409 at
+    /b.md, held by our own b, which moves away (a chain, not a cycle): a waits for the
+    next pass, and nothing is logged as a failure."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        a_mid, b_mid = eng.node("/a.md").memory_id, eng.node("/b.md").memory_id
+        await eng.op_rename("/b.md", "/c.md")
+        await eng.op_rename("/a.md", "/b.md")
+        await eng.op_push()
+        await eng.op_push()
+        assert eng.server() == {"/b.md": (a_mid, sha256(data("A"))),
+                                "/c.md": (b_mid, sha256(data("B")))}
+        assert eng.ctx.status.last_error is None
 
 
 async def test_next_due_in_follows_the_write_back_delay_and_the_backoff(tmp_path):
