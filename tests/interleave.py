@@ -144,7 +144,9 @@ def make_engine(tmp_path: Path, transport: HeldTransport) -> Engine:
                       mountpoint=str(tmp_path / "mnt"), state_dir=str(tmp_path))
     client = MemoryStoresClient(BASE_URL, None, max_retries=0, transport=transport)
     clock = HarnessClock()
-    return Engine(tmp_path, transport, StoreEngine(cfg, client, clock=clock), clock)
+    store = StoreEngine(cfg, client, clock=clock)
+    store.ctx.fetcher.quiet_poll = 0.001  # the clock turns quiet at the step's end
+    return Engine(tmp_path, transport, store, clock)
 
 
 def reopen_state(eng: Engine) -> State:

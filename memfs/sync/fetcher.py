@@ -68,6 +68,10 @@ class Fetcher:
         self._inflight: dict[str, trio.Event] = {}  # memory id -> its single GET
         self._nursery: trio.Nursery | None = None
         self.filled = 0
+        #: How often the writer looks again while it waits for a quiet mount (seconds).
+        #: The interleaving harness's clock is busy or quiet with nothing between, and it
+        #: waits for the writer after every step: it looks every millisecond.
+        self.quiet_poll = WRITE_QUIET / 3
         #: set when a blob is held or staged (the cache's); the engine's writer clears it
         #: as it takes them
         self.pending = ctx.cache.unwritten
@@ -243,7 +247,7 @@ class Fetcher:
             self.pending.clear()
             while ((self._fetching() or idle_for() < WRITE_QUIET or self.waits_for_pass())
                    and cache.pending_bytes < PENDING_MAX):
-                await trio.sleep(WRITE_QUIET / 3)
+                await trio.sleep(self.quiet_poll)
             full = cache.pending_bytes >= PENDING_MAX  # memory stays bounded: no yielding
             if not await self.write_pending(None if full else idle_for):
                 await trio.sleep(WRITE_RETRY)
