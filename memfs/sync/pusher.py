@@ -23,6 +23,7 @@ import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import trio
@@ -262,10 +263,8 @@ class Pusher:
                 wait = self._not_before - trio.current_time()
                 if wait > 0:
                     await trio.sleep(wait)
-                if polite and not busy:
-                    with answers_when(self._answer_ready):
-                        outcome = await push(item)
-                else:
+                held = answers_when(self._answer_ready) if polite and not busy else nullcontext()
+                with held:
                     outcome = await push(item)
             except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
                 result.offline = exc
@@ -302,22 +301,17 @@ class Pusher:
         BUSY_INTERVAL allows 10 a second (section 6). The pushes waiting queue behind one
         that watches (`_gate`), not 32 of them waking every BUSY_WINDOW. An unmount or
         flush waiting on the pass ends the wait."""
-        idle_for = self.ctx.clock.idle_for
         give_up = trio.current_time() + YIELD_MAX
-        if idle_for() >= QUIET_WINDOW:
+
+        def go_busy(idle: float) -> bool:
+            now = trio.current_time()
+            if (self._busy_pushes < BUSY_CONCURRENCY and now >= self._busy_next
+                    and (idle >= BUSY_WINDOW or now >= give_up)):
+                self._busy_next = now + BUSY_INTERVAL
+                return True
             return False
-        async with self._gate:
-            while not (self._stop.is_set() or self._flushing):
-                idle = idle_for()
-                if idle >= QUIET_WINDOW:
-                    return False
-                now = trio.current_time()
-                if (self._busy_pushes < BUSY_CONCURRENCY and now >= self._busy_next
-                        and (idle >= BUSY_WINDOW or now >= give_up)):
-                    self._busy_next = now + BUSY_INTERVAL
-                    return True
-                await trio.sleep(BUSY_WINDOW)
-        return False
+
+        return await self._until_quiet(self._gate, go_busy)
 
     async def _answer_ready(self) -> None:
         """A push sent while the mount was quiet reads its answer only once the mount is
@@ -329,14 +323,25 @@ class Pusher:
         has. The waiting answers queue behind one that watches; an unmount or flush
         ends the wait. (Pushes started while busy, at most BUSY_CONCURRENCY, do not
         wait: they keep the pass going during a long copy.)"""
+        give_up = trio.current_time() + ANSWER_WAIT_MAX
+        await self._until_quiet(self._answers, lambda _idle: trio.current_time() >= give_up)
+
+    async def _until_quiet(self, queue: trio.Lock, go: Callable[[float], bool]) -> bool:
+        """Wait for QUIET_WINDOW without a FUSE request (False), in turn behind `queue`,
+        looking every BUSY_WINDOW; `go(idle)` may end the wait sooner (True). An unmount
+        or flush waiting on the pass ends it too (False)."""
         idle_for = self.ctx.clock.idle_for
         if idle_for() >= QUIET_WINDOW:
-            return
-        give_up = trio.current_time() + ANSWER_WAIT_MAX
-        async with self._answers:
-            while (idle_for() < QUIET_WINDOW and trio.current_time() < give_up
-                   and not (self._stop.is_set() or self._flushing)):
+            return False
+        async with queue:
+            while not (self._stop.is_set() or self._flushing):
+                idle = idle_for()
+                if idle >= QUIET_WINDOW:
+                    return False
+                if go(idle):
+                    return True
                 await trio.sleep(BUSY_WINDOW)
+        return False
 
     async def flush(self, timeout: float) -> PassResult:
         """Push everything now (write-back and delete delays waived) until nothing is
