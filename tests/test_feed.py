@@ -281,15 +281,14 @@ async def test_feed_and_full_listing_agree_under_random_edits(eng):
     assert eng.ctx.status.last_full_listing_at is not None
 
 
-async def test_the_safety_net_counts_what_the_feed_missed(eng):
-    """The counter that must stay 0 can count: a change the feed never delivered is
-    found, applied and counted by the next full listing."""
+async def _a_change_the_feed_missed(eng) -> None:
+    """/a.md changed by another writer in a version the feed never delivers (committed
+    out of order, beyond the lookback: the feed takes it as already read), the feed then
+    settled past it (confirmed)."""
     clock = fake_clock(eng)
     a = await eng.other.create_memory(eng.store_id, "/a.md", "a1\n")
     await anchored(eng)
     await eng.other.update_memory(eng.store_id, a.id, content="a2, never in the feed\n")
-    # Simulate a version the feed never delivers (committed out of order, beyond the
-    # lookback): the feed takes it as already read.
     feed = eng.reconciler.feed
     async for v in eng.other.list_versions(eng.store_id):
         feed.seen[v.id] = feed_module.parse_time(v.created_at)
@@ -300,10 +299,25 @@ async def test_the_safety_net_counts_what_the_feed_missed(eng):
     clock.skip(LOOKBACK_S + 1)
     await eng.reconcile()                          # all of it settled: confirmed
     assert eng.ctx.status.feed_missed == 0
+
+
+async def test_the_safety_net_counts_what_the_feed_missed(eng):
+    """The counter that must stay 0 can count: a change the feed never delivered is
+    found, applied and counted by the next full listing."""
+    await _a_change_the_feed_missed(eng)
     eng.reconciler.last_full = 0.0                 # the safety net is due
     await eng.reconcile()
     assert await eng.read("/a.md") == b"a2, never in the feed\n"
     assert eng.ctx.status.feed_missed == 1
+
+
+async def test_a_full_listing_asked_for_is_not_the_safety_net(eng):
+    """A full listing asked for (the control socket's `sync` with `full`) is not there
+    to check the feed: it applies the change and counts nothing (the safety net does)."""
+    await _a_change_the_feed_missed(eng)
+    await eng.reconciler.reconcile_pass(full=True)
+    assert await eng.read("/a.md") == b"a2, never in the feed\n"
+    assert eng.ctx.status.feed_missed == 0
 
 
 async def test_an_idle_poll_after_a_burst_stays_small(eng):

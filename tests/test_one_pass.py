@@ -242,6 +242,74 @@ async def test_next_due_in_follows_the_write_back_delay_and_the_backoff(tmp_path
         assert eng.pusher.next_due_in() > 0  # its backoff runs
 
 
+# -- the loops (a mount runs them; here for a few turns) -------------------------------------
+
+
+async def until(check, seconds: float = 10.0) -> None:
+    """Wait for check() to hold; a loop that never gets there fails the test."""
+    with trio.fail_after(seconds):
+        while not check():
+            await trio.sleep(0.01)
+
+
+async def test_the_push_loop_sends_a_write_once_its_write_back_delay_has_passed(tmp_path):
+    """The pusher's loop, started after a close: it waits out the write-back delay (the
+    close's wake-up taken, nothing else wakes it) and then pushes."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.write_back_delay = 0.3
+        await eng.op_write("/a.md", "v1")
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.pusher.run)
+            await until(lambda: "/a.md" in eng.server())
+            await eng.pusher.stop()
+        assert eng.pusher.pending_total() == 0
+
+
+async def test_a_refused_listing_is_reported_and_the_loop_goes_on(tmp_path):
+    """The listing is refused (403, not a connection failure): the reconciler's loop says
+    so in the status and keeps running; woken, its next listing shows the store."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/n.md", "new")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET", origins=("setup",),
+                                         times=1)]
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.reconciler.run)
+            await until(lambda: (eng.ctx.status.last_error or "").startswith("listing failed"))
+            eng.ctx.reconcile_wakeup.set()  # not the 5 s a refusal waits
+            await until(lambda: eng.tree_sha("/n.md") == sha256(data("new")))
+            loops.cancel_scope.cancel()
+
+
+async def test_each_feed_poll_is_counted_and_a_full_listing_is_not_one(tmp_path):
+    """`memfs_feed_polls` (the metrics endpoint): one per poll of the change feed."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        assert eng.ctx.metrics.feed_polls == 0
+        await eng.op_poll()
+        await eng.op_poll()
+        assert eng.ctx.metrics.feed_polls == 2
+
+
+async def test_a_change_the_feed_let_wait_is_not_counted_as_missed(tmp_path):
+    """A change the feed named while the file had unsaved writes waits; the safety net's
+    full listing then applies it. The feed missed nothing (it named the change), and the
+    count that must stay 0 stays 0."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_open_write("/a.md", "v1")
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_poll()
+        await eng.op_close("/a.md")
+        eng.reconciler.last_full -= eng.ctx.options.full_resync  # the safety net is due
+        listed = eng.ctx.status.last_full_listing_at
+        await eng.op_poll()
+        assert eng.ctx.status.last_full_listing_at != listed  # (a full listing)
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))
+        assert eng.ctx.status.feed_missed == 0
+        assert not any("missed" in note for note in eng.ctx.status.warnings)
+
+
 # -- the listing -------------------------------------------------------------------------------
 
 
