@@ -5,22 +5,33 @@ passes; a pass that decided wrong is often repaired by the next one, which those
 checks cannot see. These tests run one pass over the harness's engine (the daemon's
 `StoreEngine` and its in-process server, tests/interleave.py) and check what that pass
 sent, what the server holds and what the file's state became, before anything else
-runs. The mutation run (docs/TESTING.md, "Mutation testing") found the first ones
-unpinned; the last is a defect that writing them turned up (a change the feed showed
-while the file had unsaved writes waited for the next full listing).
+runs. The mutation run (docs/TESTING.md, "Mutation testing") found them unpinned, but the
+listing's last, a defect that writing them turned up (a change the feed showed while
+the file had unsaved writes waited for the next full listing). The last section holds
+some of their requests (interleave.py's holds) while another writer acts.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import trio
-from interleave import Database, Engine, FaultRule, HeldTransport, make_engine
+import trio.testing
+from interleave import (
+    ORIGIN,
+    Database,
+    Engine,
+    FaultRule,
+    HeldTransport,
+    Hold,
+    make_engine,
+)
 
 from memfs.state.blobs import sha256
 from memfs.sync.events import Subscriber
+from memfs.sync.pusher import PassResult
 
 
 @contextlib.asynccontextmanager
@@ -334,3 +345,65 @@ async def test_a_change_seen_while_the_file_had_unsaved_writes_is_read_again(tmp
         await eng.op_push()
         await eng.op_poll()
         assert eng.tree_sha("/a.md") == sha256(data("v2"))
+
+
+# -- requests that meet another writer's change (mutation survivors) ---------------------------
+
+
+async def held_pass(eng: Engine, point: str, meanwhile: Callable[[], Awaitable[None]],
+                    ) -> PassResult:
+    """One push pass whose first request waits at `point` (interleave.py: "before" the
+    server applies it, "after": applied, its answer not delivered yet) while
+    `meanwhile` runs; then it goes on."""
+    hold = Hold(0, point)
+    eng.transport.holds, eng.transport.action_count = {0: hold}, 0
+    eng.transport.reached = trio.Event()
+    got: list[PassResult] = []
+
+    async def act() -> None:
+        ORIGIN.set("action")  # (this task's own context: the hold counts its requests)
+        try:
+            got.append(await eng.pusher.push_pass())
+        finally:
+            eng.transport.reached.set()  # a pass that sent nothing fails the assert below
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(act)
+        await eng.transport.reached.wait()
+        await trio.testing.wait_all_tasks_blocked()
+        assert hold.rec is not None
+        await meanwhile()
+        hold.release.set()
+    eng.transport.holds = {}
+    return got[0]
+
+
+async def test_a_rename_blocked_by_one_of_ours_moving_to_a_free_place_waits(tmp_path):
+    """b.md renamed to c.md, then a.md to b.md; the server refuses b's rename for now.
+    a's rename meets 409 at /b.md, held by our own b, which waits to move to /c.md,
+    a place no file of ours is leaving (a chain that ends, not a cycle): a waits for
+    b, nothing is parked, nothing is logged as a failure; once b's refusal is over,
+    both land."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        a_mid, b_mid = eng.node("/a.md").memory_id, eng.node("/b.md").memory_id
+        await eng.op_rename("/b.md", "/c.md")
+        await eng.op_rename("/a.md", "/b.md")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id == b_mid,
+                                         origins=("setup",), times=1)]
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sorted(sent(eng, first)) == sorted([f"POST {a_mid}", f"POST {b_mid}"])
+        assert [r.status for r in eng.transport.records[first:]
+                if r.memory_id == a_mid] == [409]
+        assert (result.pushed, result.progress) == (0, 1)  # b's refusal, a waits
+        assert eng.ctx.status.last_error is None
+        a = eng.node("/b.md")
+        assert (a.memory_id, a.fail_count, a.error, a.base_path) == (a_mid, 0, None, "/a.md")
+        assert eng.server() == {"/a.md": (a_mid, sha256(data("A"))),
+                                "/b.md": (b_mid, sha256(data("B")))}
+        await eng.pusher.flush(60.0)
+        assert eng.server() == {"/b.md": (a_mid, sha256(data("A"))),
+                                "/c.md": (b_mid, sha256(data("B")))}
+        assert eng.ctx.status.last_error is None and eng.state.conflicts() == []
+
