@@ -407,3 +407,28 @@ async def test_a_rename_blocked_by_one_of_ours_moving_to_a_free_place_waits(tmp_
                                 "/c.md": (b_mid, sha256(data("B")))}
         assert eng.ctx.status.last_error is None and eng.state.conflicts() == []
 
+
+async def test_a_create_whose_path_another_writer_took_after_an_unlink_sends_nothing(
+        tmp_path):
+    """a.md's create is on its way; meanwhile it is unlinked here and another writer
+    creates /a.md. The create meets 409 (path taken): the file is gone, so there is
+    nothing to settle: no read of their memory, no conflict, nothing logged, and their
+    a.md comes to the tree with the next listing."""
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/a.md", "mine")
+        first = len(eng.transport.records)
+
+        async def meanwhile() -> None:
+            await eng.op_unlink("/a.md")
+            await eng.op_r_create("/a.md", "theirs")
+
+        result = await held_pass(eng, "before", meanwhile)
+        assert sent(eng, first) == ["POST memories"]
+        assert eng.transport.records[first].status == 409
+        assert (result.pushed, result.progress, result.left) == (0, 0, 0)
+        assert eng.ctx.status.last_error is None and eng.state.conflicts() == []
+        assert eng.node("/a.md") is None and not eng.state.doubts
+        [(mid, sha)] = eng.server().values()
+        await eng.op_reconcile()
+        assert (eng.node("/a.md").memory_id, eng.tree_sha("/a.md")) == (mid, sha)
+
