@@ -432,3 +432,26 @@ async def test_a_create_whose_path_another_writer_took_after_an_unlink_sends_not
         await eng.op_reconcile()
         assert (eng.node("/a.md").memory_id, eng.tree_sha("/a.md")) == (mid, sha)
 
+
+async def test_a_create_meets_a_memory_deleted_before_it_is_read_goes_next_pass(tmp_path):
+    """a.md's create meets 409: another writer's memory holds /a.md. Before the pusher
+    reads that memory, they delete it (the read meets 404): the path is free again, so
+    there is nothing to settle (no conflict, nothing logged) and the next pass creates
+    a.md."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_r_create("/a.md", "theirs")
+        [(their_mid, _sha)] = eng.server().values()
+        await eng.op_write("/a.md", "mine")
+        first = len(eng.transport.records)
+        result = await held_pass(eng, "after", lambda: eng.op_r_delete("/a.md"))
+        assert sent(eng, first) == ["POST memories", f"GET {their_mid}"]
+        assert [r.status for r in eng.transport.records[first:]] == [409, 404]
+        assert (result.pushed, result.progress) == (0, 0)
+        assert eng.ctx.status.last_error is None and eng.state.conflicts() == []
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.fail_count, node.sha) == (None, 0, sha256(data("mine")))
+        result = await eng.pusher.push_pass()
+        assert result.pushed == 1
+        assert eng.server() == {"/a.md": (eng.node("/a.md").memory_id, sha256(data("mine")))}
+
