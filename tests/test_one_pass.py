@@ -26,6 +26,7 @@ from interleave import (
     FaultRule,
     HeldTransport,
     Hold,
+    age_tombstones,
     make_engine,
 )
 
@@ -455,3 +456,31 @@ async def test_a_create_meets_a_memory_deleted_before_it_is_read_goes_next_pass(
         assert result.pushed == 1
         assert eng.server() == {"/a.md": (eng.node("/a.md").memory_id, sha256(data("mine")))}
 
+
+async def test_a_file_deleted_while_its_update_is_in_doubt_stays_deleted(tmp_path):
+    """a.md edited to v2, the update's answer lost (applied); then a.md is unlinked. The
+    doubt cannot be resolved yet (the server refuses its read), and a full listing
+    shows the memory holding v2: what we last sent, not another writer's change. The
+    file stays deleted, its pending delete now expects v2, and it goes out later."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        assert eng.state.doubts
+        await eng.op_unlink("/a.md")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id == mid,
+                                         origins=("setup",), times=1)]
+        first = len(eng.transport.records)
+        await eng.op_reconcile()
+        assert f"GET {mid}" in sent(eng, first) and eng.state.doubts  # refused: it waits
+        assert eng.node("/a.md") is None and list(eng.state.files()) == []
+        assert eng.state.tombstones[mid].base_sha == sha256(data("v2"))
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        await eng.op_push()
+        assert sent(eng, first) == [f"GET {mid}", f"DELETE {mid}"]  # the doubt, then the delete
+        assert eng.transport.records[-1].query["expected_content_sha256"] == sha256(data("v2"))
+        assert eng.server() == {} and eng.state.tombstones == {} and not eng.state.doubts
