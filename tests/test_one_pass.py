@@ -5,22 +5,34 @@ passes; a pass that decided wrong is often repaired by the next one, which those
 checks cannot see. These tests run one pass over the harness's engine (the daemon's
 `StoreEngine` and its in-process server, tests/interleave.py) and check what that pass
 sent, what the server holds and what the file's state became, before anything else
-runs. The mutation run (docs/TESTING.md, "Mutation testing") found the first ones
-unpinned; the last is a defect that writing them turned up (a change the feed showed
-while the file had unsaved writes waited for the next full listing).
+runs. The mutation run (docs/TESTING.md, "Mutation testing") found them unpinned, but the
+listing's last, a defect that writing them turned up (a change the feed showed while
+the file had unsaved writes waited for the next full listing). The last section holds
+some of their requests (interleave.py's holds) while another writer acts.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import trio
-from interleave import Database, Engine, FaultRule, HeldTransport, make_engine
+import trio.testing
+from interleave import (
+    ORIGIN,
+    Database,
+    Engine,
+    FaultRule,
+    HeldTransport,
+    Hold,
+    age_tombstones,
+    make_engine,
+)
 
 from memfs.state.blobs import sha256
 from memfs.sync.events import Subscriber
+from memfs.sync.pusher import PassResult
 
 
 @contextlib.asynccontextmanager
@@ -402,3 +414,141 @@ async def test_a_change_seen_while_the_file_had_unsaved_writes_is_read_again(tmp
         await eng.op_push()
         await eng.op_poll()
         assert eng.tree_sha("/a.md") == sha256(data("v2"))
+
+
+# -- requests that meet another writer's change (mutation survivors) ---------------------------
+
+
+async def held_pass(eng: Engine, point: str, meanwhile: Callable[[], Awaitable[None]],
+                    ) -> PassResult:
+    """One push pass whose first request waits at `point` (interleave.py: "before" the
+    server applies it, "after": applied, its answer not delivered yet) while
+    `meanwhile` runs; then it goes on."""
+    hold = Hold(0, point)
+    eng.transport.holds, eng.transport.action_count = {0: hold}, 0
+    eng.transport.reached = trio.Event()
+    got: list[PassResult] = []
+
+    async def act() -> None:
+        ORIGIN.set("action")  # (this task's own context: the hold counts its requests)
+        try:
+            got.append(await eng.pusher.push_pass())
+        finally:
+            eng.transport.reached.set()  # a pass that sent nothing fails the assert below
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(act)
+        await eng.transport.reached.wait()
+        await trio.testing.wait_all_tasks_blocked()
+        assert hold.rec is not None
+        await meanwhile()
+        hold.release.set()
+    eng.transport.holds = {}
+    return got[0]
+
+
+async def test_a_rename_blocked_by_one_of_ours_moving_to_a_free_place_waits(tmp_path):
+    """b.md renamed to c.md, then a.md to b.md; the server refuses b's rename for now.
+    a's rename meets 409 at /b.md, held by our own b, which waits to move to /c.md,
+    a place no file of ours is leaving (a chain that ends, not a cycle): a waits for
+    b, nothing is parked, nothing is logged as a failure; once b's refusal is over,
+    both land."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        a_mid, b_mid = eng.node("/a.md").memory_id, eng.node("/b.md").memory_id
+        await eng.op_rename("/b.md", "/c.md")
+        await eng.op_rename("/a.md", "/b.md")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id == b_mid,
+                                         origins=("setup",), times=1)]
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sorted(sent(eng, first)) == sorted([f"POST {a_mid}", f"POST {b_mid}"])
+        assert [r.status for r in eng.transport.records[first:]
+                if r.memory_id == a_mid] == [409]
+        assert (result.pushed, result.progress) == (0, 1)  # b's refusal, a waits
+        assert eng.ctx.status.last_error is None
+        a = eng.node("/b.md")
+        assert (a.memory_id, a.fail_count, a.error, a.base_path) == (a_mid, 0, None, "/a.md")
+        assert eng.server() == {"/a.md": (a_mid, sha256(data("A"))),
+                                "/b.md": (b_mid, sha256(data("B")))}
+        await eng.pusher.flush(60.0)
+        assert eng.server() == {"/b.md": (a_mid, sha256(data("A"))),
+                                "/c.md": (b_mid, sha256(data("B")))}
+        assert eng.ctx.status.last_error is None and eng.state.conflicts() == []
+
+
+async def test_a_create_whose_path_another_writer_took_after_an_unlink_sends_nothing(
+        tmp_path):
+    """a.md's create is on its way; meanwhile it is unlinked here and another writer
+    creates /a.md. The create meets 409 (path taken): the file is gone, so there is
+    nothing to settle: no read of their memory, no conflict, nothing logged, and their
+    a.md comes to the tree with the next listing."""
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/a.md", "mine")
+        first = len(eng.transport.records)
+
+        async def meanwhile() -> None:
+            await eng.op_unlink("/a.md")
+            await eng.op_r_create("/a.md", "theirs")
+
+        result = await held_pass(eng, "before", meanwhile)
+        assert sent(eng, first) == ["POST memories"]
+        assert eng.transport.records[first].status == 409
+        assert (result.pushed, result.progress, result.left) == (0, 0, 0)
+        assert eng.ctx.status.last_error is None and eng.state.conflicts() == []
+        assert eng.node("/a.md") is None and not eng.state.doubts
+        [(mid, sha)] = eng.server().values()
+        await eng.op_reconcile()
+        assert (eng.node("/a.md").memory_id, eng.tree_sha("/a.md")) == (mid, sha)
+
+
+async def test_a_create_meets_a_memory_deleted_before_it_is_read_goes_next_pass(tmp_path):
+    """a.md's create meets 409: another writer's memory holds /a.md. Before the pusher
+    reads that memory, they delete it (the read meets 404): the path is free again, so
+    there is nothing to settle (no conflict, nothing logged) and the next pass creates
+    a.md."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_r_create("/a.md", "theirs")
+        [(their_mid, _sha)] = eng.server().values()
+        await eng.op_write("/a.md", "mine")
+        first = len(eng.transport.records)
+        result = await held_pass(eng, "after", lambda: eng.op_r_delete("/a.md"))
+        assert sent(eng, first) == ["POST memories", f"GET {their_mid}"]
+        assert [r.status for r in eng.transport.records[first:]] == [409, 404]
+        assert (result.pushed, result.progress) == (0, 0)
+        assert eng.ctx.status.last_error is None and eng.state.conflicts() == []
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.fail_count, node.sha) == (None, 0, sha256(data("mine")))
+        result = await eng.pusher.push_pass()
+        assert result.pushed == 1
+        assert eng.server() == {"/a.md": (eng.node("/a.md").memory_id, sha256(data("mine")))}
+
+
+async def test_a_file_deleted_while_its_update_is_in_doubt_stays_deleted(tmp_path):
+    """a.md edited to v2, the update's answer lost (applied); then a.md is unlinked. The
+    doubt cannot be resolved yet (the server refuses its read), and a full listing
+    shows the memory holding v2: what we last sent, not another writer's change. The
+    file stays deleted, its pending delete now expects v2, and it goes out later."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        assert eng.state.doubts
+        await eng.op_unlink("/a.md")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id == mid,
+                                         origins=("setup",), times=1)]
+        first = len(eng.transport.records)
+        await eng.op_reconcile()
+        assert f"GET {mid}" in sent(eng, first) and eng.state.doubts  # refused: it waits
+        assert eng.node("/a.md") is None and list(eng.state.files()) == []
+        assert eng.state.tombstones[mid].base_sha == sha256(data("v2"))
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        await eng.op_push()
+        assert sent(eng, first) == [f"GET {mid}", f"DELETE {mid}"]  # the doubt, then the delete
+        assert eng.transport.records[-1].query["expected_content_sha256"] == sha256(data("v2"))
+        assert eng.server() == {} and eng.state.tombstones == {} and not eng.state.doubts
