@@ -66,6 +66,19 @@ async def synced(eng: Engine, **files: str) -> None:
     assert result.pushed == len(files) and eng.pusher.pending_total() == 0
 
 
+async def lost_update(eng: Engine) -> str:
+    """a.md synced at v1, then written v2: the update applied, its answer lost (in
+    doubt). Its memory id."""
+    await synced(eng, a="v1")
+    mid = eng.node("/a.md").memory_id
+    eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                     kind="lose", origins=("setup",), times=1)]
+    await eng.op_write("/a.md", "v2")
+    await eng.op_push()
+    assert eng.state.doubts
+    return mid
+
+
 # -- the push pass ---------------------------------------------------------------------------
 
 
@@ -89,13 +102,7 @@ async def test_a_lost_update_answer_found_applied_lands_on_its_memory(tmp_path):
     our write applied, and applies it as the answer: the file is clean, its memory the
     same, and nothing is sent again."""
     async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
-        mid = eng.node("/a.md").memory_id
-        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
-                                         kind="lose", origins=("setup",), times=1)]
-        await eng.op_write("/a.md", "v2")
-        await eng.op_push()
-        assert eng.state.doubts
+        mid = await lost_update(eng)
         first, pushed = len(eng.transport.records), eng.ctx.status.pushed
         sub = Subscriber()
         eng.ctx.events.attach(sub)
@@ -531,13 +538,7 @@ async def test_a_file_deleted_while_its_update_is_in_doubt_stays_deleted(tmp_pat
     shows the memory holding v2: what we last sent, not another writer's change. The
     file stays deleted, its pending delete now expects v2, and it goes out later."""
     async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
-        mid = eng.node("/a.md").memory_id
-        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
-                                         kind="lose", origins=("setup",), times=1)]
-        await eng.op_write("/a.md", "v2")
-        await eng.op_push()
-        assert eng.state.doubts
+        mid = await lost_update(eng)
         await eng.op_unlink("/a.md")
         eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id == mid,
                                          origins=("setup",), times=1)]
