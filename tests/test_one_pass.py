@@ -621,11 +621,12 @@ async def test_a_refused_delete_waits_and_says_why(tmp_path):
         age_tombstones(eng)
         eng.transport.rules = [FaultRule(lambda r: r.method == "DELETE", origins=("setup",),
                                          times=1)]
+        pushed_at = time.time()
         await eng.op_push()
         [item] = pending(eng.state)["deletes"]
         refusal = "refused by the test (HTTP 403, permission_error)"
         assert (item["memory_id"], item["error"]) == (mid, f"PermissionDeniedError: {refusal}")
-        assert item["retry_at"] > time.time()
+        assert item["retry_at"] > pushed_at  # (a backoff from the refusal on)
         assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == \
             [f"cannot delete /a.md: {refusal}; it waits, the rest goes on"]
         assert eng.server() == {"/a.md": (mid, sha256(data("v1")))}
