@@ -268,6 +268,7 @@ class FaultRule:
     message: str = "refused by the test"
     origins: tuple[str, ...] = ("action",)
     times: int | None = None  # None: every matching request
+    headers: dict[str, str] = field(default_factory=dict)  # on a refusal (retry-after)
 
 
 @dataclass
@@ -363,7 +364,9 @@ class HeldTransport(httpx.AsyncBaseTransport):
                                                       "message": rule.message}}
                 rec.status = status
                 rec.outcome = "refused" if rule.kind == "refuse" else "failed"
+                headers = rule.headers if rule.kind == "refuse" else {}
             else:
+                headers = {}
                 status, payload = self.apply(rec)
                 rec.status = status
                 rec.outcome = "ok" if status == 200 else "error"
@@ -374,7 +377,7 @@ class HeldTransport(httpx.AsyncBaseTransport):
             if point == "lose" or fate == "lost" or (rule is not None and rule.kind == "lose"):
                 rec.outcome = "lost"
                 raise httpx.ReadError("response lost by the test", request=request)
-            return httpx.Response(status, json=payload)
+            return httpx.Response(status, json=payload, headers=headers)
         finally:
             if key is not None and self.in_flight.get(key) is rec:
                 del self.in_flight[key]

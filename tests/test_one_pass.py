@@ -14,8 +14,12 @@ some of their requests (interleave.py's holds) while another writer acts.
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import trio
 import trio.testing
@@ -31,8 +35,9 @@ from interleave import (
 )
 
 from memfs.state.blobs import sha256
+from memfs.state.report import pending
+from memfs.sync import pusher as pusher_mod
 from memfs.sync.events import Subscriber
-from memfs.sync.pusher import PassResult
 
 
 @contextlib.asynccontextmanager
@@ -333,10 +338,16 @@ async def test_a_change_the_feed_let_wait_is_not_counted_as_missed(tmp_path):
 
 
 async def test_a_listing_saves_when_it_last_synced(tmp_path):
-    """For `memfs status` of an unmounted store (it reads state.db)."""
+    """For `memfs status` of an unmounted store (it reads state.db): when the last pass
+    ended, and how long it took (no longer than the listing, seen from outside)."""
     async with harness(tmp_path) as eng:
+        before = time.time()
         await eng.op_reconcile()
-        assert float(eng.state.get_meta("last_sync_seconds")) >= 0
+        after = time.time()
+        at, seconds = (float(eng.state.get_meta(k)) for k in ("last_sync_at",
+                                                               "last_sync_seconds"))
+        assert before <= at <= after and 0 <= seconds <= after - before
+        assert (at, seconds) == (eng.ctx.status.last_sync_at, eng.ctx.status.last_sync_seconds)
 
 
 async def test_a_full_listing_leaves_a_file_deleted_here_deleted(tmp_path):
@@ -427,19 +438,20 @@ async def test_a_change_seen_while_the_file_had_unsaved_writes_is_read_again(tmp
 
 
 async def held_pass(eng: Engine, point: str, meanwhile: Callable[[], Awaitable[None]],
-                    ) -> PassResult:
-    """One push pass whose first request waits at `point` (interleave.py: "before" the
-    server applies it, "after": applied, its answer not delivered yet) while
-    `meanwhile` runs; then it goes on."""
-    hold = Hold(0, point)
-    eng.transport.holds, eng.transport.action_count = {0: hold}, 0
+                    *, index: int = 0, action: Callable[[], Awaitable[Any]] | None = None,
+                    ) -> Any:
+    """One push pass (or `action`) whose request `index` waits at `point`
+    (interleave.py: "before" the server applies it, "after": applied, its answer not
+    delivered yet) while `meanwhile` runs; then it goes on. What the pass returned."""
+    hold = Hold(index, point)
+    eng.transport.holds, eng.transport.action_count = {index: hold}, 0
     eng.transport.reached = trio.Event()
-    got: list[PassResult] = []
+    got: list[Any] = []
 
     async def act() -> None:
         ORIGIN.set("action")  # (this task's own context: the hold counts its requests)
         try:
-            got.append(await eng.pusher.push_pass())
+            got.append(await (action or eng.pusher.push_pass)())
         finally:
             eng.transport.reached.set()  # a pass that sent nothing fails the assert below
 
@@ -553,3 +565,159 @@ async def test_a_file_deleted_while_its_update_is_in_doubt_stays_deleted(tmp_pat
         assert sent(eng, first) == [f"GET {mid}", f"DELETE {mid}"]  # the doubt, then the delete
         assert eng.transport.records[-1].query["expected_content_sha256"] == sha256(data("v2"))
         assert eng.server() == {} and eng.state.tombstones == {} and not eng.state.doubts
+
+
+# -- mutation survivors, batch 1 ----------------------------------------------------------------
+
+
+async def test_a_rate_limited_push_holds_the_next_pass_for_its_retry_after(tmp_path):
+    """The server answers a.md's create 429 with retry-after 30 s: the mount goes offline,
+    and a pass started before those 30 s are out (the loop woken early, a `memfs sync`)
+    sends nothing until then: no request at all, the file still waiting, nothing in
+    doubt."""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", status=429,
+                                         error_type="rate_limit_error", origins=("setup",),
+                                         times=1, headers={"retry-after": "30"})]
+        await eng.op_write("/a.md", "v1")
+        result = await eng.pusher.push_pass()
+        assert (type(result.offline).__name__, result.offline.retry_after) == \
+            ("RateLimitError", 30.0)
+        first = len(eng.transport.records)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(eng.pusher.push_pass)
+            await trio.testing.wait_all_tasks_blocked()  # the pass waits, all else is idle
+            assert sent(eng, first) == []
+            nursery.cancel_scope.cancel()
+        assert eng.server() == {} and not eng.state.doubts
+        assert eng.state.is_dirty(eng.node("/a.md"))
+
+
+async def test_a_listing_that_meets_no_server_goes_offline_and_the_loop_goes_on(tmp_path):
+    """The listing's connection drops (no answer): the reconciler's loop says the mount is
+    offline and keeps running; woken, its next listing shows the store, and the mount
+    is online again."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/n.md", "new")
+        eng.transport.rules = [FaultRule(lambda r: r.is_listing, kind="lose",
+                                         origins=("setup",), times=1)]
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.reconciler.run)
+            await until(lambda: not eng.ctx.status.online)
+            assert eng.ctx.status.offline_reason.startswith("APIConnectionError")
+            eng.ctx.reconcile_wakeup.set()  # not the backoff's wait
+            await until(lambda: eng.tree_sha("/n.md") == sha256(data("new")))
+            assert eng.ctx.status.online and eng.ctx.status.offline_reason is None
+            loops.cancel_scope.cancel()
+
+
+async def test_a_refused_delete_waits_and_says_why(tmp_path):
+    """The server refuses a.md's delete (403): the delete stays pending with a retry time,
+    and `memfs status` shows the refusal with its kind; the status notes it too."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        age_tombstones(eng)
+        eng.transport.rules = [FaultRule(lambda r: r.method == "DELETE", origins=("setup",),
+                                         times=1)]
+        pushed_at = time.time()
+        await eng.op_push()
+        [item] = pending(eng.state)["deletes"]
+        refusal = "refused by the test (HTTP 403, permission_error)"
+        assert (item["memory_id"], item["error"]) == (mid, f"PermissionDeniedError: {refusal}")
+        assert item["retry_at"] > pushed_at  # (a backoff from the refusal on)
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == \
+            [f"cannot delete /a.md: {refusal}; it waits, the rest goes on"]
+        assert eng.server() == {"/a.md": (mid, sha256(data("v1")))}
+
+
+async def test_a_feed_read_older_than_a_fetch_does_not_roll_the_file_back(tmp_path):
+    """The feed names a.md (another writer's v2); while its read of a.md is on the way back,
+    the writer makes v3 and a read here (a cache miss) fetches v3, which the file takes.
+    The poll's answer (v2) is older than that base: it is skipped, and a.md stays v3."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/a.md", "v1")
+        await eng.op_reconcile()  # a.md listed, its content not fetched
+        mid = eng.node("/a.md").memory_id
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_r_edit("/a.md", "v2")
+        first = len(eng.transport.records)
+
+        async def meanwhile() -> None:
+            await eng.op_r_edit("/a.md", "v3")
+            await eng.op_read("/a.md")
+            assert eng.node("/a.md").base_sha == sha256(data("v3"))
+
+        await held_pass(eng, "after", meanwhile, index=1, action=eng.op_poll)
+        assert sent(eng, first)[:2] == ["GET memory_versions", f"GET {mid}"]  # (held: 1)
+        assert eng.tree_sha("/a.md") == sha256(data("v3"))
+        assert eng.node("/a.md").base_sha == sha256(data("v3"))
+
+
+async def test_a_doubt_whose_file_took_the_server_version_since_keeps_it(tmp_path):
+    """a.md's update to v2 was applied, its answer lost; another writer then made v3, and
+    a listing (the doubt's read refused for now) took v3 into the tree, ours kept as a
+    conflict. The next pass finds v2 in the memory's versions: applied, but written over
+    since, and the base the listing set stands: a.md is v3 and clean, nothing to send."""
+    async with harness(tmp_path) as eng:
+        mid = await lost_update(eng)
+        await eng.op_r_edit("/a.md", "v3")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id == mid,
+                                         origins=("setup",), times=1)]
+        await eng.op_reconcile()
+        node = eng.node("/a.md")
+        assert eng.state.doubts and node.base_sha == sha256(data("v3"))
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        node = eng.node("/a.md")
+        assert (node.base_sha, node.sha) == (sha256(data("v3")), sha256(data("v3")))
+        assert not eng.state.doubts and not eng.state.is_dirty(node)
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions"]
+        assert (result.pushed, result.progress) == (0, 1)  # resolved, no push of ours
+
+
+async def test_a_memory_deleted_here_and_changed_there_is_restored_and_said_so(tmp_path):
+    """a.md unlinked here (its delete waits out the delay); another writer changes it. The
+    listing restores the server's version and says so in `memfs status`."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_unlink("/a.md")
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_reconcile()
+        assert eng.tree_sha("/a.md") == sha256(data("v2")) and eng.state.tombstones == {}
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == \
+            ["/a.md was deleted here but changed on the server; restoring the server's version"]
+
+
+async def test_a_write_back_pass_waits_for_a_quiet_mount(tmp_path, monkeypatch):
+    """While the mount is busy (a `cp -r` under way), a write-back pass sends nothing
+    until a quiet moment comes (the longest wait made endless here: no clock involved);
+    once the mount is quiet, it goes."""
+    monkeypatch.setattr(pusher_mod, "YIELD_MAX", math.inf)
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/a.md", "v1")
+        first = len(eng.transport.records)
+        async with trio.open_nursery() as nursery:
+            with eng.clock.busy():
+                nursery.start_soon(eng.pusher.push_pass)
+                await trio.testing.wait_all_tasks_blocked()  # the pass waits, all else idle
+                assert sent(eng, first) == []
+        assert sent(eng, first) == ["POST memories"]
+        assert eng.server() == {"/a.md": (eng.node("/a.md").memory_id, sha256(data("v1")))}
+
+
+async def test_a_log_only_delete_is_logged_and_not_sent(tmp_path, caplog):
+    """`--deletes log-only`: a due delete is not sent and stays pending; the log, which is
+    what the mode is for, names the memory and where it was."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        eng.ctx.options.deletes = "log-only"
+        await eng.op_unlink("/a.md")
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        with caplog.at_level(logging.INFO, logger=pusher_mod.__name__):
+            await eng.op_push()
+        assert f"log-only: would delete {mid} (/a.md)" in caplog.messages
+        assert sent(eng, first) == [] and mid in eng.state.tombstones
