@@ -14,6 +14,7 @@ some of their requests (interleave.py's holds) while another writer acts.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from interleave import (
 )
 
 from memfs.state.blobs import sha256
+from memfs.sync import doubts
 from memfs.sync.events import Subscriber
 from memfs.sync.pusher import PassResult
 
@@ -553,3 +555,106 @@ async def test_a_file_deleted_while_its_update_is_in_doubt_stays_deleted(tmp_pat
         assert sent(eng, first) == [f"GET {mid}", f"DELETE {mid}"]  # the doubt, then the delete
         assert eng.transport.records[-1].query["expected_content_sha256"] == sha256(data("v2"))
         assert eng.server() == {} and eng.state.tombstones == {} and not eng.state.doubts
+
+
+# -- mutation survivors, batch 2a ---------------------------------------------------------------
+
+
+async def test_a_write_waits_out_its_write_back_delay_from_its_last_change(tmp_path):
+    """With a write-back delay of 30 s (and at most 60 s after the first change), a
+    closed file goes out 30 s after its change (not 30 s after the clock's zero, long
+    past): a push pass before then sends nothing, and the loop sleeps until then."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.write_back_delay, eng.ctx.options.max_push_delay = 30.0, 60.0
+        await eng.op_write("/a.md", "v1")
+        node = eng.node("/a.md")
+        assert eng.pusher._due_at(node) == node.changed_at + 30.0
+        before = time.time()
+        due_in = eng.pusher.next_due_in()
+        after = time.time()
+        assert node.changed_at + 30.0 - after <= due_in <= node.changed_at + 30.0 - before
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert (result.pushed, result.left, sent(eng, first)) == (0, 1, [])
+
+
+async def test_next_due_in_counts_a_pending_delete_only_when_deletes_are_enabled(tmp_path):
+    """An unlinked file's delete is due the delete delay after the unlink: the push loop
+    wakes for it then. With deletes log-only, nothing is ever sent: nothing is due."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_unlink("/a.md")
+        [tomb] = eng.state.tombstones.values()
+        delay = eng.ctx.options.delete_delay
+        before = time.time()
+        due_in = eng.pusher.next_due_in()
+        after = time.time()
+        assert due_in is not None
+        assert tomb.deleted_at + delay - after <= due_in <= tomb.deleted_at + delay - before
+        eng.ctx.options.deletes = "log-only"
+        assert eng.pusher.next_due_in() is None
+
+
+async def test_a_connection_failure_starts_no_more_requests_in_that_pass(tmp_path):
+    """Two new files, one request at a time: the first create's connection fails (its
+    answer lost). The server is unreachable: the pass starts no request for the other
+    file (it waits for the next pass), and goes offline with the first in doubt."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.push_concurrency = 1
+        await eng.op_write("/a.md", "A")
+        await eng.op_write("/b.md", "B")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", kind="lose",
+                                         origins=("setup",), times=1)]
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["POST memories"]
+        assert result.offline is not None and (result.pushed, result.left) == (0, 2)
+        assert len(eng.state.doubts) == 1
+
+
+async def test_content_missing_from_the_cache_is_not_pushed_and_says_so(tmp_path):
+    """a.md's content is gone from the cache (its blob file removed) and no memory ever
+    held it: nothing is sent, the file stays pending, and `memfs status` says why."""
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/a.md", "v1")
+        await eng.quiet()  # the blob writer has written its file
+        sha = sha256(data("v1"))
+        eng.cache.lru.pop(sha, None)
+        eng.cache._path(sha).unlink()
+        eng.cache._on_disk.discard(sha)
+        assert eng.cache.get(sha) is None
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert (result.pushed, result.progress, sent(eng, first)) == (0, 0, [])
+        assert eng.state.is_dirty(eng.node("/a.md"))
+        assert eng.ctx.status.warnings[-1].endswith(
+            "content of /a.md is missing from the cache; cannot push it")
+
+
+def test_versions_in_doubt_are_read_from_no_earlier_than_the_epoch():
+    """A request sent less than SKEW after 1970 (a board with no real-time clock, before
+    its clock is set): the versions are read from the epoch on, to the microsecond."""
+    assert doubts._since(0.0) == "1970-01-01T00:00:00.000000Z"
+    assert doubts._since(doubts.SKEW + 0.5) == "1970-01-01T00:00:00.500000Z"
+
+
+async def test_a_lost_update_written_over_since_lands_and_the_next_listing_takes_theirs(
+        tmp_path):
+    """a.md's update to v2 was applied, its answer lost; then another writer wrote v3.
+    The next pass reads the memory (v3) and its versions since: ours is among them, so
+    our update landed (counted as pushed, the base is v2, nothing is sent again and no
+    conflict); the next listing brings v3."""
+    async with harness(tmp_path) as eng:
+        mid = await lost_update(eng)
+        await eng.op_r_edit("/a.md", "v3")
+        first, pushed = len(eng.transport.records), eng.ctx.status.pushed
+        result = await eng.pusher.push_pass()
+        assert [r.method for r in eng.transport.records[first:]] == ["GET", "GET"]
+        assert (result.pushed, eng.ctx.status.pushed) == (1, pushed + 1)
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_sha, node.sha) == (mid, sha256(data("v2")),
+                                                            sha256(data("v2")))
+        assert not eng.state.doubts and not eng.state.is_dirty(node)
+        assert eng.state.conflicts() == []
+        await eng.op_reconcile()
+        assert eng.tree_sha("/a.md") == sha256(data("v3")) and eng.state.conflicts() == []
