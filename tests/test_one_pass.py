@@ -31,10 +31,13 @@ from interleave import (
     make_engine,
 )
 
+from memfs.core.nodes import PARK_DIR
+from memfs.mount.engine import store_status
 from memfs.state.blobs import sha256
 from memfs.sync import doubts
 from memfs.sync.events import Subscriber
 from memfs.sync.pusher import PassResult
+from memfs.sync.reconciler import PARK_PATIENCE
 
 
 @contextlib.asynccontextmanager
@@ -627,8 +630,8 @@ async def test_content_missing_from_the_cache_is_not_pushed_and_says_so(tmp_path
         result = await eng.pusher.push_pass()
         assert (result.pushed, result.progress, sent(eng, first)) == (0, 0, [])
         assert eng.state.is_dirty(eng.node("/a.md"))
-        assert eng.ctx.status.warnings[-1].endswith(
-            "content of /a.md is missing from the cache; cannot push it")
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "content of /a.md is missing from the cache; cannot push it"]
 
 
 def test_versions_in_doubt_are_read_from_no_earlier_than_the_epoch():
@@ -658,3 +661,93 @@ async def test_a_lost_update_written_over_since_lands_and_the_next_listing_takes
         assert eng.state.conflicts() == []
         await eng.op_reconcile()
         assert eng.tree_sha("/a.md") == sha256(data("v3")) and eng.state.conflicts() == []
+
+
+async def test_a_remote_rename_onto_a_new_local_file_waits_and_says_why(tmp_path):
+    """Another writer renamed a.md to b.md while a new b.md, not pushed yet, is open here
+    with unsaved writes: the listing cannot move a.md onto it (no later row frees the
+    place), leaves a.md where it is and says why in `memfs status`."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A")
+        await eng.op_write("/b.md", "mine")
+        await eng.op_open_write("/b.md", "mine, more")
+        await eng.op_r_rename("/a.md", "/b.md")
+        await eng.op_reconcile()
+        a = eng.node("/a.md")
+        assert (a.base_path, eng.state.is_dirty(a)) == ("/a.md", False)
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "cannot move /a.md to /b.md (renamed on the server): the place is taken locally"]
+        await eng.op_close("/b.md")
+
+
+async def test_a_pending_delete_of_a_memory_deleted_elsewhere_is_settled_by_a_listing(
+        tmp_path):
+    """a.md unlinked here (its delete waits out the delay) and deleted on the server by
+    another writer: the listing confirms it gone (404) and nothing is left to send."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_r_delete("/a.md")
+        first = len(eng.transport.records)
+        await eng.op_reconcile()
+        assert f"GET {mid}" in sent(eng, first)
+        assert eng.state.tombstones == {} and eng.pusher.pending_total() == 0
+        first = len(eng.transport.records)
+        age_tombstones(eng)
+        await eng.op_push()
+        assert sent(eng, first) == []
+
+
+async def test_status_shows_a_feed_anchored_at_an_empty_stores_start(tmp_path):
+    """A listing of a store that never had a version anchors the feed at its start:
+    `memfs status` says "the store's start", not a time."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        assert store_status(eng.store)["feed"]["position"] == "the store's start"
+        await eng.op_r_create("/n.md", "new")
+        await eng.op_poll()
+        assert store_status(eng.store)["feed"]["position"] != "the store's start"
+
+
+async def test_another_clients_park_is_left_alone_until_it_is_abandoned(tmp_path):
+    """Another client moved a.md's memory to a park place (its swap under way): the
+    listing leaves the file alone (nothing to push). Once that park has stood longer
+    than PARK_PATIENCE, it is abandoned: our place wins and the push moves it back."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        park = f"{PARK_DIR}/{mid}.0badcafe"
+        await eng.op_r_rename("/a.md", park)
+        await eng.op_reconcile()
+        assert eng.node("/a.md").base_path == "/a.md" and eng.pusher.pending_total() == 0
+        eng.reconciler._parked_since[mid] -= PARK_PATIENCE + 1.0
+        await eng.op_reconcile()
+        assert eng.node("/a.md").base_path == park and eng.pusher.pending_total() == 1
+        await eng.op_push()
+        assert eng.server() == {"/a.md": (mid, sha256(data("v1")))}
+
+
+async def test_a_lost_update_written_over_after_a_listing_took_theirs_is_not_sent_again(
+        tmp_path):
+    """a.md's update to v2 was applied, its answer lost; another writer wrote v3 over it.
+    A listing came while the doubt could not be resolved (its read refused): v3 took the
+    tree and our v2 is kept as a conflict. The next pass finds v2 among the versions, but
+    the base has moved since (the listing set it): our write is superseded, so nothing is
+    sent, the file stays clean at v3 and the conflict stays."""
+    async with harness(tmp_path) as eng:
+        mid = await lost_update(eng)
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id == mid,
+                                         origins=("setup",), times=1)]
+        await eng.op_r_edit("/a.md", "v3")
+        await eng.op_reconcile()
+        node = eng.node("/a.md")
+        assert eng.state.doubts and node.base_sha == sha256(data("v3"))
+        [row] = eng.state.conflicts()
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions"]
+        assert (result.pushed, result.progress, result.left) == (0, 1, 0)
+        assert (node.sha, node.base_sha) == (sha256(data("v3")), sha256(data("v3")))
+        assert not eng.state.doubts and not eng.state.is_dirty(node)
+        assert eng.state.conflicts() == [row] and row["local_sha"] == sha256(data("v2"))
