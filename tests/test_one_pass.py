@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 from interleave import (
@@ -32,6 +33,7 @@ from interleave import (
 )
 
 from memfs.core.nodes import PARK_DIR
+from memfs.core.paths import MAX_MEMORIES_PER_STORE
 from memfs.mount.engine import store_status
 from memfs.state.blobs import sha256
 from memfs.sync import doubts
@@ -751,3 +753,35 @@ async def test_a_lost_update_written_over_after_a_listing_took_theirs_is_not_sen
         assert (node.sha, node.base_sha) == (sha256(data("v3")), sha256(data("v3")))
         assert not eng.state.doubts and not eng.state.is_dirty(node)
         assert eng.state.conflicts() == [row] and row["local_sha"] == sha256(data("v2"))
+
+
+@pytest.mark.parametrize("message", [
+    None,  # the server's own (memfs serve): "... holds its 2,000-memory maximum; ..."
+    "memory store has reached its 2000-memory limit",
+    "the store already holds the maximum number of memories",
+])
+async def test_a_create_into_a_full_store_waits_without_being_refused(tmp_path, message):
+    """The store holds its 2,000 memories: the create is answered 400. That is not a
+    refusal of the file (it goes once a delete frees a place): it stays pending, its
+    content not marked refused, nothing in doubt, and `memfs status` says why. The
+    cap's message is the server's, or one another server might word with "2000" or
+    "maximum number of memories"."""
+    async with harness(tmp_path) as eng:
+        if message is None:
+            for i in range(MAX_MEMORIES_PER_STORE):
+                eng.db.create_memory(eng.store_id, path=f"/s/{i:04d}", content="", actor=None)
+        else:
+            eng.transport.rules = [FaultRule(lambda r: r.method == "POST", status=400,
+                                             error_type="invalid_request_error",
+                                             message=message, origins=("setup",))]
+        await eng.op_write("/a.md", "v1")
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["POST memories"]
+        assert eng.transport.records[first].status == 400
+        assert (result.pushed, result.progress, result.left) == (0, 0, 1)
+        node = eng.node("/a.md")
+        assert eng.state.sync_state(node) == "pending" and node.refused_sha is None
+        assert not eng.state.doubts
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "/a.md waits: the store holds its 2,000-memory maximum"]
