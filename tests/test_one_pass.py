@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from interleave import (
@@ -34,10 +35,15 @@ from interleave import (
     make_engine,
 )
 
+from memfs.core.nodes import PARK_DIR
+from memfs.core.paths import MAX_MEMORIES_PER_STORE
+from memfs.mount.engine import store_status
 from memfs.state.blobs import sha256
 from memfs.state.report import pending
+from memfs.sync import doubts
 from memfs.sync import pusher as pusher_mod
 from memfs.sync.events import Subscriber
+from memfs.sync.reconciler import PARK_PATIENCE
 
 
 @contextlib.asynccontextmanager
@@ -721,3 +727,227 @@ async def test_a_log_only_delete_is_logged_and_not_sent(tmp_path, caplog):
             await eng.op_push()
         assert f"log-only: would delete {mid} (/a.md)" in caplog.messages
         assert sent(eng, first) == [] and mid in eng.state.tombstones
+
+
+# -- mutation survivors, batch 2a ---------------------------------------------------------------
+
+
+async def test_a_write_waits_out_its_write_back_delay_from_its_last_change(tmp_path):
+    """With a write-back delay of 30 s (and at most 60 s after the first change), a
+    closed file goes out 30 s after its change (not 30 s after the clock's zero, long
+    past): a push pass before then sends nothing, and the loop sleeps until then."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.write_back_delay, eng.ctx.options.max_push_delay = 30.0, 60.0
+        await eng.op_write("/a.md", "v1")
+        node = eng.node("/a.md")
+        assert eng.pusher._due_at(node) == node.changed_at + 30.0
+        before = time.time()
+        due_in = eng.pusher.next_due_in()
+        after = time.time()
+        assert node.changed_at + 30.0 - after <= due_in <= node.changed_at + 30.0 - before
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert (result.pushed, result.left, sent(eng, first)) == (0, 1, [])
+
+
+async def test_next_due_in_counts_a_pending_delete_only_when_deletes_are_enabled(tmp_path):
+    """An unlinked file's delete is due the delete delay after the unlink: the push loop
+    wakes for it then. With deletes log-only, nothing is ever sent: nothing is due."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_unlink("/a.md")
+        [tomb] = eng.state.tombstones.values()
+        delay = eng.ctx.options.delete_delay
+        before = time.time()
+        due_in = eng.pusher.next_due_in()
+        after = time.time()
+        assert due_in is not None
+        assert tomb.deleted_at + delay - after <= due_in <= tomb.deleted_at + delay - before
+        eng.ctx.options.deletes = "log-only"
+        assert eng.pusher.next_due_in() is None
+
+
+async def test_a_connection_failure_starts_no_more_requests_in_that_pass(tmp_path):
+    """Two new files, one request at a time: the first create's connection fails (its
+    answer lost). The server is unreachable: the pass starts no request for the other
+    file (it waits for the next pass), and goes offline with the first in doubt."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.push_concurrency = 1
+        await eng.op_write("/a.md", "A")
+        await eng.op_write("/b.md", "B")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", kind="lose",
+                                         origins=("setup",), times=1)]
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["POST memories"]
+        assert result.offline is not None and (result.pushed, result.left) == (0, 2)
+        assert len(eng.state.doubts) == 1
+
+
+async def test_content_missing_from_the_cache_is_not_pushed_and_says_so(tmp_path):
+    """a.md's content is gone from the cache (its blob file removed) and no memory ever
+    held it: nothing is sent, the file stays pending, and `memfs status` says why."""
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/a.md", "v1")
+        await eng.quiet()  # the blob writer has written its file
+        sha = sha256(data("v1"))
+        eng.cache.lru.pop(sha, None)
+        eng.cache._path(sha).unlink()
+        assert eng.cache.get(sha) is None
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert (result.pushed, result.progress, sent(eng, first)) == (0, 0, [])
+        assert eng.state.is_dirty(eng.node("/a.md"))
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "content of /a.md is missing from the cache; cannot push it"]
+
+
+def test_versions_in_doubt_are_read_from_no_earlier_than_the_epoch():
+    """A request sent less than SKEW after 1970 (a board with no real-time clock, before
+    its clock is set): the versions are read from the epoch on, to the microsecond."""
+    assert doubts._since(0.0) == "1970-01-01T00:00:00.000000Z"
+    assert doubts._since(doubts.SKEW + 0.5) == "1970-01-01T00:00:00.500000Z"
+
+
+async def test_a_lost_update_written_over_since_lands_and_the_next_listing_takes_theirs(
+        tmp_path):
+    """a.md's update to v2 was applied, its answer lost; then another writer wrote v3.
+    The next pass reads the memory (v3) and its versions since: ours is among them, so
+    our update landed (counted as pushed, the base is v2, nothing is sent again and no
+    conflict); the next listing brings v3."""
+    async with harness(tmp_path) as eng:
+        mid = await lost_update(eng)
+        await eng.op_r_edit("/a.md", "v3")
+        first, pushed = len(eng.transport.records), eng.ctx.status.pushed
+        result = await eng.pusher.push_pass()
+        assert [r.method for r in eng.transport.records[first:]] == ["GET", "GET"]
+        assert (result.pushed, eng.ctx.status.pushed) == (1, pushed + 1)
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_sha, node.sha) == (mid, sha256(data("v2")),
+                                                            sha256(data("v2")))
+        assert not eng.state.doubts and not eng.state.is_dirty(node)
+        assert eng.state.conflicts() == []
+        await eng.op_reconcile()
+        assert eng.tree_sha("/a.md") == sha256(data("v3")) and eng.state.conflicts() == []
+
+
+async def test_a_remote_rename_onto_a_new_local_file_waits_and_says_why(tmp_path):
+    """Another writer renamed a.md to b.md while a new b.md, not pushed yet, is open here
+    with unsaved writes: the listing cannot move a.md onto it (no later row frees the
+    place), leaves a.md where it is and says why in `memfs status`."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A")
+        await eng.op_write("/b.md", "mine")
+        await eng.op_open_write("/b.md", "mine, more")
+        await eng.op_r_rename("/a.md", "/b.md")
+        await eng.op_reconcile()
+        a = eng.node("/a.md")
+        assert (a.base_path, eng.state.is_dirty(a)) == ("/a.md", False)
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "cannot move /a.md to /b.md (renamed on the server): the place is taken locally"]
+        await eng.op_close("/b.md")
+
+
+async def test_a_pending_delete_of_a_memory_deleted_elsewhere_is_settled_by_a_listing(
+        tmp_path):
+    """a.md unlinked here (its delete waits out the delay) and deleted on the server by
+    another writer: the listing confirms it gone (404) and nothing is left to send."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_r_delete("/a.md")
+        first = len(eng.transport.records)
+        await eng.op_reconcile()
+        assert f"GET {mid}" in sent(eng, first)
+        assert eng.state.tombstones == {} and eng.pusher.pending_total() == 0
+        first = len(eng.transport.records)
+        age_tombstones(eng)
+        await eng.op_push()
+        assert sent(eng, first) == []
+
+
+async def test_status_shows_a_feed_anchored_at_an_empty_stores_start(tmp_path):
+    """A listing of a store that never had a version anchors the feed at its start:
+    `memfs status` says "the store's start", not a time."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        assert store_status(eng.store)["feed"]["position"] == "the store's start"
+        await eng.op_r_create("/n.md", "new")
+        await eng.op_poll()
+        assert store_status(eng.store)["feed"]["position"] != "the store's start"
+
+
+async def test_another_clients_park_is_left_alone_until_it_is_abandoned(tmp_path):
+    """Another client moved a.md's memory to a park place (its swap under way): the
+    listing leaves the file alone (nothing to push). Once that park has stood longer
+    than PARK_PATIENCE, it is abandoned: our place wins and the push moves it back."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        park = f"{PARK_DIR}/{mid}.0badcafe"
+        await eng.op_r_rename("/a.md", park)
+        await eng.op_reconcile()
+        assert eng.node("/a.md").base_path == "/a.md" and eng.pusher.pending_total() == 0
+        eng.reconciler._parked_since[mid] -= PARK_PATIENCE + 1.0
+        await eng.op_reconcile()
+        assert eng.node("/a.md").base_path == park and eng.pusher.pending_total() == 1
+        await eng.op_push()
+        assert eng.server() == {"/a.md": (mid, sha256(data("v1")))}
+
+
+async def test_a_lost_update_written_over_after_a_listing_took_theirs_is_not_sent_again(
+        tmp_path):
+    """a.md's update to v2 was applied, its answer lost; another writer wrote v3 over it.
+    A listing came while the doubt could not be resolved (its read refused): v3 took the
+    tree and our v2 is kept as a conflict. The next pass finds v2 among the versions, but
+    the base has moved since (the listing set it): our write is superseded, so nothing is
+    sent, the file stays clean at v3 and the conflict stays."""
+    async with harness(tmp_path) as eng:
+        mid = await lost_update(eng)
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id == mid,
+                                         origins=("setup",), times=1)]
+        await eng.op_r_edit("/a.md", "v3")
+        await eng.op_reconcile()
+        node = eng.node("/a.md")
+        assert eng.state.doubts and node.base_sha == sha256(data("v3"))
+        [row] = eng.state.conflicts()
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions"]
+        assert (result.pushed, result.progress, result.left) == (0, 1, 0)
+        assert (node.sha, node.base_sha) == (sha256(data("v3")), sha256(data("v3")))
+        assert not eng.state.doubts and not eng.state.is_dirty(node)
+        assert eng.state.conflicts() == [row] and row["local_sha"] == sha256(data("v2"))
+
+
+@pytest.mark.parametrize("message", [
+    None,  # the server's own (memfs serve): "... holds its 2,000-memory maximum; ..."
+    "memory store has reached its 2000-memory limit",
+    "the store already holds the maximum number of memories",
+])
+async def test_a_create_into_a_full_store_waits_without_being_refused(tmp_path, message):
+    """The store holds its 2,000 memories: the create is answered 400. That is not a
+    refusal of the file (it goes once a delete frees a place): it stays pending, its
+    content not marked refused, nothing in doubt, and `memfs status` says why. The
+    cap's message is the server's, or one another server might word with "2000" or
+    "maximum number of memories"."""
+    async with harness(tmp_path) as eng:
+        if message is None:
+            for i in range(MAX_MEMORIES_PER_STORE):
+                eng.db.create_memory(eng.store_id, path=f"/s/{i:04d}", content="", actor=None)
+        else:
+            eng.transport.rules = [FaultRule(lambda r: r.method == "POST", status=400,
+                                             error_type="invalid_request_error",
+                                             message=message, origins=("setup",))]
+        await eng.op_write("/a.md", "v1")
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["POST memories"]
+        assert eng.transport.records[first].status == 400
+        assert (result.pushed, result.progress, result.left) == (0, 0, 1)
+        node = eng.node("/a.md")
+        assert eng.state.sync_state(node) == "pending" and node.refused_sha is None
+        assert not eng.state.doubts
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "/a.md waits: the store holds its 2,000-memory maximum"]
