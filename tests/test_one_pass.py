@@ -553,3 +553,50 @@ async def test_a_file_deleted_while_its_update_is_in_doubt_stays_deleted(tmp_pat
         assert sent(eng, first) == [f"GET {mid}", f"DELETE {mid}"]  # the doubt, then the delete
         assert eng.transport.records[-1].query["expected_content_sha256"] == sha256(data("v2"))
         assert eng.server() == {} and eng.state.tombstones == {} and not eng.state.doubts
+
+
+# -- mutation survivors, batch 2b ---
+
+
+async def test_a_listing_takes_a_memory_holding_a_new_files_bytes_as_its_own(tmp_path):
+    """a.md written here, not pushed yet; another writer creates /a.md with the very same
+    bytes. The listing makes their memory this file's (no conflict, nothing to push)."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_write("/a.md", "same")
+        await eng.op_r_create("/a.md", "same")
+        [(mid, _sha)] = eng.server().values()
+        await eng.op_reconcile()
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_path, node.base_sha) == \
+            (mid, "/a.md", sha256(data("same")))
+        assert eng.state.conflicts() == [] and eng.pusher.pending_total() == 0
+
+
+async def test_a_listing_settles_a_pending_delete_another_writer_already_did(tmp_path):
+    """a.md unlinked here (its delete waits out the delay); another writer deletes the
+    memory first. The listing confirms it gone (one GET) and the pending delete is over:
+    nothing is left to send."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_r_delete("/a.md")
+        first = len(eng.transport.records)
+        await eng.op_reconcile()
+        assert f"GET {mid}" in sent(eng, first)
+        assert eng.state.tombstones == {} and eng.pusher.pending_total() == 0
+
+
+async def test_a_write_waits_out_the_write_back_delay_but_not_past_the_longest(tmp_path):
+    """A file just written goes out `write_back_delay` after its last change; one that
+    keeps changing goes out `max_push_delay` after its first change all the same."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.write_back_delay, eng.ctx.options.max_push_delay = 60.0, 120.0
+        await eng.op_write("/a.md", "v1")
+        result = await eng.pusher.push_pass()
+        assert (result.pushed, eng.server()) == (0, {})
+        assert 50.0 < eng.pusher.next_due_in() <= 60.0
+        eng.node("/a.md").dirty_since -= 121.0  # first changed two minutes ago
+        result = await eng.pusher.push_pass()
+        assert result.pushed == 1 and "/a.md" in eng.server()
