@@ -600,3 +600,35 @@ async def test_a_write_waits_out_the_write_back_delay_but_not_past_the_longest(t
         eng.node("/a.md").dirty_since -= 121.0  # first changed two minutes ago
         result = await eng.pusher.push_pass()
         assert result.pushed == 1 and "/a.md" in eng.server()
+
+
+async def test_the_push_loop_takes_its_wake_up_and_sleeps_until_the_next(tmp_path):
+    """The loop, woken by a close, pushes the file and then sleeps until the next change:
+    the wake-up it took is spent (a loop that kept it would wake and rescan every file,
+    ten times a second, for as long as the mount is up)."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.write_back_delay = 0.2
+        await eng.op_write("/a.md", "v1")
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.pusher.run)
+            await until(lambda: "/a.md" in eng.server())
+            await trio.testing.wait_all_tasks_blocked()
+            assert not eng.ctx.push_wakeup.is_set()
+            await eng.pusher.stop()
+
+
+async def test_the_push_loop_offline_waits_for_the_server_then_pushes_at_once(tmp_path):
+    """No server answers: the loop's pass goes offline (the status says so) and the loop
+    backs off; when the server is found again (the reconciler's listing comes back
+    online), the loop pushes at once, not at the end of its backoff."""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = [FaultRule(lambda r: True, kind="fail", origins=("setup",))]
+        await eng.op_write("/a.md", "v1")
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.pusher.run)
+            await until(lambda: not eng.ctx.status.online)
+            eng.transport.rules = []
+            eng.ctx.came_online()  # what the reconciler does on its next good listing
+            await until(lambda: "/a.md" in eng.server())
+            await eng.pusher.stop()
+        assert eng.pusher.pending_total() == 0 and eng.ctx.status.online
