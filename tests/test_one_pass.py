@@ -14,6 +14,7 @@ some of their requests (interleave.py's holds) while another writer acts.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import trio
 import trio.testing
 from interleave import (
     ORIGIN,
+    RESERVED_PREFIX,
     Database,
     Engine,
     FaultRule,
@@ -31,6 +33,7 @@ from interleave import (
 )
 
 from memfs.state.blobs import sha256
+from memfs.sync import feed as feed_mod
 from memfs.sync.events import Subscriber
 from memfs.sync.pusher import PassResult
 
@@ -632,3 +635,93 @@ async def test_the_push_loop_offline_waits_for_the_server_then_pushes_at_once(tm
             await until(lambda: "/a.md" in eng.server())
             await eng.pusher.stop()
         assert eng.pusher.pending_total() == 0 and eng.ctx.status.online
+
+
+async def test_a_swap_whose_park_is_refused_makes_the_file_wait_and_says_why(tmp_path):
+    """a.md and b.md swapped; breaking the cycle moves a memory to a private place first
+    (its park), which the server refuses (403): that file waits with the refusal as its
+    error and the status says so; nothing is logged as a bug, the server is unchanged."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        before = eng.server()
+        await eng.op_rename("/a.md", "/c.md")
+        await eng.op_rename("/b.md", "/a.md")
+        await eng.op_rename("/c.md", "/b.md")
+        eng.transport.rules = [FaultRule(
+            lambda r: r.method == "POST"
+            and str((r.body or {}).get("path", "")).startswith(RESERVED_PREFIX),
+            origins=("setup",))]
+        first = len(eng.transport.records)
+        await eng.op_push()
+        parks = [r for r in eng.transport.records[first:] if r.status == 403]
+        assert parks and eng.server() == before
+        waiting = [n for n in eng.state.files() if n.error]
+        assert waiting and all(n.fail_count == 1 and n.error.startswith("PermissionDenied")
+                               and "refused by the test" in n.error for n in waiting)
+        assert eng.ctx.status.last_error is None
+        notes = [n.split(" ", 1)[1] for n in eng.ctx.status.warnings]  # (after the time)
+        assert sorted(notes) == sorted(
+            f"cannot push {eng.state.path_of(n)}: refused by the test (HTTP 403, "
+            "permission_error); it waits, the rest goes on" for n in waiting)
+
+
+async def test_a_delete_sent_early_for_a_rename_says_so_in_the_log(tmp_path, caplog):
+    """The log names the memory deleted before its delay was out, its path, and the path
+    that needed its place."""
+    caplog.set_level(logging.INFO, logger="memfs.sync.pusher")
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        a_mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_rename("/b.md", "/a.md")
+        await eng.op_push()
+        assert f"deleted {a_mid} (/a.md) early: /a.md needs its place" in caplog.messages
+
+
+async def test_a_poll_reads_our_own_writes_as_ours(tmp_path):
+    """The feed's cost per poll (`memfs status`): the versions our own pushes wrote are
+    counted as ours, no news to apply."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        await eng.op_poll()
+        cost = eng.ctx.status.feed_polls[-1]
+        assert (cost["versions"], cost["own"]) == (2, 2)
+
+
+async def test_a_poll_after_our_own_deletes_reads_them_as_no_news(tmp_path, monkeypatch):
+    """`rm` of many files: their deletes pushed, the next poll reads those versions. No
+    file and no pending delete holds them: already applied here, they are no news, and
+    the poll does not fall back to a full listing (as it does when too many are)."""
+    monkeypatch.setattr(feed_mod, "MAX_VERSIONS", 2)
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B", c="C")
+        await eng.op_poll()  # the feed's starting point
+        for name in ("a", "b", "c"):
+            await eng.op_unlink(f"/{name}.md")
+        age_tombstones(eng)
+        await eng.op_push()
+        assert eng.server() == {} and eng.state.tombstones == {}
+        listed = eng.ctx.status.last_full_listing_at
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        assert eng.ctx.status.last_full_listing_at == listed
+        assert not any(r.is_listing for r in eng.transport.records[first:])
+
+
+async def test_a_listing_shows_a_new_memory_where_one_of_ours_moved_away(tmp_path):
+    """Another writer moves the file /notes to /old-notes and creates /notes/today.md
+    (a directory where the file was). One listing moves our file first, then shows the
+    new memory in the new directory; nothing is said to collide."""
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/notes", "N")
+        await eng.op_push()
+        mid = eng.node("/notes").memory_id
+        await eng.op_r_rename("/notes", "/old-notes")
+        await eng.op_r_create("/notes/today.md", "T")
+        await eng.op_reconcile()
+        assert eng.node("/old-notes").memory_id == mid
+        assert eng.tree_sha("/notes/today.md") == sha256(data("T"))
+        assert not any("overlaps" in note for note in eng.ctx.status.warnings)
