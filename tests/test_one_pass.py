@@ -32,8 +32,10 @@ from interleave import (
     make_engine,
 )
 
+from memfs.core.signals import IdleClock
 from memfs.state.blobs import sha256
 from memfs.sync import feed as feed_mod
+from memfs.sync import pusher as pusher_mod
 from memfs.sync.events import Subscriber
 from memfs.sync.pusher import PassResult
 
@@ -725,3 +727,39 @@ async def test_a_listing_shows_a_new_memory_where_one_of_ours_moved_away(tmp_pat
         assert eng.node("/old-notes").memory_id == mid
         assert eng.tree_sha("/notes/today.md") == sha256(data("T"))
         assert not any("overlaps" in note for note in eng.ctx.status.warnings)
+
+
+class GapClock(IdleClock):
+    """A mount that keeps busy with short gaps (a `cp -r` on a loaded machine): FUSE was
+    last asked longer ago than BUSY_WINDOW, never as long as QUIET_WINDOW."""
+
+    def idle_for(self) -> float:
+        return (pusher_mod.BUSY_WINDOW + pusher_mod.QUIET_WINDOW) / 2
+
+
+async def test_pushes_started_while_the_mount_is_busy_are_two_at_a_time_at_most(
+        tmp_path, monkeypatch):
+    """While the mount is busy, pushes go as at most BUSY_CONCURRENCY (2) requests at
+    once, even when the pace between starts allows more: with two of them still
+    waiting for the server, a third file's push does not start."""
+    monkeypatch.setattr(pusher_mod, "BUSY_INTERVAL", 0.0)
+    async with harness(tmp_path) as eng:
+        for name in ("a", "b", "c"):
+            await eng.op_write(f"/{name}.md", name)
+        holds = {0: Hold(0, "before"), 1: Hold(1, "before")}
+        eng.transport.holds, eng.transport.action_count = holds, 0
+        eng.ctx.clock = GapClock()
+
+        async def act() -> None:
+            ORIGIN.set("action")
+            await eng.pusher.push_pass()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(act)
+            await until(lambda: all(h.rec is not None for h in holds.values()))
+            await trio.testing.wait_all_tasks_blocked()
+            assert eng.transport.action_count == 2  # the third waits for a free slot
+            for hold in holds.values():
+                hold.release.set()
+        eng.transport.holds = {}
+        assert eng.transport.action_count == 3 and len(eng.server()) == 3
