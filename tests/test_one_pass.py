@@ -763,3 +763,56 @@ async def test_pushes_started_while_the_mount_is_busy_are_two_at_a_time_at_most(
                 hold.release.set()
         eng.transport.holds = {}
         assert eng.transport.action_count == 3 and len(eng.server()) == 3
+
+
+async def test_a_delete_meets_our_refused_bytes_while_the_file_comes_back(tmp_path):
+    """a.md's update to v2 was refused (403: it waits); then a.md is unlinked, and another
+    writer writes v2, the very bytes we last sent. The delete (expecting v1) meets 409:
+    the memory holds what we sent, ours. Meanwhile a.md is written again here (it takes
+    back its memory): the delete is not sent again, nothing is logged as a bug, and the
+    new a.md goes over v2 with no conflict."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        assert eng.node("/a.md").sent_sha == sha256(data("v2"))  # (the last request's)
+        await eng.op_unlink("/a.md")
+        await eng.op_r_edit("/a.md", "v2")
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        result = await held_pass(eng, "before", lambda: eng.op_write("/a.md", "v3"))
+        assert sent(eng, first) == [f"DELETE {mid}", f"GET {mid}"]
+        assert (result.pushed, result.progress) == (0, 1)
+        assert eng.ctx.status.last_error is None and eng.state.tombstones == {}
+        assert eng.node("/a.md").memory_id == mid
+        await eng.pusher.flush(60.0)
+        assert eng.server() == {"/a.md": (mid, sha256(data("v3")))}
+        assert eng.state.conflicts() == [] and eng.ctx.status.last_error is None
+
+
+async def test_a_create_meets_a_memory_holding_what_an_earlier_create_sent(tmp_path):
+    """a.md's create of v1 was refused (403); another writer then creates /a.md holding
+    v1, the bytes we sent; a.md is written v2 here. Its create meets 409 (path taken) on
+    a memory holding what our earlier create sent: taken as ours (no conflict), and v2
+    goes over it."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", origins=("setup",),
+                                         times=1)]
+        await eng.op_write("/a.md", "v1")
+        await eng.op_push()
+        await eng.op_r_create("/a.md", "v1")
+        [(mid, _sha)] = eng.server().values()
+        await eng.op_write("/a.md", "v2")
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["POST memories", f"GET {mid}"]
+        assert (result.pushed, result.progress) == (1, 1)
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_sha) == (mid, sha256(data("v1")))
+        assert eng.state.conflicts() == []
+        await eng.op_push()
+        assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}
