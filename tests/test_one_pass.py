@@ -816,3 +816,27 @@ async def test_a_create_meets_a_memory_holding_what_an_earlier_create_sent(tmp_p
         assert eng.state.conflicts() == []
         await eng.op_push()
         assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}
+
+
+async def test_an_update_meets_a_memory_holding_what_an_earlier_update_sent(tmp_path):
+    """a.md's update to v2 was refused (403); another writer then writes v2, the bytes we
+    sent; a.md is written v3 here. Its update (expecting v1) meets 409 (precondition
+    failed) on a memory holding what our earlier update sent: taken as ours (no
+    conflict), and v3 goes over it."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_write("/a.md", "v3")
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"POST {mid}", f"GET {mid}"]
+        assert (result.pushed, result.progress) == (1, 1)
+        assert eng.node("/a.md").base_sha == sha256(data("v2"))
+        assert eng.state.conflicts() == []
+        await eng.op_push()
+        assert eng.server() == {"/a.md": (mid, sha256(data("v3")))}
