@@ -5,10 +5,11 @@ passes; a pass that decided wrong is often repaired by the next one, which those
 checks cannot see. These tests run one pass over the harness's engine (the daemon's
 `StoreEngine` and its in-process server, tests/interleave.py) and check what that pass
 sent, what the server holds and what the file's state became, before anything else
-runs. The mutation run (docs/TESTING.md, "Mutation testing") found them unpinned, but the
-listing's last, a defect that writing them turned up (a change the feed showed while
-the file had unsaved writes waited for the next full listing). The last section holds
-some of their requests (interleave.py's holds) while another writer acts.
+runs; a few run the pusher's or the reconciler's loop for some turns. Each pins a
+mutant of the sync core that no test killed (docs/TESTING.md, "Mutation testing"),
+shown failing with it; the sections at the end are named after the batches of
+survivors they answer. Writing them turned up defects too (a change the feed showed
+while the file had unsaved writes waited for the next full listing).
 """
 
 from __future__ import annotations
@@ -972,21 +973,6 @@ async def test_a_listing_takes_a_memory_holding_a_new_files_bytes_as_its_own(tmp
         assert (node.memory_id, node.base_path, node.base_sha) == \
             (mid, "/a.md", sha256(data("same")))
         assert eng.state.conflicts() == [] and eng.pusher.pending_total() == 0
-
-
-async def test_a_listing_settles_a_pending_delete_another_writer_already_did(tmp_path):
-    """a.md unlinked here (its delete waits out the delay); another writer deletes the
-    memory first. The listing confirms it gone (one GET) and the pending delete is over:
-    nothing is left to send."""
-    async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
-        mid = eng.node("/a.md").memory_id
-        await eng.op_unlink("/a.md")
-        await eng.op_r_delete("/a.md")
-        first = len(eng.transport.records)
-        await eng.op_reconcile()
-        assert f"GET {mid}" in sent(eng, first)
-        assert eng.state.tombstones == {} and eng.pusher.pending_total() == 0
 
 
 async def test_a_write_waits_out_the_write_back_delay_but_not_past_the_longest(tmp_path):
