@@ -1224,16 +1224,14 @@ async def test_an_update_meets_a_memory_holding_what_an_earlier_update_sent(tmp_
         assert eng.server() == {"/a.md": (mid, sha256(data("v3")))}
 
 
-@pytest.mark.xfail(strict=True, reason="a defect: a new memory whose directory is where one "
-                   "of our files stands is not retried once `_follow_blocked` moves that file "
-                   "(`_add_new` fails and is not put in `_blocked`, unlike a COLLIDE row)")
 async def test_a_listing_shows_a_new_memory_where_a_chain_of_ours_moved_away(tmp_path):
     """As test_a_listing_shows_a_new_memory_where_one_of_ours_moved_away, but our /notes
     moves to /old-notes, which our other file leaves for /older later in the pass (a
-    chain): /notes moves only once the rest of the pass is applied. Today the new
-    /notes/today.md is then not shown, the status says it overlaps a local file, and the
-    feed's next polls do not bring it either (the listing showed it): it waits for the
-    next full listing (`full_resync`, 10 minutes)."""
+    chain): /notes moves only once the rest of the pass is applied, and the new
+    /notes/today.md is tried again after it, in the same listing. (It was not: the file
+    was missing, the status said it overlapped a local file, and the feed's next polls
+    did not bring it either, the listing having shown it: it waited for the next full
+    listing, `full_resync`, 10 minutes.)"""
     async with harness(tmp_path) as eng:
         await eng.op_write("/notes", "N")
         await eng.op_write("/old-notes", "O")

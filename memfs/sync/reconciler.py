@@ -285,9 +285,14 @@ class Reconciler:
                 is decide.Unknown.ADD)
 
     def _add_new(self, m: Memory) -> None:
-        """`_unknown`'s ADD row (synchronous)."""
+        """`_unknown`'s ADD row (synchronous). A path under one of our files (a new
+        /notes/today.md while our /notes is a file the server moved away) is tried again
+        after the pass's other rows (`_follow_blocked`), which may move that file."""
         node = self.state.add_remote(remote_of(m))
         if node is None:
+            if self._blocked is not None:  # a later row of this pass may free the path
+                self._blocked.append(m)
+                return
             self.ctx.status.note(f"the server's {m.path} overlaps a local directory or file; "
                                  "not shown until that is resolved")
         else:
