@@ -558,7 +558,8 @@ async def test_a_file_deleted_while_its_update_is_in_doubt_stays_deleted(tmp_pat
     """a.md edited to v2, the update's answer lost (applied); then a.md is unlinked. The
     doubt cannot be resolved yet (the server refuses its read), and a full listing
     shows the memory holding v2: what we last sent, not another writer's change. The
-    file stays deleted, its pending delete now expects v2, and it goes out later."""
+    file stays deleted, its pending delete now expects v2 (the delete and the request in
+    doubt are what is pending), and it goes out later."""
     async with harness(tmp_path) as eng:
         mid = await lost_update(eng)
         await eng.op_unlink("/a.md")
@@ -569,6 +570,7 @@ async def test_a_file_deleted_while_its_update_is_in_doubt_stays_deleted(tmp_pat
         assert f"GET {mid}" in sent(eng, first) and eng.state.doubts  # refused: it waits
         assert eng.node("/a.md") is None and list(eng.state.files()) == []
         assert eng.state.tombstones[mid].base_sha == sha256(data("v2"))
+        assert eng.pusher.pending_total() == 2  # the delete, and the update in doubt
         age_tombstones(eng)
         first = len(eng.transport.records)
         await eng.op_push()
@@ -1246,3 +1248,4 @@ async def test_a_listing_shows_a_new_memory_where_a_chain_of_ours_moved_away(tmp
             (sha256(data("N")), sha256(data("O")))
         assert eng.tree_sha("/notes/today.md") == sha256(data("T"))
         assert not any("overlaps" in note for note in eng.ctx.status.warnings)
+
