@@ -1249,3 +1249,24 @@ async def test_a_listing_shows_a_new_memory_where_a_chain_of_ours_moved_away(tmp
         assert eng.tree_sha("/notes/today.md") == sha256(data("T"))
         assert not any("overlaps" in note for note in eng.ctx.status.warnings)
 
+
+# -- mutation survivors, batch 3 ---
+
+
+async def test_a_create_meets_a_memory_already_holding_its_bytes_and_takes_it(tmp_path):
+    """a.md written here; before its create goes, another writer creates /a.md with the
+    very same bytes (no listing in between). The create meets 409 (path taken) on a memory
+    holding what it sent: that memory becomes the file's, counted as pushed, with no
+    conflict and nothing left to send."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_write("/a.md", "same")
+        await eng.op_r_create("/a.md", "same")
+        [(mid, _sha)] = eng.server().values()
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["POST memories", f"GET {mid}"]
+        assert (result.pushed, result.progress) == (1, 1)
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_sha) == (mid, sha256(data("same")))
+        assert eng.state.conflicts() == [] and eng.pusher.pending_total() == 0
