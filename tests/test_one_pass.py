@@ -1270,3 +1270,27 @@ async def test_a_create_meets_a_memory_already_holding_its_bytes_and_takes_it(tm
         node = eng.node("/a.md")
         assert (node.memory_id, node.base_sha) == (mid, sha256(data("same")))
         assert eng.state.conflicts() == [] and eng.pusher.pending_total() == 0
+
+
+async def test_a_full_listing_lists_the_root_then_each_directory_at_once(tmp_path):
+    """A store with memories at the root and in two directories: a full listing asks for
+    the root's own entries (`depth=1`: its files, and one marker per directory), then
+    lists the directories by prefix, both at once (a store of many directories is listed
+    in the time of its largest one, not page after page); every memory is shown."""
+    async with harness(tmp_path) as eng:
+        for path in ("/r.md", "/a/x.md", "/b/c/y.md"):
+            await eng.op_r_create(path, path)
+        first = len(eng.transport.records)
+
+        def listings() -> list[tuple[str | None, str | None]]:
+            return sorted(((r.query.get("depth"), r.query.get("path_prefix"))
+                           for r in eng.transport.records[first:] if r.is_listing), key=str)
+
+        async def meanwhile() -> None:  # the first directory's listing held: both went
+            assert listings() == [("1", None), (None, "/a/"), (None, "/b/")]
+
+        # (requests 0 and 1: the root's listing and the feed's head, read alongside it)
+        await held_pass(eng, "before", meanwhile, index=2, action=eng.op_reconcile)
+        assert listings() == [("1", None), (None, "/a/"), (None, "/b/")]
+        assert {p: eng.tree_sha(p) for p in ("/r.md", "/a/x.md", "/b/c/y.md")} == \
+            {p: sha256(data(p)) for p in ("/r.md", "/a/x.md", "/b/c/y.md")}
