@@ -1294,3 +1294,26 @@ async def test_a_full_listing_lists_the_root_then_each_directory_at_once(tmp_pat
         assert listings() == [("1", None), (None, "/a/"), (None, "/b/")]
         assert {p: eng.tree_sha(p) for p in ("/r.md", "/a/x.md", "/b/c/y.md")} == \
             {p: sha256(data(p)) for p in ("/r.md", "/a/x.md", "/b/c/y.md")}
+
+
+async def test_a_new_memory_met_while_a_new_file_there_had_unsaved_writes_is_read_again(
+        tmp_path):
+    """a.md is new here (not pushed yet) and open with unsaved writes when the feed shows
+    another writer's new /a.md: that row waits for the close. The feed will not show the
+    memory again, so the next poll names it once more (no push in between): their a.md
+    takes the tree and ours is kept as a conflict."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()  # the feed's starting point
+        await eng.op_write("/a.md", "mine")
+        await eng.op_open_write("/a.md", "mine, more")
+        await eng.op_r_create("/a.md", "theirs")
+        [(mid, _sha)] = eng.server().values()
+        await eng.op_poll()
+        assert eng.node("/a.md").memory_id is None and eng.state.conflicts() == []
+        await eng.op_close("/a.md")
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        assert f"GET {mid}" in sent(eng, first)
+        node = eng.node("/a.md")
+        assert (node.memory_id, eng.tree_sha("/a.md")) == (mid, sha256(data("theirs")))
+        assert [r["local_sha"] for r in eng.state.conflicts()] == [sha256(data("mine, more"))]
