@@ -1317,3 +1317,24 @@ async def test_a_new_memory_met_while_a_new_file_there_had_unsaved_writes_is_rea
         node = eng.node("/a.md")
         assert (node.memory_id, eng.tree_sha("/a.md")) == (mid, sha256(data("theirs")))
         assert [r["local_sha"] for r in eng.state.conflicts()] == [sha256(data("mine, more"))]
+
+
+async def test_a_memory_deleted_here_and_moved_there_onto_a_new_file_is_a_conflict(tmp_path):
+    """a.md unlinked here (its delete waits out the delay) and a new b.md written here (not
+    pushed yet); another writer edits a.md and moves it to /b.md. Their edit wins over our
+    delete, which is dropped; /b.md is taken here, so once the rest of the listing is
+    applied their b.md takes the tree and ours is kept as a conflict: nothing is left to
+    delete."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_write("/b.md", "mine")
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_r_rename("/a.md", "/b.md")
+        await eng.op_reconcile()
+        assert eng.state.tombstones == {}
+        node = eng.node("/b.md")
+        assert (node.memory_id, eng.tree_sha("/b.md")) == (mid, sha256(data("theirs")))
+        assert [r["local_sha"] for r in eng.state.conflicts()] == [sha256(data("mine"))]
+        assert eng.node("/a.md") is None
