@@ -1338,3 +1338,28 @@ async def test_a_memory_deleted_here_and_moved_there_onto_a_new_file_is_a_confli
         assert (node.memory_id, eng.tree_sha("/b.md")) == (mid, sha256(data("theirs")))
         assert [r["local_sha"] for r in eng.state.conflicts()] == [sha256(data("mine"))]
         assert eng.node("/a.md") is None
+
+
+async def test_content_the_server_refuses_is_kept_locally_and_not_sent_again(tmp_path):
+    """The server refuses a.md's content (400, a check the mount does not make itself):
+    the file is marked refused with the server's reason and `memfs status` says so;
+    the next pass sends nothing for it (only new content would go)."""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", status=400,
+                                         error_type="invalid_request_error",
+                                         message="content rejected by the test",
+                                         origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v1")
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["POST memories"]
+        assert (result.pushed, result.progress) == (0, 1)
+        node = eng.node("/a.md")
+        assert eng.state.sync_state(node) == "refused"
+        assert node.refused_reason == "content rejected by the test"
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "the server refused /a.md: content rejected by the test; kept locally"]
+        assert eng.ctx.status.last_error is None
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert (result.pushed, result.progress, sent(eng, first)) == (0, 0, [])
