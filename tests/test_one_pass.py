@@ -1363,3 +1363,18 @@ async def test_content_the_server_refuses_is_kept_locally_and_not_sent_again(tmp
         first = len(eng.transport.records)
         result = await eng.pusher.push_pass()
         assert (result.pushed, result.progress, sent(eng, first)) == (0, 0, [])
+
+
+async def test_a_remote_edit_a_listing_takes_drops_the_kernels_cached_pages(tmp_path):
+    """a.md was read here (the kernel may hold its pages); another writer edits it. The
+    listing that takes their version queues an invalidation of a.md's inode (the daemon
+    sends it outside any FUSE request): the next read shows their bytes, not the old
+    pages."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_reconcile()
+        eng.ctx.take_invalidations()
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_reconcile()
+        assert eng.ctx.take_invalidations() == [("inode", eng.node("/a.md").ino)]
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))
