@@ -1378,3 +1378,24 @@ async def test_a_remote_edit_a_listing_takes_drops_the_kernels_cached_pages(tmp_
         await eng.op_reconcile()
         assert eng.ctx.take_invalidations() == [("inode", eng.node("/a.md").ino)]
         assert eng.tree_sha("/a.md") == sha256(data("v2"))
+
+
+async def test_a_pass_held_by_a_retry_after_goes_once_it_is_out(tmp_path):
+    """The server answers a.md's create 429 with a retry-after of 100 ms: a pass started at
+    once waits that out, then sends the create (not a bug's traceback): a.md is pushed in
+    that pass."""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", status=429,
+                                         error_type="rate_limit_error", origins=("setup",),
+                                         times=1, headers={"retry-after-ms": "100"})]
+        await eng.op_write("/a.md", "v1")
+        refused_by = trio.current_time()
+        result = await eng.pusher.push_pass()
+        assert result.offline.retry_after == 0.1
+        first = len(eng.transport.records)
+        with trio.fail_after(10):
+            result = await eng.pusher.push_pass()
+        assert trio.current_time() >= refused_by + 0.1  # (its retry-after, waited out)
+        assert (result.pushed, result.offline, sent(eng, first)) == (1, None, ["POST memories"])
+        assert eng.server() == {"/a.md": (eng.node("/a.md").memory_id, sha256(data("v1")))}
+        assert eng.ctx.status.last_error is None
