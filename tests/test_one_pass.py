@@ -558,7 +558,8 @@ async def test_a_file_deleted_while_its_update_is_in_doubt_stays_deleted(tmp_pat
     """a.md edited to v2, the update's answer lost (applied); then a.md is unlinked. The
     doubt cannot be resolved yet (the server refuses its read), and a full listing
     shows the memory holding v2: what we last sent, not another writer's change. The
-    file stays deleted, its pending delete now expects v2, and it goes out later."""
+    file stays deleted, its pending delete now expects v2 (the delete and the request in
+    doubt are what is pending), and it goes out later."""
     async with harness(tmp_path) as eng:
         mid = await lost_update(eng)
         await eng.op_unlink("/a.md")
@@ -569,6 +570,7 @@ async def test_a_file_deleted_while_its_update_is_in_doubt_stays_deleted(tmp_pat
         assert f"GET {mid}" in sent(eng, first) and eng.state.doubts  # refused: it waits
         assert eng.node("/a.md") is None and list(eng.state.files()) == []
         assert eng.state.tombstones[mid].base_sha == sha256(data("v2"))
+        assert eng.pusher.pending_total() == 2  # the delete, and the update in doubt
         age_tombstones(eng)
         first = len(eng.transport.records)
         await eng.op_push()
@@ -1244,3 +1246,154 @@ async def test_a_listing_shows_a_new_memory_where_a_chain_of_ours_moved_away(tmp
             (sha256(data("N")), sha256(data("O")))
         assert eng.tree_sha("/notes/today.md") == sha256(data("T"))
         assert not any("overlaps" in note for note in eng.ctx.status.warnings)
+
+
+# -- mutation survivors, batch 3 ---
+
+
+async def test_a_create_meets_a_memory_already_holding_its_bytes_and_takes_it(tmp_path):
+    """a.md written here; before its create goes, another writer creates /a.md with the
+    very same bytes (no listing in between). The create meets 409 (path taken) on a memory
+    holding what it sent: that memory becomes the file's, counted as pushed, with no
+    conflict and nothing left to send."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_write("/a.md", "same")
+        await eng.op_r_create("/a.md", "same")
+        [(mid, _sha)] = eng.server().values()
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["POST memories", f"GET {mid}"]
+        assert (result.pushed, result.progress) == (1, 1)
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_sha) == (mid, sha256(data("same")))
+        assert eng.state.conflicts() == [] and eng.pusher.pending_total() == 0
+
+
+async def test_a_full_listing_lists_the_root_then_each_directory_at_once(tmp_path):
+    """A store with memories at the root and in two directories: a full listing asks for
+    the root's own entries (`depth=1`: its files, and one marker per directory), then
+    lists the directories by prefix, both at once (a store of many directories is listed
+    in the time of its largest one, not page after page); every memory is shown."""
+    async with harness(tmp_path) as eng:
+        for path in ("/r.md", "/a/x.md", "/b/c/y.md"):
+            await eng.op_r_create(path, path)
+        first = len(eng.transport.records)
+
+        def listings() -> list[tuple[str | None, str | None]]:
+            return sorted(((r.query.get("depth"), r.query.get("path_prefix"))
+                           for r in eng.transport.records[first:] if r.is_listing), key=str)
+
+        async def meanwhile() -> None:  # the first directory's listing held: both went
+            assert listings() == [("1", None), (None, "/a/"), (None, "/b/")]
+
+        # (requests 0 and 1: the root's listing and the feed's head, read alongside it)
+        await held_pass(eng, "before", meanwhile, index=2, action=eng.op_reconcile)
+        assert listings() == [("1", None), (None, "/a/"), (None, "/b/")]
+        assert {p: eng.tree_sha(p) for p in ("/r.md", "/a/x.md", "/b/c/y.md")} == \
+            {p: sha256(data(p)) for p in ("/r.md", "/a/x.md", "/b/c/y.md")}
+
+
+async def test_a_new_memory_met_while_a_new_file_there_had_unsaved_writes_is_read_again(
+        tmp_path):
+    """a.md is new here (not pushed yet) and open with unsaved writes when the feed shows
+    another writer's new /a.md: that row waits for the close. The feed will not show the
+    memory again, so the next poll names it once more (no push in between): their a.md
+    takes the tree and ours is kept as a conflict."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()  # the feed's starting point
+        await eng.op_write("/a.md", "mine")
+        await eng.op_open_write("/a.md", "mine, more")
+        await eng.op_r_create("/a.md", "theirs")
+        [(mid, _sha)] = eng.server().values()
+        await eng.op_poll()
+        assert eng.node("/a.md").memory_id is None and eng.state.conflicts() == []
+        await eng.op_close("/a.md")
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        assert f"GET {mid}" in sent(eng, first)
+        node = eng.node("/a.md")
+        assert (node.memory_id, eng.tree_sha("/a.md")) == (mid, sha256(data("theirs")))
+        assert [r["local_sha"] for r in eng.state.conflicts()] == [sha256(data("mine, more"))]
+
+
+async def test_a_memory_deleted_here_and_moved_there_onto_a_new_file_is_a_conflict(tmp_path):
+    """a.md unlinked here (its delete waits out the delay) and a new b.md written here (not
+    pushed yet); another writer edits a.md and moves it to /b.md. Their edit wins over our
+    delete, which is dropped; /b.md is taken here, so once the rest of the listing is
+    applied their b.md takes the tree and ours is kept as a conflict: nothing is left to
+    delete."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_write("/b.md", "mine")
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_r_rename("/a.md", "/b.md")
+        await eng.op_reconcile()
+        assert eng.state.tombstones == {}
+        node = eng.node("/b.md")
+        assert (node.memory_id, eng.tree_sha("/b.md")) == (mid, sha256(data("theirs")))
+        assert [r["local_sha"] for r in eng.state.conflicts()] == [sha256(data("mine"))]
+        assert eng.node("/a.md") is None
+
+
+async def test_content_the_server_refuses_is_kept_locally_and_not_sent_again(tmp_path):
+    """The server refuses a.md's content (400, a check the mount does not make itself):
+    the file is marked refused with the server's reason and `memfs status` says so;
+    the next pass sends nothing for it (only new content would go)."""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", status=400,
+                                         error_type="invalid_request_error",
+                                         message="content rejected by the test",
+                                         origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v1")
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["POST memories"]
+        assert (result.pushed, result.progress) == (0, 1)
+        node = eng.node("/a.md")
+        assert eng.state.sync_state(node) == "refused"
+        assert node.refused_reason == "content rejected by the test"
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "the server refused /a.md: content rejected by the test; kept locally"]
+        assert eng.ctx.status.last_error is None
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert (result.pushed, result.progress, sent(eng, first)) == (0, 0, [])
+
+
+async def test_a_remote_edit_a_listing_takes_drops_the_kernels_cached_pages(tmp_path):
+    """a.md was read here (the kernel may hold its pages); another writer edits it. The
+    listing that takes their version queues an invalidation of a.md's inode (the daemon
+    sends it outside any FUSE request): the next read shows their bytes, not the old
+    pages."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_reconcile()
+        eng.ctx.take_invalidations()
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_reconcile()
+        assert eng.ctx.take_invalidations() == [("inode", eng.node("/a.md").ino)]
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))
+
+
+async def test_a_pass_held_by_a_retry_after_goes_once_it_is_out(tmp_path):
+    """The server answers a.md's create 429 with a retry-after of 100 ms: a pass started at
+    once waits that out, then sends the create (not a bug's traceback): a.md is pushed in
+    that pass."""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", status=429,
+                                         error_type="rate_limit_error", origins=("setup",),
+                                         times=1, headers={"retry-after-ms": "100"})]
+        await eng.op_write("/a.md", "v1")
+        refused_by = trio.current_time()
+        result = await eng.pusher.push_pass()
+        assert result.offline.retry_after == 0.1
+        first = len(eng.transport.records)
+        with trio.fail_after(10):
+            result = await eng.pusher.push_pass()
+        assert trio.current_time() >= refused_by + 0.1  # (its retry-after, waited out)
+        assert (result.pushed, result.offline, sent(eng, first)) == (1, None, ["POST memories"])
+        assert eng.server() == {"/a.md": (eng.node("/a.md").memory_id, sha256(data("v1")))}
+        assert eng.ctx.status.last_error is None
