@@ -404,12 +404,16 @@ async def test_a_feed_batch_goes_on_past_a_memory_made_and_deleted_elsewhere(tmp
         await synced(eng, a="v1")
         await eng.op_poll()  # the feed's first poll: its starting point
         await eng.op_r_create("/x.md", "x")
+        x_mid = eng.server()["/x.md"][0]
         await eng.op_r_delete("/x.md")
         await eng.op_r_edit("/a.md", "v2")
         await eng.op_r_create("/z.md", "z")
         await eng.op_r_create("/y.md", "y")
+        y_mid = eng.server()["/y.md"][0]
         await eng.op_r_delete("/y.md")
+        first = len(eng.transport.records)
         await eng.op_poll()
+        assert not {f"GET {x_mid}", f"GET {y_mid}"} & set(sent(eng, first))  # never here
         assert eng.tree_sha("/a.md") == sha256(data("v2"))
         assert eng.tree_sha("/z.md") == sha256(data("z"))
 
@@ -1314,7 +1318,9 @@ async def test_a_new_memory_met_while_a_new_file_there_had_unsaved_writes_is_rea
         assert f"GET {mid}" in sent(eng, first)
         node = eng.node("/a.md")
         assert (node.memory_id, eng.tree_sha("/a.md")) == (mid, sha256(data("theirs")))
-        assert [r["local_sha"] for r in eng.state.conflicts()] == [sha256(data("mine, more"))]
+        [row] = eng.state.conflicts()
+        assert (row["local_sha"], row["reason"]) == \
+            (sha256(data("mine, more")), "another writer created the same path")
 
 
 async def test_a_memory_deleted_here_and_moved_there_onto_a_new_file_is_a_conflict(tmp_path):
@@ -1397,3 +1403,35 @@ async def test_a_pass_held_by_a_retry_after_goes_once_it_is_out(tmp_path):
         assert (result.pushed, result.offline, sent(eng, first)) == (1, None, ["POST memories"])
         assert eng.server() == {"/a.md": (eng.node("/a.md").memory_id, sha256(data("v1")))}
         assert eng.ctx.status.last_error is None
+
+
+# -- mutation survivors, batch 4c ---
+
+
+async def test_a_pending_delete_of_a_memory_deleted_elsewhere_is_settled_by_a_poll(tmp_path):
+    """As test_a_pending_delete_of_a_memory_deleted_elsewhere_is_settled_by_a_listing, but
+    the feed names the delete: the poll confirms it gone (404) and the pending delete is
+    settled in that poll, nothing left to send."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_unlink("/a.md")
+        await eng.op_r_delete("/a.md")
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        assert f"GET {mid}" in sent(eng, first)
+        assert eng.state.tombstones == {} and eng.pusher.pending_total() == 0
+
+
+async def test_a_file_edited_here_and_deleted_there_is_kept_and_said_so(tmp_path):
+    """a.md edited here (not pushed yet) while another writer deletes it: the listing keeps
+    the file, to be re-created, and `memfs status` says so."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_write("/a.md", "mine")
+        await eng.op_r_delete("/a.md")
+        await eng.op_reconcile()
+        assert eng.tree_sha("/a.md") == sha256(data("mine"))
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "/a.md was deleted on the server but edited here; re-creating it from the file"]
