@@ -46,6 +46,7 @@ from memfs.state.report import pending
 from memfs.sync import doubts
 from memfs.sync import feed as feed_mod
 from memfs.sync import pusher as pusher_mod
+from memfs.sync import reconciler as reconciler_mod
 from memfs.sync.events import Subscriber
 from memfs.sync.reconciler import PARK_PATIENCE
 
@@ -1435,3 +1436,103 @@ async def test_a_file_edited_here_and_deleted_there_is_kept_and_said_so(tmp_path
         assert eng.tree_sha("/a.md") == sha256(data("mine"))
         assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
             "/a.md was deleted on the server but edited here; re-creating it from the file"]
+
+
+async def test_a_poll_applies_the_deletes_it_names_before_the_other_changes(tmp_path):
+    """One poll names a memory deleted by another writer and an edit of another one (the
+    delete's memory the newer of the two): `memfs watch` hears the delete first (deletes
+    go first, they free paths the other rows may need), then the edit."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        by_id = sorted((eng.node(p).memory_id, p) for p in ("/a.md", "/b.md"))
+        (_older, edited), (gone_mid, gone) = by_id
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_r_delete(gone)
+        await eng.op_r_edit(edited, "theirs")
+        sub = Subscriber()
+        eng.ctx.events.attach(sub)
+        await eng.op_poll()
+        events = [sub.receive.receive_nowait() for _ in range(2)]
+        assert [(e.kind, e.path) for e in events] == [("deleted", gone), ("modified", edited)]
+        assert events[0].memory_id == gone_mid
+
+
+class _Trio:
+    """The reconciler's `trio`, with the waits of its loop (`move_on_after`) recorded."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(trio, name)
+
+    def move_on_after(self, seconds: float) -> trio.CancelScope:
+        self.waits.append(seconds)
+        return trio.move_on_after(seconds)
+
+
+class _Monotonic:
+    """The reconciler's `time`, its monotonic clock stopped (moved by the test)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+async def test_the_listing_loop_waits_a_turn_after_a_pass_and_five_seconds_after_a_refusal(
+        tmp_path, monkeypatch):
+    """A pass just ran (the mount's first listing): the reconciler's loop waits one poll
+    interval before its own. Then its listing is refused (403): it waits 5 s (longer
+    than the 1 s poll interval) before the next, unless woken."""
+    fake = _Trio()
+    monkeypatch.setattr(reconciler_mod, "trio", fake)
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET", origins=("setup",),
+                                         times=1)]
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.reconciler.run)
+            await until(lambda: len(fake.waits) == 1)
+            eng.ctx.reconcile_wakeup.set()  # not the poll interval
+            await until(lambda: (eng.ctx.status.last_error or "").startswith("listing failed"))
+            await until(lambda: len(fake.waits) == 2)
+            loops.cancel_scope.cancel()
+        assert fake.waits == [eng.ctx.options.poll_interval, 5.0]
+
+
+async def test_the_listing_loop_goes_at_once_when_a_poll_interval_has_passed(
+        tmp_path, monkeypatch):
+    """The last pass ended exactly one poll interval ago: the loop's pass is due, it runs
+    at once (no wait first)."""
+    clock = _Monotonic()
+    monkeypatch.setattr(reconciler_mod, "time", clock)
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        assert eng.reconciler.last_pass == 1000.0
+        clock.now += eng.ctx.options.poll_interval
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.reconciler.run)
+            await trio.testing.wait_all_tasks_blocked()
+            assert eng.reconciler.last_pass == clock.now  # ran, not waiting
+            loops.cancel_scope.cancel()
+
+
+async def test_a_poll_lists_everything_once_full_resync_has_passed(tmp_path, monkeypatch):
+    """The last full listing was exactly `full_resync` ago: the next pass is the safety
+    net's full listing, not a feed poll."""
+    clock = _Monotonic()
+    monkeypatch.setattr(reconciler_mod, "time", clock)
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_poll()
+        assert eng.ctx.metrics.feed_polls == 1  # (the feed is trusted: a poll)
+        clock.now += eng.ctx.options.full_resync
+        listed = eng.ctx.status.last_full_listing_at
+        await eng.op_poll()
+        assert eng.ctx.metrics.feed_polls == 1
+        assert eng.ctx.status.last_full_listing_at != listed
