@@ -1397,3 +1397,58 @@ async def test_a_pass_held_by_a_retry_after_goes_once_it_is_out(tmp_path):
         assert (result.pushed, result.offline, sent(eng, first)) == (1, None, ["POST memories"])
         assert eng.server() == {"/a.md": (eng.node("/a.md").memory_id, sha256(data("v1")))}
         assert eng.ctx.status.last_error is None
+
+
+# -- mutation survivors, batch 4a ---
+
+
+async def test_lost_answers_of_two_updates_found_applied_count_two_and_say_so_in_the_log(
+        tmp_path, caplog):
+    """a.md and b.md edited, both updates applied and both answers lost. The next pass
+    finds both applied: two pushes, and the log names each file and its memory."""
+    caplog.set_level(logging.INFO, logger="memfs.sync.doubts")
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="a1", b="b1")
+        mids = {p: eng.node(p).memory_id for p in ("/a.md", "/b.md")}
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "a2")
+        await eng.op_push()  # (a lost answer ends the pass: b's goes in the next one)
+        eng.transport.rules = [  # a's doubt cannot be read yet; b's answer lost too
+            FaultRule(lambda r: r.method == "GET" and r.memory_id == mids["/a.md"],
+                      origins=("setup",), times=1),
+            FaultRule(lambda r: r.method == "POST" and r.memory_id == mids["/b.md"],
+                      kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/b.md", "b2")
+        await eng.op_push()
+        assert len(eng.state.doubts) == 2
+        first, pushed = len(eng.transport.records), eng.ctx.status.pushed
+        result = await eng.pusher.push_pass()
+        assert sorted(sent(eng, first)) == sorted(f"GET {m}" for m in mids.values())
+        assert (result.pushed, eng.ctx.status.pushed) == (2, pushed + 2)
+        assert not eng.state.doubts
+        for path, mid in mids.items():
+            assert (f"request in doubt for {path}: applied on the server ({mid}); its lost "
+                    "answer is applied now") in caplog.messages
+
+
+async def test_an_update_in_doubt_not_applied_is_said_so_in_the_log_and_sent_again(
+        tmp_path, caplog):
+    """a.md's update met 503s (a proxy's: it may have been applied); the memory shows no
+    trace of it. The next pass says so in the log and sends the update again."""
+    caplog.set_level(logging.INFO, logger="memfs.sync.doubts")
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="fail", origins=("setup",))]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        assert eng.state.doubts and eng.server() == {"/a.md": (mid, sha256(data("v1")))}
+        eng.transport.rules = []
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert "request in doubt for /a.md: not applied on the server" in caplog.messages
+        assert sent(eng, first)[0] == f"GET {mid}" and sent(eng, first)[-1] == f"POST {mid}"
+        assert result.pushed == 1 and not eng.state.doubts
+        assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}
