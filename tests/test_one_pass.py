@@ -1452,3 +1452,35 @@ async def test_an_update_in_doubt_not_applied_is_said_so_in_the_log_and_sent_aga
         assert sent(eng, first)[0] == f"GET {mid}" and sent(eng, first)[-1] == f"POST {mid}"
         assert result.pushed == 1 and not eng.state.doubts
         assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}
+
+
+async def test_a_create_in_doubt_skips_a_like_memory_created_before_it_was_sent(
+        tmp_path, monkeypatch):
+    """Another writer created /a.md holding v1 and moved it to b.md (this mount has not
+    listed it yet); then a.md is written v1 here, and its create meets 503s (not applied;
+    it may have been, for all the mount knows). The next pass reads only the memories
+    created since the create was sent (SKEW set to 0 here): theirs, older, is not taken
+    for ours, and the create goes out again."""
+    monkeypatch.setattr(doubts, "SKEW", 0.0)
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_r_create("/a.md", "v1")
+        await eng.op_r_rename("/a.md", "/b.md")
+        [(theirs, _sha)] = eng.server().values()
+        await trio.sleep(0.001)  # (their create is older than ours by the clock)
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", kind="fail",
+                                         origins=("setup",))]
+        await eng.op_write("/a.md", "v1")
+        await eng.op_push()
+        [ticket] = eng.state.doubts.values()
+        eng.transport.rules = []
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["GET memory_versions", "POST memories"]
+        assert eng.transport.records[first].query["created_at[gte]"] == doubts._since(
+            ticket.sent_at)
+        assert result.pushed == 1 and not eng.state.doubts
+        mid = eng.node("/a.md").memory_id
+        assert mid != theirs
+        assert eng.server() == {"/a.md": (mid, sha256(data("v1"))),
+                                "/b.md": (theirs, sha256(data("v1")))}
