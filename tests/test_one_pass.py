@@ -1484,3 +1484,24 @@ async def test_a_create_in_doubt_skips_a_like_memory_created_before_it_was_sent(
         assert mid != theirs
         assert eng.server() == {"/a.md": (mid, sha256(data("v1"))),
                                 "/b.md": (theirs, sha256(data("v1")))}
+
+
+async def test_a_file_edited_here_and_deleted_there_is_created_again_and_said_so(tmp_path):
+    """Another writer deleted a.md's memory; a.md is edited here. Its update meets 404,
+    confirmed by a GET: in that pass the file lets go of the memory and `memfs status`
+    says it is re-created; the next pass creates it."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_r_delete("/a.md")
+        await eng.op_write("/a.md", "v2")
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"POST {mid}", f"GET {mid}"]
+        assert (result.pushed, result.progress) == (0, 1)
+        assert eng.node("/a.md").memory_id is None and eng.ctx.status.last_error is None
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "/a.md was deleted on the server but edited here; re-creating it"]
+        await eng.op_push()
+        new = eng.node("/a.md").memory_id
+        assert new != mid and eng.server() == {"/a.md": (new, sha256(data("v2")))}
