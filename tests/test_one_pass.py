@@ -1505,3 +1505,23 @@ async def test_a_file_edited_here_and_deleted_there_is_created_again_and_said_so
         await eng.op_push()
         new = eng.node("/a.md").memory_id
         assert new != mid and eng.server() == {"/a.md": (new, sha256(data("v2")))}
+
+
+async def test_a_rename_onto_our_own_delete_waits_and_says_why_when_deletes_are_off(tmp_path):
+    """As test_a_rename_onto_our_own_pending_delete_sends_that_delete_early, with
+    `--deletes log-only`: the delete is not sent early; the rename waits, and `memfs
+    status` says what holds its place and why."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        a_mid, b_mid = eng.node("/a.md").memory_id, eng.node("/b.md").memory_id
+        eng.ctx.options.deletes = "log-only"
+        await eng.op_unlink("/a.md")
+        await eng.op_rename("/b.md", "/a.md")
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"POST {b_mid}"] and result.pushed == 0
+        assert eng.server() == {"/a.md": (a_mid, sha256(data("A"))),
+                                "/b.md": (b_mid, sha256(data("B")))}
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "/a.md waits: the server still holds /a.md (deleted here) and deletes are "
+            "log-only"]
