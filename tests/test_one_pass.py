@@ -1525,3 +1525,26 @@ async def test_a_rename_onto_our_own_delete_waits_and_says_why_when_deletes_are_
         assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
             "/a.md waits: the server still holds /a.md (deleted here) and deletes are "
             "log-only"]
+
+
+async def test_a_conflict_met_while_the_file_has_unsaved_writes_waits_and_says_why(tmp_path):
+    """a.md's update (v2) goes out while another writer's edit is on the server and, by
+    the time its 409 comes back, a.md is open here with unsaved writes: the conflict
+    waits for the close, nothing of the file is touched, and the file's error says why."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_write("/a.md", "v2")
+
+        async def meanwhile() -> None:
+            await eng.op_open_write("/a.md", "unsaved")
+
+        result = await held_pass(eng, "before", meanwhile)
+        assert (result.pushed, result.progress) == (0, 0)
+        node = eng.node("/a.md")
+        assert node.error == ("changed on the server while open here with unsaved writes; "
+                              "settles after the close")
+        assert node.base_sha == sha256(data("v1")) and eng.state.conflicts() == []
+        assert eng.server() == {"/a.md": (mid, sha256(data("theirs")))}
+        await eng.op_close("/a.md")
