@@ -1536,3 +1536,154 @@ async def test_a_poll_lists_everything_once_full_resync_has_passed(tmp_path, mon
         await eng.op_poll()
         assert eng.ctx.metrics.feed_polls == 1
         assert eng.ctx.status.last_full_listing_at != listed
+
+
+# -- mutation survivors, batch 4a ---
+
+
+async def test_lost_answers_of_two_updates_found_applied_count_two_and_say_so_in_the_log(
+        tmp_path, caplog):
+    """a.md and b.md edited, both updates applied and both answers lost. The next pass
+    finds both applied: two pushes, and the log names each file and its memory."""
+    caplog.set_level(logging.INFO, logger="memfs.sync.doubts")
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="a1", b="b1")
+        mids = {p: eng.node(p).memory_id for p in ("/a.md", "/b.md")}
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "a2")
+        await eng.op_push()  # (a lost answer ends the pass: b's goes in the next one)
+        eng.transport.rules = [  # a's doubt cannot be read yet; b's answer lost too
+            FaultRule(lambda r: r.method == "GET" and r.memory_id == mids["/a.md"],
+                      origins=("setup",), times=1),
+            FaultRule(lambda r: r.method == "POST" and r.memory_id == mids["/b.md"],
+                      kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/b.md", "b2")
+        await eng.op_push()
+        assert len(eng.state.doubts) == 2
+        first, pushed = len(eng.transport.records), eng.ctx.status.pushed
+        result = await eng.pusher.push_pass()
+        assert sorted(sent(eng, first)) == sorted(f"GET {m}" for m in mids.values())
+        assert (result.pushed, eng.ctx.status.pushed) == (2, pushed + 2)
+        assert not eng.state.doubts
+        for path, mid in mids.items():
+            assert (f"request in doubt for {path}: applied on the server ({mid}); its lost "
+                    "answer is applied now") in caplog.messages
+
+
+async def test_an_update_in_doubt_not_applied_is_said_so_in_the_log_and_sent_again(
+        tmp_path, caplog):
+    """a.md's update met 503s (a proxy's: it may have been applied); the memory shows no
+    trace of it. The next pass says so in the log and sends the update again."""
+    caplog.set_level(logging.INFO, logger="memfs.sync.doubts")
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="fail", origins=("setup",))]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        assert eng.state.doubts and eng.server() == {"/a.md": (mid, sha256(data("v1")))}
+        eng.transport.rules = []
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert "request in doubt for /a.md: not applied on the server" in caplog.messages
+        assert sent(eng, first)[0] == f"GET {mid}" and sent(eng, first)[-1] == f"POST {mid}"
+        assert result.pushed == 1 and not eng.state.doubts
+        assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}
+
+
+async def test_a_create_in_doubt_skips_a_like_memory_created_before_it_was_sent(
+        tmp_path, monkeypatch):
+    """Another writer created /a.md holding v1 and moved it to b.md (this mount has not
+    listed it yet); then a.md is written v1 here, and its create meets 503s (not applied;
+    it may have been, for all the mount knows). The next pass reads only the memories
+    created since the create was sent (SKEW set to 0 here): theirs, older, is not taken
+    for ours, and the create goes out again."""
+    monkeypatch.setattr(doubts, "SKEW", 0.0)
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_r_create("/a.md", "v1")
+        await eng.op_r_rename("/a.md", "/b.md")
+        [(theirs, _sha)] = eng.server().values()
+        await trio.sleep(0.001)  # (their create is older than ours by the clock)
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", kind="fail",
+                                         origins=("setup",))]
+        await eng.op_write("/a.md", "v1")
+        await eng.op_push()
+        [ticket] = eng.state.doubts.values()
+        eng.transport.rules = []
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["GET memory_versions", "POST memories"]
+        assert eng.transport.records[first].query["created_at[gte]"] == doubts._since(
+            ticket.sent_at)
+        assert result.pushed == 1 and not eng.state.doubts
+        mid = eng.node("/a.md").memory_id
+        assert mid != theirs
+        assert eng.server() == {"/a.md": (mid, sha256(data("v1"))),
+                                "/b.md": (theirs, sha256(data("v1")))}
+
+
+async def test_a_file_edited_here_and_deleted_there_is_created_again_and_said_so(tmp_path):
+    """Another writer deleted a.md's memory; a.md is edited here. Its update meets 404,
+    confirmed by a GET: in that pass the file lets go of the memory and `memfs status`
+    says it is re-created; the next pass creates it."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_r_delete("/a.md")
+        await eng.op_write("/a.md", "v2")
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"POST {mid}", f"GET {mid}"]
+        assert (result.pushed, result.progress) == (0, 1)
+        assert eng.node("/a.md").memory_id is None and eng.ctx.status.last_error is None
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "/a.md was deleted on the server but edited here; re-creating it"]
+        await eng.op_push()
+        new = eng.node("/a.md").memory_id
+        assert new != mid and eng.server() == {"/a.md": (new, sha256(data("v2")))}
+
+
+async def test_a_rename_onto_our_own_delete_waits_and_says_why_when_deletes_are_off(tmp_path):
+    """As test_a_rename_onto_our_own_pending_delete_sends_that_delete_early, with
+    `--deletes log-only`: the delete is not sent early; the rename waits, and `memfs
+    status` says what holds its place and why."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        a_mid, b_mid = eng.node("/a.md").memory_id, eng.node("/b.md").memory_id
+        eng.ctx.options.deletes = "log-only"
+        await eng.op_unlink("/a.md")
+        await eng.op_rename("/b.md", "/a.md")
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"POST {b_mid}"] and result.pushed == 0
+        assert eng.server() == {"/a.md": (a_mid, sha256(data("A"))),
+                                "/b.md": (b_mid, sha256(data("B")))}
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "/a.md waits: the server still holds /a.md (deleted here) and deletes are "
+            "log-only"]
+
+
+async def test_a_conflict_met_while_the_file_has_unsaved_writes_waits_and_says_why(tmp_path):
+    """a.md's update (v2) goes out while another writer's edit is on the server and, by
+    the time its 409 comes back, a.md is open here with unsaved writes: the conflict
+    waits for the close, nothing of the file is touched, and the file's error says why."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_write("/a.md", "v2")
+
+        async def meanwhile() -> None:
+            await eng.op_open_write("/a.md", "unsaved")
+
+        result = await held_pass(eng, "before", meanwhile)
+        assert (result.pushed, result.progress) == (0, 0)
+        node = eng.node("/a.md")
+        assert node.error == ("changed on the server while open here with unsaved writes; "
+                              "settles after the close")
+        assert node.base_sha == sha256(data("v1")) and eng.state.conflicts() == []
+        assert eng.server() == {"/a.md": (mid, sha256(data("theirs")))}
+        await eng.op_close("/a.md")
