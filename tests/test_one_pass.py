@@ -1467,8 +1467,9 @@ async def test_a_push_that_meets_an_unexpected_refusal_is_logged_with_its_file(
 
 
 async def test_a_flush_that_cannot_reach_the_server_says_offline_and_what_is_left(tmp_path):
-    """A flush while no request gets through: it gives up at its timeout and says it was
-    offline, with one file left to push; the pusher no longer counts it as waiting."""
+    """A flush while the server answers every request 503: it gives up at its timeout and
+    says it was offline, with one file left to push; the pusher no longer counts it as
+    flushing (a later pass waits for a quiet mount again)."""
     async with harness(tmp_path) as eng:
         await eng.op_write("/a.md", "v1")
         eng.transport.rules = [FaultRule(lambda r: True, kind="fail", origins=("setup",))]
@@ -1487,3 +1488,39 @@ async def test_a_rename_onto_a_path_a_stranger_took_there_is_a_conflict_saying_s
         await eng.op_push()
         assert [r["reason"] for r in eng.state.conflicts()] == \
             ["another memory holds this path on the server"]
+
+
+async def test_a_rename_onto_our_delete_whose_file_is_unlinked_meanwhile_goes_on(tmp_path):
+    """b.md renamed to a.md, which was just unlinked: the rename meets 409 on our own
+    deleted memory, whose delete goes at once; while it is under way the new a.md is
+    unlinked too. The pass counts that file as moved on and sends nothing more for it
+    (its own delete waits out the delay); nothing is logged as a bug."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        b_mid = eng.node("/b.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_rename("/b.md", "/a.md")
+        first = len(eng.transport.records)
+        result = await held_pass(eng, "before", lambda: eng.op_unlink("/a.md"), index=1)
+        assert (result.pushed, result.progress) == (0, 1)
+        assert len(eng.transport.records) - first == 2 and eng.ctx.status.last_error is None
+        assert list(eng.state.tombstones) == [b_mid]
+        assert eng.server() == {"/b.md": (b_mid, sha256(data("B")))}
+
+
+async def test_a_push_pass_that_fails_as_a_bug_is_shown_and_the_loop_goes_on(
+        tmp_path, monkeypatch):
+    """A bug in a whole push pass (here: one raised by the pass) does not stop the
+    pusher's loop; `memfs status` shows its kind and message."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.write_back_delay = 0.0
+        await eng.op_write("/a.md", "v1")
+
+        async def broken(**_: Any) -> pusher_mod.PassResult:
+            raise RuntimeError("a bug in the pass")
+        monkeypatch.setattr(eng.pusher, "push_pass", broken)
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.pusher.run)
+            await until(lambda: eng.ctx.status.last_error is not None)
+            await eng.pusher.stop()
+        assert eng.ctx.status.last_error == "push: RuntimeError: a bug in the pass"
