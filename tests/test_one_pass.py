@@ -1524,3 +1524,21 @@ async def test_a_push_pass_that_fails_as_a_bug_is_shown_and_the_loop_goes_on(
             await until(lambda: eng.ctx.status.last_error is not None)
             await eng.pusher.stop()
         assert eng.ctx.status.last_error == "push: RuntimeError: a bug in the pass"
+
+
+@pytest.mark.xfail(strict=True, reason="a refusal of the read that confirms a 404 escapes "
+                   "_gone/_precondition_failed as a bug: no backoff, no note on the file")
+async def test_a_refused_read_after_a_404_makes_the_file_wait_like_any_refusal(tmp_path):
+    """a.md edited here and deleted there; reading the memory back after the 404 is
+    refused (403). Like any other 403 on a push, the file should wait (backoff) with the
+    refusal as its error, not be logged as a bug and retried every pass."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_write("/a.md", "v2")
+        await eng.op_r_delete("/a.md")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id,
+                                         origins=("setup",))]
+        await eng.op_push()
+        node = eng.node("/a.md")
+        assert node.fail_count == 1 and (node.error or "").startswith("PermissionDenied")
+        assert eng.ctx.status.last_error is None
