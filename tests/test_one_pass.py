@@ -1738,22 +1738,21 @@ async def test_an_edit_refused_then_found_deleted_there_becomes_a_create(tmp_pat
             ["/a.md was deleted on the server but edited here; re-creating it"]
 
 
-async def test_a_push_that_meets_an_unexpected_refusal_is_logged_with_its_file(
-        tmp_path, caplog):
-    """a.md edited here and deleted there; reading the memory back after the 404 is
-    refused (403). That file's push fails: the log names the file, `memfs status`
-    shows the error, the next pass tries again."""
+async def test_a_push_that_fails_as_a_bug_is_logged_with_its_file(tmp_path, caplog,
+                                                                   monkeypatch):
+    """One file's push raises (a bug): the log names the file, `memfs status` shows the
+    error, the other files go on and the next pass tries it again."""
     async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
-        await eng.op_write("/a.md", "v2")
-        await eng.op_r_delete("/a.md")
-        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id,
-                                         origins=("setup",))]
+        await eng.op_write("/a.md", "v1")
         node = eng.node("/a.md")
+
+        async def bug(_node):
+            raise RuntimeError("a bug in the push")
+
+        monkeypatch.setattr(eng.pusher, "_push_node", bug)
         await eng.op_push()
         assert f"push of {node!r} failed" in caplog.messages
-        assert eng.ctx.status.last_error == \
-            "push: PermissionDeniedError: refused by the test (HTTP 403, permission_error)"
+        assert eng.ctx.status.last_error == "push: RuntimeError: a bug in the push"
 
 
 async def test_a_flush_that_cannot_reach_the_server_says_offline_and_what_is_left(tmp_path):
@@ -1816,12 +1815,10 @@ async def test_a_push_pass_that_fails_as_a_bug_is_shown_and_the_loop_goes_on(
         assert eng.ctx.status.last_error == "push: RuntimeError: a bug in the pass"
 
 
-@pytest.mark.xfail(strict=True, reason="a refusal of the read that confirms a 404 escapes "
-                   "_gone/_precondition_failed as a bug: no backoff, no note on the file")
 async def test_a_refused_read_after_a_404_makes_the_file_wait_like_any_refusal(tmp_path):
     """a.md edited here and deleted there; reading the memory back after the 404 is
-    refused (403). Like any other 403 on a push, the file should wait (backoff) with the
-    refusal as its error, not be logged as a bug and retried every pass."""
+    refused (403). Like any other 403 on a push, the file waits (backoff) with the
+    refusal as its error (it was logged as a bug and retried every pass)."""
     async with harness(tmp_path) as eng:
         await synced(eng, a="v1")
         await eng.op_write("/a.md", "v2")

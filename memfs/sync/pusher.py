@@ -429,13 +429,13 @@ class Pusher:
                 memory = await self._send(ticket, ctx.client.update_memory(
                     ctx.store_id, ticket.memory_id, precondition_sha=ticket.base_sha, **fields))
         except api_errors.PathConflictError as exc:
-            return await self._path_conflict(ticket, exc)
+            return await self._followed(ticket, self._path_conflict(ticket, exc))
         except api_errors.PreconditionFailedError:
-            return await self._precondition_failed(ticket)
+            return await self._followed(ticket, self._precondition_failed(ticket))
         except api_errors.NotFoundError as exc:
             if ticket.memory_id is None:  # the store itself is gone
                 return self._failed(ticket, exc)
-            return await self._gone(ticket)
+            return await self._followed(ticket, self._gone(ticket))
         except api_errors.REFUSED as exc:
             if _store_full(exc):
                 ctx.status.note(f"{ticket.path} waits: the store holds its 2,000-memory maximum")
@@ -471,6 +471,18 @@ class Pusher:
             if not api_errors.may_have_applied(exc):
                 self.state.push_answered(ticket)
             raise
+
+    async def _followed(self, ticket: PushTicket, follow_up: Awaitable[int]) -> int:
+        """A 404, 409 or 412 is followed by a read (the memory, or the one holding the
+        path) before anything is decided; that read refused (403, 422...) makes the file
+        wait as a refusal of its own request does, instead of escaping as a bug (no
+        backoff, retried every pass)."""
+        try:
+            return await follow_up
+        except (*api_errors.TRANSIENT, api_errors.AuthenticationError):
+            raise
+        except api_errors.APIError as exc:
+            return self._failed(ticket, exc)
 
     def _failed(self, ticket: PushTicket, exc: api_errors.APIError) -> int:
         """This file waits (doubling backoff) and says why; the others go on."""
