@@ -1,0 +1,471 @@
+"""One push pass whose request meets another writer's change, checked right after it: a
+409 (path taken, by a stranger, by our own pending delete, by a file of ours that moves), a
+412 (precondition failed) or a 404 (deleted there), and the reads that follow each; rename
+chains and swaps. Held requests (tests/onepass.py `held_pass`) put the other writer's change
+between a request and its answer. Each test pins a mutant of the pusher that no test killed
+(docs/TESTING.md, "Mutation testing"); two found defects, now fixed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from interleave import RESERVED_PREFIX, FaultRule, age_tombstones
+from onepass import data, harness, held_pass, sent, synced
+
+from memfs.core.nodes import PARK_DIR
+from memfs.state.blobs import sha256
+
+
+async def test_a_failed_precondition_is_a_conflict_in_the_same_pass(tmp_path):
+    """Another writer changed a.md; our edit's update meets 409 (precondition failed): in
+    that pass the server's version takes the tree and ours is kept as a conflict."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="base")
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_write("/a.md", "mine")
+        result = await eng.pusher.push_pass()
+        assert (result.pushed, result.progress) == (0, 1)  # a conflict is no push
+        assert eng.tree_sha("/a.md") == sha256(data("theirs"))
+        rows = eng.state.conflicts()
+        assert [(r["path"], r["local_sha"]) for r in rows] == [("/a.md", sha256(data("mine")))]
+        assert not eng.state.is_dirty(eng.node("/a.md"))
+
+
+async def test_an_edit_answered_from_where_another_writer_moved_it_follows_them(tmp_path):
+    """Another writer renamed a.md to b.md; our edit (content only, no path sent) is
+    answered with the memory at /b.md. Their rename is the reconciler's to follow: the
+    base path stays /a.md after the push (taking /b.md would make our /a.md a rename of
+    ours, pushed back over theirs), and the next poll moves the file."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_poll()
+        await eng.op_r_rename("/a.md", "/b.md")
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        node = eng.node("/a.md")
+        assert (node.base_path, node.base_sha) == ("/a.md", sha256(data("v2")))
+        await eng.op_poll()
+        await eng.op_push()
+        assert eng.server() == {"/b.md": (node.memory_id, sha256(data("v2")))}
+        assert eng.node("/a.md") is None and eng.tree_sha("/b.md") == sha256(data("v2"))
+
+
+async def test_a_rename_onto_our_own_pending_delete_sends_that_delete_early(tmp_path):
+    """b.md renamed to a.md, which was just unlinked (its delete waits out the delay):
+    the rename meets 409 on our own deleted memory, so that delete goes now and the
+    rename after it, in the same pass."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        b_mid = eng.node("/b.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_rename("/b.md", "/a.md")
+        await eng.op_push()
+        assert eng.server() == {"/a.md": (b_mid, sha256(data("B")))}
+        assert eng.state.tombstones == {} and eng.pusher.pending_total() == 0
+
+
+async def test_a_failed_precondition_on_our_own_bytes_lands_them(tmp_path):
+    """Another writer wrote exactly our new bytes first; we also renamed the file, so our
+    update changes something and its precondition is checked: 409 (precondition failed),
+    and the memory holds the content we sent. That content is ours, landed: the base
+    takes it in that pass, no conflict, and only the rename is left to send."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_write("/a.md", "v2")
+        await eng.op_rename("/a.md", "/b.md")
+        first = len(eng.transport.records)
+        await eng.op_push()
+        node = eng.node("/b.md")
+        assert "POST" in sent(eng, first)[0] and eng.state.conflicts() == []
+        assert (node.base_path, node.base_sha) == ("/a.md", sha256(data("v2")))
+        await eng.op_push()
+        assert eng.server() == {"/b.md": (node.memory_id, sha256(data("v2")))}
+
+
+async def test_a_rename_into_a_place_another_rename_frees_goes_next_pass(tmp_path):
+    """b.md renamed to c.md, then a.md to b.md. If a's rename goes first it meets 409 at
+    /b.md, held by our own b, which moves away (a chain, not a cycle): a waits for the
+    next pass, and nothing is logged as a failure."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        a_mid, b_mid = eng.node("/a.md").memory_id, eng.node("/b.md").memory_id
+        await eng.op_rename("/b.md", "/c.md")
+        await eng.op_rename("/a.md", "/b.md")
+        await eng.op_push()
+        await eng.op_push()
+        assert eng.server() == {"/b.md": (a_mid, sha256(data("A"))),
+                                "/c.md": (b_mid, sha256(data("B")))}
+        assert eng.ctx.status.last_error is None
+
+
+async def test_a_rename_blocked_by_one_of_ours_moving_to_a_free_place_waits(tmp_path):
+    """b.md renamed to c.md, then a.md to b.md; the server refuses b's rename for now.
+    a's rename meets 409 at /b.md, held by our own b, which waits to move to /c.md,
+    a place no file of ours is leaving (a chain that ends, not a cycle): a waits for
+    b, nothing is parked, nothing is logged as a failure; once b's refusal is over,
+    both land."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        a_mid, b_mid = eng.node("/a.md").memory_id, eng.node("/b.md").memory_id
+        await eng.op_rename("/b.md", "/c.md")
+        await eng.op_rename("/a.md", "/b.md")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id == b_mid,
+                                         origins=("setup",), times=1)]
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sorted(sent(eng, first)) == sorted([f"POST {a_mid}", f"POST {b_mid}"])
+        assert [r.status for r in eng.transport.records[first:]
+                if r.memory_id == a_mid] == [409]
+        assert (result.pushed, result.progress) == (0, 1)  # b's refusal, a waits
+        assert eng.ctx.status.last_error is None
+        a = eng.node("/b.md")
+        assert (a.memory_id, a.fail_count, a.error, a.base_path) == (a_mid, 0, None, "/a.md")
+        assert eng.server() == {"/a.md": (a_mid, sha256(data("A"))),
+                                "/b.md": (b_mid, sha256(data("B")))}
+        await eng.pusher.flush(60.0)
+        assert eng.server() == {"/b.md": (a_mid, sha256(data("A"))),
+                                "/c.md": (b_mid, sha256(data("B")))}
+        assert eng.ctx.status.last_error is None and eng.state.conflicts() == []
+
+
+async def test_a_create_whose_path_another_writer_took_after_an_unlink_sends_nothing(
+        tmp_path):
+    """a.md's create is on its way; meanwhile it is unlinked here and another writer
+    creates /a.md. The create meets 409 (path taken): the file is gone, so there is
+    nothing to settle: no read of their memory, no conflict, nothing logged, and their
+    a.md comes to the tree with the next listing."""
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/a.md", "mine")
+        first = len(eng.transport.records)
+
+        async def meanwhile() -> None:
+            await eng.op_unlink("/a.md")
+            await eng.op_r_create("/a.md", "theirs")
+
+        result = await held_pass(eng, "before", meanwhile)
+        assert sent(eng, first) == ["POST memories"]
+        assert eng.transport.records[first].status == 409
+        assert (result.pushed, result.progress, result.left) == (0, 0, 0)
+        assert eng.ctx.status.last_error is None and eng.state.conflicts() == []
+        assert eng.node("/a.md") is None and not eng.state.doubts
+        [(mid, sha)] = eng.server().values()
+        await eng.op_reconcile()
+        assert (eng.node("/a.md").memory_id, eng.tree_sha("/a.md")) == (mid, sha)
+
+
+async def test_a_create_meets_a_memory_deleted_before_it_is_read_goes_next_pass(tmp_path):
+    """a.md's create meets 409: another writer's memory holds /a.md. Before the pusher
+    reads that memory, they delete it (the read meets 404): the path is free again, so
+    there is nothing to settle (no conflict, nothing logged) and the next pass creates
+    a.md."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_r_create("/a.md", "theirs")
+        [(their_mid, _sha)] = eng.server().values()
+        await eng.op_write("/a.md", "mine")
+        first = len(eng.transport.records)
+        result = await held_pass(eng, "after", lambda: eng.op_r_delete("/a.md"))
+        assert sent(eng, first) == ["POST memories", f"GET {their_mid}"]
+        assert [r.status for r in eng.transport.records[first:]] == [409, 404]
+        assert (result.pushed, result.progress) == (0, 0)
+        assert eng.ctx.status.last_error is None and eng.state.conflicts() == []
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.fail_count, node.sha) == (None, 0, sha256(data("mine")))
+        result = await eng.pusher.push_pass()
+        assert result.pushed == 1
+        assert eng.server() == {"/a.md": (eng.node("/a.md").memory_id, sha256(data("mine")))}
+
+
+async def test_a_create_meets_a_memory_already_holding_its_bytes_and_takes_it(tmp_path):
+    """a.md written here; before its create goes, another writer creates /a.md with the
+    very same bytes (no listing in between). The create meets 409 (path taken) on a memory
+    holding what it sent: that memory becomes the file's, counted as pushed, with no
+    conflict and nothing left to send."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_write("/a.md", "same")
+        await eng.op_r_create("/a.md", "same")
+        [(mid, _sha)] = eng.server().values()
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["POST memories", f"GET {mid}"]
+        assert (result.pushed, result.progress) == (1, 1)
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_sha) == (mid, sha256(data("same")))
+        assert eng.state.conflicts() == [] and eng.pusher.pending_total() == 0
+
+
+async def test_a_create_meets_a_memory_holding_what_an_earlier_create_sent(tmp_path):
+    """a.md's create of v1 was refused (403); another writer then creates /a.md holding
+    v1, the bytes we sent; a.md is written v2 here. Its create meets 409 (path taken) on
+    a memory holding what our earlier create sent: taken as ours (no conflict), and v2
+    goes over it."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", origins=("setup",),
+                                         times=1)]
+        await eng.op_write("/a.md", "v1")
+        await eng.op_push()
+        await eng.op_r_create("/a.md", "v1")
+        [(mid, _sha)] = eng.server().values()
+        await eng.op_write("/a.md", "v2")
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["POST memories", f"GET {mid}"]
+        assert (result.pushed, result.progress) == (1, 1)
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_sha) == (mid, sha256(data("v1")))
+        assert eng.state.conflicts() == []
+        await eng.op_push()
+        assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}
+
+
+async def test_an_update_meets_a_memory_holding_what_an_earlier_update_sent(tmp_path):
+    """a.md's update to v2 was refused (403); another writer then writes v2, the bytes we
+    sent; a.md is written v3 here. Its update (expecting v1) meets 409 (precondition
+    failed) on a memory holding what our earlier update sent: taken as ours (no
+    conflict), and v3 goes over it."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_write("/a.md", "v3")
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"POST {mid}", f"GET {mid}"]
+        assert (result.pushed, result.progress) == (1, 1)
+        assert eng.node("/a.md").base_sha == sha256(data("v2"))
+        assert eng.state.conflicts() == []
+        await eng.op_push()
+        assert eng.server() == {"/a.md": (mid, sha256(data("v3")))}
+
+
+async def test_a_delete_meets_our_refused_bytes_while_the_file_comes_back(tmp_path):
+    """a.md's update to v2 was refused (403: it waits); then a.md is unlinked, and another
+    writer writes v2, the very bytes we last sent. The delete (expecting v1) meets 409:
+    the memory holds what we sent, ours. Meanwhile a.md is written again here (it takes
+    back its memory): the delete is not sent again, nothing is logged as a bug, and the
+    new a.md goes over v2 with no conflict."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        assert eng.node("/a.md").sent_sha == sha256(data("v2"))  # (the last request's)
+        await eng.op_unlink("/a.md")
+        await eng.op_r_edit("/a.md", "v2")
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        result = await held_pass(eng, "before", lambda: eng.op_write("/a.md", "v3"))
+        assert sent(eng, first) == [f"DELETE {mid}", f"GET {mid}"]
+        assert (result.pushed, result.progress) == (0, 1)
+        assert eng.ctx.status.last_error is None and eng.state.tombstones == {}
+        assert eng.node("/a.md").memory_id == mid
+        await eng.pusher.flush(60.0)
+        assert eng.server() == {"/a.md": (mid, sha256(data("v3")))}
+        assert eng.state.conflicts() == [] and eng.ctx.status.last_error is None
+
+
+async def test_a_delete_of_a_memory_changed_there_is_dropped_and_said_so(tmp_path):
+    """a.md unlinked here; another writer changes it before the delete goes out (a
+    flush sends it at once). The delete, sent with the sha we deleted, is refused; the
+    pending delete is dropped, the memory stays and `memfs status` says so."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.pusher.push_pass(flush=True)
+        assert eng.state.tombstones == {}
+        assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == \
+            ["/a.md was deleted here but changed on the server; restoring the server's version"]
+
+
+async def test_a_delete_sent_early_for_a_rename_says_so_in_the_log(tmp_path, caplog):
+    """The log names the memory deleted before its delay was out, its path, and the path
+    that needed its place."""
+    caplog.set_level(logging.INFO, logger="memfs.sync.pusher")
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        a_mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_rename("/b.md", "/a.md")
+        await eng.op_push()
+        assert f"deleted {a_mid} (/a.md) early: /a.md needs its place" in caplog.messages
+
+
+async def test_a_rename_onto_our_own_delete_waits_and_says_why_when_deletes_are_off(tmp_path):
+    """As test_a_rename_onto_our_own_pending_delete_sends_that_delete_early, with
+    `--deletes log-only`: the delete is not sent early; the rename waits, and `memfs
+    status` says what holds its place and why."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        a_mid, b_mid = eng.node("/a.md").memory_id, eng.node("/b.md").memory_id
+        eng.ctx.options.deletes = "log-only"
+        await eng.op_unlink("/a.md")
+        await eng.op_rename("/b.md", "/a.md")
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"POST {b_mid}"] and result.pushed == 0
+        assert eng.server() == {"/a.md": (a_mid, sha256(data("A"))),
+                                "/b.md": (b_mid, sha256(data("B")))}
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "/a.md waits: the server still holds /a.md (deleted here) and deletes are "
+            "log-only"]
+
+
+async def test_a_rename_onto_our_delete_whose_file_is_unlinked_meanwhile_goes_on(tmp_path):
+    """b.md renamed to a.md, which was just unlinked: the rename meets 409 on our own
+    deleted memory, whose delete goes at once; while it is under way the new a.md is
+    unlinked too. The pass counts that file as moved on and sends nothing more for it
+    (its own delete waits out the delay); nothing is logged as a bug."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        b_mid = eng.node("/b.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_rename("/b.md", "/a.md")
+        first = len(eng.transport.records)
+        result = await held_pass(eng, "before", lambda: eng.op_unlink("/a.md"), index=1)
+        assert (result.pushed, result.progress) == (0, 1)
+        assert len(eng.transport.records) - first == 2 and eng.ctx.status.last_error is None
+        assert list(eng.state.tombstones) == [b_mid]
+        assert eng.server() == {"/b.md": (b_mid, sha256(data("B")))}
+
+
+async def test_a_rename_onto_a_path_a_stranger_took_there_is_a_conflict_saying_so(tmp_path):
+    """a.md renamed to b.md here while another writer creates /b.md: their b.md wins the
+    path, ours is kept as a conflict that says why."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A")
+        await eng.op_rename("/a.md", "/b.md")
+        await eng.op_r_create("/b.md", "theirs")
+        await eng.op_push()
+        assert [r["reason"] for r in eng.state.conflicts()] == \
+            ["another memory holds this path on the server"]
+
+
+async def test_a_swap_parks_one_memory_and_says_so_in_the_log(tmp_path, caplog):
+    """a.md and b.md swapped: the log names the memory moved out of the way and the
+    private place it was parked at."""
+    caplog.set_level(logging.INFO, logger="memfs.sync.pusher")
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        mids = {eng.node("/a.md").memory_id, eng.node("/b.md").memory_id}
+        await eng.op_rename("/a.md", "/c.md")
+        await eng.op_rename("/b.md", "/a.md")
+        await eng.op_rename("/c.md", "/b.md")
+        await eng.op_push()
+        parked = [m.split() for m in caplog.messages if m.startswith("rename cycle: parked ")]
+        assert len(parked) == 1 and parked[0][3] in mids
+        assert parked[0][5].startswith(f"{PARK_DIR}/{parked[0][3]}.")
+
+
+async def test_a_swap_whose_park_is_refused_makes_the_file_wait_and_says_why(tmp_path):
+    """a.md and b.md swapped; breaking the cycle moves a memory to a private place first
+    (its park), which the server refuses (403): that file waits with the refusal as its
+    error and the status says so; nothing is logged as a bug, the server is unchanged."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        before = eng.server()
+        await eng.op_rename("/a.md", "/c.md")
+        await eng.op_rename("/b.md", "/a.md")
+        await eng.op_rename("/c.md", "/b.md")
+        eng.transport.rules = [FaultRule(
+            lambda r: r.method == "POST"
+            and str((r.body or {}).get("path", "")).startswith(RESERVED_PREFIX),
+            origins=("setup",))]
+        first = len(eng.transport.records)
+        await eng.op_push()
+        parks = [r for r in eng.transport.records[first:] if r.status == 403]
+        assert parks and eng.server() == before
+        waiting = [n for n in eng.state.files() if n.error]
+        assert waiting and all(n.fail_count == 1 and n.error.startswith("PermissionDenied")
+                               and "refused by the test" in n.error for n in waiting)
+        assert eng.ctx.status.last_error is None
+        notes = [n.split(" ", 1)[1] for n in eng.ctx.status.warnings]  # (after the time)
+        assert sorted(notes) == sorted(
+            f"cannot push {eng.state.path_of(n)}: refused by the test (HTTP 403, "
+            "permission_error); it waits, the rest goes on" for n in waiting)
+
+
+async def test_a_conflict_met_while_the_file_has_unsaved_writes_waits_and_says_why(tmp_path):
+    """a.md's update (v2) goes out while another writer's edit is on the server and, by
+    the time its 409 comes back, a.md is open here with unsaved writes: the conflict
+    waits for the close, nothing of the file is touched, and the file's error says why."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_write("/a.md", "v2")
+
+        async def meanwhile() -> None:
+            await eng.op_open_write("/a.md", "unsaved")
+
+        result = await held_pass(eng, "before", meanwhile)
+        assert (result.pushed, result.progress) == (0, 0)
+        node = eng.node("/a.md")
+        assert node.error == ("changed on the server while open here with unsaved writes; "
+                              "settles after the close")
+        assert node.base_sha == sha256(data("v1")) and eng.state.conflicts() == []
+        assert eng.server() == {"/a.md": (mid, sha256(data("theirs")))}
+        await eng.op_close("/a.md")
+
+
+async def test_a_file_edited_here_and_deleted_there_is_created_again_and_said_so(tmp_path):
+    """Another writer deleted a.md's memory; a.md is edited here. Its update meets 404,
+    confirmed by a GET: in that pass the file lets go of the memory and `memfs status`
+    says it is re-created; the next pass creates it."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_r_delete("/a.md")
+        await eng.op_write("/a.md", "v2")
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"POST {mid}", f"GET {mid}"]
+        assert (result.pushed, result.progress) == (0, 1)
+        assert eng.node("/a.md").memory_id is None and eng.ctx.status.last_error is None
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "/a.md was deleted on the server but edited here; re-creating it"]
+        await eng.op_push()
+        new = eng.node("/a.md").memory_id
+        assert new != mid and eng.server() == {"/a.md": (new, sha256(data("v2")))}
+
+
+async def test_an_edit_refused_then_found_deleted_there_becomes_a_create(tmp_path):
+    """a.md edited here while another writer edits it (our update is refused: the
+    server moved) and then deletes it before we read it: the file is the only copy,
+    it becomes a new file to create and `memfs status` says so; nothing is a bug."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_write("/a.md", "mine")
+        await eng.op_r_edit("/a.md", "theirs")
+        await held_pass(eng, "before", lambda: eng.op_r_delete("/a.md"), index=1)
+        assert eng.node("/a.md").memory_id is None and eng.ctx.status.last_error is None
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == \
+            ["/a.md was deleted on the server but edited here; re-creating it"]
+
+
+async def test_a_refused_read_after_a_404_makes_the_file_wait_like_any_refusal(tmp_path):
+    """a.md edited here and deleted there; reading the memory back after the 404 is
+    refused (403). Like any other 403 on a push, the file waits (backoff) with the
+    refusal as its error (it was logged as a bug and retried every pass)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_write("/a.md", "v2")
+        await eng.op_r_delete("/a.md")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id,
+                                         origins=("setup",))]
+        await eng.op_push()
+        node = eng.node("/a.md")
+        assert node.fail_count == 1 and (node.error or "").startswith("PermissionDenied")
+        assert eng.ctx.status.last_error is None

@@ -1,0 +1,220 @@
+"""Requests in doubt (applied or not, their answer lost), resolved by the next pass: what
+that pass read, decided and sent. Each test pins a mutant of memfs/sync/doubts.py or of the
+pusher's handling of doubts that no test killed (docs/TESTING.md, "Mutation testing").
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+from interleave import FaultRule, age_tombstones
+from onepass import data, harness, lost_update, sent, synced
+
+from memfs.state.blobs import sha256
+from memfs.sync import doubts
+from memfs.sync.events import Subscriber
+
+
+async def test_a_lost_update_answer_found_applied_lands_on_its_memory(tmp_path):
+    """The update's answer was lost. The next pass asks the server first (one GET), finds
+    our write applied, and applies it as the answer: the file is clean, its memory the
+    same, and nothing is sent again."""
+    async with harness(tmp_path) as eng:
+        mid = await lost_update(eng)
+        first, pushed = len(eng.transport.records), eng.ctx.status.pushed
+        sub = Subscriber()
+        eng.ctx.events.attach(sub)
+        await eng.op_push()
+        event = sub.receive.receive_nowait()  # `memfs watch` hears the push, of that memory
+        assert (event.kind, event.path, event.memory_id) == ("pushed", "/a.md", mid)
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_sha, node.sent_sha) == (mid, sha256(data("v2")), None)
+        assert eng.ctx.status.pushed == pushed + 1  # the lost answer's push, counted once
+        assert not eng.state.doubts and not eng.state.is_dirty(node)
+        assert sent(eng, first) == [f"GET {mid}"]
+
+
+async def test_a_file_deleted_while_its_update_is_in_doubt_stays_deleted(tmp_path):
+    """a.md edited to v2, the update's answer lost (applied); then a.md is unlinked. The
+    doubt cannot be resolved yet (the server refuses its read), and a full listing
+    shows the memory holding v2: what we last sent, not another writer's change. The
+    file stays deleted, its pending delete now expects v2 (the delete and the request in
+    doubt are what is pending), and it goes out later."""
+    async with harness(tmp_path) as eng:
+        mid = await lost_update(eng)
+        await eng.op_unlink("/a.md")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id == mid,
+                                         origins=("setup",), times=1)]
+        first = len(eng.transport.records)
+        await eng.op_reconcile()
+        assert f"GET {mid}" in sent(eng, first) and eng.state.doubts  # refused: it waits
+        assert eng.node("/a.md") is None and list(eng.state.files()) == []
+        assert eng.state.tombstones[mid].base_sha == sha256(data("v2"))
+        assert eng.pusher.pending_total() == 2  # the delete, and the update in doubt
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        await eng.op_push()
+        assert sent(eng, first) == [f"GET {mid}", f"DELETE {mid}"]  # the doubt, then the delete
+        assert eng.transport.records[-1].query["expected_content_sha256"] == sha256(data("v2"))
+        assert eng.server() == {} and eng.state.tombstones == {} and not eng.state.doubts
+
+
+async def test_a_doubt_whose_file_took_the_server_version_since_keeps_it(tmp_path):
+    """a.md's update to v2 was applied, its answer lost; another writer then made v3, and
+    a listing (the doubt's read refused for now) took v3 into the tree, ours kept as a
+    conflict. The next pass finds v2 in the memory's versions: applied, but written over
+    since, and the base the listing set stands: a.md is v3 and clean, nothing to send."""
+    async with harness(tmp_path) as eng:
+        mid = await lost_update(eng)
+        await eng.op_r_edit("/a.md", "v3")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id == mid,
+                                         origins=("setup",), times=1)]
+        await eng.op_reconcile()
+        node = eng.node("/a.md")
+        assert eng.state.doubts and node.base_sha == sha256(data("v3"))
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        node = eng.node("/a.md")
+        assert (node.base_sha, node.sha) == (sha256(data("v3")), sha256(data("v3")))
+        assert not eng.state.doubts and not eng.state.is_dirty(node)
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions"]
+        assert (result.pushed, result.progress) == (0, 1)  # resolved, no push of ours
+
+
+def test_versions_in_doubt_are_read_from_no_earlier_than_the_epoch():
+    """A request sent less than SKEW after 1970 (a board with no real-time clock, before
+    its clock is set): the versions are read from the epoch on, to the microsecond."""
+    assert doubts._since(0.0) == "1970-01-01T00:00:00.000000Z"
+    assert doubts._since(doubts.SKEW + 0.5) == "1970-01-01T00:00:00.500000Z"
+
+
+async def test_a_lost_update_written_over_since_lands_and_the_next_listing_takes_theirs(
+        tmp_path):
+    """a.md's update to v2 was applied, its answer lost; then another writer wrote v3.
+    The next pass reads the memory (v3) and its versions since: ours is among them, so
+    our update landed (counted as pushed, the base is v2, nothing is sent again and no
+    conflict); the next listing brings v3."""
+    async with harness(tmp_path) as eng:
+        mid = await lost_update(eng)
+        await eng.op_r_edit("/a.md", "v3")
+        first, pushed = len(eng.transport.records), eng.ctx.status.pushed
+        result = await eng.pusher.push_pass()
+        assert [r.method for r in eng.transport.records[first:]] == ["GET", "GET"]
+        assert (result.pushed, eng.ctx.status.pushed) == (1, pushed + 1)
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_sha, node.sha) == (mid, sha256(data("v2")),
+                                                            sha256(data("v2")))
+        assert not eng.state.doubts and not eng.state.is_dirty(node)
+        assert eng.state.conflicts() == []
+        await eng.op_reconcile()
+        assert eng.tree_sha("/a.md") == sha256(data("v3")) and eng.state.conflicts() == []
+
+
+async def test_a_lost_update_written_over_after_a_listing_took_theirs_is_not_sent_again(
+        tmp_path):
+    """a.md's update to v2 was applied, its answer lost; another writer wrote v3 over it.
+    A listing came while the doubt could not be resolved (its read refused): v3 took the
+    tree and our v2 is kept as a conflict. The next pass finds v2 among the versions, but
+    the base has moved since (the listing set it): our write is superseded, so nothing is
+    sent, the file stays clean at v3 and the conflict stays."""
+    async with harness(tmp_path) as eng:
+        mid = await lost_update(eng)
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id == mid,
+                                         origins=("setup",), times=1)]
+        await eng.op_r_edit("/a.md", "v3")
+        await eng.op_reconcile()
+        node = eng.node("/a.md")
+        assert eng.state.doubts and node.base_sha == sha256(data("v3"))
+        [row] = eng.state.conflicts()
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions"]
+        assert (result.pushed, result.progress, result.left) == (0, 1, 0)
+        assert (node.sha, node.base_sha) == (sha256(data("v3")), sha256(data("v3")))
+        assert not eng.state.doubts and not eng.state.is_dirty(node)
+        assert eng.state.conflicts() == [row] and row["local_sha"] == sha256(data("v2"))
+
+
+async def test_lost_answers_of_two_updates_found_applied_count_two_and_say_so_in_the_log(
+        tmp_path, caplog):
+    """a.md and b.md edited, both updates applied and both answers lost. The next pass
+    finds both applied: two pushes, and the log names each file and its memory."""
+    caplog.set_level(logging.INFO, logger="memfs.sync.doubts")
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="a1", b="b1")
+        mids = {p: eng.node(p).memory_id for p in ("/a.md", "/b.md")}
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "a2")
+        await eng.op_push()  # (a lost answer ends the pass: b's goes in the next one)
+        eng.transport.rules = [  # a's doubt cannot be read yet; b's answer lost too
+            FaultRule(lambda r: r.method == "GET" and r.memory_id == mids["/a.md"],
+                      origins=("setup",), times=1),
+            FaultRule(lambda r: r.method == "POST" and r.memory_id == mids["/b.md"],
+                      kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/b.md", "b2")
+        await eng.op_push()
+        assert len(eng.state.doubts) == 2
+        first, pushed = len(eng.transport.records), eng.ctx.status.pushed
+        result = await eng.pusher.push_pass()
+        assert sorted(sent(eng, first)) == sorted(f"GET {m}" for m in mids.values())
+        assert (result.pushed, eng.ctx.status.pushed) == (2, pushed + 2)
+        assert not eng.state.doubts
+        for path, mid in mids.items():
+            assert (f"request in doubt for {path}: applied on the server ({mid}); its lost "
+                    "answer is applied now") in caplog.messages
+
+
+async def test_an_update_in_doubt_not_applied_is_said_so_in_the_log_and_sent_again(
+        tmp_path, caplog):
+    """a.md's update met 503s (a proxy's: it may have been applied); the memory shows no
+    trace of it. The next pass says so in the log and sends the update again."""
+    caplog.set_level(logging.INFO, logger="memfs.sync.doubts")
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="fail", origins=("setup",))]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        assert eng.state.doubts and eng.server() == {"/a.md": (mid, sha256(data("v1")))}
+        eng.transport.rules = []
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert "request in doubt for /a.md: not applied on the server" in caplog.messages
+        assert sent(eng, first)[0] == f"GET {mid}" and sent(eng, first)[-1] == f"POST {mid}"
+        assert result.pushed == 1 and not eng.state.doubts
+        assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}
+
+
+async def test_a_create_in_doubt_skips_a_like_memory_created_before_it_was_sent(
+        tmp_path, monkeypatch):
+    """Another writer created /a.md holding v1 and moved it to b.md (this mount has not
+    listed it yet); then a.md is written v1 here, and its create meets 503s (not applied;
+    it may have been, for all the mount knows). The next pass reads only the memories
+    created since the create was sent (SKEW set to 0 here): theirs, older, is not taken
+    for ours, and the create goes out again."""
+    monkeypatch.setattr(doubts, "SKEW", 0.0)
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_r_create("/a.md", "v1")
+        await eng.op_r_rename("/a.md", "/b.md")
+        [(theirs, _sha)] = eng.server().values()
+        await trio.sleep(0.001)  # (their create is older than ours by the clock)
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", kind="fail",
+                                         origins=("setup",))]
+        await eng.op_write("/a.md", "v1")
+        await eng.op_push()
+        [ticket] = eng.state.doubts.values()
+        eng.transport.rules = []
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["GET memory_versions", "POST memories"]
+        assert eng.transport.records[first].query["created_at[gte]"] == doubts._since(
+            ticket.sent_at)
+        assert result.pushed == 1 and not eng.state.doubts
+        mid = eng.node("/a.md").memory_id
+        assert mid != theirs
+        assert eng.server() == {"/a.md": (mid, sha256(data("v1"))),
+                                "/b.md": (theirs, sha256(data("v1")))}

@@ -1,0 +1,472 @@
+"""What one listing or one feed poll did, checked right after it: the rows it applied (new,
+renamed, changed, deleted memories; conflicts with local files), what `memfs watch` hears
+and `memfs status` shows, what it asked the server. Each test pins a mutant of the
+reconciler that no test killed (docs/TESTING.md, "Mutation testing"); some found defects
+(a change the feed showed while the file had unsaved writes waited for the next full
+listing; a new memory under a file the same listing moved away was not shown).
+"""
+
+from __future__ import annotations
+
+import time
+
+from interleave import age_tombstones
+from onepass import data, harness, held_pass, sent, synced
+
+from memfs.core.nodes import PARK_DIR
+from memfs.mount.engine import store_status
+from memfs.state.blobs import sha256
+from memfs.sync import feed as feed_mod
+from memfs.sync.events import Subscriber
+from memfs.sync.reconciler import PARK_PATIENCE
+
+
+async def test_each_feed_poll_is_counted_and_a_full_listing_is_not_one(tmp_path):
+    """`memfs_feed_polls` (the metrics endpoint): one per poll of the change feed."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        assert eng.ctx.metrics.feed_polls == 0
+        await eng.op_poll()
+        await eng.op_poll()
+        assert eng.ctx.metrics.feed_polls == 2
+
+
+async def test_a_change_the_feed_let_wait_is_not_counted_as_missed(tmp_path):
+    """A change the feed named while the file had unsaved writes waits; the safety net's
+    full listing then applies it. The feed missed nothing (it named the change), and the
+    count that must stay 0 stays 0."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_open_write("/a.md", "v1")
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_poll()
+        await eng.op_close("/a.md")
+        eng.reconciler.last_full -= eng.ctx.options.full_resync  # the safety net is due
+        listed = eng.ctx.status.last_full_listing_at
+        await eng.op_poll()
+        assert eng.ctx.status.last_full_listing_at != listed  # (a full listing)
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))
+        assert eng.ctx.status.feed_missed == 0
+        assert not any("missed" in note for note in eng.ctx.status.warnings)
+
+
+async def test_a_listing_saves_when_it_last_synced(tmp_path):
+    """For `memfs status` of an unmounted store (it reads state.db): when the last pass
+    ended, and how long it took (no longer than the listing, seen from outside)."""
+    async with harness(tmp_path) as eng:
+        before = time.time()
+        await eng.op_reconcile()
+        after = time.time()
+        at, seconds = (float(eng.state.get_meta(k)) for k in ("last_sync_at",
+                                                               "last_sync_seconds"))
+        assert before <= at <= after and 0 <= seconds <= after - before
+        assert (at, seconds) == (eng.ctx.status.last_sync_at, eng.ctx.status.last_sync_seconds)
+
+
+async def test_a_full_listing_leaves_a_file_deleted_here_deleted(tmp_path):
+    """a.md unlinked: its delete waits out the delay, the memory still on the server. A
+    full listing shows that memory (no file holds it): it stays a pending delete, not a
+    new memory to show (the file must not come back)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_reconcile()
+        assert eng.node("/a.md") is None and mid in eng.state.tombstones
+
+
+async def test_a_listing_that_meets_an_unpushed_edit_keeps_it_as_a_conflict(tmp_path):
+    """a.md edited here (not pushed yet) and there: the listing puts the server's version
+    in the tree and keeps ours as a conflict that says why (`memfs conflicts` shows it)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="base")
+        await eng.op_write("/a.md", "mine")
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_reconcile()
+        assert eng.tree_sha("/a.md") == sha256(data("theirs"))
+        [row] = eng.state.conflicts()
+        assert (row["local_sha"], row["reason"]) == \
+            (sha256(data("mine")), "changed on the server and here at the same time")
+
+
+async def test_a_new_memory_from_the_server_is_told_as_created(tmp_path):
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        sub = Subscriber()
+        eng.ctx.events.attach(sub)
+        await eng.op_r_create("/n.md", "new")
+        await eng.op_reconcile()
+        event = sub.receive.receive_nowait()
+        assert (event.kind, event.path) == ("created", "/n.md")
+
+
+async def test_a_feed_batch_goes_on_past_a_memory_made_and_deleted_elsewhere(tmp_path):
+    """One poll's changes: x made and deleted by another writer (nothing to do here),
+    then an edit of a.md and a new z.md: both applied in that poll."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_poll()  # the feed's first poll: its starting point
+        await eng.op_r_create("/x.md", "x")
+        x_mid = eng.server()["/x.md"][0]
+        await eng.op_r_delete("/x.md")
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_r_create("/z.md", "z")
+        await eng.op_r_create("/y.md", "y")
+        y_mid = eng.server()["/y.md"][0]
+        await eng.op_r_delete("/y.md")
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        assert not {f"GET {x_mid}", f"GET {y_mid}"} & set(sent(eng, first))  # never here
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))
+        assert eng.tree_sha("/z.md") == sha256(data("z"))
+
+
+async def test_a_remote_rename_is_told_as_renamed(tmp_path):
+    """`memfs watch` hears a memory moved on the server as "renamed", with both paths."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        sub = Subscriber()
+        eng.ctx.events.attach(sub)
+        await eng.op_r_rename("/a.md", "/b.md")
+        await eng.op_reconcile()
+        event = sub.receive.receive_nowait()
+        assert (event.kind, event.path, event.old_path) == ("renamed", "/b.md", "/a.md")
+        assert eng.tree_sha("/b.md") == sha256(data("v1"))
+
+
+async def test_a_change_seen_while_the_file_had_unsaved_writes_is_read_again(tmp_path):
+    """A poll met another writer's v2 while a.md was open with unsaved writes: the row
+    waits (content WAIT). Those writes were v1 again (nothing to push at the close), so
+    no push meets the change either: the next poll names a.md once more and takes v2."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_open_write("/a.md", "v1")
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_poll()
+        assert eng.tree_sha("/a.md") == sha256(data("v1"))  # waits for the close
+        await eng.op_close("/a.md")
+        await eng.op_push()
+        await eng.op_poll()
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))
+
+
+async def test_a_feed_read_older_than_a_fetch_does_not_roll_the_file_back(tmp_path):
+    """The feed names a.md (another writer's v2); while its read of a.md is on the way back,
+    the writer makes v3 and a read here (a cache miss) fetches v3, which the file takes.
+    The poll's answer (v2) is older than that base: it is skipped, and a.md stays v3."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/a.md", "v1")
+        await eng.op_reconcile()  # a.md listed, its content not fetched
+        mid = eng.node("/a.md").memory_id
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_r_edit("/a.md", "v2")
+        first = len(eng.transport.records)
+
+        async def meanwhile() -> None:
+            await eng.op_r_edit("/a.md", "v3")
+            await eng.op_read("/a.md")
+            assert eng.node("/a.md").base_sha == sha256(data("v3"))
+
+        await held_pass(eng, "after", meanwhile, index=1, action=eng.op_poll)
+        assert sent(eng, first)[:2] == ["GET memory_versions", f"GET {mid}"]  # (held: 1)
+        assert eng.tree_sha("/a.md") == sha256(data("v3"))
+        assert eng.node("/a.md").base_sha == sha256(data("v3"))
+
+
+async def test_a_memory_deleted_here_and_changed_there_is_restored_and_said_so(tmp_path):
+    """a.md unlinked here (its delete waits out the delay); another writer changes it. The
+    listing restores the server's version and says so in `memfs status`."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_unlink("/a.md")
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_reconcile()
+        assert eng.tree_sha("/a.md") == sha256(data("v2")) and eng.state.tombstones == {}
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == \
+            ["/a.md was deleted here but changed on the server; restoring the server's version"]
+
+
+async def test_a_remote_rename_onto_a_new_local_file_waits_and_says_why(tmp_path):
+    """Another writer renamed a.md to b.md while a new b.md, not pushed yet, is open here
+    with unsaved writes: the listing cannot move a.md onto it (no later row frees the
+    place), leaves a.md where it is and says why in `memfs status`."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A")
+        await eng.op_write("/b.md", "mine")
+        await eng.op_open_write("/b.md", "mine, more")
+        await eng.op_r_rename("/a.md", "/b.md")
+        await eng.op_reconcile()
+        a = eng.node("/a.md")
+        assert (a.base_path, eng.state.is_dirty(a)) == ("/a.md", False)
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "cannot move /a.md to /b.md (renamed on the server): the place is taken locally"]
+        await eng.op_close("/b.md")
+
+
+async def test_a_pending_delete_of_a_memory_deleted_elsewhere_is_settled_by_a_listing(
+        tmp_path):
+    """a.md unlinked here (its delete waits out the delay) and deleted on the server by
+    another writer: the listing confirms it gone (404) and nothing is left to send."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_r_delete("/a.md")
+        first = len(eng.transport.records)
+        await eng.op_reconcile()
+        assert f"GET {mid}" in sent(eng, first)
+        assert eng.state.tombstones == {} and eng.pusher.pending_total() == 0
+        first = len(eng.transport.records)
+        age_tombstones(eng)
+        await eng.op_push()
+        assert sent(eng, first) == []
+
+
+async def test_status_shows_a_feed_anchored_at_an_empty_stores_start(tmp_path):
+    """A listing of a store that never had a version anchors the feed at its start:
+    `memfs status` says "the store's start", not a time."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        assert store_status(eng.store)["feed"]["position"] == "the store's start"
+        await eng.op_r_create("/n.md", "new")
+        await eng.op_poll()
+        assert store_status(eng.store)["feed"]["position"] != "the store's start"
+
+
+async def test_another_clients_park_is_left_alone_until_it_is_abandoned(tmp_path):
+    """Another client moved a.md's memory to a park place (its swap under way): the
+    listing leaves the file alone (nothing to push). Once that park has stood longer
+    than PARK_PATIENCE, it is abandoned: our place wins and the push moves it back."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        park = f"{PARK_DIR}/{mid}.0badcafe"
+        await eng.op_r_rename("/a.md", park)
+        await eng.op_reconcile()
+        assert eng.node("/a.md").base_path == "/a.md" and eng.pusher.pending_total() == 0
+        eng.reconciler._parked_since[mid] -= PARK_PATIENCE + 1.0
+        await eng.op_reconcile()
+        assert eng.node("/a.md").base_path == park and eng.pusher.pending_total() == 1
+        await eng.op_push()
+        assert eng.server() == {"/a.md": (mid, sha256(data("v1")))}
+
+
+async def test_a_listing_takes_a_memory_holding_a_new_files_bytes_as_its_own(tmp_path):
+    """a.md written here, not pushed yet; another writer creates /a.md with the very same
+    bytes. The listing makes their memory this file's (no conflict, nothing to push)."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_write("/a.md", "same")
+        await eng.op_r_create("/a.md", "same")
+        [(mid, _sha)] = eng.server().values()
+        await eng.op_reconcile()
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_path, node.base_sha) == \
+            (mid, "/a.md", sha256(data("same")))
+        assert eng.state.conflicts() == [] and eng.pusher.pending_total() == 0
+
+
+async def test_a_poll_reads_our_own_writes_as_ours(tmp_path):
+    """The feed's cost per poll (`memfs status`): the versions our own pushes wrote are
+    counted as ours, no news to apply."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        await eng.op_poll()
+        cost = eng.ctx.status.feed_polls[-1]
+        assert (cost["versions"], cost["own"]) == (2, 2)
+
+
+async def test_a_poll_after_our_own_deletes_reads_them_as_no_news(tmp_path, monkeypatch):
+    """`rm` of many files: their deletes pushed, the next poll reads those versions. No
+    file and no pending delete holds them: already applied here, they are no news, and
+    the poll does not fall back to a full listing (as it does when too many are)."""
+    monkeypatch.setattr(feed_mod, "MAX_VERSIONS", 2)
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B", c="C")
+        await eng.op_poll()  # the feed's starting point
+        for name in ("a", "b", "c"):
+            await eng.op_unlink(f"/{name}.md")
+        age_tombstones(eng)
+        await eng.op_push()
+        assert eng.server() == {} and eng.state.tombstones == {}
+        listed = eng.ctx.status.last_full_listing_at
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        assert eng.ctx.status.last_full_listing_at == listed
+        assert not any(r.is_listing for r in eng.transport.records[first:])
+
+
+async def test_a_listing_shows_a_new_memory_where_one_of_ours_moved_away(tmp_path):
+    """Another writer moves the file /notes to /old-notes and creates /notes/today.md
+    (a directory where the file was). One listing moves our file first, then shows the
+    new memory in the new directory; nothing is said to collide."""
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/notes", "N")
+        await eng.op_push()
+        mid = eng.node("/notes").memory_id
+        await eng.op_r_rename("/notes", "/old-notes")
+        await eng.op_r_create("/notes/today.md", "T")
+        await eng.op_reconcile()
+        assert eng.node("/old-notes").memory_id == mid
+        assert eng.tree_sha("/notes/today.md") == sha256(data("T"))
+        assert not any("overlaps" in note for note in eng.ctx.status.warnings)
+
+
+async def test_a_listing_shows_a_new_memory_where_a_chain_of_ours_moved_away(tmp_path):
+    """As test_a_listing_shows_a_new_memory_where_one_of_ours_moved_away, but our /notes
+    moves to /old-notes, which our other file leaves for /older later in the pass (a
+    chain): /notes moves only once the rest of the pass is applied, and the new
+    /notes/today.md is tried again after it, in the same listing. (It was not: the file
+    was missing, the status said it overlapped a local file, and the feed's next polls
+    did not bring it either, the listing having shown it: it waited for the next full
+    listing, `full_resync`, 10 minutes.)"""
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/notes", "N")
+        await eng.op_write("/old-notes", "O")
+        await eng.op_push()
+        await eng.op_r_rename("/old-notes", "/older")
+        await eng.op_r_rename("/notes", "/old-notes")
+        await eng.op_r_create("/notes/today.md", "T")
+        await eng.op_reconcile()
+        assert (eng.tree_sha("/old-notes"), eng.tree_sha("/older")) == \
+            (sha256(data("N")), sha256(data("O")))
+        assert eng.tree_sha("/notes/today.md") == sha256(data("T"))
+        assert not any("overlaps" in note for note in eng.ctx.status.warnings)
+
+
+async def test_a_full_listing_lists_the_root_then_each_directory_at_once(tmp_path):
+    """A store with memories at the root and in two directories: a full listing asks for
+    the root's own entries (`depth=1`: its files, and one marker per directory), then
+    lists the directories by prefix, both at once (a store of many directories is listed
+    in the time of its largest one, not page after page); every memory is shown."""
+    async with harness(tmp_path) as eng:
+        for path in ("/r.md", "/a/x.md", "/b/c/y.md"):
+            await eng.op_r_create(path, path)
+        first = len(eng.transport.records)
+
+        def listings() -> list[tuple[str | None, str | None]]:
+            return sorted(((r.query.get("depth"), r.query.get("path_prefix"))
+                           for r in eng.transport.records[first:] if r.is_listing), key=str)
+
+        async def meanwhile() -> None:  # the first directory's listing held: both went
+            assert listings() == [("1", None), (None, "/a/"), (None, "/b/")]
+
+        # (requests 0 and 1: the root's listing and the feed's head, read alongside it)
+        await held_pass(eng, "before", meanwhile, index=2, action=eng.op_reconcile)
+        assert listings() == [("1", None), (None, "/a/"), (None, "/b/")]
+        assert {p: eng.tree_sha(p) for p in ("/r.md", "/a/x.md", "/b/c/y.md")} == \
+            {p: sha256(data(p)) for p in ("/r.md", "/a/x.md", "/b/c/y.md")}
+
+
+async def test_a_new_memory_met_while_a_new_file_there_had_unsaved_writes_is_read_again(
+        tmp_path):
+    """a.md is new here (not pushed yet) and open with unsaved writes when the feed shows
+    another writer's new /a.md: that row waits for the close. The feed will not show the
+    memory again, so the next poll names it once more (no push in between): their a.md
+    takes the tree and ours is kept as a conflict."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()  # the feed's starting point
+        await eng.op_write("/a.md", "mine")
+        await eng.op_open_write("/a.md", "mine, more")
+        await eng.op_r_create("/a.md", "theirs")
+        [(mid, _sha)] = eng.server().values()
+        await eng.op_poll()
+        assert eng.node("/a.md").memory_id is None and eng.state.conflicts() == []
+        await eng.op_close("/a.md")
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        assert f"GET {mid}" in sent(eng, first)
+        node = eng.node("/a.md")
+        assert (node.memory_id, eng.tree_sha("/a.md")) == (mid, sha256(data("theirs")))
+        [row] = eng.state.conflicts()
+        assert (row["local_sha"], row["reason"]) == \
+            (sha256(data("mine, more")), "another writer created the same path")
+
+
+async def test_a_memory_deleted_here_and_moved_there_onto_a_new_file_is_a_conflict(tmp_path):
+    """a.md unlinked here (its delete waits out the delay) and a new b.md written here (not
+    pushed yet); another writer edits a.md and moves it to /b.md. Their edit wins over our
+    delete, which is dropped; /b.md is taken here, so once the rest of the listing is
+    applied their b.md takes the tree and ours is kept as a conflict: nothing is left to
+    delete."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_write("/b.md", "mine")
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_r_rename("/a.md", "/b.md")
+        await eng.op_reconcile()
+        assert eng.state.tombstones == {}
+        node = eng.node("/b.md")
+        assert (node.memory_id, eng.tree_sha("/b.md")) == (mid, sha256(data("theirs")))
+        assert [r["local_sha"] for r in eng.state.conflicts()] == [sha256(data("mine"))]
+        assert eng.node("/a.md") is None
+
+
+async def test_a_remote_edit_a_listing_takes_drops_the_kernels_cached_pages(tmp_path):
+    """a.md was read here (the kernel may hold its pages); another writer edits it. The
+    listing that takes their version queues an invalidation of a.md's inode (the daemon
+    sends it outside any FUSE request): the next read shows their bytes, not the old
+    pages."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_reconcile()
+        eng.ctx.take_invalidations()
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_reconcile()
+        assert eng.ctx.take_invalidations() == [("inode", eng.node("/a.md").ino)]
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))
+
+
+async def test_a_pending_delete_of_a_memory_deleted_elsewhere_is_settled_by_a_poll(tmp_path):
+    """As test_a_pending_delete_of_a_memory_deleted_elsewhere_is_settled_by_a_listing, but
+    the feed names the delete: the poll confirms it gone (404) and the pending delete is
+    settled in that poll, nothing left to send."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_unlink("/a.md")
+        await eng.op_r_delete("/a.md")
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        assert f"GET {mid}" in sent(eng, first)
+        assert eng.state.tombstones == {} and eng.pusher.pending_total() == 0
+
+
+async def test_a_file_edited_here_and_deleted_there_is_kept_and_said_so(tmp_path):
+    """a.md edited here (not pushed yet) while another writer deletes it: the listing keeps
+    the file, to be re-created, and `memfs status` says so."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_write("/a.md", "mine")
+        await eng.op_r_delete("/a.md")
+        await eng.op_reconcile()
+        assert eng.tree_sha("/a.md") == sha256(data("mine"))
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "/a.md was deleted on the server but edited here; re-creating it from the file"]
+
+
+async def test_a_poll_applies_the_deletes_it_names_before_the_other_changes(tmp_path):
+    """One poll names a memory deleted by another writer and an edit of another one (the
+    delete's memory the newer of the two): `memfs watch` hears the delete first (deletes
+    go first, they free paths the other rows may need), then the edit."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        by_id = sorted((eng.node(p).memory_id, p) for p in ("/a.md", "/b.md"))
+        (_older, edited), (gone_mid, gone) = by_id
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_r_delete(gone)
+        await eng.op_r_edit(edited, "theirs")
+        sub = Subscriber()
+        eng.ctx.events.attach(sub)
+        await eng.op_poll()
+        events = [sub.receive.receive_nowait() for _ in range(2)]
+        assert [(e.kind, e.path) for e in events] == [("deleted", gone), ("modified", edited)]
+        assert events[0].memory_id == gone_mid

@@ -1,0 +1,197 @@
+"""The pusher's and the reconciler's loops, run for a few turns on the harness's engine (a
+mount runs them; the interleaving harness runs the passes itself): when they wake, how long
+they wait, how they go on after a refusal, a lost server or a bug. Clocks are stopped or
+recorded, never raced. Each test pins a mutant that no test killed (docs/TESTING.md,
+"Mutation testing").
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import trio
+import trio.testing
+from interleave import FaultRule
+from onepass import data, harness, until
+
+from memfs.state.blobs import sha256
+from memfs.sync import pusher as pusher_mod
+from memfs.sync import reconciler as reconciler_mod
+
+
+async def test_the_push_loop_sends_a_write_once_its_write_back_delay_has_passed(tmp_path):
+    """The pusher's loop, started after a close: it waits out the write-back delay (the
+    close's wake-up taken, nothing else wakes it) and then pushes."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.write_back_delay = 0.3
+        await eng.op_write("/a.md", "v1")
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.pusher.run)
+            await until(lambda: "/a.md" in eng.server())
+            await eng.pusher.stop()
+        assert eng.pusher.pending_total() == 0
+
+
+async def test_a_refused_listing_is_reported_and_the_loop_goes_on(tmp_path):
+    """The listing is refused (403, not a connection failure): the reconciler's loop says
+    so in the status and keeps running; woken, its next listing shows the store."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/n.md", "new")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET", origins=("setup",),
+                                         times=1)]
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.reconciler.run)
+            await until(lambda: (eng.ctx.status.last_error or "").startswith("listing failed"))
+            eng.ctx.reconcile_wakeup.set()  # not the 5 s a refusal waits
+            await until(lambda: eng.tree_sha("/n.md") == sha256(data("new")))
+            loops.cancel_scope.cancel()
+
+
+async def test_a_listing_that_meets_no_server_goes_offline_and_the_loop_goes_on(tmp_path):
+    """The listing's connection drops (no answer): the reconciler's loop says the mount is
+    offline and keeps running; woken, its next listing shows the store, and the mount
+    is online again."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/n.md", "new")
+        eng.transport.rules = [FaultRule(lambda r: r.is_listing, kind="lose",
+                                         origins=("setup",), times=1)]
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.reconciler.run)
+            await until(lambda: not eng.ctx.status.online)
+            assert eng.ctx.status.offline_reason.startswith("APIConnectionError")
+            eng.ctx.reconcile_wakeup.set()  # not the backoff's wait
+            await until(lambda: eng.tree_sha("/n.md") == sha256(data("new")))
+            assert eng.ctx.status.online and eng.ctx.status.offline_reason is None
+            loops.cancel_scope.cancel()
+
+
+async def test_the_push_loop_takes_its_wake_up_and_sleeps_until_the_next(tmp_path):
+    """The loop, woken by a close, pushes the file and then sleeps until the next change:
+    the wake-up it took is spent (a loop that kept it would wake and rescan every file,
+    ten times a second, for as long as the mount is up)."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.write_back_delay = 0.2
+        await eng.op_write("/a.md", "v1")
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.pusher.run)
+            await until(lambda: "/a.md" in eng.server())
+            await trio.testing.wait_all_tasks_blocked()
+            assert not eng.ctx.push_wakeup.is_set()
+            await eng.pusher.stop()
+
+
+async def test_the_push_loop_offline_waits_for_the_server_then_pushes_at_once(tmp_path):
+    """No server answers: the loop's pass goes offline (the status says so) and the loop
+    backs off; when the server is found again (the reconciler's listing comes back
+    online), the loop pushes at once, not at the end of its backoff."""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = [FaultRule(lambda r: True, kind="fail", origins=("setup",))]
+        await eng.op_write("/a.md", "v1")
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.pusher.run)
+            await until(lambda: not eng.ctx.status.online)
+            eng.transport.rules = []
+            eng.ctx.came_online()  # what the reconciler does on its next good listing
+            await until(lambda: "/a.md" in eng.server())
+            await eng.pusher.stop()
+        assert eng.pusher.pending_total() == 0 and eng.ctx.status.online
+
+
+class _Trio:
+    """The reconciler's `trio`, with the waits of its loop (`move_on_after`) recorded."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(trio, name)
+
+    def move_on_after(self, seconds: float) -> trio.CancelScope:
+        self.waits.append(seconds)
+        return trio.move_on_after(seconds)
+
+
+class _Monotonic:
+    """The reconciler's `time`, its monotonic clock stopped (moved by the test)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+async def test_the_listing_loop_waits_a_turn_after_a_pass_and_five_seconds_after_a_refusal(
+        tmp_path, monkeypatch):
+    """A pass just ran (the mount's first listing): the reconciler's loop waits one poll
+    interval before its own. Then its listing is refused (403): it waits 5 s (longer
+    than the 1 s poll interval) before the next, unless woken."""
+    fake = _Trio()
+    monkeypatch.setattr(reconciler_mod, "trio", fake)
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET", origins=("setup",),
+                                         times=1)]
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.reconciler.run)
+            await until(lambda: len(fake.waits) == 1)
+            eng.ctx.reconcile_wakeup.set()  # not the poll interval
+            await until(lambda: (eng.ctx.status.last_error or "").startswith("listing failed"))
+            await until(lambda: len(fake.waits) == 2)
+            loops.cancel_scope.cancel()
+        assert fake.waits == [eng.ctx.options.poll_interval, 5.0]
+
+
+async def test_the_listing_loop_goes_at_once_when_a_poll_interval_has_passed(
+        tmp_path, monkeypatch):
+    """The last pass ended exactly one poll interval ago: the loop's pass is due, it runs
+    at once (no wait first)."""
+    clock = _Monotonic()
+    monkeypatch.setattr(reconciler_mod, "time", clock)
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        assert eng.reconciler.last_pass == 1000.0
+        clock.now += eng.ctx.options.poll_interval
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.reconciler.run)
+            await trio.testing.wait_all_tasks_blocked()
+            assert eng.reconciler.last_pass == clock.now  # ran, not waiting
+            loops.cancel_scope.cancel()
+
+
+async def test_a_poll_lists_everything_once_full_resync_has_passed(tmp_path, monkeypatch):
+    """The last full listing was exactly `full_resync` ago: the next pass is the safety
+    net's full listing, not a feed poll."""
+    clock = _Monotonic()
+    monkeypatch.setattr(reconciler_mod, "time", clock)
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_poll()
+        assert eng.ctx.metrics.feed_polls == 1  # (the feed is trusted: a poll)
+        clock.now += eng.ctx.options.full_resync
+        listed = eng.ctx.status.last_full_listing_at
+        await eng.op_poll()
+        assert eng.ctx.metrics.feed_polls == 1
+        assert eng.ctx.status.last_full_listing_at != listed
+
+
+async def test_a_push_pass_that_fails_as_a_bug_is_shown_and_the_loop_goes_on(
+        tmp_path, monkeypatch):
+    """A bug in a whole push pass (here: one raised by the pass) does not stop the
+    pusher's loop; `memfs status` shows its kind and message."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.write_back_delay = 0.0
+        await eng.op_write("/a.md", "v1")
+
+        async def broken(**_: Any) -> pusher_mod.PassResult:
+            raise RuntimeError("a bug in the pass")
+        monkeypatch.setattr(eng.pusher, "push_pass", broken)
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.pusher.run)
+            await until(lambda: eng.ctx.status.last_error is not None)
+            await eng.pusher.stop()
+        assert eng.ctx.status.last_error == "push: RuntimeError: a bug in the pass"
