@@ -92,3 +92,15 @@ async def held_pass(eng: Engine, point: str, meanwhile: Callable[[], Awaitable[N
         hold.release.set()
     eng.transport.holds = {}
     return got[0]
+
+
+async def refused_update(eng: Engine) -> str:
+    """a.md synced at v1, then written v2: the update refused once (403), so the file
+    waits with v2 as its last send (`sent_sha`). Its memory id."""
+    await synced(eng, a="v1")
+    mid = eng.node("/a.md").memory_id
+    eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                     origins=("setup",), times=1)]
+    await eng.op_write("/a.md", "v2")
+    await eng.op_push()
+    return mid

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from interleave import RESERVED_PREFIX, FaultRule, age_tombstones
-from onepass import data, harness, held_pass, sent, synced
+from onepass import data, harness, held_pass, refused_update, sent, synced
 
 from memfs.core.nodes import PARK_DIR
 from memfs.state.blobs import sha256
@@ -228,12 +228,7 @@ async def test_an_update_meets_a_memory_holding_what_an_earlier_update_sent(tmp_
     failed) on a memory holding what our earlier update sent: taken as ours (no
     conflict), and v3 goes over it."""
     async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
-        mid = eng.node("/a.md").memory_id
-        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
-                                         origins=("setup",), times=1)]
-        await eng.op_write("/a.md", "v2")
-        await eng.op_push()
+        mid = await refused_update(eng)
         await eng.op_r_edit("/a.md", "v2")
         await eng.op_write("/a.md", "v3")
         first = len(eng.transport.records)
@@ -253,12 +248,7 @@ async def test_a_delete_meets_our_refused_bytes_while_the_file_comes_back(tmp_pa
     back its memory): the delete is not sent again, nothing is logged as a bug, and the
     new a.md goes over v2 with no conflict."""
     async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
-        mid = eng.node("/a.md").memory_id
-        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
-                                         origins=("setup",), times=1)]
-        await eng.op_write("/a.md", "v2")
-        await eng.op_push()
+        mid = await refused_update(eng)
         assert eng.node("/a.md").sent_sha == sha256(data("v2"))  # (the last request's)
         await eng.op_unlink("/a.md")
         await eng.op_r_edit("/a.md", "v2")

@@ -21,6 +21,16 @@ from memfs.sync.events import Subscriber
 from memfs.sync.reconciler import PARK_PATIENCE
 
 
+async def waited_change(eng) -> None:
+    """a.md synced at v1 and open with unsaved writes (v1 again) when a poll meets another
+    writer's v2: the row waits for the close (content WAIT)."""
+    await synced(eng, a="v1")
+    await eng.op_poll()  # the feed's starting point
+    await eng.op_open_write("/a.md", "v1")
+    await eng.op_r_edit("/a.md", "v2")
+    await eng.op_poll()
+
+
 async def test_each_feed_poll_is_counted_and_a_full_listing_is_not_one(tmp_path):
     """`memfs_feed_polls` (the metrics endpoint): one per poll of the change feed."""
     async with harness(tmp_path) as eng:
@@ -36,11 +46,7 @@ async def test_a_change_the_feed_let_wait_is_not_counted_as_missed(tmp_path):
     full listing then applies it. The feed missed nothing (it named the change), and the
     count that must stay 0 stays 0."""
     async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
-        await eng.op_poll()  # the feed's starting point
-        await eng.op_open_write("/a.md", "v1")
-        await eng.op_r_edit("/a.md", "v2")
-        await eng.op_poll()
+        await waited_change(eng)
         await eng.op_close("/a.md")
         eng.reconciler.last_full -= eng.ctx.options.full_resync  # the safety net is due
         listed = eng.ctx.status.last_full_listing_at
@@ -140,11 +146,7 @@ async def test_a_change_seen_while_the_file_had_unsaved_writes_is_read_again(tmp
     waits (content WAIT). Those writes were v1 again (nothing to push at the close), so
     no push meets the change either: the next poll names a.md once more and takes v2."""
     async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
-        await eng.op_poll()  # the feed's starting point
-        await eng.op_open_write("/a.md", "v1")
-        await eng.op_r_edit("/a.md", "v2")
-        await eng.op_poll()
+        await waited_change(eng)
         assert eng.tree_sha("/a.md") == sha256(data("v1"))  # waits for the close
         await eng.op_close("/a.md")
         await eng.op_push()
