@@ -472,3 +472,16 @@ async def test_a_poll_applies_the_deletes_it_names_before_the_other_changes(tmp_
         events = [sub.receive.receive_nowait() for _ in range(2)]
         assert [(e.kind, e.path) for e in events] == [("deleted", gone), ("modified", edited)]
         assert events[0].memory_id == gone_mid
+
+
+async def test_a_first_listing_goes_on_past_a_new_memory_that_collides_here(tmp_path):
+    """A first listing: a.md new (shown at once), b.md new but a file of ours not pushed
+    yet holds its path (a collision), then c.md new: c.md is shown by that listing too,
+    not left for the next one."""
+    async with harness(tmp_path) as eng:
+        for name in ("a", "b", "c"):
+            await eng.op_r_create(f"/{name}.md", name)
+        await eng.op_write("/b.md", "mine")
+        await eng.op_reconcile()
+        assert eng.tree_sha("/a.md") == sha256(data("a"))
+        assert eng.tree_sha("/c.md") == sha256(data("c"))
