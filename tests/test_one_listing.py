@@ -9,6 +9,7 @@ listing; a new memory under a file the same listing moved away was not shown).
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 
 from interleave import age_tombstones
 from onepass import data, harness, held_pass, sent, synced
@@ -485,3 +486,19 @@ async def test_a_first_listing_goes_on_past_a_new_memory_that_collides_here(tmp_
         await eng.op_reconcile()
         assert eng.tree_sha("/a.md") == sha256(data("a"))
         assert eng.tree_sha("/c.md") == sha256(data("c"))
+
+
+async def test_the_safety_net_counts_each_change_the_feed_missed(tmp_path):
+    """Two memories changed by another writer in versions the feed vouched for (its
+    settled edge past them) but never delivered: the safety net's full listing applies
+    both and `memfs status` counts two changes missed, not one."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1", b="v1")
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_r_edit("/b.md", "v2")
+        eng.reconciler.feed.confirmed = datetime.now(UTC) + timedelta(seconds=1)
+        eng.reconciler.last_full -= eng.ctx.options.full_resync  # the safety net is due
+        await eng.op_poll()
+        assert [eng.tree_sha(p) for p in ("/a.md", "/b.md")] == [sha256(data("v2"))] * 2
+        assert eng.ctx.status.feed_missed == 2
