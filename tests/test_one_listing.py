@@ -502,3 +502,20 @@ async def test_the_safety_net_counts_each_change_the_feed_missed(tmp_path):
         await eng.op_poll()
         assert [eng.tree_sha(p) for p in ("/a.md", "/b.md")] == [sha256(data("v2"))] * 2
         assert eng.ctx.status.feed_missed == 2
+
+
+async def test_a_poll_that_meets_a_burst_lists_the_store_instead(tmp_path, monkeypatch):
+    """More changes by another writer since the last poll than a poll reads (a burst):
+    that poll lists the whole store instead, and applies every one of them; the listing
+    is not the safety net, so nothing is counted as missed."""
+    monkeypatch.setattr(feed_mod, "MAX_VERSIONS", 2)
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A")
+        await eng.op_poll()  # the feed's starting point
+        for name in ("x", "y", "z"):
+            await eng.op_r_create(f"/{name}.md", name)
+        listed = eng.ctx.status.last_full_listing_at
+        await eng.op_poll()
+        assert eng.ctx.status.last_full_listing_at != listed
+        assert [eng.tree_sha(f"/{n}.md") for n in "xyz"] == [sha256(data(n)) for n in "xyz"]
+        assert eng.ctx.status.feed_missed == 0
