@@ -195,3 +195,19 @@ async def test_a_push_pass_that_fails_as_a_bug_is_shown_and_the_loop_goes_on(
             await until(lambda: eng.ctx.status.last_error is not None)
             await eng.pusher.stop()
         assert eng.ctx.status.last_error == "push: RuntimeError: a bug in the pass"
+
+
+async def test_the_idle_push_loop_wakes_for_a_close(tmp_path):
+    """The pusher's loop, nothing to push: it sleeps until a change, with no deadline.
+    A file then written and closed wakes it (the close's wake-up, not the server being
+    found again) and the file is pushed."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.write_back_delay = 0.0
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.pusher.run)
+            await trio.testing.wait_all_tasks_blocked()
+            assert eng.server() == {}
+            await eng.op_write("/a.md", "v1")
+            await until(lambda: "/a.md" in eng.server())
+            await eng.pusher.stop()
+        assert eng.pusher.pending_total() == 0
