@@ -211,3 +211,24 @@ async def test_the_idle_push_loop_wakes_for_a_close(tmp_path):
             await until(lambda: "/a.md" in eng.server())
             await eng.pusher.stop()
         assert eng.pusher.pending_total() == 0
+
+
+async def test_the_push_loop_waits_five_seconds_after_a_pass_that_pushed_nothing(
+        tmp_path, monkeypatch):
+    """A push pass that could push nothing of what was due (here: it failed as a bug):
+    the pusher's loop waits 5 s before it tries again, unless a change wakes it."""
+    fake = _Trio()
+    monkeypatch.setattr(pusher_mod, "trio", fake)
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.write_back_delay = 0.0
+        await eng.op_write("/a.md", "v1")
+
+        async def broken(**_: Any) -> pusher_mod.PassResult:
+            raise RuntimeError("a bug in the pass")
+        monkeypatch.setattr(eng.pusher, "push_pass", broken)
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.pusher.run)
+            await until(lambda: eng.ctx.status.last_error is not None)
+            await trio.testing.wait_all_tasks_blocked()
+            assert fake.waits[-1] == 5.0
+            await eng.pusher.stop()
