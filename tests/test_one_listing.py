@@ -519,3 +519,20 @@ async def test_a_poll_that_meets_a_burst_lists_the_store_instead(tmp_path, monke
         assert eng.ctx.status.last_full_listing_at != listed
         assert [eng.tree_sha(f"/{n}.md") for n in "xyz"] == [sha256(data(n)) for n in "xyz"]
         assert eng.ctx.status.feed_missed == 0
+
+
+async def test_a_poll_reads_the_head_of_a_changed_memory_without_its_content(tmp_path):
+    """A poll names a.md, edited by another writer: the poll re-reads that memory's head
+    (basic view: path and sha, not the content, which a read of the file fetches when
+    it is wanted)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_r_edit("/a.md", "v2")
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        [head] = [r for r in eng.transport.records[first:]
+                  if (r.method, r.path.rsplit("/", 1)[-1]) == ("GET", mid)]
+        assert head.query["view"] == "basic"
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))
