@@ -112,12 +112,14 @@ async def test_a_lost_update_written_over_since_lands_and_the_next_listing_takes
 
 
 async def test_a_lost_update_written_over_after_a_listing_took_theirs_is_not_sent_again(
-        tmp_path):
+        tmp_path, caplog):
     """a.md's update to v2 was applied, its answer lost; another writer wrote v3 over it.
     A listing came while the doubt could not be resolved (its read refused): v3 took the
     tree and our v2 is kept as a conflict. The next pass finds v2 among the versions, but
     the base has moved since (the listing set it): our write is superseded, so nothing is
-    sent, the file stays clean at v3 and the conflict stays."""
+    sent, the file stays clean at v3 and the conflict stays. The status said why the
+    doubt waited, and the log says how it ended."""
+    caplog.set_level(logging.INFO, logger="memfs.sync.doubts")
     async with harness(tmp_path) as eng:
         mid = await lost_update(eng)
         eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id == mid,
@@ -126,6 +128,9 @@ async def test_a_lost_update_written_over_after_a_listing_took_theirs_is_not_sen
         await eng.op_reconcile()
         node = eng.node("/a.md")
         assert eng.state.doubts and node.base_sha == sha256(data("v3"))
+        assert any(n.split(" ", 1)[1].startswith(
+            "cannot tell whether the change to /a.md reached the server (")
+            and n.endswith("); it waits") for n in eng.ctx.status.warnings)
         [row] = eng.state.conflicts()
         first = len(eng.transport.records)
         result = await eng.pusher.push_pass()
@@ -134,6 +139,8 @@ async def test_a_lost_update_written_over_after_a_listing_took_theirs_is_not_sen
         assert (node.sha, node.base_sha) == (sha256(data("v3")), sha256(data("v3")))
         assert not eng.state.doubts and not eng.state.is_dirty(node)
         assert eng.state.conflicts() == [row] and row["local_sha"] == sha256(data("v2"))
+        assert ("request in doubt for /a.md: applied on the server, and written over "
+                "since") in caplog.messages
 
 
 async def test_lost_answers_of_two_updates_found_applied_count_two_and_say_so_in_the_log(

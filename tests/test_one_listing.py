@@ -459,7 +459,8 @@ async def test_a_file_edited_here_and_deleted_there_is_kept_and_said_so(tmp_path
 async def test_a_poll_applies_the_deletes_it_names_before_the_other_changes(tmp_path):
     """One poll names a memory deleted by another writer and an edit of another one (the
     delete's memory the newer of the two): `memfs watch` hears the delete first (deletes
-    go first, they free paths the other rows may need), then the edit."""
+    go first, they free paths the other rows may need), then the edit. The delete's
+    event names the version that deleted it (read by the poll)."""
     async with harness(tmp_path) as eng:
         await synced(eng, a="A", b="B")
         by_id = sorted((eng.node(p).memory_id, p) for p in ("/a.md", "/b.md"))
@@ -473,6 +474,11 @@ async def test_a_poll_applies_the_deletes_it_names_before_the_other_changes(tmp_
         events = [sub.receive.receive_nowait() for _ in range(2)]
         assert [(e.kind, e.path) for e in events] == [("deleted", gone), ("modified", edited)]
         assert events[0].memory_id == gone_mid
+        # (the delete's version, which the poll read: the event names it)
+        versions = [v async for v in eng.ctx.client.list_versions(
+            eng.store_id, memory_id=gone_mid)]
+        assert events[0].version_id == next(
+            v.id for v in versions if v.operation == "deleted")
 
 
 async def test_a_first_listing_goes_on_past_a_new_memory_that_collides_here(tmp_path):

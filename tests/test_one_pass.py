@@ -69,7 +69,8 @@ async def test_a_refused_file_renamed_moves_its_memory(tmp_path):
 
 async def test_a_refusal_makes_the_file_wait_and_says_why_in_the_same_pass(tmp_path):
     """The server refuses the create (403): the file keeps its content, waits (a retry
-    time, doubling) and carries the refusal as its error; nothing is in doubt."""
+    time, doubling) and carries the refusal as its error; nothing is in doubt. A pass
+    before its retry time sends nothing."""
     async with harness(tmp_path) as eng:
         eng.transport.rules = [FaultRule(lambda r: r.method == "POST", origins=("setup",),
                                          times=1)]
@@ -79,6 +80,9 @@ async def test_a_refusal_makes_the_file_wait_and_says_why_in_the_same_pass(tmp_p
         assert node.fail_count == 1 and node.retry_at and "refused by the test" in node.error
         assert eng.state.sync_state(node) != "synced" and not eng.state.doubts
         assert eng.server() == {}
+        first = len(eng.transport.records)
+        await eng.op_push()
+        assert sent(eng, first) == [] and node.fail_count == 1
 
 
 async def test_a_create_into_a_store_gone_makes_the_file_wait(tmp_path):
