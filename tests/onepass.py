@@ -58,7 +58,7 @@ async def lost_update(eng: Engine) -> str:
     return mid
 
 
-async def until(check, seconds: float = 10.0) -> None:
+async def until(check, seconds: float = 30.0) -> None:
     """Wait for check() to hold; a loop that never gets there fails the test."""
     with trio.fail_after(seconds):
         while not check():

