@@ -179,6 +179,13 @@ async def test_a_poll_lists_everything_once_full_resync_has_passed(tmp_path, mon
         assert eng.ctx.status.last_full_listing_at != listed
 
 
+def break_the_pass(eng, monkeypatch) -> None:
+    """Every push pass raises, as a bug in the pass would."""
+    async def broken(**_: Any) -> pusher_mod.PassResult:
+        raise RuntimeError("a bug in the pass")
+    monkeypatch.setattr(eng.pusher, "push_pass", broken)
+
+
 async def test_a_push_pass_that_fails_as_a_bug_is_shown_and_the_loop_goes_on(
         tmp_path, monkeypatch):
     """A bug in a whole push pass (here: one raised by the pass) does not stop the
@@ -186,10 +193,7 @@ async def test_a_push_pass_that_fails_as_a_bug_is_shown_and_the_loop_goes_on(
     async with harness(tmp_path) as eng:
         eng.ctx.options.write_back_delay = 0.0
         await eng.op_write("/a.md", "v1")
-
-        async def broken(**_: Any) -> pusher_mod.PassResult:
-            raise RuntimeError("a bug in the pass")
-        monkeypatch.setattr(eng.pusher, "push_pass", broken)
+        break_the_pass(eng, monkeypatch)
         async with trio.open_nursery() as loops:
             loops.start_soon(eng.pusher.run)
             await until(lambda: eng.ctx.status.last_error is not None)
@@ -222,10 +226,7 @@ async def test_the_push_loop_waits_five_seconds_after_a_pass_that_pushed_nothing
     async with harness(tmp_path) as eng:
         eng.ctx.options.write_back_delay = 0.0
         await eng.op_write("/a.md", "v1")
-
-        async def broken(**_: Any) -> pusher_mod.PassResult:
-            raise RuntimeError("a bug in the pass")
-        monkeypatch.setattr(eng.pusher, "push_pass", broken)
+        break_the_pass(eng, monkeypatch)
         async with trio.open_nursery() as loops:
             loops.start_soon(eng.pusher.run)
             await until(lambda: eng.ctx.status.last_error is not None)
