@@ -4,8 +4,9 @@ mutmut runs the mutants it is given in order of their tests' time, function by f
 a run stopped early has decided whole functions and none of the others, which says
 nothing about the module. This driver gives mutmut every mutant of the chosen modules in
 one order shuffled with a fixed seed (mutmut's own sort key replaced by the place in that
-order), one worker: whatever is decided when the run is stopped is a prefix of that order,
-a uniform random sample of the modules' mutants. `report` prints, per module, the
+order): whatever is decided when the run is stopped is a prefix of that order (with
+MEMFS_MUTATE_JOBS=2 workers, a prefix and a few mutants past it), a uniform random sample
+of the modules' mutants. `report` prints, per module, the
 mutants in all, the sample (the longest decided prefix), killed, survived and the score
 with its 95 % Wilson interval.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import sys
 from pathlib import Path
@@ -81,7 +83,8 @@ def run(modules: list[str]) -> None:
     # mutmut sorts the mutants by this key (their tests' time): our order instead.
     mm.estimated_worst_case_time = lambda name: place.get(name, len(place))
     print(f"mutate_sample: {len(todo)} of {len(names)} mutants left, in the shuffled order")
-    sys.argv = ["mutmut", "run", "--max-children", "1", *todo]
+    jobs = os.environ.get("MEMFS_MUTATE_JOBS", "1")
+    sys.argv = ["mutmut", "run", "--max-children", jobs, *todo]
     mm.cli()
 
 
