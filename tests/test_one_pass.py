@@ -20,12 +20,13 @@ import pytest
 import trio
 import trio.testing
 from interleave import ORIGIN, FaultRule, Hold, age_tombstones
-from onepass import data, harness, sent, synced, until
+from onepass import data, harness, held_pass, sent, synced, until
 
 from memfs.core.paths import MAX_MEMORIES_PER_STORE
 from memfs.core.signals import IdleClock
 from memfs.state.blobs import sha256
 from memfs.state.report import pending
+from memfs.sync.events import Subscriber
 from memfs.sync import pusher as pusher_mod
 
 
@@ -413,3 +414,99 @@ async def test_a_flush_that_cannot_reach_the_server_says_offline_and_what_is_lef
         result = await eng.pusher.flush(0.2)
         assert result.offline is not None and (result.pushed, result.left) == (0, 1)
         assert eng.pusher._flushing == 0
+
+
+# -- wave w1a --
+
+
+async def test_a_pass_counts_each_file_it_pushed_as_progress(tmp_path):
+    """Two new files pushed in one pass: each is a push and a step of progress (a flush
+    reads the progress to decide whether to go on)."""
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/a.md", "A")
+        await eng.op_write("/b.md", "B")
+        result = await eng.pusher.push_pass()
+        assert (result.pushed, result.progress, result.left) == (2, 2, 0)
+
+
+async def test_a_file_unlinked_or_given_refused_bytes_again_during_a_pass_sends_nothing(
+        tmp_path):
+    """A pass sends x.md's delete first; while it is out, the new b.md is unlinked and
+    c.md (once refused, then fixed) gets its refused bytes back. Neither has anything to
+    send when its turn comes: the pass counts the delete alone, as pushed and as progress."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, x="x")
+        mid = eng.node("/x.md").memory_id
+        await eng._put("/c.md", b"\xff not text\n")
+        await eng.op_push()
+        assert eng.state.sync_state(eng.node("/c.md")) == "refused"
+        await eng.op_write("/c.md", "fixed")
+        await eng.op_write("/b.md", "B")
+        await eng.op_unlink("/x.md")
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+
+        async def meanwhile() -> None:
+            await eng.op_unlink("/b.md")
+            await eng._put("/c.md", b"\xff not text\n")
+
+        result = await held_pass(eng, "before", meanwhile)
+        assert sent(eng, first) == [f"DELETE {mid}"]
+        assert (result.pushed, result.progress) == (1, 1)
+        assert eng.server() == {} and eng.state.sync_state(eng.node("/c.md")) == "refused"
+
+
+async def test_a_sent_delete_is_told_with_its_memory(tmp_path):
+    """`memfs watch` hears a delete the server applied as "pushed", naming the memory."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        age_tombstones(eng)
+        sub = Subscriber()
+        eng.ctx.events.attach(sub)
+        await eng.op_push()
+        event = sub.receive.receive_nowait()
+        assert (event.kind, event.path, event.memory_id) == ("pushed", "/a.md", mid)
+        assert eng.server() == {}
+
+
+async def test_deletes_disabled_sends_no_delete(tmp_path):
+    """`--deletes disabled`: a due delete is never sent; it stays pending and the server
+    keeps the memory."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        eng.ctx.options.deletes = "disabled"
+        await eng.op_unlink("/a.md")
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        await eng.op_push()
+        assert sent(eng, first) == [] and mid in eng.state.tombstones
+        assert eng.server() == {"/a.md": (mid, sha256(data("v1")))}
+
+
+async def test_a_pass_sends_deletes_up_to_a_quarter_of_the_known_memories(tmp_path, caplog):
+    """40 memories, 10 unlinked: the cap is a quarter of the 40 known (memories and
+    pending deletes), so all 10 go in one pass and the log says nothing of a cap. Then
+    14 more unlinked (30 known): 8 go (the cap's floor), 6 wait, and the log says so."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, **{f"f{i:02d}": str(i) for i in range(40)})
+        for i in range(10):
+            await eng.op_unlink(f"/f{i:02d}.md")
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        with caplog.at_level(logging.INFO, logger=pusher_mod.__name__):
+            await eng.op_push()
+        assert [s.split()[0] for s in sent(eng, first)] == ["DELETE"] * 10
+        assert len(eng.server()) == 30 and not eng.state.tombstones
+        assert not [m for m in caplog.messages if m.startswith("delete cap reached")]
+        for i in range(10, 24):
+            await eng.op_unlink(f"/f{i:02d}.md")
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        with caplog.at_level(logging.INFO, logger=pusher_mod.__name__):
+            await eng.op_push()
+        assert len(sent(eng, first)) == 8 and len(eng.state.tombstones) == 6
+        assert "delete cap reached: sending 8 deletes, holding 6 for later passes" \
+            in caplog.messages
