@@ -26,8 +26,8 @@ from memfs.core.paths import MAX_MEMORIES_PER_STORE
 from memfs.core.signals import IdleClock
 from memfs.state.blobs import sha256
 from memfs.state.report import pending
-from memfs.sync.events import Subscriber
 from memfs.sync import pusher as pusher_mod
+from memfs.sync.events import Subscriber
 
 
 async def test_content_that_cannot_be_a_memory_is_refused_without_a_request(tmp_path):
