@@ -459,3 +459,33 @@ async def test_a_refused_read_after_a_404_makes_the_file_wait_like_any_refusal(t
         node = eng.node("/a.md")
         assert node.fail_count == 1 and (node.error or "").startswith("PermissionDenied")
         assert eng.ctx.status.last_error is None
+
+
+# -- wave w1a --
+
+
+async def test_a_park_of_a_memory_changed_there_meanwhile_is_not_sent_over_it(tmp_path):
+    """a.md and b.md swapped, one request at a time; the first rename meets 409 and its
+    memory is to be parked, but another writer edits that memory before the park goes
+    out. The park is preconditioned on our base, so the server refuses it (409): the
+    edited memory stays where it is, nothing of ours lands in the park place over it."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        await eng.op_rename("/a.md", "/c.md")
+        await eng.op_rename("/b.md", "/a.md")
+        await eng.op_rename("/c.md", "/b.md")
+        eng.ctx.options.push_concurrency = 1
+        parks = []
+
+        async def meanwhile() -> None:
+            rec = eng.transport.holds[1].rec
+            assert str(rec.body["path"]).startswith(f"{PARK_DIR}/{rec.memory_id}.")
+            parks.append(rec)
+            [path] = [p for p, (m, _) in eng.server().items() if m == rec.memory_id]
+            await eng.op_r_edit(path, "theirs")
+
+        await held_pass(eng, "before", meanwhile, index=1)
+        [park] = parks
+        assert park.status == 409
+        [(path, sha)] = [(p, s) for p, (m, s) in eng.server().items() if m == park.memory_id]
+        assert not path.startswith(PARK_DIR) and sha == sha256(data("theirs"))
