@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
-from interleave import age_tombstones
+from interleave import FaultRule, age_tombstones
 from onepass import data, harness, held_pass, sent, synced
 
 from memfs.core.nodes import PARK_DIR
@@ -625,3 +625,28 @@ async def test_a_poll_restores_a_memory_deleted_here_and_moved_where_ours_left(t
             (sha256(data("theirs")), sha256(data("B")))
         assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
             "/b.md was deleted here but changed on the server; restoring the server's version"]
+
+
+
+async def test_a_poll_reads_the_version_of_a_lost_answer_found_applied_as_no_news(
+        tmp_path, monkeypatch):
+    """a.md's update reached the server, its answer lost; the next pass finds it applied
+    and sets a.md's base to it. The feed then reads that version: not known as ours (its
+    answer never came), but the mount holds what it wrote, so it is no news and does
+    not count toward the poll's limit (here none is allowed: any news is a burst, and
+    a burst makes the poll list the whole store instead)."""
+    monkeypatch.setattr(feed_mod, "MAX_VERSIONS", 0)
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_poll()  # the feed's starting point
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        assert eng.state.doubts
+        listed = eng.ctx.status.last_full_listing_at
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        assert not eng.state.doubts and eng.node("/a.md").base_sha == sha256(data("v2"))
+        assert eng.ctx.status.last_full_listing_at == listed
+        assert not any(r.is_listing for r in eng.transport.records[first:])
