@@ -11,7 +11,9 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
-from interleave import FaultRule, age_tombstones
+import trio
+import trio.testing
+from interleave import ORIGIN, FaultRule, Hold, age_tombstones
 from onepass import data, harness, held_pass, sent, synced
 
 from memfs.core.nodes import PARK_DIR
@@ -627,7 +629,6 @@ async def test_a_poll_restores_a_memory_deleted_here_and_moved_where_ours_left(t
             "/b.md was deleted here but changed on the server; restoring the server's version"]
 
 
-
 async def test_a_poll_reads_the_version_of_a_lost_answer_found_applied_as_no_news(
         tmp_path, monkeypatch):
     """a.md's update reached the server, its answer lost; the next pass finds it applied
@@ -650,3 +651,47 @@ async def test_a_poll_reads_the_version_of_a_lost_answer_found_applied_as_no_new
         assert not eng.state.doubts and eng.node("/a.md").base_sha == sha256(data("v2"))
         assert eng.ctx.status.last_full_listing_at == listed
         assert not any(r.is_listing for r in eng.transport.records[first:])
+
+
+async def test_a_listing_skips_a_missing_memorys_head_older_than_a_fetch(tmp_path):
+    """d/a.md moves to /a.md between the listing's pages (on none of them): the listing
+    reads its head (a GET). While that answer is on the way back, another writer makes
+    v2 and a read here (a cache miss) fetches v2, which the file takes. The GET's answer
+    (v1, at /a.md) is older than that base: it is skipped, and the file keeps v2 (the
+    next pass moves it)."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/d/a.md", "v1")
+        await eng.op_reconcile()  # d/a.md listed, its content not fetched
+        mid = eng.node("/d/a.md").memory_id
+        # (requests 0 and 1: the root's listing and the feed's head; 2: /d/'s listing;
+        # 3: the GET of the memory on no page)
+        holds = {2: Hold(2, "before"), 3: Hold(3, "after")}
+        eng.transport.holds, eng.transport.action_count = holds, 0
+        eng.transport.reached = trio.Event()
+
+        async def act() -> None:
+            ORIGIN.set("action")
+            try:
+                await eng.op_reconcile()
+            finally:
+                eng.transport.reached.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(act)
+            await eng.transport.reached.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            assert holds[2].rec is not None and holds[2].rec.query["path_prefix"] == "/d/"
+            await eng.op_r_rename("/d/a.md", "/a.md")
+            eng.transport.reached = trio.Event()
+            holds[2].release.set()
+            await eng.transport.reached.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            assert holds[3].rec is not None and sent(eng)[holds[3].rec.seq] == f"GET {mid}"
+            await eng.op_r_edit("/a.md", "v2")
+            await eng.op_read("/d/a.md")
+            assert eng.node("/d/a.md").base_sha == sha256(data("v2"))
+            holds[3].release.set()
+        eng.transport.holds = {}
+        node = eng.state.holder(mid)
+        assert (eng.state.path_of(node), node.base_sha, node.sha) == \
+            ("/d/a.md", sha256(data("v2")), sha256(data("v2")))
