@@ -11,7 +11,9 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
-from interleave import age_tombstones
+import trio
+import trio.testing
+from interleave import ORIGIN, FaultRule, Hold, age_tombstones
 from onepass import data, harness, held_pass, sent, synced
 
 from memfs.core.nodes import PARK_DIR
@@ -542,3 +544,154 @@ async def test_a_poll_reads_the_head_of_a_changed_memory_without_its_content(tmp
                   if (r.method, r.path.rsplit("/", 1)[-1]) == ("GET", mid)]
         assert head.query["view"] == "basic"
         assert eng.tree_sha("/a.md") == sha256(data("v2"))
+
+
+# -- wave w1b --
+
+
+async def test_the_safety_net_says_which_change_the_feed_missed(tmp_path):
+    """A change of a.md the feed vouched for but never delivered: the safety net's full
+    listing applies it and `memfs status` says which file, its memory and when it was
+    updated."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_r_edit("/a.md", "v2")
+        [memory] = [m async for m in eng.ctx.client.list_memories(eng.store_id)]
+        eng.reconciler.feed.confirmed = datetime.now(UTC) + timedelta(seconds=1)
+        eng.reconciler.last_full -= eng.ctx.options.full_resync  # the safety net is due
+        await eng.op_poll()
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            f"the change feed missed a change of /a.md ({mid}, updated {memory.updated_at}); "
+            "the full listing applied it"]
+
+
+async def test_a_new_memory_at_the_place_of_one_of_ours_renamed_here_is_said_to_collide(
+        tmp_path):
+    """x.md renamed to b.md here (not pushed yet) while another writer creates /b.md: our
+    rename keeps its place (no row of the listing frees it), their memory is not shown,
+    and `memfs status` says it collides with a local file."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, x="X")
+        await eng.op_rename("/x.md", "/b.md")
+        await eng.op_r_create("/b.md", "theirs")
+        theirs = eng.server()["/b.md"][0]
+        await eng.op_reconcile()
+        assert eng.tree_sha("/b.md") == sha256(data("X"))
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            f"the server's /b.md ({theirs}) collides with a local file; not shown"]
+
+
+async def deleted_here_moved_there_onto_ours(eng, *, poll: bool = False) -> str:
+    """a.md unlinked here (its delete waits out the delay); another writer moves our b.md
+    to /c.md, then edits a.md and moves it to /b.md. a.md's memory id. (`poll`: the
+    feed's starting point taken first.)"""
+    await synced(eng, a="A", b="B")
+    if poll:
+        await eng.op_poll()
+    mid = eng.node("/a.md").memory_id
+    await eng.op_unlink("/a.md")
+    await eng.op_r_rename("/b.md", "/c.md")
+    await eng.op_r_edit("/a.md", "theirs")
+    await eng.op_r_rename("/a.md", "/b.md")
+    return mid
+
+
+async def test_a_memory_deleted_here_and_moved_there_where_ours_left_is_restored(tmp_path):
+    """a.md unlinked here; another writer moves our b.md away, then edits a.md and moves it
+    to /b.md. One listing moves our b.md first (the memories we hold go first), so their
+    edit, which wins over our delete, finds /b.md free: it is restored there, and
+    `memfs status` says so (it is not first taken for a collision with our b.md)."""
+    async with harness(tmp_path) as eng:
+        mid = await deleted_here_moved_there_onto_ours(eng)
+        await eng.op_reconcile()
+        assert eng.node("/b.md").memory_id == mid and eng.state.tombstones == {}
+        assert (eng.tree_sha("/b.md"), eng.tree_sha("/c.md")) == \
+            (sha256(data("theirs")), sha256(data("B")))
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "/b.md was deleted here but changed on the server; restoring the server's version"]
+
+
+async def test_a_poll_restores_a_memory_deleted_here_and_moved_where_ours_left(tmp_path):
+    """As test_a_memory_deleted_here_and_moved_there_where_ours_left_is_restored, but the
+    feed names both memories: the poll applies our b.md's move first, then restores a.md's
+    memory at /b.md, and says so."""
+    async with harness(tmp_path) as eng:
+        mid = await deleted_here_moved_there_onto_ours(eng, poll=True)
+        await eng.op_poll()
+        assert eng.ctx.metrics.feed_polls == 1  # (a poll, not a listing)
+        assert eng.node("/b.md").memory_id == mid and eng.state.tombstones == {}
+        assert (eng.tree_sha("/b.md"), eng.tree_sha("/c.md")) == \
+            (sha256(data("theirs")), sha256(data("B")))
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "/b.md was deleted here but changed on the server; restoring the server's version"]
+
+
+async def test_a_poll_reads_the_version_of_a_lost_answer_found_applied_as_no_news(
+        tmp_path, monkeypatch):
+    """a.md's update reached the server, its answer lost; the next pass finds it applied
+    and sets a.md's base to it. The feed then reads that version: not known as ours (its
+    answer never came), but the mount holds what it wrote, so it is no news and does
+    not count toward the poll's limit (here none is allowed: any news is a burst, and
+    a burst makes the poll list the whole store instead)."""
+    monkeypatch.setattr(feed_mod, "MAX_VERSIONS", 0)
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_poll()  # the feed's starting point
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        assert eng.state.doubts
+        listed = eng.ctx.status.last_full_listing_at
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        assert not eng.state.doubts and eng.node("/a.md").base_sha == sha256(data("v2"))
+        assert eng.ctx.status.last_full_listing_at == listed
+        assert not any(r.is_listing for r in eng.transport.records[first:])
+
+
+async def test_a_listing_skips_a_missing_memorys_head_older_than_a_fetch(tmp_path):
+    """d/a.md moves to /a.md between the listing's pages (on none of them): the listing
+    reads its head (a GET). While that answer is on the way back, another writer makes
+    v2 and a read here (a cache miss) fetches v2, which the file takes. The GET's answer
+    (v1, at /a.md) is older than that base: it is skipped, and the file keeps v2 (the
+    next pass moves it)."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/d/a.md", "v1")
+        await eng.op_reconcile()  # d/a.md listed, its content not fetched
+        mid = eng.node("/d/a.md").memory_id
+        # (requests 0 and 1: the root's listing and the feed's head; 2: /d/'s listing;
+        # 3: the GET of the memory on no page)
+        holds = {2: Hold(2, "before"), 3: Hold(3, "after")}
+        eng.transport.holds, eng.transport.action_count = holds, 0
+        eng.transport.reached = trio.Event()
+
+        async def act() -> None:
+            ORIGIN.set("action")
+            try:
+                await eng.op_reconcile()
+            finally:
+                eng.transport.reached.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(act)
+            await eng.transport.reached.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            assert holds[2].rec is not None and holds[2].rec.query["path_prefix"] == "/d/"
+            await eng.op_r_rename("/d/a.md", "/a.md")
+            eng.transport.reached = trio.Event()
+            holds[2].release.set()
+            await eng.transport.reached.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            assert holds[3].rec is not None and sent(eng)[holds[3].rec.seq] == f"GET {mid}"
+            await eng.op_r_edit("/a.md", "v2")
+            await eng.op_read("/d/a.md")
+            assert eng.node("/d/a.md").base_sha == sha256(data("v2"))
+            holds[3].release.set()
+        eng.transport.holds = {}
+        node = eng.state.holder(mid)
+        assert (eng.state.path_of(node), node.base_sha, node.sha) == \
+            ("/d/a.md", sha256(data("v2")), sha256(data("v2")))

@@ -233,3 +233,25 @@ async def test_the_push_loop_waits_five_seconds_after_a_pass_that_pushed_nothing
             await trio.testing.wait_all_tasks_blocked()
             assert fake.waits[-1] == 5.0
             await eng.pusher.stop()
+
+
+# -- wave w1b --
+
+
+async def test_a_listing_pass_that_fails_as_a_bug_is_shown_and_the_loop_goes_on(
+        tmp_path, monkeypatch):
+    """A bug in a whole reconcile pass (here: one raised by the pass) does not stop the
+    reconciler's loop; `memfs status` shows its kind and message."""
+    async with harness(tmp_path) as eng:
+        calls: list[dict] = []
+
+        async def broken(**kwargs: Any) -> None:
+            calls.append(kwargs)
+            raise RuntimeError("a bug in the pass")
+        monkeypatch.setattr(eng.reconciler, "reconcile_pass", broken)
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.reconciler.run)
+            await until(lambda: calls)
+            await trio.testing.wait_all_tasks_blocked()
+            loops.cancel_scope.cancel()
+        assert eng.ctx.status.last_error == "reconcile: RuntimeError: a bug in the pass"
