@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import trio
 import trio.testing
@@ -20,6 +21,7 @@ from memfs.core.nodes import PARK_DIR
 from memfs.mount.engine import store_status
 from memfs.state.blobs import sha256
 from memfs.sync import feed as feed_mod
+from memfs.sync import reconciler as reconciler_mod
 from memfs.sync.events import Subscriber
 from memfs.sync.reconciler import PARK_PATIENCE
 
@@ -695,3 +697,29 @@ async def test_a_listing_skips_a_missing_memorys_head_older_than_a_fetch(tmp_pat
         node = eng.state.holder(mid)
         assert (eng.state.path_of(node), node.base_sha, node.sha) == \
             ("/d/a.md", sha256(data("v2")), sha256(data("v2")))
+
+
+# -- wave w2b --
+
+
+async def test_another_clients_park_exactly_park_patience_old_is_still_left_alone(
+        tmp_path, monkeypatch):
+    """Another client's park has stood exactly PARK_PATIENCE (the reconciler's monotonic
+    clock stopped there): it is still waited for, nothing to push; a moment later it is
+    abandoned and our place wins."""
+    now = [1000.0]
+    monkeypatch.setattr(reconciler_mod, "time", SimpleNamespace(
+        monotonic=lambda: now[0], time=time.time))
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        park = f"{PARK_DIR}/{mid}.0badcafe"
+        await eng.op_r_rename("/a.md", park)
+        await eng.op_reconcile()
+        assert eng.reconciler._parked_since[mid] == 1000.0
+        now[0] += PARK_PATIENCE
+        await eng.op_reconcile()
+        assert eng.node("/a.md").base_path == "/a.md" and eng.pusher.pending_total() == 0
+        now[0] += 0.5
+        await eng.op_reconcile()
+        assert eng.node("/a.md").base_path == park and eng.pusher.pending_total() == 1
