@@ -723,3 +723,29 @@ async def test_another_clients_park_exactly_park_patience_old_is_still_left_alon
         now[0] += 0.5
         await eng.op_reconcile()
         assert eng.node("/a.md").base_path == park and eng.pusher.pending_total() == 1
+
+
+async def test_the_first_poll_after_a_listing_does_not_count_what_it_showed_as_news(
+        tmp_path, monkeypatch):
+    """Three memories written twice each just before a full listing: the listing showed
+    them. When the feed's first poll after it reads their versions, the older ones are
+    not news (the listing applied what came after them): they do not count toward the
+    limit (2 here) that would send the poll back to a full listing. Without the feed
+    (no head read), the listing still takes every memory."""
+    monkeypatch.setattr(feed_mod, "MAX_VERSIONS", 2)
+    async with harness(tmp_path) as eng:
+        for name in ("a", "b", "c"):
+            await eng.op_r_create(f"/{name}.md", f"{name}1")
+            await eng.op_r_edit(f"/{name}.md", f"{name}2")
+        await eng.op_reconcile()
+        listed = eng.ctx.status.last_full_listing_at
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        assert eng.ctx.status.feed_polls[-1]["versions"] == 6
+        assert eng.ctx.status.last_full_listing_at == listed
+        assert not any(r.is_listing for r in eng.transport.records[first:])
+    async with harness(tmp_path / "nofeed") as eng:
+        eng.ctx.options.feed = False
+        await eng.op_r_create("/a.md", "a")
+        await eng.op_reconcile()
+        assert eng.tree_sha("/a.md") == sha256(data("a"))
