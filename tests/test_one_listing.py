@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import trio
 import trio.testing
 from interleave import ORIGIN, FaultRule, Hold, age_tombstones
-from onepass import data, harness, held_pass, sent, synced
+from onepass import data, harness, held_pass, sent, synced, until
 
 from memfs.core.nodes import PARK_DIR
 from memfs.mount.engine import store_status
@@ -749,3 +749,37 @@ async def test_the_first_poll_after_a_listing_does_not_count_what_it_showed_as_n
         await eng.op_r_create("/a.md", "a")
         await eng.op_reconcile()
         assert eng.tree_sha("/a.md") == sha256(data("a"))
+
+
+async def test_a_memory_renamed_between_two_directory_listings_takes_its_new_place(
+        tmp_path):
+    """The directories /a/ and /b/ are listed at once; /a/'s listing is answered last.
+    Between the two, another writer moves /b/x.md to /a/x.md: the memory is on both
+    pages, the newer (/a/) first in the listing's order. The file follows to /a/x.md,
+    and the older row (/b/x.md) does not move it back."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/a/y.md", "y")
+        await eng.op_r_create("/b/x.md", "x")
+        await eng.op_reconcile()
+        mid = eng.node("/b/x.md").memory_id
+        # (requests 0 and 1: the root's listing and the feed's head; 2 and 3: /a/ and /b/)
+        holds = {2: Hold(2, "before"), 3: Hold(3, "before")}
+        eng.transport.holds, eng.transport.action_count = holds, 0
+        eng.transport.reached = trio.Event()
+
+        async def act() -> None:
+            ORIGIN.set("action")
+            await eng.op_reconcile()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(act)
+            await until(lambda: all(h.rec is not None for h in holds.values()))
+            by_prefix = {h.rec.query["path_prefix"]: h for h in holds.values()}
+            by_prefix["/b/"].release.set()
+            await trio.testing.wait_all_tasks_blocked()
+            await eng.op_r_rename("/b/x.md", "/a/x.md")
+            by_prefix["/a/"].release.set()
+        eng.transport.holds = {}
+        node = eng.state.holder(mid)
+        assert (eng.state.path_of(node), node.base_path) == ("/a/x.md", "/a/x.md")
+        assert eng.node("/b/x.md") is None
