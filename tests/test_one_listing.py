@@ -783,3 +783,18 @@ async def test_a_memory_renamed_between_two_directory_listings_takes_its_new_pla
         node = eng.state.holder(mid)
         assert (eng.state.path_of(node), node.base_path) == ("/a/x.md", "/a/x.md")
         assert eng.node("/b/x.md") is None
+
+
+async def test_a_new_memory_under_a_local_file_is_not_shown_and_said_so(tmp_path):
+    """/notes is a file here, not pushed yet; another writer creates /notes/today.md.
+    The listing cannot show it (no directory can stand where the file is): `memfs
+    status` says which memory and why it waits."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_write("/notes", "N")
+        await eng.op_r_create("/notes/today.md", "T")
+        await eng.op_reconcile()
+        assert eng.tree_sha("/notes") == sha256(data("N"))
+        assert [note.split(" ", 1)[1] for note in eng.ctx.status.warnings] == [
+            "the server's /notes/today.md overlaps a local directory or file; not shown "
+            "until that is resolved"]
