@@ -489,3 +489,25 @@ async def test_a_park_of_a_memory_changed_there_meanwhile_is_not_sent_over_it(tm
         assert park.status == 409
         [(path, sha)] = [(p, s) for p, (m, s) in eng.server().items() if m == park.memory_id]
         assert not path.startswith(PARK_DIR) and sha == sha256(data("theirs"))
+
+
+# -- wave w3a --
+
+
+async def test_a_delete_meets_our_own_unheard_bytes_and_goes_again_in_the_same_pass(tmp_path):
+    """a.md's update to v2 was refused (403: it waits); then a.md is unlinked, and another
+    writer writes v2, the very bytes we last sent. The delete (expecting v1) is refused;
+    the memory holds what we sent, ours: in that same pass the delete goes again,
+    expecting v2, and the memory is gone from the server."""
+    async with harness(tmp_path) as eng:
+        mid = await refused_update(eng)
+        await eng.op_unlink("/a.md")
+        await eng.op_r_edit("/a.md", "v2")
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"DELETE {mid}", f"GET {mid}", f"DELETE {mid}"]
+        assert [r.status for r in eng.transport.records[first:]] == [409, 200, 200]
+        assert (result.pushed, result.progress, result.left) == (1, 1, 0)
+        assert eng.server() == {} and eng.state.tombstones == {}
+        assert eng.state.conflicts() == [] and eng.ctx.status.last_error is None
