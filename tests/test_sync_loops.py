@@ -13,7 +13,7 @@ from typing import Any
 import trio
 import trio.testing
 from interleave import FaultRule
-from onepass import data, harness, until
+from onepass import data, harness, sent, synced, until
 
 from memfs.state.blobs import sha256
 from memfs.sync import pusher as pusher_mod
@@ -255,3 +255,55 @@ async def test_a_listing_pass_that_fails_as_a_bug_is_shown_and_the_loop_goes_on(
             await trio.testing.wait_all_tasks_blocked()
             loops.cancel_scope.cancel()
         assert eng.ctx.status.last_error == "reconcile: RuntimeError: a bug in the pass"
+
+
+# -- wave w3a --
+
+
+async def test_a_flush_counts_what_every_one_of_its_passes_pushed(tmp_path):
+    """A flush that takes two passes: the first creates b.md while a.md's update meets
+    404 (another writer deleted it) and a.md lets go of its memory; the second creates
+    a.md again. The flush says 2 pushed (what the unmount reports), not only what its
+    last pass pushed."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_r_delete("/a.md")
+        await eng.op_write("/a.md", "v2")
+        await eng.op_write("/b.md", "new")
+        first = len(eng.transport.records)
+        result = await eng.pusher.flush(60.0)
+        assert sorted(sent(eng, first)) == sorted(
+            [f"POST {mid}", f"GET {mid}", "POST memories", "POST memories"])
+        assert (result.pushed, result.left, result.offline) == (2, 0, None)
+        a, b = eng.node("/a.md").memory_id, eng.node("/b.md").memory_id
+        assert a != mid and eng.server() == {"/a.md": (a, sha256(data("v2"))),
+                                             "/b.md": (b, sha256(data("new")))}
+
+
+async def test_after_a_pass_that_pushed_nothing_the_push_loop_wakes_for_a_close(tmp_path):
+    """The store is full: a.md's create is answered 400 and waits (nothing pushed,
+    nothing changed), so the pusher's loop waits up to 5 s before it tries again. A
+    place freed there and b.md then written here: b.md's close wakes the loop at once
+    (it does not wait out the 5 s, nor for the server to be found again) and both go."""
+    full = FaultRule(lambda r: r.method == "POST", status=400,
+                     error_type="invalid_request_error",
+                     message="the store already holds the maximum number of memories",
+                     origins=("setup",))
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.write_back_delay = 0.0
+        eng.transport.rules = [full]
+        await eng.op_write("/a.md", "v1")
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.pusher.run)
+            await until(lambda: eng.ctx.status.warnings)
+            await trio.testing.wait_all_tasks_blocked()
+            assert eng.server() == {}
+            assert {w.split(" ", 1)[1] for w in eng.ctx.status.warnings} == {
+                "/a.md waits: the store holds its 2,000-memory maximum"}
+            eng.transport.rules = []
+            await eng.op_write("/b.md", "v2")
+            await trio.testing.wait_all_tasks_blocked()
+            assert sorted(eng.server()) == ["/a.md", "/b.md"]
+            await eng.pusher.stop()
+        assert eng.pusher.pending_total() == 0
