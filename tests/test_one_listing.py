@@ -8,6 +8,7 @@ listing; a new memory under a file the same listing moved away was not shown).
 
 from __future__ import annotations
 
+import itertools
 import time
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
@@ -738,6 +739,10 @@ async def test_the_first_poll_after_a_listing_does_not_count_what_it_showed_as_n
         for name in ("a", "b", "c"):
             await eng.op_r_create(f"/{name}.md", f"{name}1")
             await eng.op_r_edit(f"/{name}.md", f"{name}2")
+        # A slow listing (the feed's clock 5 s on at each reading): the position it gives
+        # the feed is before all six versions, which the poll then reads. (With the real
+        # clock a listing quicker than the six writes left some of them before it.)
+        eng.reconciler.feed.clock = itertools.count(1000.0, 5.0).__next__
         await eng.op_reconcile()
         listed = eng.ctx.status.last_full_listing_at
         first = len(eng.transport.records)
