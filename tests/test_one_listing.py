@@ -8,6 +8,7 @@ listing; a new memory under a file the same listing moved away was not shown).
 
 from __future__ import annotations
 
+import itertools
 import time
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
@@ -17,6 +18,7 @@ import trio.testing
 from interleave import ORIGIN, FaultRule, Hold, age_tombstones
 from onepass import data, harness, held_pass, sent, synced, until
 
+from memfs.api.models import parse_time
 from memfs.core.nodes import PARK_DIR
 from memfs.mount.engine import store_status
 from memfs.state.blobs import sha256
@@ -737,6 +739,10 @@ async def test_the_first_poll_after_a_listing_does_not_count_what_it_showed_as_n
         for name in ("a", "b", "c"):
             await eng.op_r_create(f"/{name}.md", f"{name}1")
             await eng.op_r_edit(f"/{name}.md", f"{name}2")
+        # A slow listing (the feed's clock 5 s on at each reading): the position it gives
+        # the feed is before all six versions, which the poll then reads. (With the real
+        # clock a listing quicker than the six writes left some of them before it.)
+        eng.reconciler.feed.clock = itertools.count(1000.0, 5.0).__next__
         await eng.op_reconcile()
         listed = eng.ctx.status.last_full_listing_at
         first = len(eng.transport.records)
@@ -798,3 +804,52 @@ async def test_a_new_memory_under_a_local_file_is_not_shown_and_said_so(tmp_path
         assert [note.split(" ", 1)[1] for note in eng.ctx.status.warnings] == [
             "the server's /notes/today.md overlaps a local directory or file; not shown "
             "until that is resolved"]
+
+
+# -- wave w3b --
+
+
+async def test_a_remote_rename_drops_the_kernels_cached_entries_of_both_names(tmp_path):
+    """Another writer renames a.md to b.md: the listing that follows queues the kernel's
+    entries of both names to be dropped (the old name must not resolve any more, a
+    cached "no such file" of the new one must not hide it)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_reconcile()
+        root = eng.node("/a.md").parent
+        eng.ctx.take_invalidations()
+        await eng.op_r_rename("/a.md", "/b.md")
+        await eng.op_reconcile()
+        assert eng.ctx.take_invalidations() == [("entry", root, "a.md"),
+                                                ("entry", root, "b.md")]
+
+
+async def test_a_new_memory_at_the_place_of_a_local_directory_is_said_to_collide(tmp_path):
+    """A directory /d made here; another writer creates a memory /d (a file). The listing
+    cannot show it (a directory stands there): `memfs status` says it collides with a
+    local directory."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_mkdir("/d")
+        await eng.op_r_create("/d", "theirs")
+        theirs = eng.server()["/d"][0]
+        await eng.op_reconcile()
+        assert eng.node("/d").is_dir
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            f"the server's /d ({theirs}) collides with a local directory; not shown"]
+
+
+async def test_the_safety_net_does_not_count_a_change_at_the_feeds_settled_edge(tmp_path):
+    """A change of a.md made exactly at the time the feed has settled (its `confirmed`
+    edge): the next poll still reads versions of that very time (`created_at[gte]`), so
+    the safety net's full listing, which applies it, does not count it as missed."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_r_edit("/a.md", "v2")
+        [memory] = [m async for m in eng.ctx.client.list_memories(eng.store_id)]
+        eng.reconciler.feed.confirmed = parse_time(memory.updated_at)
+        eng.reconciler.last_full -= eng.ctx.options.full_resync  # the safety net is due
+        await eng.op_poll()
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))
+        assert eng.ctx.status.feed_missed == 0 and eng.ctx.status.warnings == []

@@ -14,6 +14,7 @@ import trio
 import trio.testing
 from interleave import FaultRule
 from onepass import data, harness, sent, synced, until
+from onepass import data, harness, held_pass, sent, until
 
 from memfs.state.blobs import sha256
 from memfs.sync import pusher as pusher_mod
@@ -307,3 +308,25 @@ async def test_after_a_pass_that_pushed_nothing_the_push_loop_wakes_for_a_close(
             assert sorted(eng.server()) == ["/a.md", "/b.md"]
             await eng.pusher.stop()
         assert eng.pusher.pending_total() == 0
+# -- wave w3b --
+
+
+async def test_the_listing_loop_counts_a_pass_that_ended_while_it_waited_as_its_own(
+        tmp_path):
+    """The mount's first listing and the reconciler's loop start together: the loop's pass
+    waits for the listing (the sync lock) and, once it ends, counts it as its own: no
+    feed poll follows it at once (the poll comes a poll interval later)."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.poll_interval = 60.0  # (no second turn of the loop in this test)
+        async with trio.open_nursery() as loops:
+
+            async def meanwhile() -> None:
+                loops.start_soon(eng.reconciler.run)
+                await trio.testing.wait_all_tasks_blocked()
+
+            await held_pass(eng, "before", meanwhile, action=eng.op_reconcile)
+            await until(lambda: eng.reconciler.last_pass is not None)
+            await trio.testing.wait_all_tasks_blocked()
+            loops.cancel_scope.cancel()
+        assert eng.ctx.metrics.feed_polls == 0
+        assert sorted(sent(eng)) == ["GET memories", "GET memory_versions"]
