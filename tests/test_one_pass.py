@@ -571,3 +571,41 @@ async def test_the_delete_of_the_only_source_of_a_files_content_waits_for_it(tmp
         await eng.pusher.push_pass()
         assert sent(eng, first) == [f"DELETE {c_mid}"]
         assert eng.server() == {"/a.md": (a_mid, c_sha)} and not eng.state.tombstones
+
+
+async def test_a_push_may_start_while_the_mount_is_busy_once_the_interval_is_out(
+        tmp_path, mock_clock):
+    """While the mount is busy (short gaps), pushes start one per BUSY_INTERVAL at
+    most: with the first still waiting for the server, the second does not start at
+    once; it starts as soon as BUSY_INTERVAL has passed since the first (the trio clock
+    stopped, then moved by exactly that)."""
+    async with harness(tmp_path) as eng:
+        mock_clock.autojump_threshold = 0  # (the writes' blob writer polls the clock)
+        for name in ("a", "b"):
+            await eng.op_write(f"/{name}.md", name)
+        mock_clock.autojump_threshold = math.inf  # the clock stops
+        mock_clock.jump(1000.0)  # (a clock long started, as trio's own)
+        hold = Hold(0, "before")
+        eng.transport.holds, eng.transport.action_count = {0: hold}, 0
+        eng.transport.reached = trio.Event()
+        eng.ctx.clock = GapClock()
+
+        async def act() -> None:
+            ORIGIN.set("action")
+            await eng.pusher.push_pass()
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(act)
+                await eng.transport.reached.wait()
+                await trio.testing.wait_all_tasks_blocked()
+                assert eng.transport.action_count == 1  # the second waits for its turn
+                mock_clock.jump(pusher_mod.BUSY_INTERVAL)
+                await trio.testing.wait_all_tasks_blocked()
+                assert eng.transport.action_count == 2
+                hold.release.set()
+        finally:
+            hold.release.set()
+            mock_clock.autojump_threshold = 0  # (the clean-up's waits end)
+        eng.transport.holds = {}
+        assert len(eng.server()) == 2
