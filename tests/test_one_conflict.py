@@ -9,6 +9,7 @@ between a request and its answer. Each test pins a mutant of the pusher that no 
 from __future__ import annotations
 
 import logging
+import re
 
 from interleave import RESERVED_PREFIX, FaultRule, age_tombstones
 from onepass import data, harness, held_pass, refused_update, sent, synced
@@ -511,3 +512,44 @@ async def test_a_delete_meets_our_own_unheard_bytes_and_goes_again_in_the_same_p
         assert (result.pushed, result.progress, result.left) == (1, 1, 0)
         assert eng.server() == {} and eng.state.tombstones == {}
         assert eng.state.conflicts() == [] and eng.ctx.status.last_error is None
+# -- wave w2a --
+
+
+async def test_an_update_met_by_a_404_of_a_memory_still_there_is_tried_again(tmp_path):
+    """a.md's update is answered 404, yet reading the memory back finds it (a passing
+    fault of the server): nothing happened in that pass (no push counted, no progress,
+    which would keep a flush going; nothing noted), the file keeps its memory and stays
+    pending; the next pass pushes it."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_write("/a.md", "v2")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         status=404, error_type="not_found_error",
+                                         origins=("setup",), times=1)]
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"POST {mid}", f"GET {mid}"]
+        assert (result.pushed, result.progress, result.left) == (0, 0, 1)
+        assert eng.node("/a.md").memory_id == mid and eng.ctx.status.warnings == []
+        result = await eng.pusher.push_pass()
+        assert result.pushed == 1 and eng.server() == {"/a.md": (mid, sha256(data("v2")))}
+
+
+async def test_a_swap_parks_one_memory_in_its_pass_at_a_short_private_name(tmp_path):
+    """a.md and b.md swapped: the pass moves one memory to a private place, named after
+    it with 8 random hex digits, and takes the answer in that pass (the memory's base is
+    its park, nothing fails as a bug). The park and the other file's rename count as
+    pushed; the parked file's own rename is left for the next pass."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        await eng.op_rename("/a.md", "/c.md")
+        await eng.op_rename("/b.md", "/a.md")
+        await eng.op_rename("/c.md", "/b.md")
+        eng.ctx.options.push_concurrency = 1
+        result = await eng.pusher.push_pass()
+        [(park, mid)] = [(p, m) for p, (m, _) in eng.server().items() if p.startswith(PARK_DIR)]
+        assert re.fullmatch(re.escape(f"{PARK_DIR}/{mid}.") + "[0-9a-f]{8}", park)
+        [node] = [n for n in eng.state.files() if n.memory_id == mid]
+        assert node.base_path == park and eng.ctx.status.last_error is None
+        assert (result.pushed, result.progress, result.left) == (2, 2, 1)

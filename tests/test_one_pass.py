@@ -20,7 +20,7 @@ import pytest
 import trio
 import trio.testing
 from interleave import ORIGIN, FaultRule, Hold, age_tombstones
-from onepass import data, harness, held_pass, sent, synced, until
+from onepass import data, harness, held_pass, lost_update, sent, synced, until
 
 from memfs.core.paths import MAX_MEMORIES_PER_STORE
 from memfs.core.signals import IdleClock
@@ -510,3 +510,102 @@ async def test_a_pass_sends_deletes_up_to_a_quarter_of_the_known_memories(tmp_pa
         assert len(sent(eng, first)) == 8 and len(eng.state.tombstones) == 6
         assert "delete cap reached: sending 8 deletes, holding 6 for later passes" \
             in caplog.messages
+
+
+# -- wave w2a --
+
+
+async def test_a_pass_that_pushes_files_only_marks_the_mount_online_and_stamps_the_push(
+        tmp_path):
+    """The mount went offline (a pass met no server); the next pass pushes a file and
+    no delete: the mount is online again and `memfs status` shows when it last pushed."""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", kind="fail",
+                                         origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v1")
+        result = await eng.pusher.push_pass()
+        eng.ctx.went_offline(result.offline)  # (what the loop does with it)
+        assert not eng.ctx.status.online and eng.ctx.status.last_push_at is None
+        before = time.time()
+        result = await eng.pusher.push_pass()
+        assert (result.pushed, result.offline) == (1, None)
+        assert eng.ctx.status.online
+        assert before <= eng.ctx.status.last_push_at <= time.time()
+
+
+async def test_a_pass_whose_doubt_cannot_be_resolved_says_what_is_left(tmp_path):
+    """a.md's update is in doubt (its answer lost); the next pass's read to find out what
+    happened meets no server: the pass is offline, sends nothing more, and says one file
+    is left to push (what `memfs sync` reports)."""
+    async with harness(tmp_path) as eng:
+        await lost_update(eng)
+        eng.transport.rules = [FaultRule(lambda r: True, kind="fail", origins=("setup",))]
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert result.offline is not None and (result.pushed, result.left) == (0, 1)
+        assert all(s.startswith("GET") for s in sent(eng, first)) and eng.state.doubts
+
+
+async def test_the_delete_of_the_only_source_of_a_files_content_waits_for_it(tmp_path):
+    """Another writer's c.md, listed here but never read (its content not cached), is
+    renamed over a.md: a.md's memory takes c.md's content, and c.md's memory becomes a
+    pending delete, the only place that content is. The pass does not send that delete:
+    it sends a.md's update (its content read from c.md's memory); the next pass, the
+    content now here, sends the delete."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A")
+        a_mid = eng.node("/a.md").memory_id
+        await eng.op_r_create("/c.md", "C")
+        await eng.op_reconcile()
+        c_mid = eng.node("/c.md").memory_id
+        c_sha = sha256(data("C"))
+        assert not eng.cache.has(c_sha)
+        await eng.op_rename("/c.md", "/a.md")
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert f"DELETE {c_mid}" not in sent(eng, first)
+        assert list(eng.state.tombstones) == [c_mid]
+        assert eng.server() == {"/a.md": (a_mid, c_sha), "/c.md": (c_mid, c_sha)}
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"DELETE {c_mid}"]
+        assert eng.server() == {"/a.md": (a_mid, c_sha)} and not eng.state.tombstones
+
+
+async def test_a_push_may_start_while_the_mount_is_busy_once_the_interval_is_out(
+        tmp_path, mock_clock):
+    """While the mount is busy (short gaps), pushes start one per BUSY_INTERVAL at
+    most: with the first still waiting for the server, the second does not start at
+    once; it starts as soon as BUSY_INTERVAL has passed since the first (the trio clock
+    stopped, then moved by exactly that)."""
+    async with harness(tmp_path) as eng:
+        mock_clock.autojump_threshold = 0  # (the writes' blob writer polls the clock)
+        for name in ("a", "b"):
+            await eng.op_write(f"/{name}.md", name)
+        mock_clock.autojump_threshold = math.inf  # the clock stops
+        mock_clock.jump(1000.0)  # (a clock long started, as trio's own)
+        hold = Hold(0, "before")
+        eng.transport.holds, eng.transport.action_count = {0: hold}, 0
+        eng.transport.reached = trio.Event()
+        eng.ctx.clock = GapClock()
+
+        async def act() -> None:
+            ORIGIN.set("action")
+            await eng.pusher.push_pass()
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(act)
+                await eng.transport.reached.wait()
+                await trio.testing.wait_all_tasks_blocked()
+                assert eng.transport.action_count == 1  # the second waits for its turn
+                mock_clock.jump(pusher_mod.BUSY_INTERVAL)
+                await trio.testing.wait_all_tasks_blocked()
+                assert eng.transport.action_count == 2
+                hold.release.set()
+        finally:
+            hold.release.set()
+            mock_clock.autojump_threshold = 0  # (the clean-up's waits end)
+        eng.transport.holds = {}
+        assert len(eng.server()) == 2

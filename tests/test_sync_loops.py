@@ -7,6 +7,7 @@ recorded, never raced. Each test pins a mutant that no test killed (docs/TESTING
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -330,3 +331,26 @@ async def test_the_listing_loop_counts_a_pass_that_ended_while_it_waited_as_its_
             loops.cancel_scope.cancel()
         assert eng.ctx.metrics.feed_polls == 0
         assert sorted(sent(eng)) == ["GET memories", "GET memory_versions"]
+# -- wave w2a --
+
+
+async def test_after_a_pass_that_moved_a_file_without_pushing_it_the_loop_sleeps_until_a_change(
+        tmp_path, monkeypatch):
+    """The loop's pass sends a.md, whose content the server refuses (400): nothing was
+    pushed, yet the pass did something (the file is now refused, kept locally). Nothing
+    is left to push, so the loop sleeps until the next change, not a 5 s retry."""
+    fake = _Trio()
+    monkeypatch.setattr(pusher_mod, "trio", fake)
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.write_back_delay = 0.0
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", status=400,
+                                         error_type="invalid_request_error",
+                                         origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v1")
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.pusher.run)
+            await until(lambda: eng.state.sync_state(eng.node("/a.md")) == "refused")
+            await until(lambda: len(fake.waits) == 2)
+            await trio.testing.wait_all_tasks_blocked()
+            assert fake.waits == [math.inf, math.inf]
+            await eng.pusher.stop()
