@@ -225,3 +225,30 @@ async def test_a_create_in_doubt_skips_a_like_memory_created_before_it_was_sent(
         assert mid != theirs
         assert eng.server() == {"/a.md": (mid, sha256(data("v1"))),
                                 "/b.md": (theirs, sha256(data("v1")))}
+
+
+# -- wave w4b --
+
+
+async def test_an_update_in_doubt_reads_only_its_own_memorys_versions(tmp_path):
+    """a.md's update to v2 met a 503 (not applied, for all the mount knows); meanwhile
+    another writer moved a.md's memory to c.md and created a new memory at a.md holding
+    the same v2 bytes. The next pass reads a.md's memory (at c.md, v1) and its own
+    versions since, not the store's: ours is not among them, so v2 is sent again to our
+    memory, not taken as landed because another memory holds those bytes."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="fail", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        assert eng.state.doubts
+        await eng.op_r_rename("/a.md", "/c.md")
+        await eng.op_r_create("/a.md", "v2")
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions", f"POST {mid}"]
+        assert eng.transport.records[first + 1].query["memory_id"] == mid
+        assert not eng.state.doubts
+        assert eng.server()["/c.md"] == (mid, sha256(data("v2")))  # our v2 reached ours

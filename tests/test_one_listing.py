@@ -853,3 +853,36 @@ async def test_the_safety_net_does_not_count_a_change_at_the_feeds_settled_edge(
         await eng.op_poll()
         assert eng.tree_sha("/a.md") == sha256(data("v2"))
         assert eng.ctx.status.feed_missed == 0 and eng.ctx.status.warnings == []
+
+
+# -- wave w4b --
+
+
+async def test_a_listing_that_finds_our_unsent_bytes_there_takes_them_as_the_base(tmp_path):
+    """a.md is written "mine" here (not pushed yet) while another writer writes the same
+    bytes: the listing takes the server's version as a.md's base (path and sha), so the
+    file is clean and nothing is sent."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_write("/a.md", "mine")
+        await eng.op_r_edit("/a.md", "mine")
+        await eng.op_reconcile()
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_path, node.base_sha) == (
+            mid, "/a.md", sha256(data("mine")))
+        assert not eng.state.is_dirty(node) and eng.pusher.pending_total() == 0
+
+
+async def test_a_new_memory_a_listing_shows_drops_a_cached_negative_entry(tmp_path):
+    """b.md was looked up here and not found (the kernel may cache that); another writer
+    creates it. The listing that shows it queues an invalidation of the name b.md in the
+    root (sent outside any FUSE request), so the next lookup finds it."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_reconcile()
+        eng.ctx.take_invalidations()
+        await eng.op_r_create("/b.md", "theirs")
+        await eng.op_reconcile()
+        root = eng.node("/a.md").parent
+        assert eng.ctx.take_invalidations() == [("entry", root, "b.md")]
