@@ -609,3 +609,26 @@ async def test_a_push_may_start_while_the_mount_is_busy_once_the_interval_is_out
             mock_clock.autojump_threshold = 0  # (the clean-up's waits end)
         eng.transport.holds = {}
         assert len(eng.server()) == 2
+
+
+# -- wave w5a --
+
+
+async def test_a_file_refused_first_and_renamed_after_moves_its_memory(tmp_path):
+    """A synced file is given content the server cannot hold (refused by a pass), and only
+    then renamed: the next pass still sends the rename (the memory follows, holding the
+    content it had); the refused content stays local and the file stays refused."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng._put("/a.md", b"\xff not text\n")
+        await eng.op_push()
+        assert eng.state.sync_state(eng.node("/a.md")) == "refused"
+        await eng.op_rename("/a.md", "/b.md")
+        assert eng.pusher.pending_total() == 1  # the rename waits to go out
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"POST {mid}"] and result.progress == 1
+        assert eng.server() == {"/b.md": (mid, sha256(data("v1")))}
+        assert eng.state.sync_state(eng.node("/b.md")) == "refused"
+        assert eng.pusher.pending_total() == 0

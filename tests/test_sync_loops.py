@@ -353,3 +353,63 @@ async def test_after_a_pass_that_moved_a_file_without_pushing_it_the_loop_sleeps
             await trio.testing.wait_all_tasks_blocked()
             assert fake.waits == [math.inf, math.inf]
             await eng.pusher.stop()
+# -- wave w5a --
+
+
+class _TrioSleeps(_Trio):
+    """The pusher's `trio`, its loop's waits and its sleeps recorded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleeps: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        await trio.sleep(seconds)
+
+
+class _WallClock(_Monotonic):
+    """The pusher's `time`, its wall clock stopped (moved by the test)."""
+
+    def time(self) -> float:
+        return self.now
+
+
+async def test_a_close_before_the_write_is_due_lets_the_burst_land_for_half_the_delay(
+        tmp_path, monkeypatch):
+    """A close wakes the pusher's loop before the write is due (write-back delay 0.1 s):
+    before it looks again, the loop lets the rest of a burst (a `cp -r`) land for half
+    the write-back delay (at most 0.1 s). Once the delay is out, the write goes."""
+    fake, clock = _TrioSleeps(), _WallClock()
+    monkeypatch.setattr(pusher_mod, "trio", fake)
+    monkeypatch.setattr(pusher_mod, "time", clock)
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.write_back_delay = 0.1
+        await eng.op_write("/a.md", "v1")
+        clock.now = eng.node("/a.md").changed_at  # the close's moment: not due yet
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.pusher.run)
+            await until(lambda: fake.sleeps)
+            assert fake.sleeps[0] == 0.05 and eng.server() == {}
+            clock.now += 0.1
+            await until(lambda: "/a.md" in eng.server())
+            await eng.pusher.stop()
+
+
+async def test_a_flush_pushes_at_once_what_is_not_due_yet(tmp_path):
+    """A flush (the unmount's, `memfs sync`) does not wait out the delays: a write made
+    now (write-back delay a minute) and a delete made now (delete delay an hour) both
+    reach the server in its one pass."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        eng.ctx.options.write_back_delay = 60.0
+        await eng.op_unlink("/a.md")
+        await eng.op_write("/b.md", "new")
+        assert eng.pusher.next_due_in() > 0  # nothing due yet
+        first = len(eng.transport.records)
+        result = await eng.pusher.flush(60.0)
+        assert sorted(sent(eng, first)) == sorted([f"DELETE {mid}", "POST memories"])
+        assert (result.pushed, result.left, result.offline) == (2, 0, None)
+        b = eng.node("/b.md").memory_id
+        assert eng.server() == {"/b.md": (b, sha256(data("new")))}
