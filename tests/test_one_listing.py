@@ -853,3 +853,38 @@ async def test_the_safety_net_does_not_count_a_change_at_the_feeds_settled_edge(
         await eng.op_poll()
         assert eng.tree_sha("/a.md") == sha256(data("v2"))
         assert eng.ctx.status.feed_missed == 0 and eng.ctx.status.warnings == []
+
+
+# -- wave w5b --
+
+
+async def test_a_file_edited_here_and_deleted_there_on_a_read_only_mount_is_kept_unsynced(
+        tmp_path):
+    """a.md edited here (not pushed), then the mount became read-only (the store's access
+    changed, it was archived) while another writer deleted a.md: the listing keeps the
+    file, which a read-only mount cannot re-create, and `memfs status` says so."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_write("/a.md", "mine")
+        eng.ctx.options.read_only = True
+        await eng.op_r_delete("/a.md")
+        await eng.op_reconcile()
+        assert eng.tree_sha("/a.md") == sha256(data("mine"))
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "/a.md was deleted on the server but edited here; kept locally, unsynced "
+            "(read-only mount)"]
+
+
+async def test_a_file_deleted_there_drops_the_kernels_cached_entry(tmp_path):
+    """Another writer deletes a.md, unchanged here: the listing removes it and queues the
+    kernel's cached entry of the name to be dropped (a stale entry would still resolve
+    a.md to a file that is gone)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_reconcile()
+        root = eng.node("/a.md").parent
+        eng.ctx.take_invalidations()
+        await eng.op_r_delete("/a.md")
+        await eng.op_reconcile()
+        assert eng.node("/a.md") is None
+        assert eng.ctx.take_invalidations() == [("entry", root, "a.md")]
