@@ -254,12 +254,15 @@ async def test_two_doubts_resolved_in_one_pass_count_as_two_steps(tmp_path):
     async with harness(tmp_path) as eng:
         await synced(eng, a="a1", b="b1")
         mids = {p: eng.node(p).memory_id for p in ("/a.md", "/b.md")}
-        eng.transport.rules = [
-            FaultRule(lambda r: r.method == "POST" and r.memory_id == mids["/a.md"],
-                      kind="lose", origins=("setup",), times=1),
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "a2")
+        await eng.op_push()  # (a lost answer ends the pass: b's goes in the next one)
+        eng.transport.rules = [  # a's doubt cannot be read yet; b's update meets 503s
+            FaultRule(lambda r: r.method == "GET" and r.memory_id == mids["/a.md"],
+                      origins=("setup",), times=1),
             FaultRule(lambda r: r.method == "POST" and r.memory_id == mids["/b.md"],
                       kind="fail", origins=("setup",))]
-        await eng.op_write("/a.md", "a2")
         await eng.op_write("/b.md", "b2")
         await eng.op_push()
         assert len(eng.state.doubts) == 2
