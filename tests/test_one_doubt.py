@@ -252,3 +252,52 @@ async def test_an_update_in_doubt_reads_only_its_own_memorys_versions(tmp_path):
         assert eng.transport.records[first + 1].query["memory_id"] == mid
         assert not eng.state.doubts
         assert eng.server()["/c.md"] == (mid, sha256(data("v2")))  # our v2 reached ours
+# -- wave w5b --
+
+
+async def test_a_lost_update_found_applied_by_a_listing_counts_as_a_push(tmp_path):
+    """a.md's update to v2 was applied, its answer lost. A listing comes before the next
+    push pass: it resolves the doubt first, finds our write applied and applies it as its
+    answer (not as another writer's change): `memfs status` counts one more push, the
+    file is clean at v2 and nothing is sent again."""
+    async with harness(tmp_path) as eng:
+        mid = await lost_update(eng)
+        pushed = eng.ctx.status.pushed
+        await eng.op_reconcile()
+        assert eng.ctx.status.pushed == pushed + 1
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_sha, node.sha) == (mid, sha256(data("v2")),
+                                                            sha256(data("v2")))
+        assert not eng.state.doubts and not eng.state.is_dirty(node)
+        assert eng.state.conflicts() == [] and eng.pusher.pending_total() == 0
+
+
+async def test_two_doubts_resolved_in_one_pass_count_as_two_steps(tmp_path):
+    """a.md's and b.md's updates both went out: a's was applied and its answer lost, b's
+    met 503s and was not applied. The next pass resolves both (two steps: a's answer
+    applied, b's forgotten), then sends b again (a third): one push found, one sent."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="a1", b="b1")
+        mids = {p: eng.node(p).memory_id for p in ("/a.md", "/b.md")}
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "a2")
+        await eng.op_push()  # (a lost answer ends the pass: b's goes in the next one)
+        eng.transport.rules = [  # a's doubt cannot be read yet; b's update meets 503s
+            FaultRule(lambda r: r.method == "GET" and r.memory_id == mids["/a.md"],
+                      origins=("setup",), times=1),
+            FaultRule(lambda r: r.method == "POST" and r.memory_id == mids["/b.md"],
+                      kind="fail", origins=("setup",))]
+        await eng.op_write("/b.md", "b2")
+        await eng.op_push()
+        assert len(eng.state.doubts) == 2
+        eng.transport.rules = []
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sorted(sent(eng, first)) == sorted(
+            [f"GET {mids['/a.md']}", f"GET {mids['/b.md']}", "GET memory_versions",
+             f"POST {mids['/b.md']}"])
+        assert (result.pushed, result.progress, result.left) == (2, 3, 0)
+        assert not eng.state.doubts
+        assert eng.server() == {"/a.md": (mids["/a.md"], sha256(data("a2"))),
+                                "/b.md": (mids["/b.md"], sha256(data("b2")))}

@@ -768,27 +768,34 @@ async def test_a_memory_renamed_between_two_directory_listings_takes_its_new_pla
         await eng.op_r_create("/b/x.md", "x")
         await eng.op_reconcile()
         mid = eng.node("/b/x.md").memory_id
-        # (requests 0 and 1: the root's listing and the feed's head; 2 and 3: /a/ and /b/)
-        holds = {2: Hold(2, "before"), 3: Hold(3, "before")}
-        eng.transport.holds, eng.transport.action_count = holds, 0
-        eng.transport.reached = trio.Event()
-
-        async def act() -> None:
-            ORIGIN.set("action")
-            await eng.op_reconcile()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(act)
-            await until(lambda: all(h.rec is not None for h in holds.values()))
-            by_prefix = {h.rec.query["path_prefix"]: h for h in holds.values()}
-            by_prefix["/b/"].release.set()
-            await trio.testing.wait_all_tasks_blocked()
-            await eng.op_r_rename("/b/x.md", "/a/x.md")
-            by_prefix["/a/"].release.set()
-        eng.transport.holds = {}
+        await _listing_while_b_x_moves_to_a(eng)
         node = eng.state.holder(mid)
         assert (eng.state.path_of(node), node.base_path) == ("/a/x.md", "/a/x.md")
         assert eng.node("/b/x.md") is None
+
+
+async def _listing_while_b_x_moves_to_a(eng) -> None:
+    """A full listing (a root holding the directories /a/ and /b/) whose /a/ page is
+    answered last: between the two pages another writer moves /b/x.md to /a/x.md, so
+    the memory is on both pages, the newer (/a/) first in the listing's order."""
+    # (requests 0 and 1: the root's listing and the feed's head; 2 and 3: /a/ and /b/)
+    holds = {2: Hold(2, "before"), 3: Hold(3, "before")}
+    eng.transport.holds, eng.transport.action_count = holds, 0
+    eng.transport.reached = trio.Event()
+
+    async def act() -> None:
+        ORIGIN.set("action")
+        await eng.op_reconcile()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(act)
+        await until(lambda: all(h.rec is not None for h in holds.values()))
+        by_prefix = {h.rec.query["path_prefix"]: h for h in holds.values()}
+        by_prefix["/b/"].release.set()
+        await trio.testing.wait_all_tasks_blocked()
+        await eng.op_r_rename("/b/x.md", "/a/x.md")
+        by_prefix["/a/"].release.set()
+    eng.transport.holds = {}
 
 
 async def test_a_new_memory_under_a_local_file_is_not_shown_and_said_so(tmp_path):
@@ -886,3 +893,52 @@ async def test_a_new_memory_a_listing_shows_drops_a_cached_negative_entry(tmp_pa
         await eng.op_reconcile()
         root = eng.node("/a.md").parent
         assert eng.ctx.take_invalidations() == [("entry", root, "b.md")]
+# -- wave w5b --
+
+
+async def test_a_file_edited_here_and_deleted_there_on_a_read_only_mount_is_kept_unsynced(
+        tmp_path):
+    """a.md edited here (not pushed), then the mount became read-only (the store's access
+    changed, it was archived) while another writer deleted a.md: the listing keeps the
+    file, which a read-only mount cannot re-create, and `memfs status` says so."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_write("/a.md", "mine")
+        eng.ctx.options.read_only = True
+        await eng.op_r_delete("/a.md")
+        await eng.op_reconcile()
+        assert eng.tree_sha("/a.md") == sha256(data("mine"))
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "/a.md was deleted on the server but edited here; kept locally, unsynced "
+            "(read-only mount)"]
+
+
+async def test_a_file_deleted_there_drops_the_kernels_cached_entry(tmp_path):
+    """Another writer deletes a.md, unchanged here: the listing removes it and queues the
+    kernel's cached entry of the name to be dropped (a stale entry would still resolve
+    a.md to a file that is gone)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_reconcile()
+        root = eng.node("/a.md").parent
+        eng.ctx.take_invalidations()
+        await eng.op_r_delete("/a.md")
+        await eng.op_reconcile()
+        assert eng.node("/a.md") is None
+        assert eng.ctx.take_invalidations() == [("entry", root, "a.md")]
+
+
+async def test_a_listing_goes_on_past_a_memory_listed_twice(tmp_path):
+    """Another writer moves /b/x.md to /a/x.md between the listing's two directory pages
+    (the memory on both), and has created /n.md before the listing. Rows of memories
+    held here come first: x.md (twice), y.md, then /n.md. The second x.md row is
+    skipped, and the rows after it are still applied: /n.md is shown."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/a/y.md", "y")
+        await eng.op_r_create("/b/x.md", "x")
+        await eng.op_reconcile()
+        await eng.op_r_create("/n.md", "n")
+        await _listing_while_b_x_moves_to_a(eng)
+        assert eng.tree_sha("/a/x.md") == sha256(data("x")) and eng.node("/b/x.md") is None
+        assert eng.tree_sha("/n.md") == sha256(data("n"))
+        assert eng.node("/n.md").memory_id == eng.server()["/n.md"][0]
