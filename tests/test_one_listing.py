@@ -942,3 +942,31 @@ async def test_a_listing_goes_on_past_a_memory_listed_twice(tmp_path):
         assert eng.tree_sha("/a/x.md") == sha256(data("x")) and eng.node("/b/x.md") is None
         assert eng.tree_sha("/n.md") == sha256(data("n"))
         assert eng.node("/n.md").memory_id == eng.server()["/n.md"][0]
+
+
+# -- wave w6b --
+
+
+async def test_a_burst_of_another_writers_edits_or_deletes_of_our_files_lists_the_store(
+        tmp_path, monkeypatch):
+    """Another writer edits (or deletes) more of our files since the last poll than a
+    poll reads (a burst; the limit 2 here): each version differs from what the mount
+    holds, so each is news, and that poll lists the whole store instead of re-reading
+    the memories one by one. Every change is applied."""
+    monkeypatch.setattr(feed_mod, "MAX_VERSIONS", 2)
+    for kind in ("edit", "delete"):
+        async with harness(tmp_path / kind) as eng:
+            await synced(eng, a="A", b="B", c="C")
+            await eng.op_poll()  # the feed's starting point
+            for name in "abc":
+                if kind == "edit":
+                    await eng.op_r_edit(f"/{name}.md", name * 2)
+                else:
+                    await eng.op_r_delete(f"/{name}.md")
+            listed = eng.ctx.status.last_full_listing_at
+            first = len(eng.transport.records)
+            await eng.op_poll()
+            assert eng.ctx.status.last_full_listing_at != listed, kind
+            assert any(r.is_listing for r in eng.transport.records[first:]), kind
+            want = [sha256(data(n * 2)) for n in "abc"] if kind == "edit" else [None] * 3
+            assert [eng.tree_sha(f"/{n}.md") for n in "abc"] == want, kind
