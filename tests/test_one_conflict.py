@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 
+import trio
 from interleave import RESERVED_PREFIX, FaultRule, age_tombstones
 from onepass import data, harness, held_pass, refused_update, sent, synced
 
@@ -553,3 +554,29 @@ async def test_a_swap_parks_one_memory_in_its_pass_at_a_short_private_name(tmp_p
         [node] = [n for n in eng.state.files() if n.memory_id == mid]
         assert node.base_path == park and eng.ctx.status.last_error is None
         assert (result.pushed, result.progress, result.left) == (2, 2, 1)
+
+
+# -- wave w6a --
+
+
+async def test_a_delete_refused_for_a_change_there_reads_its_head_and_has_the_feed_name_it(
+        tmp_path):
+    """As test_a_delete_of_a_memory_changed_there_is_dropped_and_said_so: the refused
+    delete is followed by one read of the memory's head (`view=basic`: not its content,
+    which the reconciler fetches if it needs it), then the change feed is told to name
+    the memory on its next poll (it may have shown that version already) and the
+    reconciler is woken; the pass counts a step, not a push, and no bug is recorded."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_r_edit("/a.md", "v2")
+        assert eng.pusher.feed is not None and not eng.pusher.feed.rechecks
+        eng.ctx.reconcile_wakeup = trio.Event()  # (as the reconciler renews it)
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass(flush=True)
+        assert sent(eng, first) == [f"DELETE {mid}", f"GET {mid}"]
+        assert eng.transport.records[first + 1].query["view"] == "basic"
+        assert (result.pushed, result.progress, result.left) == (0, 1, 0)
+        assert eng.pusher.feed.rechecks == {mid}
+        assert eng.ctx.reconcile_wakeup.is_set() and eng.ctx.status.last_error is None

@@ -632,3 +632,58 @@ async def test_a_file_refused_first_and_renamed_after_moves_its_memory(tmp_path)
         assert eng.server() == {"/b.md": (mid, sha256(data("v1")))}
         assert eng.state.sync_state(eng.node("/b.md")) == "refused"
         assert eng.pusher.pending_total() == 0
+
+
+# -- wave w6a --
+
+
+class BusyUntilClock(IdleClock):
+    """A mount busy without a gap (FUSE asked at every moment) until `quiet_from` on
+    the trio clock, quiet from then on (never, by default)."""
+
+    def __init__(self, quiet_from: float = math.inf) -> None:
+        super().__init__()
+        self.quiet_from = quiet_from
+
+    def idle_for(self) -> float:
+        return max(0.0, trio.current_time() - self.quiet_from)
+
+
+async def test_an_answer_that_meets_a_busy_mount_waits_for_quiet_or_its_limit(
+        tmp_path, mock_clock):
+    """The answer of a push sent while the mount was quiet is read (`_answer_ready`, run
+    by the client's real transport, which this harness replaces) at once on a quiet
+    mount; while a copy goes on for a second, once the mount has been quiet for
+    QUIET_WINDOW after it; while a copy never stops, after ANSWER_WAIT_MAX (the trio
+    clock jumps to each wake-up)."""
+    mock_clock.autojump_threshold = 0
+    async with harness(tmp_path) as eng:
+        start = trio.current_time()
+        await eng.pusher._answer_ready()
+        assert trio.current_time() == start
+        eng.ctx.clock = BusyUntilClock(start + 1.0)
+        await eng.pusher._answer_ready()
+        waited = trio.current_time() - start - 1.0
+        assert pusher_mod.QUIET_WINDOW <= waited < pusher_mod.QUIET_WINDOW + pusher_mod.BUSY_WINDOW
+        eng.ctx.clock = BusyUntilClock()
+        start = trio.current_time()
+        await eng.pusher._answer_ready()
+        waited = trio.current_time() - start
+        assert pusher_mod.ANSWER_WAIT_MAX <= waited < (
+            pusher_mod.ANSWER_WAIT_MAX + pusher_mod.BUSY_WINDOW)
+
+
+async def test_a_push_that_never_finds_a_gap_goes_at_the_look_that_reaches_yield_max(
+        tmp_path, mock_clock, monkeypatch):
+    """A mount busy without a gap (never BUSY_WINDOW between FUSE requests): a push looks
+    every BUSY_WINDOW and goes, as one started while busy, at the look that reaches
+    YIELD_MAX, not one look later. (BUSY_WINDOW is a quarter second here, so that its
+    looks reach YIELD_MAX exactly on the stopped trio clock.)"""
+    monkeypatch.setattr(pusher_mod, "BUSY_WINDOW", 0.25)
+    mock_clock.autojump_threshold = 0
+    async with harness(tmp_path) as eng:
+        mock_clock.jump(1000.0 - trio.current_time())  # (a clock long started, as trio's own)
+        eng.ctx.clock = BusyUntilClock()
+        start = trio.current_time()
+        assert await eng.pusher._yield_to_mount() is True
+        assert trio.current_time() - start == pusher_mod.YIELD_MAX
