@@ -13,8 +13,7 @@ from typing import Any
 import trio
 import trio.testing
 from interleave import FaultRule
-from onepass import data, harness, sent, synced, until
-from onepass import data, harness, held_pass, sent, until
+from onepass import data, harness, held_pass, sent, synced, until
 
 from memfs.state.blobs import sha256
 from memfs.sync import pusher as pusher_mod
