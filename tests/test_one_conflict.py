@@ -12,6 +12,7 @@ import logging
 import re
 
 import trio
+import pytest
 from interleave import RESERVED_PREFIX, FaultRule, age_tombstones
 from onepass import data, harness, held_pass, refused_update, sent, synced
 
@@ -542,6 +543,47 @@ async def test_a_swap_parks_one_memory_in_its_pass_at_a_short_private_name(tmp_p
     it with 8 random hex digits, and takes the answer in that pass (the memory's base is
     its park, nothing fails as a bug). The park and the other file's rename count as
     pushed; the parked file's own rename is left for the next pass."""
+
+
+# -- wave w4a --
+
+
+@pytest.mark.timeout(20)  # a walk that never ends is cut here, not at the suite's 300 s
+async def test_a_rename_meets_one_of_ours_that_is_in_a_swap_of_its_own_and_waits(tmp_path):
+    """b.md and c.md swapped here (their renames refused for now: they wait); a.md
+    renamed to x.md, while another writer moved b's memory to /x.md. a's rename meets
+    409 at /x.md, held by our own b, which is in a cycle with c, not with a: the walk
+    along the moves ends (b, c, b again) without parking a; a waits, nothing else is
+    sent, nothing is logged as a failure."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B", c="C")
+        a_mid, b_mid, c_mid = (eng.node(f"/{n}.md").memory_id for n in "abc")
+        await eng.op_rename("/b.md", "/t.md")
+        await eng.op_rename("/c.md", "/b.md")
+        await eng.op_rename("/t.md", "/c.md")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST"
+                                         and r.memory_id in (b_mid, c_mid), origins=("setup",))]
+        await eng.op_push()  # b and c refused: they wait out their backoff
+        eng.transport.rules = []
+        await eng.op_rename("/a.md", "/x.md")
+        await eng.op_r_rename("/b.md", "/x.md")
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"POST {a_mid}"]
+        assert eng.transport.records[first].status == 409
+        assert (result.pushed, result.progress) == (0, 0)
+        a = eng.node("/x.md")
+        assert (a.memory_id, a.base_path, a.error) == (a_mid, "/a.md", None)
+        assert eng.ctx.status.last_error is None and not eng.state.parks
+        assert eng.server() == {"/a.md": (a_mid, sha256(data("A"))),
+                                "/x.md": (b_mid, sha256(data("B"))),
+                                "/c.md": (c_mid, sha256(data("C")))}
+
+
+async def test_a_parked_memory_is_told_to_the_feed_as_our_own_write(tmp_path):
+    """a.md and b.md swapped: one memory is parked at a private place. The park is our
+    own write: the change feed is told its version (the next poll does not take it for
+    another writer's), and the pass counts it, with nothing logged as a failure."""
     async with harness(tmp_path) as eng:
         await synced(eng, a="A", b="B")
         await eng.op_rename("/a.md", "/c.md")
@@ -580,3 +622,12 @@ async def test_a_delete_refused_for_a_change_there_reads_its_head_and_has_the_fe
         assert (result.pushed, result.progress, result.left) == (0, 1, 0)
         assert eng.pusher.feed.rechecks == {mid}
         assert eng.ctx.reconcile_wakeup.is_set() and eng.ctx.status.last_error is None
+        eng.ctx.options.push_concurrency = 1  # the first rename meets 409, then parks
+        own = set(eng.pusher.feed.own)
+        result = await eng.pusher.push_pass()
+        server = eng.server()
+        assert len(server) == 2 and len([p for p in server if p.startswith(f"{PARK_DIR}/")]) == 1
+        assert set(eng.pusher.feed.own) - own == {  # the park's version, and the rename's
+            eng.db.get_memory(eng.store_id, m)["memory_version_id"] for m, _ in server.values()}
+        assert (result.pushed, result.progress, result.left) == (2, 2, 1)
+        assert eng.ctx.status.last_error is None

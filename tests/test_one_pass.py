@@ -687,3 +687,50 @@ async def test_a_push_that_never_finds_a_gap_goes_at_the_look_that_reaches_yield
         start = trio.current_time()
         assert await eng.pusher._yield_to_mount() is True
         assert trio.current_time() - start == pusher_mod.YIELD_MAX
+# -- wave w4a --
+
+
+async def test_a_file_changed_while_its_content_is_fetched_back_sends_nothing(tmp_path):
+    """a.md takes another writer's edit (not read here, so not cached), then is renamed
+    over b.md: b's memory is to take that content, which the pass fetches back from a's
+    memory first. While that read is out, b.md is written again here: the pass sends
+    nothing for it and counts nothing (the next pass sends the new bytes)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        a_mid = eng.node("/a.md").memory_id
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_reconcile()
+        assert not eng.cache.has(eng.node("/a.md").sha)
+        await eng.op_rename("/a.md", "/b.md")
+        first = len(eng.transport.records)
+
+        async def meanwhile() -> None:
+            await eng.op_write("/b.md", "mine")
+
+        result = await held_pass(eng, "before", meanwhile)
+        assert sent(eng, first) == [f"GET {a_mid}"]
+        assert (result.pushed, result.progress, result.left) == (0, 0, 2)
+        assert eng.ctx.status.pushed == 2  # the two files synced, nothing since
+
+
+async def test_a_short_gap_in_a_busy_mount_lets_a_push_go_at_once(tmp_path, monkeypatch):
+    """The mount is busy with short gaps (FUSE last asked longer ago than BUSY_WINDOW,
+    never as long as QUIET_WINDOW: a `cp -r` on a loaded machine). A write-back pass's
+    push goes in such a gap, as one of the few started while busy; it does not wait for
+    YIELD_MAX (made endless here: the push goes at once or never)."""
+    monkeypatch.setattr(pusher_mod, "YIELD_MAX", math.inf)
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/a.md", "v1")
+        eng.ctx.clock = GapClock()
+        first = len(eng.transport.records)
+        got = []
+
+        async def act() -> None:
+            got.append(await eng.pusher.push_pass())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(act)
+            await trio.testing.wait_all_tasks_blocked()  # the pass ended, or waits on
+            nursery.cancel_scope.cancel()
+        assert sent(eng, first) == ["POST memories"]
+        assert [(r.pushed, r.left) for r in got] == [(1, 0)]

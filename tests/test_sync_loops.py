@@ -413,3 +413,19 @@ async def test_a_flush_pushes_at_once_what_is_not_due_yet(tmp_path):
         assert (result.pushed, result.left, result.offline) == (2, 0, None)
         b = eng.node("/b.md").memory_id
         assert eng.server() == {"/b.md": (b, sha256(data("new")))}
+
+
+# -- wave w4a --
+
+
+async def test_a_flush_counts_the_progress_of_every_one_of_its_passes(tmp_path):
+    """A flush that takes two passes: a.md's update meets 404 (another writer deleted
+    it) and a.md lets go of its memory (progress, nothing pushed); the next pass creates
+    a.md again. The flush's result counts both steps: 1 pushed, 2 steps of progress."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_r_delete("/a.md")
+        await eng.op_write("/a.md", "v2")
+        result = await eng.pusher.flush(60.0)
+        assert (result.pushed, result.progress, result.left) == (1, 2, 0)
+        assert eng.server() == {"/a.md": (eng.node("/a.md").memory_id, sha256(data("v2")))}
