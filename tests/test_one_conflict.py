@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import re
 
-import trio
 import pytest
+import trio
 from interleave import RESERVED_PREFIX, FaultRule, age_tombstones
 from onepass import data, harness, held_pass, refused_update, sent, synced
 
