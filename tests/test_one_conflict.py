@@ -543,6 +543,18 @@ async def test_a_swap_parks_one_memory_in_its_pass_at_a_short_private_name(tmp_p
     it with 8 random hex digits, and takes the answer in that pass (the memory's base is
     its park, nothing fails as a bug). The park and the other file's rename count as
     pushed; the parked file's own rename is left for the next pass."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        await eng.op_rename("/a.md", "/c.md")
+        await eng.op_rename("/b.md", "/a.md")
+        await eng.op_rename("/c.md", "/b.md")
+        eng.ctx.options.push_concurrency = 1
+        result = await eng.pusher.push_pass()
+        [(park, mid)] = [(p, m) for p, (m, _) in eng.server().items() if p.startswith(PARK_DIR)]
+        assert re.fullmatch(re.escape(f"{PARK_DIR}/{mid}.") + "[0-9a-f]{8}", park)
+        [node] = [n for n in eng.state.files() if n.memory_id == mid]
+        assert node.base_path == park and eng.ctx.status.last_error is None
+        assert (result.pushed, result.progress, result.left) == (2, 2, 1)
 
 
 # -- wave w4a --
@@ -589,13 +601,15 @@ async def test_a_parked_memory_is_told_to_the_feed_as_our_own_write(tmp_path):
         await eng.op_rename("/a.md", "/c.md")
         await eng.op_rename("/b.md", "/a.md")
         await eng.op_rename("/c.md", "/b.md")
-        eng.ctx.options.push_concurrency = 1
+        eng.ctx.options.push_concurrency = 1  # the first rename meets 409, then parks
+        own = set(eng.pusher.feed.own)
         result = await eng.pusher.push_pass()
-        [(park, mid)] = [(p, m) for p, (m, _) in eng.server().items() if p.startswith(PARK_DIR)]
-        assert re.fullmatch(re.escape(f"{PARK_DIR}/{mid}.") + "[0-9a-f]{8}", park)
-        [node] = [n for n in eng.state.files() if n.memory_id == mid]
-        assert node.base_path == park and eng.ctx.status.last_error is None
+        server = eng.server()
+        assert len(server) == 2 and len([p for p in server if p.startswith(f"{PARK_DIR}/")]) == 1
+        assert set(eng.pusher.feed.own) - own == {  # the park's version, and the rename's
+            eng.db.get_memory(eng.store_id, m)["memory_version_id"] for m, _ in server.values()}
         assert (result.pushed, result.progress, result.left) == (2, 2, 1)
+        assert eng.ctx.status.last_error is None
 
 
 # -- wave w6a --
@@ -622,12 +636,3 @@ async def test_a_delete_refused_for_a_change_there_reads_its_head_and_has_the_fe
         assert (result.pushed, result.progress, result.left) == (0, 1, 0)
         assert eng.pusher.feed.rechecks == {mid}
         assert eng.ctx.reconcile_wakeup.is_set() and eng.ctx.status.last_error is None
-        eng.ctx.options.push_concurrency = 1  # the first rename meets 409, then parks
-        own = set(eng.pusher.feed.own)
-        result = await eng.pusher.push_pass()
-        server = eng.server()
-        assert len(server) == 2 and len([p for p in server if p.startswith(f"{PARK_DIR}/")]) == 1
-        assert set(eng.pusher.feed.own) - own == {  # the park's version, and the rename's
-            eng.db.get_memory(eng.store_id, m)["memory_version_id"] for m, _ in server.values()}
-        assert (result.pushed, result.progress, result.left) == (2, 2, 1)
-        assert eng.ctx.status.last_error is None
