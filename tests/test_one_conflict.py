@@ -553,3 +553,21 @@ async def test_a_swap_parks_one_memory_in_its_pass_at_a_short_private_name(tmp_p
         [node] = [n for n in eng.state.files() if n.memory_id == mid]
         assert node.base_path == park and eng.ctx.status.last_error is None
         assert (result.pushed, result.progress, result.left) == (2, 2, 1)
+
+
+# -- wave w7a --
+
+
+async def test_a_create_meeting_another_writers_new_memory_is_a_conflict_saying_so(tmp_path):
+    """a.md made here (not pushed yet) while another writer creates /a.md with other
+    bytes: our create meets their memory at the path, which wins it; ours is kept as a
+    conflict whose reason says another writer created the same path."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_write("/a.md", "mine")
+        await eng.op_r_create("/a.md", "theirs")
+        theirs = eng.server()["/a.md"]
+        await eng.op_push()
+        assert [r["reason"] for r in eng.state.conflicts()] == \
+            ["another writer created the same path"]
+        assert eng.server()["/a.md"] == theirs and eng.ctx.status.last_error is None
