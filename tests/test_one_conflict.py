@@ -636,3 +636,55 @@ async def test_a_delete_refused_for_a_change_there_reads_its_head_and_has_the_fe
         assert (result.pushed, result.progress, result.left) == (0, 1, 0)
         assert eng.pusher.feed.rechecks == {mid}
         assert eng.ctx.reconcile_wakeup.is_set() and eng.ctx.status.last_error is None
+
+
+
+# -- wave w7a --
+
+
+async def test_a_create_meeting_another_writers_new_memory_is_a_conflict_saying_so(tmp_path):
+    """a.md made here (not pushed yet) while another writer creates /a.md with other
+    bytes: our create meets their memory at the path, which wins it; ours is kept as a
+    conflict whose reason says another writer created the same path."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_write("/a.md", "mine")
+        await eng.op_r_create("/a.md", "theirs")
+        theirs = eng.server()["/a.md"]
+        await eng.op_push()
+        assert [r["reason"] for r in eng.state.conflicts()] == \
+            ["another writer created the same path"]
+        assert eng.server()["/a.md"] == theirs and eng.ctx.status.last_error is None
+
+
+async def test_a_park_of_a_memory_another_writer_just_edited_is_refused(tmp_path):
+    """a.md and b.md swapped here; breaking the cycle parks one memory, and another writer
+    edits that memory (still at its old path there) just before the park reaches the
+    server. The park carries the base it moves, so it is refused: their edit stays at
+    its path for every other client (not moved to a private place) and the next pass
+    meets the edit through the normal path."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        await eng.op_rename("/a.md", "/c.md")
+        await eng.op_rename("/b.md", "/a.md")
+        await eng.op_rename("/c.md", "/b.md")
+        first = len(eng.transport.records)
+        parked: list[tuple[str, str]] = []
+
+        async def their_edit() -> None:  # (which memory is parked first is up to trio)
+            mid = eng.transport.holds[1].rec.path.rsplit("/", 1)[1]
+            [path] = [p for p, (m, _) in eng.server().items() if m == mid]
+            parked.append((mid, path))
+            await eng.op_r_edit(path, "theirs")
+
+        await held_pass(eng, "before", their_edit, index=1)
+        [(mid, path)] = parked
+        park = eng.transport.records[first + 1]
+        assert park.body["path"].startswith(f"{PARK_DIR}/{mid}.")
+        base = sha256(data({"/a.md": "A", "/b.md": "B"}[path]))
+        assert park.body.get("precondition") == {"type": "content_sha256",
+                                                  "content_sha256": base}
+        assert park.status == 409
+        assert eng.server()[path] == (mid, sha256(data("theirs")))
+        [node] = [n for n in eng.state.files() if n.memory_id == mid]
+        assert node.base_path == path

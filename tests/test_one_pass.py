@@ -734,3 +734,41 @@ async def test_a_short_gap_in_a_busy_mount_lets_a_push_go_at_once(tmp_path, monk
             nursery.cancel_scope.cancel()
         assert sent(eng, first) == ["POST memories"]
         assert [(r.pushed, r.left) for r in got] == [(1, 0)]
+
+
+
+# -- wave w7a --
+
+
+async def test_busy_pushes_that_ended_free_their_slots_for_the_next_busy_pass(
+        tmp_path, monkeypatch):
+    """A pass pushed a.md while the mount was busy, and it landed. The mount is still busy
+    when the next pass has b.md and c.md to push: both go at once (BUSY_CONCURRENCY, 2),
+    the slot a.md's push took is free again."""
+    monkeypatch.setattr(pusher_mod, "BUSY_INTERVAL", 0.0)
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/a.md", "a")
+        eng.ctx.clock = GapClock()
+        result = await eng.pusher.push_pass()
+        assert result.pushed == 1 and "/a.md" in eng.server()
+        for name in ("b", "c"):
+            await eng.op_write(f"/{name}.md", name)
+        holds = {0: Hold(0, "before"), 1: Hold(1, "before")}
+        eng.transport.holds, eng.transport.action_count = holds, 0
+
+        async def act() -> None:
+            ORIGIN.set("action")
+            await eng.pusher.push_pass()
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(act)
+                await until(lambda: all(h.rec is not None for h in holds.values()), 5.0)
+                assert eng.transport.action_count == 2
+                for hold in holds.values():
+                    hold.release.set()
+        finally:
+            for hold in holds.values():
+                hold.release.set()
+        eng.transport.holds = {}
+        assert len(eng.server()) == 3
