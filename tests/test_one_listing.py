@@ -970,3 +970,30 @@ async def test_a_burst_of_another_writers_edits_or_deletes_of_our_files_lists_th
             assert any(r.is_listing for r in eng.transport.records[first:]), kind
             want = [sha256(data(n * 2)) for n in "abc"] if kind == "edit" else [None] * 3
             assert [eng.tree_sha(f"/{n}.md") for n in "abc"] == want, kind
+
+
+# -- wave w8b --
+
+
+async def test_a_full_listing_asked_for_or_after_a_failed_poll_is_not_the_safety_net(tmp_path):
+    """Two memories changed by another writer in versions the feed vouched for (its
+    settled edge past them) but never delivered. A full listing asked for (`memfs sync`
+    with `full`, the feed trusted) applies both and `memfs status` counts none as missed:
+    only the periodic safety net checks the feed. Nor does the listing a poll makes once
+    the feed is not trusted (a poll failed: its position is unknown)."""
+    for how in ("asked", "untrusted"):
+        async with harness(tmp_path / how) as eng:
+            await synced(eng, a="v1", b="v1")
+            await eng.op_poll()  # the feed's starting point
+            await eng.op_r_edit("/a.md", "v2")
+            await eng.op_r_edit("/b.md", "v2")
+            eng.reconciler.feed.confirmed = datetime.now(UTC) + timedelta(seconds=1)
+            if how == "asked":
+                await eng.op_reconcile()
+            else:
+                eng.reconciler.feed.reset(None)  # what a failed poll leaves
+                assert not eng.reconciler.feed.trusted()
+                await eng.op_poll()
+            assert [eng.tree_sha(p) for p in ("/a.md", "/b.md")] == \
+                [sha256(data("v2"))] * 2, how
+            assert eng.ctx.status.feed_missed == 0 and eng.ctx.status.warnings == [], how
