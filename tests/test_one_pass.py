@@ -734,3 +734,31 @@ async def test_a_short_gap_in_a_busy_mount_lets_a_push_go_at_once(tmp_path, monk
             nursery.cancel_scope.cancel()
         assert sent(eng, first) == ["POST memories"]
         assert [(r.pushed, r.left) for r in got] == [(1, 0)]
+
+
+# -- wave w8a --
+
+
+async def test_a_new_file_unlinked_while_its_pass_waits_its_turn_is_not_created(tmp_path):
+    """Two new files, one push at a time: while the first one's create is on its way,
+    the other is unlinked here. When its turn comes it is no longer in the tree: no
+    create goes out for it (the server never holds a memory for a file already gone),
+    and nothing of it is left to push."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.push_concurrency = 1
+        await eng.op_write("/a.md", "A")
+        await eng.op_write("/b.md", "B")
+        first = len(eng.transport.records)
+        kept: list[str] = []
+
+        async def meanwhile() -> None:
+            [rec] = eng.transport.records[first:]
+            kept.append("/a.md" if rec.body["content"] == "A\n" else "/b.md")
+            await eng.op_unlink("/b.md" if kept == ["/a.md"] else "/a.md")
+
+        result = await held_pass(eng, "before", meanwhile)
+        assert sent(eng, first) == ["POST memories"]
+        assert (result.pushed, result.progress, result.left) == (1, 1, 0)
+        [path] = kept
+        assert eng.server() == {path: (eng.node(path).memory_id, eng.tree_sha(path))}
+        assert eng.ctx.status.last_error is None and not eng.state.tombstones
