@@ -688,3 +688,52 @@ async def test_a_park_of_a_memory_another_writer_just_edited_is_refused(tmp_path
         assert eng.server()[path] == (mid, sha256(data("theirs")))
         [node] = [n for n in eng.state.files() if n.memory_id == mid]
         assert node.base_path == path
+
+
+
+# -- wave w8a --
+
+
+async def test_a_failed_precondition_on_exactly_the_bytes_it_sent_counts_as_pushed(tmp_path):
+    """As test_a_failed_precondition_on_our_own_bytes_lands_them (another writer wrote
+    exactly our new bytes; our update, which also renames, meets 409): the memory holds
+    what this very request sent, so the pass counts a push, reads only the memory's
+    head, and settles no conflict (no read of the content, no conflict row)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_write("/a.md", "v2")
+        await eng.op_rename("/a.md", "/b.md")
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"POST {mid}", f"GET {mid}"]
+        assert [r.status for r in eng.transport.records[first:]] == [409, 200]
+        assert (result.pushed, result.progress) == (1, 1)
+        assert eng.state.conflicts() == [] and eng.ctx.status.warnings == []
+
+
+async def test_a_create_meets_another_writers_memory_at_its_path_and_is_kept_as_a_conflict(
+        tmp_path):
+    """a.md written here; before its create goes, another writer creates /a.md with other
+    bytes. The create meets 409 (path taken) on their memory: in that pass their a.md
+    takes the tree (the file holds their memory), ours is kept as a conflict, and the
+    conflict and `memfs status` both say why: another writer created the same path."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_write("/a.md", "mine")
+        await eng.op_r_create("/a.md", "theirs")
+        [(their_mid, _sha)] = eng.server().values()
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["POST memories", f"GET {their_mid}", f"GET {their_mid}"]
+        assert (result.pushed, result.progress) == (0, 1)
+        node = eng.node("/a.md")
+        assert (node.memory_id, eng.tree_sha("/a.md")) == (their_mid, sha256(data("theirs")))
+        [row] = eng.state.conflicts()
+        assert (row["path"], row["local_sha"], row["reason"]) == (
+            "/a.md", sha256(data("mine")), "another writer created the same path")
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            f"conflict #{row['id']} at /a.md: another writer created the same path; the "
+            "server's version is in the tree, yours is kept (memfs conflicts)"]
+        assert eng.ctx.status.last_error is None and eng.pusher.pending_total() == 0

@@ -772,3 +772,55 @@ async def test_busy_pushes_that_ended_free_their_slots_for_the_next_busy_pass(
                 hold.release.set()
         eng.transport.holds = {}
         assert len(eng.server()) == 3
+
+
+
+# -- wave w8a --
+
+
+async def test_a_new_file_unlinked_while_its_pass_waits_its_turn_is_not_created(tmp_path):
+    """Two new files, one push at a time: while the first one's create is on its way,
+    the other is unlinked here. When its turn comes it is no longer in the tree: no
+    create goes out for it (the server never holds a memory for a file already gone),
+    and nothing of it is left to push."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.push_concurrency = 1
+        await eng.op_write("/a.md", "A")
+        await eng.op_write("/b.md", "B")
+        first = len(eng.transport.records)
+        kept: list[str] = []
+
+        async def meanwhile() -> None:
+            [rec] = eng.transport.records[first:]
+            kept.append("/a.md" if rec.body["content"] == "A\n" else "/b.md")
+            await eng.op_unlink("/b.md" if kept == ["/a.md"] else "/a.md")
+
+        result = await held_pass(eng, "before", meanwhile)
+        assert sent(eng, first) == ["POST memories"]
+        assert (result.pushed, result.progress, result.left) == (1, 1, 0)
+        [path] = kept
+        assert eng.server() == {path: (eng.node(path).memory_id, eng.tree_sha(path))}
+        assert eng.ctx.status.last_error is None and not eng.state.tombstones
+
+
+async def test_a_flush_pass_does_not_wait_for_a_quiet_mount(tmp_path, monkeypatch):
+    """As test_a_write_back_pass_waits_for_a_quiet_mount, but the pass is a flush's (what
+    the user waits for: `memfs sync`, the unmount): while the mount is busy it sends at
+    once, even with no flush counted as waiting (`flush()` counts one; the pass itself
+    must not wait either)."""
+    monkeypatch.setattr(pusher_mod, "YIELD_MAX", math.inf)
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/a.md", "v1")
+        first = len(eng.transport.records)
+        got = []
+
+        async def act() -> None:
+            got.append(await eng.pusher.push_pass(flush=True))
+
+        async with trio.open_nursery() as nursery:
+            with eng.clock.busy():
+                nursery.start_soon(act)
+                await trio.testing.wait_all_tasks_blocked()  # the pass ended, or waits on
+                assert sent(eng, first) == ["POST memories"]
+                assert [(r.pushed, r.left) for r in got] == [(1, 0)]
+        assert eng.pusher._flushing == 0

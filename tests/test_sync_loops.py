@@ -429,3 +429,24 @@ async def test_a_flush_counts_the_progress_of_every_one_of_its_passes(tmp_path):
         result = await eng.pusher.flush(60.0)
         assert (result.pushed, result.progress, result.left) == (1, 2, 0)
         assert eng.server() == {"/a.md": (eng.node("/a.md").memory_id, sha256(data("v2")))}
+
+
+# -- wave w8a --
+
+
+async def test_a_flush_that_meets_the_server_down_once_retries_and_pushes(tmp_path):
+    """A flush whose first pass meets a 503 (the server down for a moment; the create
+    may have been applied, so the next pass first looks for it): it waits out its
+    backoff (made short here) and tries again before its timeout, so the file is
+    pushed, nothing is left and the flush does not say offline."""
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/a.md", "v1")
+        eng.ctx.backoff.base = 0.01
+        eng.transport.rules = [FaultRule(lambda r: True, kind="fail", origins=("setup",),
+                                         times=1)]
+        first = len(eng.transport.records)
+        result = await eng.pusher.flush(30.0)
+        assert sent(eng, first) == ["POST memories", "GET memory_versions", "POST memories"]
+        assert [r.status for r in eng.transport.records[first:]] == [503, 200, 200]
+        assert (result.pushed, result.left, result.offline) == (1, 0, None)
+        assert eng.server() == {"/a.md": (eng.node("/a.md").memory_id, sha256(data("v1")))}
