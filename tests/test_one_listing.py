@@ -997,3 +997,46 @@ async def test_a_full_listing_asked_for_or_after_a_failed_poll_is_not_the_safety
             assert [eng.tree_sha(p) for p in ("/a.md", "/b.md")] == \
                 [sha256(data("v2"))] * 2, how
             assert eng.ctx.status.feed_missed == 0 and eng.ctx.status.warnings == [], how
+
+
+# -- wave w9b --
+
+
+async def test_a_listing_applies_the_memories_held_here_in_its_order_then_new_ones(tmp_path):
+    """Another writer edits a.md, b.md and c.md and creates n.md: the full listing applies
+    the rows of the memories held here first, in the listing's order, then the new one
+    (a held memory's move may free the path a new one needs): `memfs watch` hears a, b,
+    c modified, then n created."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B", c="C")
+        await eng.op_reconcile()
+        for name in "abc":
+            await eng.op_r_edit(f"/{name}.md", name * 2)
+        await eng.op_r_create("/n.md", "n")
+        sub = Subscriber()
+        eng.ctx.events.attach(sub)
+        await eng.op_reconcile()
+        events = [sub.receive.receive_nowait() for _ in range(4)]
+        assert [(e.kind, e.path) for e in events] == [
+            ("modified", "/a.md"), ("modified", "/b.md"), ("modified", "/c.md"),
+            ("created", "/n.md")]
+
+
+async def test_a_new_memory_listed_twice_under_a_local_file_is_not_shown_at_its_old_place(
+        tmp_path):
+    """/a is a file here, not pushed yet; another writer has made /a/y.md and /b/x.md, and
+    moves /b/x.md to /a/x.md between the listing's two directory pages (the memory on
+    both, the newer /a/x.md first). Neither row can be shown (/a is a file); the older
+    row (/b/x.md) is skipped, not shown at the place the memory left, and `memfs status`
+    says why each waits."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_write("/a", "A")
+        await eng.op_r_create("/a/y.md", "y")
+        await eng.op_r_create("/b/x.md", "x")
+        await _listing_while_b_x_moves_to_a(eng)
+        assert eng.node("/b/x.md") is None and eng.node("/b") is None
+        assert eng.tree_sha("/a") == sha256(data("A"))
+        assert sorted(w.split(" ", 1)[1] for w in eng.ctx.status.warnings) == [
+            f"the server's {p} overlaps a local directory or file; not shown until that "
+            "is resolved" for p in ("/a/x.md", "/a/y.md")]
