@@ -824,3 +824,17 @@ async def test_a_flush_pass_does_not_wait_for_a_quiet_mount(tmp_path, monkeypatc
                 assert sent(eng, first) == ["POST memories"]
                 assert [(r.pushed, r.left) for r in got] == [(1, 0)]
         assert eng.pusher._flushing == 0
+
+
+# -- wave w10a --
+
+
+async def test_content_refused_here_is_said_so_in_the_status_with_its_reason(tmp_path):
+    """Bytes that are not UTF-8: the file stays local-only, and `memfs status` says so,
+    naming the file and why (once: the next pass does not say it again)."""
+    async with harness(tmp_path) as eng:
+        await eng._put("/bad.md", b"\xff\xfe not text\n")
+        await eng.op_push()
+        await eng.op_push()
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "/bad.md stays local-only: content is not valid UTF-8 (byte 0)"]
