@@ -737,3 +737,72 @@ async def test_a_create_meets_another_writers_memory_at_its_path_and_is_kept_as_
             f"conflict #{row['id']} at /a.md: another writer created the same path; the "
             "server's version is in the tree, yours is kept (memfs conflicts)"]
         assert eng.ctx.status.last_error is None and eng.pusher.pending_total() == 0
+
+
+# -- wave w10a --
+
+
+async def test_a_failed_precondition_reads_the_head_and_the_conflict_says_why(tmp_path):
+    """Another writer changed a.md; our edit's update meets 409 (precondition failed). The
+    pass reads the memory's head (`view=basic`: not its content) to tell their change from
+    a lost answer of ours; it is theirs, so ours is kept as a conflict whose reason (in
+    `memfs conflicts` and `memfs status`) says both sides changed it at the same time."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="base")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_write("/a.md", "mine")
+        first = len(eng.transport.records)
+        await eng.op_push()
+        assert sent(eng, first)[:2] == [f"POST {mid}", f"GET {mid}"]
+        assert eng.transport.records[first + 1].query["view"] == "basic"
+        [row] = eng.state.conflicts()
+        assert row["reason"] == "changed on the server and here at the same time"
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            f"conflict #{row['id']} at /a.md: changed on the server and here at the same "
+            "time; the server's version is in the tree, yours is kept (memfs conflicts)"]
+
+
+async def test_a_create_under_a_strangers_file_path_waits_and_says_why(tmp_path):
+    """d/x.md made here; another writer creates a memory at /d (a file where we have a
+    directory). Our create meets 409 on their memory, an ancestor of our path, not our
+    path itself: the file waits (its error and `memfs status` say why), no conflict, and
+    the pass goes on without a bug."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_write("/d/x.md", "mine")
+        await eng.op_r_create("/d", "theirs")
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["POST memories"]
+        assert (result.pushed, result.progress) == (0, 1)
+        node = eng.node("/d/x.md")
+        why = ("path conflict: '/d' is a memory, so '/d/x.md' cannot be below it "
+               "(HTTP 409, memory_path_conflict_error)")
+        assert (node.memory_id, node.error) == (None, f"PathConflictError: {why}")
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            f"cannot push /d/x.md: {why}; it waits, the rest goes on"]
+        assert eng.state.conflicts() == [] and eng.ctx.status.last_error is None
+
+
+async def test_a_delete_refused_for_a_change_then_deleted_there_is_done(tmp_path):
+    """a.md unlinked here; another writer edits it, so our delete meets 409 (precondition
+    failed); before the read that follows, they delete it too. The memory is gone, as we
+    wanted: the pending delete is settled, counted as pushed, and no bug is recorded."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_r_edit("/a.md", "v2")
+        first = len(eng.transport.records)
+
+        async def their_delete() -> None:
+            await eng.op_r_delete("/a.md")
+
+        result = await held_pass(eng, "before", their_delete, index=1,
+                                 action=lambda: eng.pusher.push_pass(flush=True))
+        assert sent(eng, first) == [f"DELETE {mid}", f"GET {mid}"]
+        assert [r.status for r in eng.transport.records[first:]] == [409, 404]
+        assert (result.pushed, result.progress, result.left) == (1, 1, 0)
+        assert eng.state.tombstones == {} and eng.server() == {}
+        assert eng.ctx.status.last_error is None and eng.ctx.status.warnings == []
