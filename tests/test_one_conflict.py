@@ -840,3 +840,30 @@ async def test_a_swap_of_edited_files_whose_park_answer_is_lost_finds_it_applied
         await eng.op_push()
         assert eng.server() == {"/a.md": (b_mid, sha256(data("B2"))),
                                 "/b.md": (a_mid, sha256(data("A2")))}
+
+
+async def test_a_park_is_journaled_as_the_path_only_update_it_sends(tmp_path):
+    """a.md and b.md both edited and swapped here; breaking the cycle parks one memory.
+    While the park is on its way, the request journaled for it (what the next pass asks
+    the server about if its answer is lost) says what it sends: a new path, no content
+    (the memory keeps its base bytes; the edit goes with the real rename)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        await eng.op_write("/a.md", "A2")
+        await eng.op_write("/b.md", "B2")
+        await eng.op_rename("/a.md", "/c.md")
+        await eng.op_rename("/b.md", "/a.md")
+        await eng.op_rename("/c.md", "/b.md")
+        journaled: list = []
+
+        async def look() -> None:
+            journaled.extend(eng.state.doubts.values())
+
+        first = len(eng.transport.records)
+        await held_pass(eng, "before", look, index=1)
+        park = eng.transport.records[first + 1]
+        assert park.body["path"].startswith(f"{PARK_DIR}/") and "content" not in park.body
+        [ticket] = journaled
+        assert park.path.endswith(f"/{ticket.memory_id}")
+        assert (ticket.content_sent, ticket.path_sent) == (False, True)
+        assert ticket.written[1] == park.body["precondition"]["content_sha256"]
