@@ -808,9 +808,6 @@ async def test_a_delete_refused_for_a_change_then_deleted_there_is_done(tmp_path
         assert eng.ctx.status.last_error is None and eng.ctx.status.warnings == []
 
 
-@pytest.mark.xfail(strict=True, reason="a park's ticket records the file's path, not the "
-                   "park's: its lost answer is judged not applied (a history read, a 409 "
-                   "and a second park follow)")
 async def test_a_swap_of_edited_files_whose_park_answer_is_lost_finds_it_applied(tmp_path):
     """a.md and b.md both edited and swapped here; breaking the cycle parks one memory
     (a path-only update: the content it holds stays its base), and the park's answer is
@@ -866,4 +863,4 @@ async def test_a_park_is_journaled_as_the_path_only_update_it_sends(tmp_path):
         [ticket] = journaled
         assert park.path.endswith(f"/{ticket.memory_id}")
         assert (ticket.content_sent, ticket.path_sent) == (False, True)
-        assert ticket.written[1] == park.body["precondition"]["content_sha256"]
+        assert ticket.written == (park.body["path"], park.body["precondition"]["content_sha256"])

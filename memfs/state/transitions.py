@@ -107,13 +107,14 @@ class SyncTransitions:
     # -- pushes ---------------------------------------------------------------------
 
     def begin_push(self, node: Node, *, content: bool = True,
-                   path: bool = True) -> PushTicket:
+                   path: bool = True, to: str | None = None) -> PushTicket:
         """Record the request about to be sent: its sha on the node, and the request
         itself as in doubt until its answer is applied (a lost answer is then looked
         up on the server, memfs/sync/doubts.py). `content`/`path`: whether the
-        request carries the content / the path."""
+        request carries the content / the path; `to`: the path it sends when that is
+        not the file's own (a park), which is where a lost answer is looked for."""
         assert node.sha is not None
-        ticket = PushTicket(node.ino, node.memory_id, node.sha, self.path_of(node),
+        ticket = PushTicket(node.ino, node.memory_id, node.sha, to or self.path_of(node),
                             node.base_sha, node.gen, node.sent_sha, content, path,
                             time.time())
         with self.transaction():

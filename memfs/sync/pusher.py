@@ -484,10 +484,13 @@ class Pusher:
         except api_errors.APIError as exc:
             return self._failed(ticket, exc)
 
-    def _failed(self, ticket: PushTicket, exc: api_errors.APIError) -> int:
-        """This file waits (doubling backoff) and says why; the others go on."""
+    def _failed(self, ticket: PushTicket, exc: api_errors.APIError,
+                path: str | None = None) -> int:
+        """This file waits (doubling backoff) and says why; the others go on. `path`: the
+        file's, when the request sent another (a park)."""
         self.state.push_failed(ticket, f"{type(exc).__name__}: {exc}", transient=False)
-        self.ctx.status.note(f"cannot push {ticket.path}: {exc}; it waits, the rest goes on")
+        self.ctx.status.note(f"cannot push {path or ticket.path}: {exc}; it waits, "
+                             "the rest goes on")
         return -1
 
     async def _gone(self, ticket: PushTicket) -> int:
@@ -616,14 +619,14 @@ class Pusher:
         assert node.memory_id is not None
         park = f"{PARK_DIR}/{node.memory_id}.{secrets.token_hex(4)}"
         st.begin_park(node.memory_id, park)
-        ticket = st.begin_push(node, content=False)
+        ticket = st.begin_push(node, content=False, to=park)
         try:
             memory = await self._send(ticket, ctx.client.update_memory(
                 ctx.store_id, node.memory_id, precondition_sha=ticket.base_sha, path=park))
         except (api_errors.ConflictError, api_errors.NotFoundError, *api_errors.REFUSED):
             return 0  # the next pass meets the real cause through the normal path
         except api_errors.PermissionDeniedError as exc:
-            return self._failed(ticket, exc)
+            return self._failed(ticket, exc, st.path_of(node))
         log.info("rename cycle: parked %s at %s", node.memory_id, park)
         st.push_landed(ticket, remote_of(memory))
         self._ours(memory)
