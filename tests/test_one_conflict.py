@@ -864,3 +864,31 @@ async def test_a_park_is_journaled_as_the_path_only_update_it_sends(tmp_path):
         assert park.path.endswith(f"/{ticket.memory_id}")
         assert (ticket.content_sent, ticket.path_sent) == (False, True)
         assert ticket.written == (park.body["path"], park.body["precondition"]["content_sha256"])
+
+
+
+# -- wave w9a --
+
+
+async def test_a_create_under_another_writers_memory_waits_and_says_why(tmp_path):
+    """notes/x.md made here while another writer creates a memory at /notes itself (a
+    file where ours needs a directory): our create meets 409 on an ancestor of its path,
+    which no local file can settle. The file waits (its backoff, its error) and `memfs
+    status` says which file and why; nothing is logged as a bug and their memory stays."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_mkdir("/notes")
+        await eng.op_write("/notes/x.md", "mine")
+        await eng.op_r_create("/notes", "theirs")
+        theirs = eng.server()
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["POST memories"]
+        assert (result.pushed, result.progress) == (0, 1)
+        node = eng.node("/notes/x.md")
+        why = ("path conflict: '/notes' is a memory, so '/notes/x.md' cannot be below it "
+               "(HTTP 409, memory_path_conflict_error)")
+        assert (node.fail_count, node.error) == (1, f"PathConflictError: {why}")
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            f"cannot push /notes/x.md: {why}; it waits, the rest goes on"]
+        assert eng.server() == theirs and eng.ctx.status.last_error is None

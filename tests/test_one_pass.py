@@ -838,3 +838,102 @@ async def test_content_refused_here_is_said_so_in_the_status_with_its_reason(tmp
         await eng.op_push()
         assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
             "/bad.md stays local-only: content is not valid UTF-8 (byte 0)"]
+
+
+
+# -- wave w9a --
+
+
+async def test_a_write_back_pass_sends_its_deletes_only_once_the_mount_is_quiet(
+        tmp_path, monkeypatch):
+    """As test_a_write_back_pass_waits_for_a_quiet_mount, for a due delete: while the
+    mount is busy (a `cp -r` under way) the pass sends no DELETE; once it is quiet, the
+    delete goes and the memory is gone from the server."""
+    monkeypatch.setattr(pusher_mod, "YIELD_MAX", math.inf)
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        async with trio.open_nursery() as nursery:
+            with eng.clock.busy():
+                nursery.start_soon(eng.pusher.push_pass)
+                await trio.testing.wait_all_tasks_blocked()  # the pass waits, all else idle
+                assert sent(eng, first) == []
+        assert sent(eng, first) == [f"DELETE {mid}"]
+        assert eng.server() == {} and not eng.state.tombstones
+
+
+class BusyWindowClock(IdleClock):
+    """FUSE was last asked exactly BUSY_WINDOW ago, and stays so (a copy's steady gaps)."""
+
+    def idle_for(self) -> float:
+        return pusher_mod.BUSY_WINDOW
+
+
+async def test_a_gap_of_exactly_the_busy_window_lets_a_push_go_while_busy(
+        tmp_path, monkeypatch):
+    """A mount busy with gaps of exactly BUSY_WINDOW between FUSE requests (never a quiet
+    moment; the longest wait made endless here): such a gap is enough for a push to go
+    as one started while busy, at once."""
+    monkeypatch.setattr(pusher_mod, "YIELD_MAX", math.inf)
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/a.md", "v1")
+        eng.ctx.clock = BusyWindowClock()
+        first = len(eng.transport.records)
+        got = []
+
+        async def act() -> None:
+            got.append(await eng.pusher.push_pass())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(act)
+            await trio.testing.wait_all_tasks_blocked()  # the pass ended, or waits on
+            assert sent(eng, first) == ["POST memories"]
+            assert [(r.pushed, r.left) for r in got] == [(1, 0)]
+
+
+async def test_a_delete_whose_file_comes_back_while_it_waits_its_turn_is_no_push(tmp_path):
+    """a.md and b.md unlinked; their deletes go one at a time. While the first DELETE is
+    out, the other file is written again here (it takes back its memory): its delete
+    is not sent, and the pass counts one push (the delete that went) and two steps of
+    progress (that delete, and the other dropped)."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.push_concurrency = 1
+        await synced(eng, a="A", b="B")
+        mids = {eng.node(p).memory_id: p for p in ("/a.md", "/b.md")}
+        await eng.op_unlink("/a.md")
+        await eng.op_unlink("/b.md")
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        back: list[str] = []
+
+        async def meanwhile() -> None:
+            [rec] = eng.transport.records[first:]
+            [other] = [p for m, p in mids.items() if m != rec.path.rsplit("/", 1)[1]]
+            back.append(other)
+            await eng.op_write(other, "again")
+
+        result = await held_pass(eng, "before", meanwhile)
+        [path] = back
+        [gone] = [m for m, p in mids.items() if p != path]
+        assert sent(eng, first) == [f"DELETE {gone}"]
+        assert (result.pushed, result.progress) == (1, 2)
+        assert not eng.state.tombstones and eng.node(path).memory_id != gone
+        assert eng.ctx.status.pushed == 1 + 2  # (the two creates of `synced`)
+
+
+async def test_a_pass_sends_at_most_50_deletes_however_many_memories_are_known(tmp_path):
+    """204 memories, 60 of them unlinked: a quarter of the known memories would be 51,
+    but a pass sends at most 50 deletes; the other 10 wait for the next pass."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, **{f"f{i:03d}": str(i) for i in range(204)})
+        for i in range(60):
+            await eng.op_unlink(f"/f{i:03d}.md")
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert [s.split()[0] for s in sent(eng, first)] == ["DELETE"] * 50
+        assert (result.pushed, result.left) == (50, 10)
+        assert len(eng.server()) == 154 and len(eng.state.tombstones) == 10

@@ -450,3 +450,23 @@ async def test_a_flush_that_meets_the_server_down_once_retries_and_pushes(tmp_pa
         assert [r.status for r in eng.transport.records[first:]] == [503, 200, 200]
         assert (result.pushed, result.left, result.offline) == (1, 0, None)
         assert eng.server() == {"/a.md": (eng.node("/a.md").memory_id, sha256(data("v1")))}
+
+
+# -- wave w9a --
+
+
+async def test_a_flush_that_meets_the_server_down_once_says_what_it_met(tmp_path):
+    """As test_a_flush_that_meets_the_server_down_once_retries_and_pushes: the 503 the
+    flush waited out is what `memfs status` shows as the last error (its class and the
+    server's answer), in the daemon's status and in the state a status without a daemon
+    reads."""
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/a.md", "v1")
+        eng.ctx.backoff.base = 0.01
+        eng.transport.rules = [FaultRule(lambda r: True, kind="fail", origins=("setup",),
+                                         times=1)]
+        result = await eng.pusher.flush(30.0)
+        assert (result.pushed, result.left, result.offline) == (1, 0, None)
+        error = "ServerError: refused by the test (HTTP 503, api_error)"
+        assert eng.ctx.status.last_error == error
+        assert eng.state.get_meta("last_error") == error
