@@ -470,3 +470,25 @@ async def test_a_flush_that_meets_the_server_down_once_says_what_it_met(tmp_path
         error = "ServerError: refused by the test (HTTP 503, api_error)"
         assert eng.ctx.status.last_error == error
         assert eng.state.get_meta("last_error") == error
+
+
+# -- wave w11b --
+
+
+async def test_stopping_a_push_loop_that_never_ran_returns_at_once(tmp_path):
+    """A read-only mount (or one shut down before its loops started) never runs the
+    pusher's loop; its unmount still stops the pusher, which must return at once, not
+    wait for a loop that will never say it ended (the unmount would hang)."""
+    async with harness(tmp_path) as eng:
+        stopped = False
+
+        async def unmount() -> None:
+            nonlocal stopped
+            await eng.pusher.stop()
+            stopped = True
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(unmount)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+        assert stopped
