@@ -937,3 +937,26 @@ async def test_a_pass_sends_at_most_50_deletes_however_many_memories_are_known(t
         assert [s.split()[0] for s in sent(eng, first)] == ["DELETE"] * 50
         assert (result.pushed, result.left) == (50, 10)
         assert len(eng.server()) == 154 and len(eng.state.tombstones) == 10
+
+
+# -- wave w11b --
+
+
+async def test_a_rename_only_push_reads_nothing_of_the_content(tmp_path):
+    """a.md, pushed, is renamed to b.md while its content is only on disk: the pass sends
+    the new path alone, and reads nothing of the bytes it does not send (a large file's
+    rename costs no read of its content, nor memory for it)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="text")
+        await eng.op_rename("/a.md", "/b.md")
+        await eng.quiet()  # the blob writer has written its file
+        sha = sha256(data("text"))
+        eng.cache.lru.pop(sha, None)
+        assert eng.cache._path(sha).exists()
+        mid = eng.node("/b.md").memory_id
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"POST {mid}"]
+        assert "content" not in eng.transport.records[first].body
+        assert (result.pushed, eng.server()["/b.md"]) == (1, (mid, sha))
+        assert sha not in eng.cache.lru
