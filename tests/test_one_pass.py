@@ -960,3 +960,40 @@ async def test_a_rename_only_push_reads_nothing_of_the_content(tmp_path):
         assert "content" not in eng.transport.records[first].body
         assert (result.pushed, eng.server()["/b.md"]) == (1, (mid, sha))
         assert sha not in eng.cache.lru
+
+
+async def test_the_answer_of_a_push_started_while_busy_is_read_at_once(tmp_path, monkeypatch):
+    """The mount is busy with short gaps (a `cp -r` on a loaded machine) and stays so. A
+    write-back pass's push goes in a gap, as one of the few started while busy; its
+    answer is read at once (the transport here awaits the client's answer hook where a
+    real connection reads the answer's headers), not held for a quiet mount, which never
+    comes (ANSWER_WAIT_MAX, YIELD_MAX made endless here): the pass goes on during a long
+    copy."""
+    monkeypatch.setattr(pusher_mod, "YIELD_MAX", math.inf)
+    monkeypatch.setattr(pusher_mod, "ANSWER_WAIT_MAX", math.inf)
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/a.md", "v1")
+        eng.ctx.clock = GapClock()
+        serve = eng.transport.handle_async_request
+
+        async def answered(request):
+            response = await serve(request)
+            trace = request.extensions.get("trace")
+            if trace is not None:
+                await trace("http11.receive_response_headers.started", {})
+            return response
+
+        monkeypatch.setattr(eng.transport, "handle_async_request", answered)
+        first = len(eng.transport.records)
+        got = []
+
+        async def act() -> None:
+            got.append(await eng.pusher.push_pass())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(act)
+            await trio.testing.wait_all_tasks_blocked()  # the pass ended, or waits on
+            nursery.cancel_scope.cancel()
+        assert sent(eng, first) == ["POST memories"]
+        assert [(r.pushed, r.left) for r in got] == [(1, 0)]
+        assert eng.state.sync_state(eng.node("/a.md")) == "synced"
