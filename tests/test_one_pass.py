@@ -997,3 +997,49 @@ async def test_the_answer_of_a_push_started_while_busy_is_read_at_once(tmp_path,
         assert sent(eng, first) == ["POST memories"]
         assert [(r.pushed, r.left) for r in got] == [(1, 0)]
         assert eng.state.sync_state(eng.node("/a.md")) == "synced"
+
+
+
+# -- wave w11a --
+
+
+async def test_a_delete_goes_out_when_another_file_holds_its_bytes_in_the_cache(tmp_path):
+    """a.md and b.md synced; b.md is given a.md's bytes (written here, so cached), then
+    a.md is unlinked. a's memory is not the only source of b's new content, so its
+    delete, once due, goes out in the same pass as b's update: nothing is held back."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        a_mid, b_mid = eng.node("/a.md").memory_id, eng.node("/b.md").memory_id
+        await eng.op_write("/b.md", "A")
+        await eng.op_unlink("/a.md")
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"DELETE {a_mid}", f"POST {b_mid}"]
+        assert (result.pushed, result.left) == (2, 0) and not eng.state.tombstones
+        assert eng.server() == {"/b.md": (b_mid, sha256(data("A")))}
+
+
+async def test_a_delete_goes_out_at_the_very_moment_its_delay_is_out(tmp_path, monkeypatch):
+    """a.md unlinked here: its delete is due `delete_delay` after the unlink, to the
+    moment: a pass a clock tick before sends nothing; at that moment the loop's
+    `next_due_in` says 0 (a pass now) and the pass it runs sends the delete (instead
+    of finding nothing due and idling a retry period)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        due = eng.state.tombstones[mid].deleted_at + eng.ctx.options.delete_delay
+        now = [math.nextafter(due, 0.0)]
+        monkeypatch.setattr(pusher_mod, "time", type("Clock", (), {
+            "time": staticmethod(lambda: now[0])}))
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert (sent(eng, first), result.pushed) == ([], 0)
+        assert eng.pusher.next_due_in() > 0
+        now[0] = due
+        assert eng.pusher.next_due_in() == 0.0
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"DELETE {mid}"]
+        assert (result.pushed, result.left) == (1, 0) and not eng.state.tombstones
+        assert eng.server() == {}
