@@ -18,7 +18,7 @@ import trio.testing
 from interleave import ORIGIN, FaultRule, Hold, age_tombstones
 from onepass import data, harness, held_pass, sent, synced, until
 
-from memfs.api.models import parse_time
+from memfs.api.models import format_time, parse_time
 from memfs.core.nodes import PARK_DIR
 from memfs.mount.engine import store_status
 from memfs.state.blobs import sha256
@@ -1094,3 +1094,30 @@ async def test_the_safety_net_counts_a_missed_change_of_a_file_deleted_here(tmp_
         assert (row["path"], row["local_sha"]) == ("/b.md", sha256(data("mine")))
         assert eng.ctx.status.feed_missed == 1
         assert any(f"missed a change of /b.md ({mid}," in n for n in eng.ctx.status.warnings)
+
+
+async def test_memfs_status_counts_the_versions_the_feed_read_out_of_order(tmp_path):
+    """Another writer's edit of a.md commits after the feed read a newer version (b.md's
+    create) though it was created before it (a distributed server may do that): the next
+    poll reads it out of order, applies it, and `memfs status` counts one late version."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_poll()  # the feed's starting point (a full listing)
+        await eng.op_r_create("/b.md", "b")
+        await eng.op_poll()  # the feed's position passes b.md's create
+        assert eng.tree_sha("/b.md") == sha256(data("b"))
+        conn = eng.db._conn
+        [newer] = [row[0] for row in conn.execute(
+            "SELECT created_at FROM versions WHERE path = '/b.md'")]
+        await eng.op_r_edit("/a.md", "v2")
+        mid = eng.node("/a.md").memory_id
+        stamp = format_time(parse_time(newer) - timedelta(milliseconds=1))
+        [vid] = [row[0] for row in conn.execute(
+            "SELECT version_id FROM memories WHERE id = ?", (mid,))]
+        conn.execute("UPDATE versions SET created_at = ? WHERE id = ?", (stamp, vid))
+        conn.execute("UPDATE memories SET updated_at = ? WHERE id = ?", (stamp, mid))
+        await eng.op_poll()
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))
+        assert eng.reconciler.feed.costs[-1].late == 1
+        assert eng.ctx.status.feed_late == 1
+        assert store_status(eng.store)["feed"]["late"] == 1
