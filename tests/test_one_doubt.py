@@ -301,3 +301,26 @@ async def test_two_doubts_resolved_in_one_pass_count_as_two_steps(tmp_path):
         assert not eng.state.doubts
         assert eng.server() == {"/a.md": (mids["/a.md"], sha256(data("a2"))),
                                 "/b.md": (mids["/b.md"], sha256(data("b2")))}
+
+
+# -- wave w11c --
+
+
+async def test_an_update_in_doubt_reads_its_head_without_content_and_its_recent_versions(
+        tmp_path):
+    """a.md's update to v2 was applied, its answer lost; another writer then wrote v3. The
+    next pass reads the memory's head without its content (the basic view: its path and
+    sha are all a doubt needs) and only the versions created since the update was sent
+    (SKEW earlier), not the memory's whole history."""
+    async with harness(tmp_path) as eng:
+        mid = await lost_update(eng)
+        [ticket] = eng.state.doubts.values()
+        await eng.op_r_edit("/a.md", "v3")
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions"]
+        head, versions = eng.transport.records[first:first + 2]
+        assert head.query["view"] == "basic"
+        assert versions.query["memory_id"] == mid
+        assert versions.query["created_at[gte]"] == doubts._since(ticket.sent_at)
+        assert not eng.state.doubts

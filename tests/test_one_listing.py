@@ -18,7 +18,7 @@ import trio.testing
 from interleave import ORIGIN, FaultRule, Hold, age_tombstones
 from onepass import data, harness, held_pass, sent, synced, until
 
-from memfs.api.models import parse_time
+from memfs.api.models import format_time, parse_time
 from memfs.core.nodes import PARK_DIR
 from memfs.mount.engine import store_status
 from memfs.state.blobs import sha256
@@ -1040,3 +1040,84 @@ async def test_a_new_memory_listed_twice_under_a_local_file_is_not_shown_at_its_
         assert sorted(w.split(" ", 1)[1] for w in eng.ctx.status.warnings) == [
             f"the server's {p} overlaps a local directory or file; not shown until that "
             "is resolved" for p in ("/a/x.md", "/a/y.md")]
+
+
+# -- wave w11c --
+
+
+async def feed_vouches_then_safety_net(eng) -> None:
+    """The feed vouches for every change up to now (its settled edge past them) though
+    it delivered none, and the safety net's full listing is due: the next poll is it."""
+    eng.reconciler.feed.confirmed = datetime.now(UTC) + timedelta(seconds=1)
+    eng.reconciler.last_full -= eng.ctx.options.full_resync
+
+
+async def test_the_safety_net_counts_only_the_memories_the_feed_missed(tmp_path):
+    """a.md changed by another writer in a version the feed vouched for but never
+    delivered; b.md, as old, unchanged. The safety net's full listing applies a.md's
+    change and counts one change missed, a.md's: b.md, which it left as it was, is not
+    counted."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1", b="v1")
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_r_edit("/a.md", "v2")
+        await feed_vouches_then_safety_net(eng)
+        await eng.op_poll()
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))
+        assert eng.ctx.status.feed_missed == 1
+        missed = [n for n in eng.ctx.status.warnings if "the change feed missed" in n]
+        assert len(missed) == 1 and "missed a change of /a.md (" in missed[0]
+
+
+async def test_the_safety_net_counts_a_missed_change_of_a_file_deleted_here(tmp_path):
+    """a.md deleted here (its delete not sent yet), b.md a new file of ours. Another writer
+    edited a.md's memory and moved it to b.md, in versions the feed vouched for but never
+    delivered. The safety net's listing finds our delete no longer applies (the server
+    changed the memory: the pending delete is dropped; no file of ours changed by that
+    row) and counts the change missed, once; their b.md then takes the tree, ours kept as
+    a conflict."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_unlink("/a.md")
+        await eng.op_write("/b.md", "mine")
+        assert mid in eng.state.tombstones
+        await eng.op_r_rename("/a.md", "/b.md")
+        await eng.op_r_edit("/b.md", "theirs")
+        await feed_vouches_then_safety_net(eng)
+        await eng.op_poll()
+        assert mid not in eng.state.tombstones
+        assert eng.node("/b.md").memory_id == mid
+        assert eng.tree_sha("/b.md") == sha256(data("theirs"))
+        [row] = eng.state.conflicts()
+        assert (row["path"], row["local_sha"]) == ("/b.md", sha256(data("mine")))
+        assert eng.ctx.status.feed_missed == 1
+        assert any(f"missed a change of /b.md ({mid}," in n for n in eng.ctx.status.warnings)
+
+
+async def test_memfs_status_counts_the_versions_the_feed_read_out_of_order(tmp_path):
+    """Another writer's edit of a.md commits after the feed read a newer version (b.md's
+    create) though it was created before it (a distributed server may do that): the next
+    poll reads it out of order, applies it, and `memfs status` counts one late version."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_poll()  # the feed's starting point (a full listing)
+        await eng.op_r_create("/b.md", "b")
+        await eng.op_poll()  # the feed's position passes b.md's create
+        assert eng.tree_sha("/b.md") == sha256(data("b"))
+        conn = eng.db._conn
+        [newer] = [row[0] for row in conn.execute(
+            "SELECT created_at FROM versions WHERE path = '/b.md'")]
+        await eng.op_r_edit("/a.md", "v2")
+        mid = eng.node("/a.md").memory_id
+        stamp = format_time(parse_time(newer) - timedelta(milliseconds=1))
+        [vid] = [row[0] for row in conn.execute(
+            "SELECT version_id FROM memories WHERE id = ?", (mid,))]
+        conn.execute("UPDATE versions SET created_at = ? WHERE id = ?", (stamp, vid))
+        conn.execute("UPDATE memories SET updated_at = ? WHERE id = ?", (stamp, mid))
+        await eng.op_poll()
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))
+        assert eng.reconciler.feed.costs[-1].late == 1
+        assert eng.ctx.status.feed_late == 1
+        assert store_status(eng.store)["feed"]["late"] == 1
