@@ -1043,3 +1043,42 @@ async def test_a_delete_goes_out_at_the_very_moment_its_delay_is_out(tmp_path, m
         assert sent(eng, first) == [f"DELETE {mid}"]
         assert (result.pushed, result.left) == (1, 0) and not eng.state.tombstones
         assert eng.server() == {}
+
+
+# -- wave w12a --
+
+
+async def test_a_delete_goes_out_beside_a_new_file_holding_the_same_cached_content(tmp_path):
+    """a.md is deleted and b.md written with the very bytes a.md held: b.md's content is
+    in the cache (not needed from a.md's memory), so a.md's delete goes out in the same
+    pass as b.md's create instead of waiting."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="same")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_write("/b.md", "same")
+        await eng.op_unlink("/a.md")
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first)[0] == f"DELETE {mid}"
+        assert (result.pushed, result.left) == (2, 0) and not eng.state.tombstones
+        assert sorted(eng.server()) == ["/b.md"]
+
+
+async def test_two_flushes_at_once_each_count_as_flushing_until_they_end(tmp_path):
+    """An unmount's flush and a `memfs flush` at once, against a server answering 503:
+    while the longer one still runs after the shorter one ends, the pusher still counts a
+    flush (a pass under way does not wait for a quiet mount); after both, none."""
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/a.md", "v1")
+        eng.transport.rules = [FaultRule(lambda r: True, kind="fail", origins=("setup",))]
+        during: list[int] = []
+
+        async def short() -> None:
+            await eng.pusher.flush(0.2)
+            during.append(eng.pusher._flushing)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(short)
+            nursery.start_soon(eng.pusher.flush, 0.6)
+        assert during == [1] and eng.pusher._flushing == 0
