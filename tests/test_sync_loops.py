@@ -492,3 +492,21 @@ async def test_stopping_a_push_loop_that_never_ran_returns_at_once(tmp_path):
             await trio.testing.wait_all_tasks_blocked()
             nursery.cancel_scope.cancel()
         assert stopped
+
+
+# -- wave w12a --
+
+
+async def test_the_push_loop_offline_says_why_in_the_status(tmp_path):
+    """No server answers the loop's pass: `memfs status` says the mount is offline and
+    names the error the push met (not a blank one)."""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = [FaultRule(lambda r: True, kind="fail", origins=("setup",))]
+        await eng.op_write("/a.md", "v1")
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.pusher.run)
+            await until(lambda: not eng.ctx.status.online)
+            await eng.pusher.stop()
+        reason = eng.ctx.status.offline_reason
+        assert reason == eng.ctx.status.last_error
+        assert reason.startswith("ServerError: refused by the test (HTTP 503")
