@@ -492,3 +492,20 @@ async def test_stopping_a_push_loop_that_never_ran_returns_at_once(tmp_path):
             await trio.testing.wait_all_tasks_blocked()
             nursery.cancel_scope.cancel()
         assert stopped
+
+
+# -- wave w12b --
+
+
+async def test_a_refused_listing_is_said_in_the_status_warnings(tmp_path):
+    """The listing is refused (403): `memfs status` lists a warning that says the
+    listing failed and why (the same text as its last error), not an empty one."""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET", origins=("setup",),
+                                         times=1)]
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.reconciler.run)
+            await until(lambda: (eng.ctx.status.last_error or "").startswith("listing failed"))
+            loops.cancel_scope.cancel()
+        error = eng.ctx.status.last_error
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [error]
