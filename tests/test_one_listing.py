@@ -1161,3 +1161,19 @@ async def test_edits_elsewhere_of_files_deleted_here_are_news_to_a_poll(tmp_path
         await eng.op_poll()
         assert eng.ctx.status.last_full_listing_at != listed
         assert [eng.tree_sha(f"/{n}.md") for n in "abc"] == [sha256(data(n * 2)) for n in "abc"]
+
+
+async def test_a_first_listing_adds_its_new_files_in_one_commit(tmp_path):
+    """A first listing of a store of many memories adds their files in one commit of
+    state.db (one disk sync), not one per file: a large store mounts in seconds."""
+    async with harness(tmp_path) as eng:
+        for i in range(6):
+            await eng.op_r_create(f"/n{i}.md", f"{i}")
+        commits: list[str] = []
+        eng.state.db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT"
+                                        else None)
+        await eng.op_reconcile()
+        eng.state.db.set_trace_callback(None)
+        assert [eng.tree_sha(f"/n{i}.md") for i in range(6)] == [sha256(data(f"{i}"))
+                                                                  for i in range(6)]
+        assert len(commits) == 1, commits
