@@ -1121,3 +1121,59 @@ async def test_memfs_status_counts_the_versions_the_feed_read_out_of_order(tmp_p
         assert eng.reconciler.feed.costs[-1].late == 1
         assert eng.ctx.status.feed_late == 1
         assert store_status(eng.store)["feed"]["late"] == 1
+
+
+# -- wave w12b --
+
+
+async def test_the_safety_net_does_not_count_a_memory_it_left_unchanged(tmp_path):
+    """The safety net's full listing applies a change the feed missed (a.md) and meets
+    b.md, unchanged since before the feed's settled edge: `memfs status` counts one
+    change missed and names a.md only."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1", b="B")
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_r_edit("/a.md", "v2")
+        eng.reconciler.feed.confirmed = datetime.now(UTC) + timedelta(seconds=1)
+        eng.reconciler.last_full -= eng.ctx.options.full_resync  # the safety net is due
+        await eng.op_poll()
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))
+        assert eng.ctx.status.feed_missed == 1
+        missed = [w for w in eng.ctx.status.warnings if "feed missed" in w]
+        assert len(missed) == 1 and "/a.md" in missed[0]
+
+
+async def test_edits_elsewhere_of_files_deleted_here_are_news_to_a_poll(tmp_path, monkeypatch):
+    """Three files deleted here (their deletes still waiting) that another writer then
+    edits: the poll reads three versions the mount does not hold, more than it reads
+    (a burst), and lists the whole store instead, which restores the three (their
+    edits win over our deletes)."""
+    monkeypatch.setattr(feed_mod, "MAX_VERSIONS", 2)
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B", c="C")
+        await eng.op_poll()  # the feed's starting point
+        for name in "abc":
+            await eng.op_unlink(f"/{name}.md")
+        assert len(eng.state.tombstones) == 3
+        for name in "abc":
+            await eng.op_r_edit(f"/{name}.md", name * 2)
+        listed = eng.ctx.status.last_full_listing_at
+        await eng.op_poll()
+        assert eng.ctx.status.last_full_listing_at != listed
+        assert [eng.tree_sha(f"/{n}.md") for n in "abc"] == [sha256(data(n * 2)) for n in "abc"]
+
+
+async def test_a_first_listing_adds_its_new_files_in_one_commit(tmp_path):
+    """A first listing of a store of many memories adds their files in one commit of
+    state.db (one disk sync), not one per file: a large store mounts in seconds."""
+    async with harness(tmp_path) as eng:
+        for i in range(6):
+            await eng.op_r_create(f"/n{i}.md", f"{i}")
+        commits: list[str] = []
+        eng.state.db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT"
+                                        else None)
+        await eng.op_reconcile()
+        eng.state.db.set_trace_callback(None)
+        assert [eng.tree_sha(f"/n{i}.md") for i in range(6)] == [sha256(data(f"{i}"))
+                                                                  for i in range(6)]
+        assert len(commits) == 1, commits

@@ -510,3 +510,21 @@ async def test_the_push_loop_offline_says_why_in_the_status(tmp_path):
         reason = eng.ctx.status.offline_reason
         assert reason == eng.ctx.status.last_error
         assert reason.startswith("ServerError: refused by the test (HTTP 503")
+
+
+
+# -- wave w12b --
+
+
+async def test_a_refused_listing_is_said_in_the_status_warnings(tmp_path):
+    """The listing is refused (403): `memfs status` lists a warning that says the
+    listing failed and why (the same text as its last error), not an empty one."""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET", origins=("setup",),
+                                         times=1)]
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.reconciler.run)
+            await until(lambda: (eng.ctx.status.last_error or "").startswith("listing failed"))
+            loops.cancel_scope.cancel()
+        error = eng.ctx.status.last_error
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [error]
