@@ -1177,3 +1177,33 @@ async def test_a_first_listing_adds_its_new_files_in_one_commit(tmp_path):
         assert [eng.tree_sha(f"/n{i}.md") for i in range(6)] == [sha256(data(f"{i}"))
                                                                   for i in range(6)]
         assert len(commits) == 1, commits
+
+
+
+# -- wave w13b --
+
+
+async def test_own_bytes_renamed_elsewhere_onto_a_held_place_keep_the_old_base_path(tmp_path):
+    """a.md edited here to "mine" (not pushed yet); another writer renames it to b.md and
+    writes the same bytes, while a new b.md is open here with unsaved writes. The listing
+    adopts the bytes (ours) but cannot move a.md onto b.md: its base path stays /a.md, so
+    the next listing tries the move again and the next push does not send a.md back from
+    /b.md to /a.md (undoing the other writer's rename)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_write("/a.md", "mine")
+        await eng.op_write("/b.md", "new")
+        await eng.op_open_write("/b.md", "new, more")
+        await eng.op_r_rename("/a.md", "/b.md")
+        await eng.op_r_edit("/b.md", "mine")
+        await eng.op_reconcile()
+        a = eng.node("/a.md")
+        assert (a.memory_id, a.base_path, a.base_sha) == (mid, "/a.md", sha256(data("mine")))
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "cannot move /a.md to /b.md (renamed on the server): the place is taken locally"]
+        first = len(eng.transport.records)
+        await eng.op_push()
+        assert f"POST {mid}" not in sent(eng, first)
+        assert eng.server()["/b.md"][0] == mid
+        await eng.op_close("/b.md")
