@@ -1081,3 +1081,28 @@ async def test_two_flushes_at_once_each_count_as_flushing_until_they_end(tmp_pat
             during.append(eng.pusher._flushing)
             nursery.cancel_scope.cancel()
         assert during == [1] and eng.pusher._flushing == 0
+
+
+# -- wave w13a --
+
+
+async def test_a_file_moved_deeper_than_a_memory_path_may_go_stays_local_and_says_why(
+        tmp_path):
+    """A file 21 levels deep, one more than a memory path may have. The mount refuses to
+    make one (ENAMETOOLONG), so the move is made in state here, as a state journaled
+    without that check would hold it: nothing is sent for it (the server would refuse
+    it), the file stays local-only and `memfs status` says which file and why."""
+    async with harness(tmp_path) as eng:
+        deep = "/" + "/".join(f"d{i}" for i in range(19))
+        await eng.op_reconcile()
+        await eng.op_mkdir(deep)
+        await eng.op_mkdir("/top")
+        await eng.op_write(f"{deep}/x.md", "mine")
+        eng.state.rename(eng.node("/d0"), eng.node("/top"), "d0", None)
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [] and eng.server() == {}
+        assert (result.pushed, result.progress) == (0, 1)
+        path = f"/top{deep}/x.md"
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            f"{path} stays local-only: path has 21 segments; the maximum is 20"]

@@ -528,3 +528,42 @@ async def test_a_refused_listing_is_said_in_the_status_warnings(tmp_path):
             loops.cancel_scope.cancel()
         error = eng.ctx.status.last_error
         assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [error]
+
+
+
+# -- wave w13a --
+
+
+async def test_a_close_lets_a_burst_land_for_at_most_a_tenth_of_a_second(
+        tmp_path, monkeypatch):
+    """As test_a_close_before_the_write_is_due_lets_the_burst_land_for_half_the_delay,
+    with a write-back delay of a second: the loop lets the burst land for 0.1 s, not
+    half the delay (a close does not hold the next look at the queue longer)."""
+    fake, clock = _TrioSleeps(), _WallClock()
+    monkeypatch.setattr(pusher_mod, "trio", fake)
+    monkeypatch.setattr(pusher_mod, "time", clock)
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.write_back_delay = 1.0
+        await eng.op_write("/a.md", "v1")
+        clock.now = eng.node("/a.md").changed_at  # the close's moment: not due yet
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.pusher.run)
+            await until(lambda: fake.sleeps)
+            assert fake.sleeps[0] == 0.1 and eng.server() == {}
+            clock.now += 1.0
+            await until(lambda: "/a.md" in eng.server())
+            await eng.pusher.stop()
+
+
+async def test_a_flush_that_leaves_a_refused_file_says_what_is_left(tmp_path):
+    """A flush whose file the server refuses (403): the first pass tries it once, the
+    next finds nothing it may send (the file waits out its backoff) and the flush ends
+    there, before its timeout, saying what it did and that the file is left."""
+    async with harness(tmp_path) as eng:
+        await eng.op_write("/a.md", "v1")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", origins=("setup",))]
+        first = len(eng.transport.records)
+        result = await eng.pusher.flush(30.0)
+        assert sent(eng, first) == ["POST memories"]
+        assert (result.pushed, result.progress, result.left, result.offline) == (0, 1, 1, None)
+        assert eng.server() == {} and eng.node("/a.md").fail_count == 1
