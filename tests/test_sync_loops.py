@@ -57,10 +57,22 @@ async def test_a_listing_that_meets_no_server_goes_offline_and_the_loop_goes_on(
         await eng.op_r_create("/n.md", "new")
         eng.transport.rules = [FaultRule(lambda r: r.is_listing, kind="lose",
                                          origins=("setup",), times=1)]
+        # What the status said when the loop went offline, recorded then: its offline
+        # wait is the backoff's, drawn from 0 to 1 s, too short to be sure to see it.
+        offline: list[tuple[bool, str | None]] = []
+        went_offline = eng.ctx.went_offline
+
+        def record(exc: Exception) -> float:
+            delay = went_offline(exc)
+            offline.append((eng.ctx.status.online, eng.ctx.status.offline_reason))
+            return delay
+
+        eng.ctx.went_offline = record
         async with trio.open_nursery() as loops:
             loops.start_soon(eng.reconciler.run)
-            await until(lambda: not eng.ctx.status.online)
-            assert eng.ctx.status.offline_reason.startswith("APIConnectionError")
+            await until(lambda: offline)
+            [(online, reason)] = offline
+            assert not online and reason.startswith("APIConnectionError")
             eng.ctx.reconcile_wakeup.set()  # not the backoff's wait
             await until(lambda: eng.tree_sha("/n.md") == sha256(data("new")))
             assert eng.ctx.status.online and eng.ctx.status.offline_reason is None
