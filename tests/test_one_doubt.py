@@ -324,3 +324,29 @@ async def test_an_update_in_doubt_reads_its_head_without_content_and_its_recent_
         assert versions.query["memory_id"] == mid
         assert versions.query["created_at[gte]"] == doubts._since(ticket.sent_at)
         assert not eng.state.doubts
+
+
+# -- wave w14b --
+
+
+async def test_a_create_in_doubt_whose_read_is_refused_says_how_many_wait(tmp_path):
+    """a.md's create was applied, its answer lost; the next pass's read of the versions
+    created since is refused (403, not "offline"). `memfs status` says how many creates
+    cannot be told yet and that they wait; the doubt stays for the next pass."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and not r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v1")
+        await eng.op_push()
+        assert len(eng.state.doubts) == 1
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET", origins=("setup",),
+                                         times=1)]
+        first = len(eng.transport.records)
+        await eng.op_push()
+        assert sent(eng, first) == ["GET memory_versions"]
+        assert len(eng.state.doubts) == 1
+        [note] = [n.split(" ", 1)[1] for n in eng.ctx.status.warnings
+                  if "cannot tell" in n]
+        assert note.startswith("cannot tell whether 1 create(s) reached the server (")
+        assert note.endswith("); it waits")

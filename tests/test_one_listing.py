@@ -1207,3 +1207,63 @@ async def test_own_bytes_renamed_elsewhere_onto_a_held_place_keep_the_old_base_p
         assert f"POST {mid}" not in sent(eng, first)
         assert eng.server()["/b.md"][0] == mid
         await eng.op_close("/b.md")
+
+
+# -- wave w14b --
+
+
+async def test_a_burst_listing_older_than_a_fetch_does_not_roll_the_file_back(
+        tmp_path, monkeypatch):
+    """A poll meets a burst (more news than a poll reads: here any) and lists the store
+    instead. While the listing of /d/ (showing another writer's v2 of d/a.md) is on the
+    way back, the writer makes v3 and a read here (a cache miss) fetches v3, which the
+    file takes. The listing's row (v2) is older than that base: it is skipped, and
+    d/a.md stays v3, as in a full listing of its own."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/d/a.md", "v1")
+        await eng.op_reconcile()  # d/a.md listed, its content not fetched
+        await eng.op_poll()  # the feed's starting point
+        monkeypatch.setattr(feed_mod, "MAX_VERSIONS", 0)
+        await eng.op_r_edit("/d/a.md", "v2")
+        listed = eng.ctx.status.last_full_listing_at
+        first = len(eng.transport.records)
+
+        async def meanwhile() -> None:
+            await eng.op_r_edit("/d/a.md", "v3")
+            await eng.op_read("/d/a.md")
+            assert eng.node("/d/a.md").base_sha == sha256(data("v3"))
+
+        # (action requests 0: the poll; 1 and 2: the root's listing and the feed's head;
+        # 3: /d/'s listing, held with v2 in it)
+        await held_pass(eng, "after", meanwhile, index=3, action=eng.op_poll)
+        assert eng.transport.records[first + 3].query["path_prefix"] == "/d/"
+        assert eng.ctx.status.last_full_listing_at != listed  # (the burst's listing)
+        node = eng.node("/d/a.md")
+        assert (node.base_sha, node.sha) == (sha256(data("v3")), sha256(data("v3")))
+        assert eng.tree_sha("/d/a.md") == sha256(data("v3"))
+
+
+async def test_a_poll_reads_a_lost_answer_of_a_file_deleted_since_as_no_news(
+        tmp_path, monkeypatch):
+    """As test_a_poll_reads_the_version_of_a_lost_answer_found_applied_as_no_news, but
+    a.md was unlinked after its update's answer was lost: the next pass finds the update
+    applied and sets the pending delete's base to it. The feed then reads that version:
+    no file holds it, but the pending delete holds what it wrote, so it is no news (no
+    burst: the poll does not list the whole store)."""
+    monkeypatch.setattr(feed_mod, "MAX_VERSIONS", 0)
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_poll()  # the feed's starting point
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        [ticket] = eng.state.doubts.values()
+        mid = ticket.memory_id
+        await eng.op_unlink("/a.md")
+        listed = eng.ctx.status.last_full_listing_at
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        assert not eng.state.doubts and eng.state.tombstones[mid].base_sha == sha256(data("v2"))
+        assert eng.ctx.status.last_full_listing_at == listed
+        assert not any(r.is_listing for r in eng.transport.records[first:])
