@@ -1081,3 +1081,29 @@ async def test_two_flushes_at_once_each_count_as_flushing_until_they_end(tmp_pat
             during.append(eng.pusher._flushing)
             nursery.cancel_scope.cancel()
         assert during == [1] and eng.pusher._flushing == 0
+
+
+# -- wave w14a --
+
+
+async def test_a_refused_files_rename_whose_answer_was_lost_is_found_applied(tmp_path):
+    """A synced file given bytes the server cannot hold, then renamed: the pass sends the
+    rename alone (the memory keeps the content it had), and its answer is lost. The next
+    pass finds the memory at the new path holding its old content: the rename did land
+    (counted as pushed), nothing is sent again, the file stays refused."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng._put("/a.md", b"\xff not text\n")
+        await eng.op_rename("/a.md", "/b.md")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_push()
+        assert eng.state.doubts
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert not eng.state.doubts and result.pushed == 1
+        assert [s for s in sent(eng, first) if s.startswith("POST")] == []
+        assert eng.server() == {"/b.md": (mid, sha256(data("v1")))}
+        assert eng.node("/b.md").base_path == "/b.md"
+        assert eng.state.sync_state(eng.node("/b.md")) == "refused"
