@@ -1107,3 +1107,22 @@ async def test_a_refused_files_rename_whose_answer_was_lost_is_found_applied(tmp
         assert eng.server() == {"/b.md": (mid, sha256(data("v1")))}
         assert eng.node("/b.md").base_path == "/b.md"
         assert eng.state.sync_state(eng.node("/b.md")) == "refused"
+
+
+async def test_an_edit_refused_412_after_its_file_was_unlinked_counts_as_not_pushed(tmp_path):
+    """Another writer edits a.md on the server while this mount's edit is out; the file is
+    unlinked here before the answer comes: a 412. No file holds the memory any more, so
+    there is no conflict to keep: the edit did not reach the server and the pass does not
+    count it as pushed (`memfs status` would show one push too many)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_write("/a.md", "v2")
+        pushed_before = eng.ctx.status.pushed
+
+        async def meanwhile() -> None:
+            await eng.op_r_edit("/a.md", "theirs")
+            await eng.op_unlink("/a.md")
+
+        result = await held_pass(eng, "before", meanwhile)
+        assert (result.pushed, eng.ctx.status.pushed - pushed_before) == (0, 0)
+        assert [v[1] for v in eng.server().values()] == [sha256(data("theirs"))]
