@@ -1126,3 +1126,24 @@ async def test_an_edit_refused_412_after_its_file_was_unlinked_counts_as_not_pus
         result = await held_pass(eng, "before", meanwhile)
         assert (result.pushed, eng.ctx.status.pushed - pushed_before) == (0, 0)
         assert [v[1] for v in eng.server().values()] == [sha256(data("theirs"))]
+
+
+async def test_a_delete_goes_out_while_a_renamed_file_holds_its_bytes_uncached(tmp_path):
+    """Another writer's c.md and d.md hold the same bytes, listed here but never read (not
+    cached). c.md is renamed, d.md unlinked: c's rename sends no content (its memory
+    keeps it), so d's memory is not the only source of anything; d's delete goes out in
+    the same pass as c's rename, not held back waiting for a fetch."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/c.md", "same")
+        await eng.op_r_create("/d.md", "same")
+        await eng.op_reconcile()
+        c_mid, d_mid = eng.node("/c.md").memory_id, eng.node("/d.md").memory_id
+        assert not eng.cache.has(eng.node("/c.md").sha)
+        await eng.op_rename("/c.md", "/e.md")
+        await eng.op_unlink("/d.md")
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"DELETE {d_mid}", f"POST {c_mid}"]
+        assert (result.pushed, result.left) == (2, 0) and not eng.state.tombstones
+        assert eng.server() == {"/e.md": (c_mid, sha256(data("same")))}
