@@ -1106,3 +1106,70 @@ async def test_a_file_moved_deeper_than_a_memory_path_may_go_stays_local_and_say
         path = f"/top{deep}/x.md"
         assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
             f"{path} stays local-only: path has 21 segments; the maximum is 20"]
+
+
+
+# -- wave w14a --
+
+
+async def test_a_refused_files_rename_whose_answer_was_lost_is_found_applied(tmp_path):
+    """A synced file given bytes the server cannot hold, then renamed: the pass sends the
+    rename alone (the memory keeps the content it had), and its answer is lost. The next
+    pass finds the memory at the new path holding its old content: the rename did land
+    (counted as pushed), nothing is sent again, the file stays refused."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng._put("/a.md", b"\xff not text\n")
+        await eng.op_rename("/a.md", "/b.md")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_push()
+        assert eng.state.doubts
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert not eng.state.doubts and result.pushed == 1
+        assert [s for s in sent(eng, first) if s.startswith("POST")] == []
+        assert eng.server() == {"/b.md": (mid, sha256(data("v1")))}
+        assert eng.node("/b.md").base_path == "/b.md"
+        assert eng.state.sync_state(eng.node("/b.md")) == "refused"
+
+
+async def test_an_edit_refused_412_after_its_file_was_unlinked_counts_as_not_pushed(tmp_path):
+    """Another writer edits a.md on the server while this mount's edit is out; the file is
+    unlinked here before the answer comes: a 412. No file holds the memory any more, so
+    there is no conflict to keep: the edit did not reach the server and the pass does not
+    count it as pushed (`memfs status` would show one push too many)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_write("/a.md", "v2")
+        pushed_before = eng.ctx.status.pushed
+
+        async def meanwhile() -> None:
+            await eng.op_r_edit("/a.md", "theirs")
+            await eng.op_unlink("/a.md")
+
+        result = await held_pass(eng, "before", meanwhile)
+        assert (result.pushed, eng.ctx.status.pushed - pushed_before) == (0, 0)
+        assert [v[1] for v in eng.server().values()] == [sha256(data("theirs"))]
+
+
+async def test_a_delete_goes_out_while_a_renamed_file_holds_its_bytes_uncached(tmp_path):
+    """Another writer's c.md and d.md hold the same bytes, listed here but never read (not
+    cached). c.md is renamed, d.md unlinked: c's rename sends no content (its memory
+    keeps it), so d's memory is not the only source of anything; d's delete goes out in
+    the same pass as c's rename, not held back waiting for a fetch."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/c.md", "same")
+        await eng.op_r_create("/d.md", "same")
+        await eng.op_reconcile()
+        c_mid, d_mid = eng.node("/c.md").memory_id, eng.node("/d.md").memory_id
+        assert not eng.cache.has(eng.node("/c.md").sha)
+        await eng.op_rename("/c.md", "/e.md")
+        await eng.op_unlink("/d.md")
+        age_tombstones(eng)
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"DELETE {d_mid}", f"POST {c_mid}"]
+        assert (result.pushed, result.left) == (2, 0) and not eng.state.tombstones
+        assert eng.server() == {"/e.md": (c_mid, sha256(data("same")))}

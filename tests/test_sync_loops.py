@@ -13,7 +13,7 @@ from typing import Any
 
 import trio
 import trio.testing
-from interleave import FaultRule
+from interleave import ORIGIN, FaultRule, Hold
 from onepass import data, harness, held_pass, sent, synced, until
 
 from memfs.state.blobs import sha256
@@ -579,3 +579,40 @@ async def test_a_flush_that_leaves_a_refused_file_says_what_is_left(tmp_path):
         assert sent(eng, first) == ["POST memories"]
         assert (result.pushed, result.progress, result.left, result.offline) == (0, 1, 1, None)
         assert eng.server() == {} and eng.node("/a.md").fail_count == 1
+
+
+
+
+# -- wave w14a --
+
+
+async def test_stopping_the_push_loop_during_its_first_pass_waits_for_that_pass(tmp_path):
+    """An unmount while the pusher's loop is in its very first pass (it never idled yet):
+    the stop waits for the pass under way (its request answered and applied), then the
+    loop ends; the file is on the server and nothing is left to push."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.write_back_delay = 0.0
+        await eng.op_write("/a.md", "v1")
+        hold = Hold(0, "before")
+        eng.transport.holds, eng.transport.action_count = {0: hold}, 0
+        eng.transport.reached = trio.Event()
+        stopped: list[bool] = []
+
+        async def loop() -> None:
+            ORIGIN.set("action")  # (this task's requests are the ones the hold counts)
+            await eng.pusher.run()
+
+        async def stop() -> None:
+            await eng.pusher.stop()
+            stopped.append(True)
+
+        async with trio.open_nursery() as loops:
+            loops.start_soon(loop)
+            await eng.transport.reached.wait()
+            loops.start_soon(stop)
+            await trio.testing.wait_all_tasks_blocked()
+            assert stopped == []  # the pass under way is not cut short
+            hold.release.set()
+        eng.transport.holds = {}
+        assert stopped == [True] and "/a.md" in eng.server()
+        assert eng.pusher.pending_total() == 0
