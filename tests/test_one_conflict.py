@@ -471,7 +471,8 @@ async def test_a_park_of_a_memory_changed_there_meanwhile_is_not_sent_over_it(tm
     """a.md and b.md swapped, one request at a time; the first rename meets 409 and its
     memory is to be parked, but another writer edits that memory before the park goes
     out. The park is preconditioned on our base, so the server refuses it (409): the
-    edited memory stays where it is, nothing of ours lands in the park place over it."""
+    edited memory stays where it is, nothing of ours lands in the park place over it,
+    and the pass does not count the park as a push."""
     async with harness(tmp_path) as eng:
         await synced(eng, a="A", b="B")
         await eng.op_rename("/a.md", "/c.md")
@@ -487,11 +488,13 @@ async def test_a_park_of_a_memory_changed_there_meanwhile_is_not_sent_over_it(tm
             [path] = [p for p, (m, _) in eng.server().items() if m == rec.memory_id]
             await eng.op_r_edit(path, "theirs")
 
-        await held_pass(eng, "before", meanwhile, index=1)
+        result = await held_pass(eng, "before", meanwhile, index=1)
         [park] = parks
         assert park.status == 409
         [(path, sha)] = [(p, s) for p, (m, s) in eng.server().items() if m == park.memory_id]
         assert not path.startswith(PARK_DIR) and sha == sha256(data("theirs"))
+        # The refused park counts for nothing (the other file's rename is the one push).
+        assert (result.pushed, result.progress, result.left) == (1, 1, 2)
 
 
 # -- wave w3a --
