@@ -313,6 +313,13 @@ class GapClock(IdleClock):
         return (pusher_mod.BUSY_WINDOW + pusher_mod.QUIET_WINDOW) / 2
 
 
+class BusyWindowClock(IdleClock):
+    """FUSE was last asked exactly BUSY_WINDOW ago, and stays so (a copy's steady gaps)."""
+
+    def idle_for(self) -> float:
+        return pusher_mod.BUSY_WINDOW
+
+
 async def test_pushes_started_while_the_mount_is_busy_are_two_at_a_time_at_most(
         tmp_path, monkeypatch):
     """While the mount is busy, pushes go as at most BUSY_CONCURRENCY (2) requests at
@@ -713,15 +720,17 @@ async def test_a_file_changed_while_its_content_is_fetched_back_sends_nothing(tm
         assert eng.ctx.status.pushed == 2  # the two files synced, nothing since
 
 
-async def test_a_short_gap_in_a_busy_mount_lets_a_push_go_at_once(tmp_path, monkeypatch):
-    """The mount is busy with short gaps (FUSE last asked longer ago than BUSY_WINDOW,
-    never as long as QUIET_WINDOW: a `cp -r` on a loaded machine). A write-back pass's
-    push goes in such a gap, as one of the few started while busy; it does not wait for
-    YIELD_MAX (made endless here: the push goes at once or never)."""
+@pytest.mark.parametrize("clock", [GapClock, BusyWindowClock],
+                         ids=["short_gaps", "gaps_of_exactly_the_busy_window"])
+async def test_a_gap_in_a_busy_mount_lets_a_push_go_at_once(tmp_path, monkeypatch, clock):
+    """The mount is busy with short gaps (FUSE last asked longer ago than BUSY_WINDOW, or
+    exactly that long, never as long as QUIET_WINDOW: a `cp -r` on a loaded machine). A
+    write-back pass's push goes in such a gap, as one of the few started while busy; it
+    does not wait for YIELD_MAX (made endless here: the push goes at once or never)."""
     monkeypatch.setattr(pusher_mod, "YIELD_MAX", math.inf)
     async with harness(tmp_path) as eng:
         await eng.op_write("/a.md", "v1")
-        eng.ctx.clock = GapClock()
+        eng.ctx.clock = clock()
         first = len(eng.transport.records)
         got = []
 
@@ -734,7 +743,6 @@ async def test_a_short_gap_in_a_busy_mount_lets_a_push_go_at_once(tmp_path, monk
             nursery.cancel_scope.cancel()
         assert sent(eng, first) == ["POST memories"]
         assert [(r.pushed, r.left) for r in got] == [(1, 0)]
-
 
 
 # -- wave w7a --
@@ -772,7 +780,6 @@ async def test_busy_pushes_that_ended_free_their_slots_for_the_next_busy_pass(
                 hold.release.set()
         eng.transport.holds = {}
         assert len(eng.server()) == 3
-
 
 
 # -- wave w8a --
@@ -840,7 +847,6 @@ async def test_content_refused_here_is_said_so_in_the_status_with_its_reason(tmp
             "/bad.md stays local-only: content is not valid UTF-8 (byte 0)"]
 
 
-
 # -- wave w9a --
 
 
@@ -863,35 +869,6 @@ async def test_a_write_back_pass_sends_its_deletes_only_once_the_mount_is_quiet(
                 assert sent(eng, first) == []
         assert sent(eng, first) == [f"DELETE {mid}"]
         assert eng.server() == {} and not eng.state.tombstones
-
-
-class BusyWindowClock(IdleClock):
-    """FUSE was last asked exactly BUSY_WINDOW ago, and stays so (a copy's steady gaps)."""
-
-    def idle_for(self) -> float:
-        return pusher_mod.BUSY_WINDOW
-
-
-async def test_a_gap_of_exactly_the_busy_window_lets_a_push_go_while_busy(
-        tmp_path, monkeypatch):
-    """A mount busy with gaps of exactly BUSY_WINDOW between FUSE requests (never a quiet
-    moment; the longest wait made endless here): such a gap is enough for a push to go
-    as one started while busy, at once."""
-    monkeypatch.setattr(pusher_mod, "YIELD_MAX", math.inf)
-    async with harness(tmp_path) as eng:
-        await eng.op_write("/a.md", "v1")
-        eng.ctx.clock = BusyWindowClock()
-        first = len(eng.transport.records)
-        got = []
-
-        async def act() -> None:
-            got.append(await eng.pusher.push_pass())
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(act)
-            await trio.testing.wait_all_tasks_blocked()  # the pass ended, or waits on
-            assert sent(eng, first) == ["POST memories"]
-            assert [(r.pushed, r.left) for r in got] == [(1, 0)]
 
 
 async def test_a_delete_whose_file_comes_back_while_it_waits_its_turn_is_no_push(tmp_path):
@@ -997,7 +974,6 @@ async def test_the_answer_of_a_push_started_while_busy_is_read_at_once(tmp_path,
         assert sent(eng, first) == ["POST memories"]
         assert [(r.pushed, r.left) for r in got] == [(1, 0)]
         assert eng.state.sync_state(eng.node("/a.md")) == "synced"
-
 
 
 # -- wave w11a --
@@ -1106,7 +1082,6 @@ async def test_a_file_moved_deeper_than_a_memory_path_may_go_stays_local_and_say
         path = f"/top{deep}/x.md"
         assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
             f"{path} stays local-only: path has 21 segments; the maximum is 20"]
-
 
 
 # -- wave w14a --

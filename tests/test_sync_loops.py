@@ -11,6 +11,7 @@ import math
 import time
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from interleave import ORIGIN, FaultRule, Hold
@@ -387,23 +388,26 @@ class _WallClock(_Monotonic):
         return self.now
 
 
-async def test_a_close_before_the_write_is_due_lets_the_burst_land_for_half_the_delay(
-        tmp_path, monkeypatch):
-    """A close wakes the pusher's loop before the write is due (write-back delay 0.1 s):
-    before it looks again, the loop lets the rest of a burst (a `cp -r`) land for half
-    the write-back delay (at most 0.1 s). Once the delay is out, the write goes."""
+@pytest.mark.parametrize("delay, pause", [(0.1, 0.05), (1.0, 0.1)],
+                         ids=["half_the_delay", "at_most_a_tenth_of_a_second"])
+async def test_a_close_before_the_write_is_due_lets_the_burst_land_a_moment(
+        tmp_path, monkeypatch, delay, pause):
+    """A close wakes the pusher's loop before the write is due: before it looks again,
+    the loop lets the rest of a burst (a `cp -r`) land for half the write-back delay, at
+    most 0.1 s (a close does not hold the next look at the queue longer). Once the
+    delay is out, the write goes."""
     fake, clock = _TrioSleeps(), _WallClock()
     monkeypatch.setattr(pusher_mod, "trio", fake)
     monkeypatch.setattr(pusher_mod, "time", clock)
     async with harness(tmp_path) as eng:
-        eng.ctx.options.write_back_delay = 0.1
+        eng.ctx.options.write_back_delay = delay
         await eng.op_write("/a.md", "v1")
         clock.now = eng.node("/a.md").changed_at  # the close's moment: not due yet
         async with trio.open_nursery() as loops:
             loops.start_soon(eng.pusher.run)
             await until(lambda: fake.sleeps)
-            assert fake.sleeps[0] == 0.05 and eng.server() == {}
-            clock.now += 0.1
+            assert fake.sleeps[0] == pause and eng.server() == {}
+            clock.now += delay
             await until(lambda: "/a.md" in eng.server())
             await eng.pusher.stop()
 
@@ -546,25 +550,6 @@ async def test_a_refused_listing_is_said_in_the_status_warnings(tmp_path):
 # -- wave w13a --
 
 
-async def test_a_close_lets_a_burst_land_for_at_most_a_tenth_of_a_second(
-        tmp_path, monkeypatch):
-    """As test_a_close_before_the_write_is_due_lets_the_burst_land_for_half_the_delay,
-    with a write-back delay of a second: the loop lets the burst land for 0.1 s, not
-    half the delay (a close does not hold the next look at the queue longer)."""
-    fake, clock = _TrioSleeps(), _WallClock()
-    monkeypatch.setattr(pusher_mod, "trio", fake)
-    monkeypatch.setattr(pusher_mod, "time", clock)
-    async with harness(tmp_path) as eng:
-        eng.ctx.options.write_back_delay = 1.0
-        await eng.op_write("/a.md", "v1")
-        clock.now = eng.node("/a.md").changed_at  # the close's moment: not due yet
-        async with trio.open_nursery() as loops:
-            loops.start_soon(eng.pusher.run)
-            await until(lambda: fake.sleeps)
-            assert fake.sleeps[0] == 0.1 and eng.server() == {}
-            clock.now += 1.0
-            await until(lambda: "/a.md" in eng.server())
-            await eng.pusher.stop()
 
 
 async def test_a_flush_that_leaves_a_refused_file_says_what_is_left(tmp_path):
