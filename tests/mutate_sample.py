@@ -6,9 +6,8 @@ nothing about the module. This driver gives mutmut every mutant of the chosen mo
 one order shuffled with a fixed seed (mutmut's own sort key replaced by the place in that
 order): whatever is decided when the run is stopped is a prefix of that order (with
 MEMFS_MUTATE_JOBS=2 workers, a prefix and a few mutants past it), a uniform random sample
-of the modules' mutants. `report` prints, per module, the
-mutants in all, the sample (the longest decided prefix), killed, survived and the score
-with its 95 % Wilson interval.
+of the modules' mutants. `report` prints, per module, the mutants in all, the sample (the
+longest decided prefix), killed, survived and the score with its 95 % Wilson interval.
 
     .venv/bin/python tests/mutate_sample.py run memfs.sync.pusher memfs.sync.reconciler ...
     .venv/bin/python tests/mutate_sample.py report memfs.sync.pusher memfs.sync.reconciler ...
