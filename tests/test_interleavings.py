@@ -376,8 +376,26 @@ CROSS = [Scenario(f"{kind}_then_{op}", setup, "push", steps(path), sole_writer=T
          for kind, (setup, path) in REQUEST_KINDS.items()
          for op, steps in LOCAL_OPS.items()]
 
+# The park: a.md and b.md swap names (a→c, b→a, c→b), plain or both edited first; the
+# pass breaks the cycle by parking one memory at /.memfs-moving/… (a path-only update),
+# then sends the renames. Every request of it (the park, then the renames) is explored at
+# every hold point and with every outcome, a local operation on one swapped file meanwhile.
+SWAP_CYCLE = [("rename", "/a.md", "/c.md"), ("rename", "/b.md", "/a.md"),
+              ("rename", "/c.md", "/b.md")]
+SWAP_KINDS = {
+    "swap": [("write", "/a.md", "A"), ("write", "/b.md", "B"), ("push",), *SWAP_CYCLE],
+    "edited_swap": [("write", "/a.md", "A"), ("write", "/b.md", "B"), ("push",),
+                    ("write", "/a.md", "A2"), ("write", "/b.md", "B2"), *SWAP_CYCLE],
+}
+SWAP_OPS = {"none": lambda f: [], **{op: LOCAL_OPS[op] for op in ("write", "unlink")},
+            "rename": lambda f: [("rename", f, "/z.md")]}
+PARK = [Scenario(f"{kind}_then_{op}" + ("" if op == "none" else f"_{f[1]}"), setup, "push",
+                 steps(f), sole_writer=True)
+        for kind, setup in SWAP_KINDS.items() for op, steps in SWAP_OPS.items()
+        for f in (("/a.md",) if op == "none" else ("/a.md", "/b.md"))]
 
-@pytest.mark.parametrize("scenario", CROSS, ids=lambda s: s.name)
+
+@pytest.mark.parametrize("scenario", [*CROSS, *PARK], ids=lambda s: s.name)
 def test_lost_answers(scenario: Scenario, tmp_path: Path) -> None:
     result = explore(scenario, tmp_path, outcomes=OUTCOMES)
     print(f"\n{scenario.name}: {len(result.runs)} interleavings")
