@@ -377,10 +377,11 @@ CROSS = [Scenario(f"{kind}_then_{op}", setup, "push", steps(path), sole_writer=T
          for kind, (setup, path) in REQUEST_KINDS.items()
          for op, steps in LOCAL_OPS.items()]
 
-# The park: a.md and b.md swap names (a→c, b→a, c→b), plain or both edited first; the
-# pass breaks the cycle by parking one memory at /.memfs-moving/… (a path-only update),
-# then sends the renames. Every request of it (the park, then the renames) is explored at
-# every hold point and with every outcome, a local operation on one swapped file meanwhile.
+# The park: a.md and b.md swap names (a→c, b→a, c→b), plain or both edited first; push
+# passes run in a row. a's rename to /b.md meets b's memory (409), so a's memory is
+# parked at /.memfs-moving/… (a path-only update), then b's goes to /a.md and a's to
+# /b.md. Every one of those 4 requests is explored at every hold point and with every
+# outcome, a local operation on one swapped file meanwhile.
 SWAP_CYCLE = [("rename", "/a.md", "/c.md"), ("rename", "/b.md", "/a.md"),
               ("rename", "/c.md", "/b.md")]
 SWAP_KINDS = {
