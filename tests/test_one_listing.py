@@ -1267,3 +1267,22 @@ async def test_a_poll_reads_a_lost_answer_of_a_file_deleted_since_as_no_news(
         assert not eng.state.doubts and eng.state.tombstones[mid].base_sha == sha256(data("v2"))
         assert eng.ctx.status.last_full_listing_at == listed
         assert not any(r.is_listing for r in eng.transport.records[first:])
+
+
+async def test_a_poll_re_reads_another_writers_change_but_not_our_own_write(tmp_path):
+    """A poll that reads our own update of a.md and another writer's update of b.md:
+    a.md's version is exactly its base (its answer already applied), so only b.md is
+    read again (its head), and the mount then shows both."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="a1", b="b1")
+        await eng.op_poll()  # the feed's starting point
+        a_mid, b_mid = eng.node("/a.md").memory_id, eng.node("/b.md").memory_id
+        await eng.op_write("/a.md", "a2")
+        await eng.op_push()
+        await eng.op_r_edit("/b.md", "b2")
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        reads = [r for r in sent(eng, first) if not r.endswith("memory_versions")]
+        assert reads == [f"GET {b_mid}"] and f"GET {a_mid}" not in sent(eng, first)
+        assert eng.tree_sha("/a.md") == sha256(data("a2"))
+        assert eng.tree_sha("/b.md") == sha256(data("b2"))
