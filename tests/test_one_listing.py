@@ -1286,3 +1286,16 @@ async def test_a_poll_re_reads_another_writers_change_but_not_our_own_write(tmp_
         assert reads == [f"GET {b_mid}"] and f"GET {a_mid}" not in sent(eng, first)
         assert eng.tree_sha("/a.md") == sha256(data("a2"))
         assert eng.tree_sha("/b.md") == sha256(data("b2"))
+
+
+async def test_a_listing_without_the_feed_reads_no_feed_head(tmp_path):
+    """With the change feed off (`feed = false`), a listing is only the listing: no
+    request for the feed's head, and `memfs status` shows no feed position."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.feed = False
+        await eng.op_r_create("/a.md", "a")
+        first = len(eng.transport.records)
+        await eng.op_reconcile()
+        assert sent(eng, first) == ["GET memories"]
+        assert eng.ctx.status.feed_position is None
+        assert eng.tree_sha("/a.md") == sha256(data("a"))
