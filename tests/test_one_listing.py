@@ -1299,3 +1299,35 @@ async def test_a_listing_without_the_feed_reads_no_feed_head(tmp_path):
         assert sent(eng, first) == ["GET memories"]
         assert eng.ctx.status.feed_position is None
         assert eng.tree_sha("/a.md") == sha256(data("a"))
+
+
+async def test_a_sync_asked_for_during_a_pass_makes_a_pass_of_its_own(tmp_path):
+    """`memfs sync` while the mount's first listing runs: it waits for that pass, then
+    makes its own, so another writer's memory created after that listing read the root
+    is there when the sync returns (the loop's periodic pass would count the finished
+    pass as its own; a sync request never does)."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/d/x.md", "x")
+        first = len(eng.transport.records)
+        done = trio.Event()
+
+        async def sync() -> None:
+            await eng.reconciler.reconcile_pass()  # StoreEngine.sync: never coalesced
+            done.set()
+
+        async with trio.open_nursery() as nursery:
+            async def meanwhile() -> None:
+                await eng.op_r_create("/b.md", "late")
+                nursery.start_soon(sync)
+                await trio.testing.wait_all_tasks_blocked()  # queued on the sync lock
+                assert not done.is_set()
+
+            # (action requests 0 and 1: the root's listing and the feed's head, at once;
+            # 2: /d/'s listing, held after the server answered it)
+            await held_pass(eng, "after", meanwhile, index=2, action=lambda: (
+                eng.reconciler.reconcile_pass(coalesce=True)))  # StoreEngine's first listing
+            assert eng.transport.records[first + 2].query["path_prefix"] == "/d/"
+            assert eng.tree_sha("/d/x.md") == sha256(data("x"))
+            assert eng.node("/b.md") is None  # after the first listing read the root
+        assert done.is_set()
+        assert eng.tree_sha("/b.md") == sha256(data("late"))
