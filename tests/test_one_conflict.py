@@ -895,3 +895,53 @@ async def test_a_create_under_another_writers_memory_waits_and_says_why(tmp_path
         assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
             f"cannot push /notes/x.md: {why}; it waits, the rest goes on"]
         assert eng.server() == theirs and eng.ctx.status.last_error is None
+
+
+# -- wave r6w2 --
+
+
+async def test_a_refused_early_delete_leaves_the_rename_for_the_next_pass(tmp_path):
+    """b.md renamed to a.md, which was just unlinked: the rename meets 409 on our own
+    deleted memory, whose delete goes early and is refused (403). The place is not free:
+    the rename is not sent again in that pass (it waits), both memories stay, and `memfs
+    status` says the delete waits."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        a_mid, b_mid = eng.node("/a.md").memory_id, eng.node("/b.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_rename("/b.md", "/a.md")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "DELETE",
+                                         origins=("setup",), times=1)]
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"POST {b_mid}", f"DELETE {a_mid}"]
+        assert result.pushed == 0
+        assert eng.server() == {"/a.md": (a_mid, sha256(data("A"))),
+                                "/b.md": (b_mid, sha256(data("B")))}
+        [note] = [w.split(" ", 1)[1] for w in eng.ctx.status.warnings]
+        assert note.startswith("cannot delete /a.md: ") and note.endswith(
+            "; it waits, the rest goes on")
+        assert eng.node("/a.md").base_path == "/b.md"
+
+
+async def test_a_refused_read_after_a_412_makes_the_file_wait_like_any_refusal(tmp_path):
+    """a.md edited here and there; our update meets 409 (precondition failed), and
+    reading the memory back is refused (403). Like any other 403 on a push, the file
+    waits (backoff) with the refusal as its error, and `memfs status` says so; nothing
+    is logged as a bug."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_write("/a.md", "mine")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id,
+                                         origins=("setup",))]
+        first = len(eng.transport.records)
+        await eng.op_push()
+        assert sent(eng, first) == [f"POST {mid}", f"GET {mid}"]
+        node = eng.node("/a.md")
+        assert node.fail_count == 1 and (node.error or "").startswith("PermissionDenied")
+        assert eng.ctx.status.last_error is None and eng.state.conflicts() == []
+        [note] = [w.split(" ", 1)[1] for w in eng.ctx.status.warnings]
+        assert note.startswith("cannot push /a.md: ") and note.endswith(
+            "; it waits, the rest goes on")
