@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import trio
 import trio.testing
 from interleave import ORIGIN, FaultRule, Hold, age_tombstones
-from onepass import data, harness, held_pass, sent, synced, until
+from onepass import data, harness, held_pass, refused_update, sent, synced, until
 
 from memfs.api.models import format_time, parse_time
 from memfs.core.nodes import PARK_DIR
@@ -1331,3 +1331,48 @@ async def test_a_sync_asked_for_during_a_pass_makes_a_pass_of_its_own(tmp_path):
             assert eng.node("/b.md") is None  # after the first listing read the root
         assert done.is_set()
         assert eng.tree_sha("/b.md") == sha256(data("late"))
+
+
+# -- wave r6w2 --
+
+
+async def test_a_listing_showing_our_refused_bytes_written_by_another_adopts_them(tmp_path):
+    """a.md's update to v2 was refused (403: it waits); another writer then writes v2,
+    the very bytes we sent, and a.md is written again here (v3). A listing shows the
+    memory at v2, our own last send: the base takes it, with no conflict, and v3 is
+    what is left to push."""
+    async with harness(tmp_path) as eng:
+        mid = await refused_update(eng)
+        assert eng.node("/a.md").sent_sha == sha256(data("v2"))
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_write("/a.md", "v3")
+        await eng.op_reconcile()
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_sha, node.sha) == (
+            mid, sha256(data("v2")), sha256(data("v3")))
+        assert eng.state.conflicts() == [] and eng.state.is_dirty(node)
+
+
+async def test_a_pass_that_outlasts_the_feeds_retention_shows_no_feed_position(tmp_path):
+    """A poll's reads outlast the feed's retention (its clock passes it while the pass
+    re-reads the memory another writer changed): the feed can no longer be trusted (the
+    next pass lists everything), so `memfs status` shows no feed position, not a stale
+    one. The change read is applied all the same."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_poll()  # a listing: the feed's starting point
+        assert eng.ctx.status.feed_position is not None
+        await eng.op_r_edit("/a.md", "v2")
+        feed = eng.reconciler.feed
+        late = feed_mod.RETENTION.total_seconds()
+
+        async def meanwhile() -> None:
+            feed.clock = lambda: time.monotonic() + late
+
+        first = len(eng.transport.records)
+        await held_pass(eng, "before", meanwhile, index=1,
+                        action=eng.reconciler.reconcile_pass)
+        assert sent(eng, first) == ["GET memory_versions", f"GET {mid}"]
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))
+        assert not feed.trusted() and eng.ctx.status.feed_position is None
