@@ -350,3 +350,30 @@ async def test_a_create_in_doubt_whose_read_is_refused_says_how_many_wait(tmp_pa
                   if "cannot tell" in n]
         assert note.startswith("cannot tell whether 1 create(s) reached the server (")
         assert note.endswith("); it waits")
+
+
+# -- wave r6w2 --
+
+
+async def test_a_lost_update_written_over_after_a_listing_then_unlinked_deletes_theirs(
+        tmp_path):
+    """a.md's update to v2 was applied, its answer lost; another writer wrote v3 over it,
+    and a listing (the doubt's read refused for now) took v3 into the tree, ours kept as
+    a conflict. Then a.md is unlinked: its pending delete is of v3, the version seen.
+    The next pass finds v2 among the versions, but the base has moved since: our write
+    is superseded and the delete stays against v3, so a flush deletes the memory (it
+    is not taken for a change made there, restored)."""
+    async with harness(tmp_path) as eng:
+        mid = await lost_update(eng)
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id == mid,
+                                         origins=("setup",), times=1)]
+        await eng.op_r_edit("/a.md", "v3")
+        await eng.op_reconcile()
+        assert eng.state.doubts and eng.node("/a.md").base_sha == sha256(data("v3"))
+        await eng.op_unlink("/a.md")
+        assert eng.state.tombstones[mid].base_sha == sha256(data("v3"))
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass(flush=True)
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions", f"DELETE {mid}"]
+        assert eng.server() == {} and eng.state.tombstones == {} and not eng.state.doubts
+        assert not [w for w in eng.ctx.status.warnings if "restoring" in w]
