@@ -1148,3 +1148,22 @@ async def test_a_delete_goes_out_while_a_renamed_file_holds_its_bytes_uncached(t
         assert sent(eng, first) == [f"DELETE {d_mid}", f"POST {c_mid}"]
         assert (result.pushed, result.left) == (2, 0) and not eng.state.tombstones
         assert eng.server() == {"/e.md": (c_mid, sha256(data("same")))}
+
+
+# -- wave r6w3 --
+
+
+async def test_a_held_answer_is_read_at_the_look_that_reaches_answer_wait_max(
+        tmp_path, mock_clock, monkeypatch):
+    """A copy that never stops (FUSE asked at every moment): the answer of a push sent
+    while the mount was quiet is read at the look that reaches ANSWER_WAIT_MAX, not one
+    look later. (BUSY_WINDOW is a quarter second here, so that its looks reach
+    ANSWER_WAIT_MAX exactly on the stopped trio clock.)"""
+    monkeypatch.setattr(pusher_mod, "BUSY_WINDOW", 0.25)
+    mock_clock.autojump_threshold = 0
+    async with harness(tmp_path) as eng:
+        mock_clock.jump(1000.0 - trio.current_time())  # (a clock long started, as trio's own)
+        eng.ctx.clock = BusyUntilClock()
+        start = trio.current_time()
+        await eng.pusher._answer_ready()
+        assert trio.current_time() - start == pusher_mod.ANSWER_WAIT_MAX
