@@ -1376,3 +1376,31 @@ async def test_a_pass_that_outlasts_the_feeds_retention_shows_no_feed_position(t
         assert sent(eng, first) == ["GET memory_versions", f"GET {mid}"]
         assert eng.tree_sha("/a.md") == sha256(data("v2"))
         assert not feed.trusted() and eng.ctx.status.feed_position is None
+
+
+# -- wave r6w4 --
+
+
+async def test_another_clients_second_park_is_waited_for_from_its_own_start(
+        tmp_path, monkeypatch):
+    """Another client parked a.md's memory, then moved it back (its swap done); much
+    later it parks it again. The second park is waited for from when it was seen, not
+    from the first: nothing to push, the file stays at its place."""
+    now = [1000.0]
+    monkeypatch.setattr(reconciler_mod, "time", SimpleNamespace(
+        monotonic=lambda: now[0], time=time.time))
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        park = f"{PARK_DIR}/{mid}.0badcafe"
+        await eng.op_r_rename("/a.md", park)
+        await eng.op_reconcile()
+        assert eng.reconciler._parked_since == {mid: 1000.0}
+        await eng.op_r_rename(park, "/a.md")
+        await eng.op_reconcile()
+        assert eng.node("/a.md").base_path == "/a.md"
+        now[0] += PARK_PATIENCE + 1.0
+        await eng.op_r_rename("/a.md", park)
+        await eng.op_reconcile()
+        assert eng.node("/a.md").base_path == "/a.md" and eng.pusher.pending_total() == 0
+        assert eng.reconciler._parked_since == {mid: now[0]}
