@@ -1404,3 +1404,26 @@ async def test_another_clients_second_park_is_waited_for_from_its_own_start(
         await eng.op_reconcile()
         assert eng.node("/a.md").base_path == "/a.md" and eng.pusher.pending_total() == 0
         assert eng.reconciler._parked_since == {mid: now[0]}
+
+
+async def test_a_poll_naming_our_own_write_to_a_file_since_unlinked_applies_the_rest(
+        tmp_path):
+    """Another writer edits b.md; then our update of a.md lands and a.md is unlinked here
+    (its delete waits). The next poll names both, a.md's newest: our own write, exactly
+    the pending delete's base, needs no request; b.md's edit is still read and shown."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1", b="b1")
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_r_edit("/b.md", "b2")
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        mid_a, mid_b = eng.node("/a.md").memory_id, eng.node("/b.md").memory_id
+        await eng.op_unlink("/a.md")
+        assert (eng.state.tombstones[mid_a].base_path,
+                eng.state.tombstones[mid_a].base_sha) == ("/a.md", sha256(data("v2")))
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        reads = [r for r in sent(eng, first) if r != "GET memory_versions"]
+        assert reads == [f"GET {mid_b}"]  # none for a.md: the poll's change is our write
+        assert eng.tree_sha("/b.md") == sha256(data("b2"))
+        assert mid_a in eng.state.tombstones and eng.tree_sha("/a.md") is None
