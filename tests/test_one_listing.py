@@ -1427,3 +1427,29 @@ async def test_a_poll_naming_our_own_write_to_a_file_since_unlinked_applies_the_
         assert reads == [f"GET {mid_b}"]  # none for a.md: the poll's change is our write
         assert eng.tree_sha("/b.md") == sha256(data("b2"))
         assert mid_a in eng.state.tombstones and eng.tree_sha("/a.md") is None
+
+
+async def test_a_safety_net_listing_from_the_stores_start_adds_new_files_in_one_commit(
+        tmp_path):
+    """A store empty when mounted (the feed starts at the store's start: it vouches for
+    nothing yet); another client then creates many memories, and the periodic full
+    listing (the safety net) comes first: it adds their files in one commit of
+    state.db, as a first listing does, and counts nothing as missed."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        assert eng.ctx.status.feed_position == "the store's start"
+        for i in range(6):
+            await eng.op_r_create(f"/n{i}.md", f"{i}")
+        assert eng.reconciler.feed.trusted()
+        eng.reconciler.last_full = None  # the safety net is due
+        listed = eng.ctx.status.last_full_listing_at
+        commits: list[str] = []
+        eng.state.db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT"
+                                        else None)
+        await eng.op_poll()
+        eng.state.db.set_trace_callback(None)
+        assert [eng.tree_sha(f"/n{i}.md") for i in range(6)] == [sha256(data(f"{i}"))
+                                                                  for i in range(6)]
+        assert eng.ctx.status.last_full_listing_at != listed
+        assert eng.ctx.status.feed_missed == 0
+        assert len(commits) == 1, commits
