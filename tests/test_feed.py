@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import sqlite3
 import time
+from datetime import timedelta
 from functools import partial
 
 import pytest
@@ -647,3 +648,24 @@ async def test_a_memory_to_recheck_is_named_by_the_next_poll_only(eng):
     feed.recheck(mid)
     await eng.reconciler.reconcile_pass(full=True)
     assert feed.rechecks == set() and await feed.poll() == []
+
+
+# -- wave r6w4 --
+
+
+async def test_a_listing_after_a_burst_is_not_the_safety_net(eng, monkeypatch):
+    """A poll that meets a burst (more news than a listing costs) lists the store instead:
+    that listing is there to be cheaper, not to check the feed. It applies a change the
+    feed never delivered and counts nothing (only the safety net counts)."""
+    await _a_change_the_feed_missed(eng)
+    monkeypatch.setattr(feed_module, "MAX_VERSIONS", 2)
+    confirmed = eng.reconciler.feed.confirmed
+    for i in range(3):  # (after the settled edge, which the skipped clock put ahead)
+        m = await eng.other.create_memory(eng.store_id, f"/burst/n{i}.md", f"{i}\n")
+        backdate(eng, m.memory_version_id, m.id, confirmed + timedelta(seconds=1 + i))
+    listings = eng.reconciler.last_full
+    await eng.reconcile()
+    assert eng.reconciler.last_full != listings  # the burst sent it to a full listing
+    assert await eng.read("/a.md") == b"a2, never in the feed\n"
+    assert len(eng.state.lookup_path("/burst").children) == 3
+    assert eng.ctx.status.feed_missed == 0

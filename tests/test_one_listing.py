@@ -1376,3 +1376,80 @@ async def test_a_pass_that_outlasts_the_feeds_retention_shows_no_feed_position(t
         assert sent(eng, first) == ["GET memory_versions", f"GET {mid}"]
         assert eng.tree_sha("/a.md") == sha256(data("v2"))
         assert not feed.trusted() and eng.ctx.status.feed_position is None
+
+
+# -- wave r6w4 --
+
+
+async def test_another_clients_second_park_is_waited_for_from_its_own_start(
+        tmp_path, monkeypatch):
+    """Another client parked a.md's memory, then moved it back (its swap done); much
+    later it parks it again. The second park is waited for from when it was seen, not
+    from the first: nothing to push, the file stays at its place."""
+    now = [1000.0]
+    monkeypatch.setattr(reconciler_mod, "time", SimpleNamespace(
+        monotonic=lambda: now[0], time=time.time))
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        park = f"{PARK_DIR}/{mid}.0badcafe"
+        await eng.op_r_rename("/a.md", park)
+        await eng.op_reconcile()
+        assert eng.reconciler._parked_since == {mid: 1000.0}
+        await eng.op_r_rename(park, "/a.md")
+        await eng.op_reconcile()
+        assert eng.node("/a.md").base_path == "/a.md"
+        now[0] += PARK_PATIENCE + 1.0
+        await eng.op_r_rename("/a.md", park)
+        await eng.op_reconcile()
+        assert eng.node("/a.md").base_path == "/a.md" and eng.pusher.pending_total() == 0
+        assert eng.reconciler._parked_since == {mid: now[0]}
+
+
+async def test_a_poll_naming_our_own_write_to_a_file_since_unlinked_applies_the_rest(
+        tmp_path):
+    """Another writer edits b.md; then our update of a.md lands and a.md is unlinked here
+    (its delete waits). The next poll names both, a.md's newest: our own write, exactly
+    the pending delete's base, needs no request; b.md's edit is still read and shown."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1", b="b1")
+        await eng.op_poll()  # the feed's starting point
+        await eng.op_r_edit("/b.md", "b2")
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        mid_a, mid_b = eng.node("/a.md").memory_id, eng.node("/b.md").memory_id
+        await eng.op_unlink("/a.md")
+        assert (eng.state.tombstones[mid_a].base_path,
+                eng.state.tombstones[mid_a].base_sha) == ("/a.md", sha256(data("v2")))
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        reads = [r for r in sent(eng, first) if r != "GET memory_versions"]
+        assert reads == [f"GET {mid_b}"]  # none for a.md: the poll's change is our write
+        assert eng.tree_sha("/b.md") == sha256(data("b2"))
+        assert mid_a in eng.state.tombstones and eng.tree_sha("/a.md") is None
+
+
+async def test_a_safety_net_listing_from_the_stores_start_adds_new_files_in_one_commit(
+        tmp_path):
+    """A store empty when mounted (the feed starts at the store's start: it vouches for
+    nothing yet); another client then creates many memories, and the periodic full
+    listing (the safety net) comes first: it adds their files in one commit of
+    state.db, as a first listing does, and counts nothing as missed."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        assert eng.ctx.status.feed_position == "the store's start"
+        for i in range(6):
+            await eng.op_r_create(f"/n{i}.md", f"{i}")
+        assert eng.reconciler.feed.trusted()
+        eng.reconciler.last_full = None  # the safety net is due
+        listed = eng.ctx.status.last_full_listing_at
+        commits: list[str] = []
+        eng.state.db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT"
+                                        else None)
+        await eng.op_poll()
+        eng.state.db.set_trace_callback(None)
+        assert [eng.tree_sha(f"/n{i}.md") for i in range(6)] == [sha256(data(f"{i}"))
+                                                                  for i in range(6)]
+        assert eng.ctx.status.last_full_listing_at != listed
+        assert eng.ctx.status.feed_missed == 0
+        assert len(commits) == 1, commits

@@ -601,3 +601,21 @@ async def test_stopping_the_push_loop_during_its_first_pass_waits_for_that_pass(
         eng.transport.holds = {}
         assert stopped == [True] and "/a.md" in eng.server()
         assert eng.pusher.pending_total() == 0
+
+
+# -- wave r6w4 --
+
+
+async def test_a_refused_listing_names_the_servers_error_in_the_status(tmp_path):
+    """The listing is refused (403): the status says which error the server gave
+    (PermissionDeniedError) and its message, not a type nobody raised."""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET", origins=("setup",),
+                                         times=1)]
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.reconciler.run)
+            await until(lambda: (eng.ctx.status.last_error or "").startswith("listing failed"))
+            loops.cancel_scope.cancel()
+        error = eng.ctx.status.last_error
+        assert error.startswith("listing failed: PermissionDeniedError: ")
+        assert "refused by the test" in error
