@@ -945,3 +945,24 @@ async def test_a_refused_read_after_a_412_makes_the_file_wait_like_any_refusal(t
         [note] = [w.split(" ", 1)[1] for w in eng.ctx.status.warnings]
         assert note.startswith("cannot push /a.md: ") and note.endswith(
             "; it waits, the rest goes on")
+
+
+# -- wave r6w6 --
+
+
+async def test_an_update_met_by_a_404_reads_the_memorys_head_not_its_content(tmp_path):
+    """a.md's update is answered 404; the pass reads the memory back to confirm it is
+    gone: its head only (`view=basic`), as every other read after an answer, not its
+    content, which a memory found there after all would only be pushed over again."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_write("/a.md", "v2")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         status=404, error_type="not_found_error",
+                                         origins=("setup",), times=1)]
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"POST {mid}", f"GET {mid}"]
+        assert eng.transport.records[first + 1].query["view"] == "basic"
+        assert eng.node("/a.md").memory_id == mid
