@@ -1453,3 +1453,47 @@ async def test_a_safety_net_listing_from_the_stores_start_adds_new_files_in_one_
         assert eng.ctx.status.last_full_listing_at != listed
         assert eng.ctx.status.feed_missed == 0
         assert len(commits) == 1, commits
+
+
+# -- wave r6w6 --
+
+
+async def test_a_first_listing_does_not_show_another_clients_park_after_new_files(tmp_path):
+    """A first listing: /a.md is new (shown at once, with the other new files in one
+    commit), then another client's park, a new memory under the private park place
+    (listed after the root's own files): it is never shown, though it comes right
+    after a run of new files."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/a.md", "a")
+        await eng.op_r_create(f"{PARK_DIR}/mem_other.0badcafe", "parked")
+        await eng.op_reconcile()
+        assert eng.tree_sha("/a.md") == sha256(data("a"))
+        assert eng.node(PARK_DIR) is None
+        assert eng.node(f"{PARK_DIR}/mem_other.0badcafe") is None
+
+
+async def test_a_listing_leaves_a_memory_changed_exactly_a_lookback_before_the_head_unread(
+        tmp_path, monkeypatch):
+    """Three memories written just before a full listing, the first exactly one lookback
+    before the newest (the feed's head): the window the listing leaves unread starts
+    after that write, so the listing counts two of them changed in it, not three. Two
+    (at most MERGE) lets the first poll ask whether the window is that small: one
+    request for one small page, not the two reads of a window known to be dense."""
+    async with harness(tmp_path) as eng:
+        for name in "abc":
+            await eng.op_r_create(f"/{name}.md", name)
+        times = {m.path: parse_time(m.updated_at)
+                 async for m in eng.ctx.client.list_memories(eng.store_id)}
+        assert times["/a.md"] < times["/b.md"] < times["/c.md"]
+        lookback = times["/c.md"] - times["/a.md"]  # the head is c.md's write
+        monkeypatch.setattr(feed_mod, "LOOKBACK", lookback)
+        monkeypatch.setattr(reconciler_mod, "LOOKBACK", lookback)
+        await eng.op_reconcile()
+        feed = eng.reconciler.feed
+        assert feed.position is not None and feed.unread_until == times["/c.md"]
+        assert sorted(feed.listed.values()) == [times["/b.md"], times["/c.md"]]
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        polls = [r for r in eng.transport.records[first:]
+                 if r.path.endswith("memory_versions")]
+        assert [r.query.get("limit") for r in polls] == [str(feed_mod.MERGE + 1)]
