@@ -945,3 +945,24 @@ async def test_a_refused_read_after_a_412_makes_the_file_wait_like_any_refusal(t
         [note] = [w.split(" ", 1)[1] for w in eng.ctx.status.warnings]
         assert note.startswith("cannot push /a.md: ") and note.endswith(
             "; it waits, the rest goes on")
+
+
+# -- wave r6w5 --
+
+
+async def test_a_create_meeting_a_strangers_memory_reads_its_head_then_its_content(tmp_path):
+    """a.md made here while another writer creates /a.md with other bytes: our create
+    meets 409 (path taken). The pass first reads their memory's head (`view=basic`:
+    not its content) to tell a stranger from a lost create of ours; only the conflict
+    that follows reads the content it puts in the tree."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_write("/a.md", "mine")
+        await eng.op_r_create("/a.md", "theirs")
+        [(their_mid, _sha)] = eng.server().values()
+        first = len(eng.transport.records)
+        await eng.op_push()
+        assert sent(eng, first) == ["POST memories", f"GET {their_mid}", f"GET {their_mid}"]
+        assert [r.query.get("view") for r in eng.transport.records[first + 1:]] == [
+            "basic", "full"]
+
