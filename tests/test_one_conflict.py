@@ -966,3 +966,29 @@ async def test_a_create_meeting_a_strangers_memory_reads_its_head_then_its_conte
         assert [r.query.get("view") for r in eng.transport.records[first + 1:]] == [
             "basic", "full"]
 
+
+async def test_a_refused_read_after_a_path_conflict_makes_the_file_wait_like_any_refusal(
+        tmp_path):
+    """a.md made here while another writer creates /a.md; our create meets 409 (path
+    taken), and reading their memory is refused (403). Like any other 403 on a push,
+    the file waits (backoff) with the refusal as its error, and `memfs status` says so;
+    nothing is logged as a bug."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_write("/a.md", "mine")
+        await eng.op_r_create("/a.md", "theirs")
+        [(their_mid, _sha)] = eng.server().values()
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id,
+                                         origins=("setup",))]
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["POST memories", f"GET {their_mid}"]
+        assert (result.pushed, result.progress) == (0, 1)
+        node = eng.node("/a.md")
+        assert node.memory_id is None and node.fail_count == 1
+        assert (node.error or "").startswith("PermissionDenied")
+        assert eng.ctx.status.last_error is None and eng.state.conflicts() == []
+        [note] = [w.split(" ", 1)[1] for w in eng.ctx.status.warnings]
+        assert note.startswith("cannot push /a.md: ") and note.endswith(
+            "; it waits, the rest goes on")
+
