@@ -992,3 +992,22 @@ async def test_a_refused_read_after_a_path_conflict_makes_the_file_wait_like_any
         assert note.startswith("cannot push /a.md: ") and note.endswith(
             "; it waits, the rest goes on")
 
+
+async def test_a_failed_precondition_conflict_keeps_the_files_memory_and_deletes_nothing(
+        tmp_path):
+    """Another writer changed a.md; our edit's update meets 409 (precondition failed) and
+    ours is kept as a conflict. The file still holds the same memory, which is not
+    queued for deletion: nothing is left to push, and the next pass sends nothing."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="base")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_write("/a.md", "mine")
+        result = await eng.pusher.push_pass()
+        assert (result.pushed, result.progress, result.left) == (0, 1, 0)
+        assert len(eng.state.conflicts()) == 1
+        assert eng.node("/a.md").memory_id == mid and eng.state.tombstones == {}
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass(flush=True)
+        assert (sent(eng, first), result.progress, result.left) == ([], 0, 0)
+        assert eng.server() == {"/a.md": (mid, sha256(data("theirs")))}
