@@ -966,3 +966,70 @@ async def test_an_update_met_by_a_404_reads_the_memorys_head_not_its_content(tmp
         assert sent(eng, first) == [f"POST {mid}", f"GET {mid}"]
         assert eng.transport.records[first + 1].query["view"] == "basic"
         assert eng.node("/a.md").memory_id == mid
+
+
+
+# -- wave r6w5 --
+
+
+async def test_a_create_meeting_a_strangers_memory_reads_its_head_then_its_content(tmp_path):
+    """a.md made here while another writer creates /a.md with other bytes: our create
+    meets 409 (path taken). The pass first reads their memory's head (`view=basic`:
+    not its content) to tell a stranger from a lost create of ours; only the conflict
+    that follows reads the content it puts in the tree."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_write("/a.md", "mine")
+        await eng.op_r_create("/a.md", "theirs")
+        [(their_mid, _sha)] = eng.server().values()
+        first = len(eng.transport.records)
+        await eng.op_push()
+        assert sent(eng, first) == ["POST memories", f"GET {their_mid}", f"GET {their_mid}"]
+        assert [r.query.get("view") for r in eng.transport.records[first + 1:]] == [
+            "basic", "full"]
+
+
+async def test_a_refused_read_after_a_path_conflict_makes_the_file_wait_like_any_refusal(
+        tmp_path):
+    """a.md made here while another writer creates /a.md; our create meets 409 (path
+    taken), and reading their memory is refused (403). Like any other 403 on a push,
+    the file waits (backoff) with the refusal as its error, and `memfs status` says so;
+    nothing is logged as a bug."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_write("/a.md", "mine")
+        await eng.op_r_create("/a.md", "theirs")
+        [(their_mid, _sha)] = eng.server().values()
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id,
+                                         origins=("setup",))]
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == ["POST memories", f"GET {their_mid}"]
+        assert (result.pushed, result.progress) == (0, 1)
+        node = eng.node("/a.md")
+        assert node.memory_id is None and node.fail_count == 1
+        assert (node.error or "").startswith("PermissionDenied")
+        assert eng.ctx.status.last_error is None and eng.state.conflicts() == []
+        [note] = [w.split(" ", 1)[1] for w in eng.ctx.status.warnings]
+        assert note.startswith("cannot push /a.md: ") and note.endswith(
+            "; it waits, the rest goes on")
+
+
+async def test_a_failed_precondition_conflict_keeps_the_files_memory_and_deletes_nothing(
+        tmp_path):
+    """Another writer changed a.md; our edit's update meets 409 (precondition failed) and
+    ours is kept as a conflict. The file still holds the same memory, which is not
+    queued for deletion: nothing is left to push, and the next pass sends nothing."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="base")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_write("/a.md", "mine")
+        result = await eng.pusher.push_pass()
+        assert (result.pushed, result.progress, result.left) == (0, 1, 0)
+        assert len(eng.state.conflicts()) == 1
+        assert eng.node("/a.md").memory_id == mid and eng.state.tombstones == {}
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass(flush=True)
+        assert (sent(eng, first), result.progress, result.left) == ([], 0, 0)
+        assert eng.server() == {"/a.md": (mid, sha256(data("theirs")))}

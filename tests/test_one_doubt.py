@@ -377,3 +377,38 @@ async def test_a_lost_update_written_over_after_a_listing_then_unlinked_deletes_
         assert sent(eng, first) == [f"GET {mid}", "GET memory_versions", f"DELETE {mid}"]
         assert eng.server() == {} and eng.state.tombstones == {} and not eng.state.doubts
         assert not [w for w in eng.ctx.status.warnings if "restoring" in w]
+
+
+# -- wave r6w5 --
+
+
+async def test_an_update_refused_on_its_retry_after_a_lost_answer_stays_in_doubt(tmp_path):
+    """a.md's update to v2 is applied but its answer lost; the client sends it again and
+    the retry is refused (403). That refusal answers the retry only: the first attempt
+    may have landed, so the request stays in doubt (the file waits its backoff), and
+    the next pass asks the server first, finds v2 applied and lands it: a.md is synced,
+    nothing left to push."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+
+        async def no_wait(_seconds: float) -> None:
+            pass
+
+        eng.ctx.client.max_retries, eng.ctx.client._sleep = 1, no_wait  # one retry, unwaited
+
+        def update(rec) -> bool:
+            return rec.method == "POST" and rec.memory_id == mid
+
+        eng.transport.rules = [FaultRule(update, kind="lose", origins=("setup",), times=1),
+                               FaultRule(update, origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v2")
+        first = len(eng.transport.records)
+        await eng.op_push()
+        assert [(r.method, r.outcome) for r in eng.transport.records[first:]] == [
+            ("POST", "lost"), ("POST", "refused")]
+        assert [t.memory_id for t in eng.state.doubts.values()] == [mid]
+        result = await eng.pusher.push_pass()
+        assert (result.pushed, result.left) == (1, 0) and not eng.state.doubts
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_sha) == (mid, sha256(data("v2")))

@@ -15,7 +15,7 @@ import pytest
 import trio
 import trio.testing
 from interleave import ORIGIN, FaultRule, Hold
-from onepass import data, harness, held_pass, sent, synced, until
+from onepass import data, harness, held_pass, lost_update, sent, synced, until
 
 from memfs.state.blobs import sha256
 from memfs.sync import pusher as pusher_mod
@@ -619,3 +619,22 @@ async def test_a_refused_listing_names_the_servers_error_in_the_status(tmp_path)
         error = eng.ctx.status.last_error
         assert error.startswith("listing failed: PermissionDeniedError: ")
         assert "refused by the test" in error
+
+
+# -- wave r6w5 --
+
+
+async def test_the_push_loop_resolves_a_request_in_doubt_at_once(tmp_path):
+    """a.md's update was applied, its answer lost; the write-back delay is a minute. A
+    request in doubt is due now (`next_due_in` 0), not when the file's delay is out: the
+    loop's pass finds our write applied and a.md is synced."""
+    async with harness(tmp_path) as eng:
+        mid = await lost_update(eng)
+        eng.ctx.options.write_back_delay = 60.0
+        assert eng.pusher.next_due_in() == 0.0
+        async with trio.open_nursery() as loops:
+            loops.start_soon(eng.pusher.run)
+            await until(lambda: not eng.state.doubts)
+            await eng.pusher.stop()
+        assert eng.server()["/a.md"] == (mid, sha256(data("v2")))
+        assert eng.pusher.pending_total() == 0 and eng.ctx.status.pushed == 2
