@@ -1167,3 +1167,53 @@ async def test_a_held_answer_is_read_at_the_look_that_reaches_answer_wait_max(
         start = trio.current_time()
         await eng.pusher._answer_ready()
         assert trio.current_time() - start == pusher_mod.ANSWER_WAIT_MAX
+
+
+# -- wave r6w7 --
+
+
+class SetIdleClock(IdleClock):
+    """FUSE was last asked `idle` seconds ago, whatever the time: the test sets it."""
+
+    def __init__(self, idle: float) -> None:
+        super().__init__()
+        self.idle = idle
+
+    def idle_for(self) -> float:
+        return self.idle
+
+
+async def test_a_push_that_finds_the_mount_quiet_goes_at_once_not_counted_as_busy(
+        tmp_path, mock_clock, monkeypatch):
+    """A push on a quiet mount goes at once and does not count as one started while busy
+    (`_yield_to_mount` says False: it takes none of the BUSY_CONCURRENCY slots). While a
+    push watches a mount busy without a gap (YIELD_MAX made endless, the trio clock
+    stopped), FUSE falls silent for exactly QUIET_WINDOW: a new push goes at once, not
+    queued behind the watcher, and the watcher goes at its next look, also as a quiet
+    push, not a busy one."""
+    monkeypatch.setattr(pusher_mod, "YIELD_MAX", math.inf)
+    async with harness(tmp_path) as eng:
+        assert await eng.pusher._yield_to_mount() is False  # (a clock no mount touches)
+        clock = eng.ctx.clock = SetIdleClock(0.0)
+        mock_clock.autojump_threshold = math.inf  # the clock stops
+        got: list[tuple[str, bool]] = []
+
+        async def push(name: str) -> None:
+            got.append((name, await eng.pusher._yield_to_mount()))
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(push, "watcher")
+                await trio.testing.wait_all_tasks_blocked()
+                assert got == []  # it watches, sleeping BUSY_WINDOW
+                clock.idle = pusher_mod.QUIET_WINDOW
+                nursery.start_soon(push, "new")
+                await trio.testing.wait_all_tasks_blocked()
+                assert got == [("new", False)]  # (the clock has not moved)
+                mock_clock.jump(pusher_mod.BUSY_WINDOW)
+                await trio.testing.wait_all_tasks_blocked()
+                assert got == [("new", False), ("watcher", False)]
+        finally:
+            mock_clock.autojump_threshold = 0  # (the clean-up's waits end)
+        assert eng.pusher._busy_pushes == 0
+
