@@ -1217,3 +1217,31 @@ async def test_a_push_that_finds_the_mount_quiet_goes_at_once_not_counted_as_bus
             mock_clock.autojump_threshold = 0  # (the clean-up's waits end)
         assert eng.pusher._busy_pushes == 0
 
+
+async def test_an_unmount_ends_a_push_s_wait_for_a_quiet_mount(
+        tmp_path, mock_clock, monkeypatch):
+    """A push watches a mount busy without a gap (YIELD_MAX made endless, the trio clock
+    stopped) when the unmount stops the pusher: at its next look the push goes, as one
+    that does not count among those started while busy (a pass under way finishes)."""
+    monkeypatch.setattr(pusher_mod, "YIELD_MAX", math.inf)
+    async with harness(tmp_path) as eng:
+        eng.ctx.clock = SetIdleClock(0.0)
+        mock_clock.autojump_threshold = math.inf  # the clock stops
+        got: list[bool] = []
+
+        async def push() -> None:
+            got.append(await eng.pusher._yield_to_mount())
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(push)
+                await trio.testing.wait_all_tasks_blocked()
+                mock_clock.jump(pusher_mod.BUSY_WINDOW)
+                await trio.testing.wait_all_tasks_blocked()
+                assert got == []  # still busy: it looks again
+                await eng.pusher.stop()
+                mock_clock.jump(pusher_mod.BUSY_WINDOW)
+                await trio.testing.wait_all_tasks_blocked()
+                assert got == [False]
+        finally:
+            mock_clock.autojump_threshold = 0  # (the clean-up's waits end)
