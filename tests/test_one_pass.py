@@ -1245,3 +1245,29 @@ async def test_an_unmount_ends_a_push_s_wait_for_a_quiet_mount(
                 assert got == [False]
         finally:
             mock_clock.autojump_threshold = 0  # (the clean-up's waits end)
+
+
+
+# -- wave r6w8 --
+
+
+async def test_a_pushed_create_and_edit_are_told_with_their_path_memory_and_version(tmp_path):
+    """`memfs watch` hears each write the server applied as "pushed": at the file's path,
+    naming its memory and the version the server's answer made (the version id by which
+    the watcher finds the author and the change feed knows the write as ours)."""
+    async with harness(tmp_path) as eng:
+        sub = Subscriber()
+        eng.ctx.events.attach(sub)
+        await eng.op_write("/a.md", "v1")
+        await eng.op_push()
+        mid = eng.node("/a.md").memory_id
+        made = eng.db.get_memory(eng.store_id, mid)["memory_version_id"]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        edited = eng.db.get_memory(eng.store_id, mid)["memory_version_id"]
+        events = [sub.receive.receive_nowait() for _ in range(2)]
+        assert [(e.kind, e.path, e.memory_id, e.version_id) for e in events] == [
+            ("pushed", "/a.md", mid, made), ("pushed", "/a.md", mid, edited)]
+        assert made != edited
+        with pytest.raises(trio.WouldBlock):
+            sub.receive.receive_nowait()  # one event a write
