@@ -292,6 +292,22 @@ def test_answer_base_without_a_holder_takes_the_answer():
                               ours=False) == ("/z", THEIRS)
 
 
+# -- when a dirty file goes out ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("changed,dirty_since,wbd,most,expected", [
+    (100.0, 100.0, 1.0, 5.0, 101.0),     # written once: the write-back delay after it
+    (100.0, 97.0, 1.0, 5.0, 101.0),      # still changing, the longest wait not reached
+    (100.0, 90.0, 1.0, 5.0, 95.0),       # changing for 10 s: 5 s after its first change
+    (100.0, 90.0, 30.0, 5.0, 120.0),     # the longest wait is never under the delay
+    (100.0, None, 1.0, 5.0, 101.0),      # nothing unpushed recorded: the delay alone
+    (None, None, 1.0, 5.0, 1.0),         # never changed here: long due
+])
+def test_push_due_at(changed, dirty_since, wbd, most, expected):
+    assert decide.push_due_at(changed, dirty_since, write_back_delay=wbd,
+                              max_push_delay=most) == expected
+
+
 # -- what holds a path our create or rename asked for ------------------------------------------
 
 PH = decide.PathHeld

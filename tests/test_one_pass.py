@@ -305,6 +305,22 @@ async def test_a_write_waits_out_the_write_back_delay_but_not_past_the_longest(t
         assert result.pushed == 1 and "/a.md" in eng.server()
 
 
+async def test_status_says_when_a_file_that_keeps_changing_goes_out(tmp_path):
+    """`memfs status` shows each dirty file's `due_at` by the pusher's own rule: for a
+    file that keeps changing, `max_push_delay` after its first unpushed change, not the
+    write-back delay after its last one (which a log written every second never
+    reaches)."""
+    async with harness(tmp_path) as eng:
+        eng.ctx.options.write_back_delay, eng.ctx.options.max_push_delay = 60.0, 120.0
+        await eng.op_write("/a.md", "v1")
+        node = eng.node("/a.md")
+        [item] = eng.store.status()["pending"]["creates"]
+        assert item["due_at"] == eng.pusher._due_at(node) == node.changed_at + 60.0
+        node.dirty_since = node.changed_at - 100.0  # first changed 100 s ago, still going
+        [item] = eng.store.status()["pending"]["creates"]
+        assert item["due_at"] == eng.pusher._due_at(node) == node.dirty_since + 120.0
+
+
 class GapClock(IdleClock):
     """A mount that keeps busy with short gaps (a `cp -r` on a loaded machine): FUSE was
     last asked longer ago than BUSY_WINDOW, never as long as QUIET_WINDOW."""

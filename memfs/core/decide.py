@@ -180,6 +180,18 @@ def push_plan(local: Local, *, refused_sha: str | None, have_content: bool,
     return PushPlan(Send.UPDATE, content=wants_content, path=local.renamed)
 
 
+def push_due_at(changed_at: float | None, dirty_since: float | None, *,
+                write_back_delay: float, max_push_delay: float) -> float:
+    """When a dirty file goes out: `write_back_delay` after its last change, but no
+    later than `max_push_delay` after the first change not yet pushed (a file that
+    never stops changing, a log or an autosaving editor, still reaches the server).
+    The pusher waits for it and `memfs status` shows it: one rule for both."""
+    due = (changed_at or 0) + write_back_delay
+    if dirty_since is not None:
+        due = min(due, dirty_since + max(max_push_delay, write_back_delay))
+    return due
+
+
 # -- the pusher: what an answer means ---------------------------------------------------------
 
 

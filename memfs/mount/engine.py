@@ -296,7 +296,7 @@ def store_status(engine: StoreEngine) -> dict:
         "warnings": s.warnings[-10:],
         "pending": pending(engine.state, delete_delay=cfg.options.delete_delay,
                            read_only=cfg.options.read_only,
-                           write_back_delay=cfg.options.write_back_delay),
+                           push_delays=cfg.options),
         "conflicts": engine.state.conflicts(),
         "tree": tree_summary(engine.state, engine.cache),  # files, bytes, cached (progress)
         "uptime_seconds": time.time() - engine.started_at,

@@ -4,15 +4,19 @@ or offline (`StateView`, read-only), by the same reads."""
 
 from __future__ import annotations
 
+from memfs.core import decide
+from memfs.core.mountconfig import SyncOptions
 from memfs.state.view import StateView
 
 
 def pending(state: StateView, *, delete_delay: float | None = None,
-            read_only: bool = False, write_back_delay: float | None = None) -> dict:
+            read_only: bool = False, push_delays: SyncOptions | None = None) -> dict:
     """Pending creates/updates/renames/deletes, refused and local-only files.
 
     On a read-only mount nothing is ever pushed: a file edited here (or kept
-    after the server deleted it) is listed as local-only, with the reason."""
+    after the server deleted it) is listed as local-only, with the reason.
+    `push_delays`: a live mount's options, for each dirty file's `due_at` (when the
+    pusher will send it, by its own rule)."""
     creates, updates, renames, refused, local_only = [], [], [], [], []
     for node in state.files():
         path = state.path_of(node)
@@ -31,8 +35,11 @@ def pending(state: StateView, *, delete_delay: float | None = None,
                                "reason": f"read-only mount: {why}; kept here, unsynced"})
             continue
         due = {}
-        if write_back_delay is not None:
-            due["due_at"] = (node.changed_at or 0) + write_back_delay
+        if push_delays is not None:
+            due["due_at"] = decide.push_due_at(
+                node.changed_at, node.dirty_since,
+                write_back_delay=push_delays.write_back_delay,
+                max_push_delay=push_delays.max_push_delay)
         if node.error:  # refused for another reason than content: waits, then retried
             due.update(error=node.error, retry_at=node.retry_at)
         if node.memory_id is None:

@@ -169,14 +169,10 @@ class Pusher:
         return min(dues) if dues else None
 
     def _due_at(self, node: Node) -> float:
-        """When a dirty file goes out: `write_back_delay` after its last change, but no
-        later than `max_push_delay` after the first change not yet pushed (a file that
-        never stops changing, a log or an autosaving editor, still reaches the server)."""
         opts = self.ctx.options
-        due = (node.changed_at or 0) + opts.write_back_delay
-        if node.dirty_since is not None:
-            due = min(due, node.dirty_since + max(opts.max_push_delay, opts.write_back_delay))
-        return due
+        return decide.push_due_at(node.changed_at, node.dirty_since,
+                                  write_back_delay=opts.write_back_delay,
+                                  max_push_delay=opts.max_push_delay)
 
     def _dirty(self) -> list[Node]:
         """Files with something to push: refused content waits for a new sha,
