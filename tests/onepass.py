@@ -13,6 +13,8 @@ import trio
 import trio.testing
 from interleave import ORIGIN, Database, Engine, FaultRule, HeldTransport, Hold, make_engine
 
+from memfs.core.nodes import PARK_DIR
+
 
 @contextlib.asynccontextmanager
 async def harness(tmp: Path) -> AsyncIterator[Engine]:
@@ -92,6 +94,29 @@ async def held_pass(eng: Engine, point: str, meanwhile: Callable[[], Awaitable[N
         hold.release.set()
     eng.transport.holds = {}
     return got[0]
+
+
+async def update_met_by_404(eng: Engine) -> str:
+    """a.md synced at v1, then written v2, its next update to be answered 404 once (not
+    pushed yet). Its memory id."""
+    await synced(eng, a="v1")
+    mid = eng.node("/a.md").memory_id
+    await eng.op_write("/a.md", "v2")
+    eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                     status=404, error_type="not_found_error",
+                                     origins=("setup",), times=1)]
+    return mid
+
+
+async def parked_by_another(eng: Engine) -> tuple[str, str]:
+    """a.md synced at v1, then its memory parked by another client (the first step of
+    its swap) and that listed here. Its memory id and the park's path."""
+    await synced(eng, a="v1")
+    mid = eng.node("/a.md").memory_id
+    park = f"{PARK_DIR}/{mid}.0badcafe"
+    await eng.op_r_rename("/a.md", park)
+    await eng.op_reconcile()
+    return mid, park
 
 
 async def refused_update(eng: Engine) -> str:

@@ -14,7 +14,15 @@ import re
 import pytest
 import trio
 from interleave import RESERVED_PREFIX, FaultRule, age_tombstones
-from onepass import data, harness, held_pass, refused_update, sent, synced
+from onepass import (
+    data,
+    harness,
+    held_pass,
+    refused_update,
+    sent,
+    synced,
+    update_met_by_404,
+)
 
 from memfs.core.nodes import PARK_DIR
 from memfs.state.blobs import sha256
@@ -526,12 +534,7 @@ async def test_an_update_met_by_a_404_of_a_memory_still_there_is_tried_again(tmp
     which would keep a flush going; nothing noted), the file keeps its memory and stays
     pending; the next pass pushes it."""
     async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
-        mid = eng.node("/a.md").memory_id
-        await eng.op_write("/a.md", "v2")
-        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
-                                         status=404, error_type="not_found_error",
-                                         origins=("setup",), times=1)]
+        mid = await update_met_by_404(eng)
         first = len(eng.transport.records)
         result = await eng.pusher.push_pass()
         assert sent(eng, first) == [f"POST {mid}", f"GET {mid}"]
@@ -955,12 +958,7 @@ async def test_an_update_met_by_a_404_reads_the_memorys_head_not_its_content(tmp
     gone: its head only (`view=basic`), as every other read after an answer, not its
     content, which a memory found there after all would only be pushed over again."""
     async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
-        mid = eng.node("/a.md").memory_id
-        await eng.op_write("/a.md", "v2")
-        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
-                                         status=404, error_type="not_found_error",
-                                         origins=("setup",), times=1)]
+        mid = await update_met_by_404(eng)
         first = len(eng.transport.records)
         await eng.pusher.push_pass()
         assert sent(eng, first) == [f"POST {mid}", f"GET {mid}"]

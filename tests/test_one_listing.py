@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import trio
 import trio.testing
 from interleave import ORIGIN, FaultRule, Hold, age_tombstones
-from onepass import data, harness, held_pass, refused_update, sent, synced, until
+from onepass import data, harness, held_pass, parked_by_another, refused_update, sent, synced, until
 
 from memfs.api.models import format_time, parse_time
 from memfs.core.nodes import PARK_DIR
@@ -249,11 +249,7 @@ async def test_another_clients_park_is_left_alone_until_it_is_abandoned(tmp_path
     listing leaves the file alone (nothing to push). Once that park has stood longer
     than PARK_PATIENCE, it is abandoned: our place wins and the push moves it back."""
     async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
-        mid = eng.node("/a.md").memory_id
-        park = f"{PARK_DIR}/{mid}.0badcafe"
-        await eng.op_r_rename("/a.md", park)
-        await eng.op_reconcile()
+        mid, park = await parked_by_another(eng)
         assert eng.node("/a.md").base_path == "/a.md" and eng.pusher.pending_total() == 0
         eng.reconciler._parked_since[mid] -= PARK_PATIENCE + 1.0
         await eng.op_reconcile()
@@ -713,11 +709,7 @@ async def test_another_clients_park_exactly_park_patience_old_is_still_left_alon
     monkeypatch.setattr(reconciler_mod, "time", SimpleNamespace(
         monotonic=lambda: now[0], time=time.time))
     async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
-        mid = eng.node("/a.md").memory_id
-        park = f"{PARK_DIR}/{mid}.0badcafe"
-        await eng.op_r_rename("/a.md", park)
-        await eng.op_reconcile()
+        mid, park = await parked_by_another(eng)
         assert eng.reconciler._parked_since[mid] == 1000.0
         now[0] += PARK_PATIENCE
         await eng.op_reconcile()
@@ -1390,11 +1382,7 @@ async def test_another_clients_second_park_is_waited_for_from_its_own_start(
     monkeypatch.setattr(reconciler_mod, "time", SimpleNamespace(
         monotonic=lambda: now[0], time=time.time))
     async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
-        mid = eng.node("/a.md").memory_id
-        park = f"{PARK_DIR}/{mid}.0badcafe"
-        await eng.op_r_rename("/a.md", park)
-        await eng.op_reconcile()
+        mid, park = await parked_by_another(eng)
         assert eng.reconciler._parked_since == {mid: 1000.0}
         await eng.op_r_rename(park, "/a.md")
         await eng.op_reconcile()
