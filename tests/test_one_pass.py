@@ -1287,3 +1287,24 @@ async def test_a_pushed_create_and_edit_are_told_with_their_path_memory_and_vers
         assert made != edited
         with pytest.raises(trio.WouldBlock):
             sub.receive.receive_nowait()  # one event a write
+
+
+async def test_a_note_said_at_every_pass_is_kept_once_with_its_latest_time(tmp_path, caplog):
+    """A create that waits for a full store is tried at every pass, and each try says
+    why: `memfs status` keeps that note once (the newest time), not once per pass,
+    so the other warnings are not pushed out, and the log has it once."""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", status=400,
+                                         error_type="invalid_request_error",
+                                         message="memory store has reached its 2000-memory limit",
+                                         origins=("setup",))]
+        await eng.op_write("/a.md", "v1")
+        eng.ctx.status.note("an earlier warning")
+        with caplog.at_level(logging.DEBUG, logger="memfs.sync.common"):
+            for _ in range(3):
+                await eng.pusher.push_pass()
+        waits = "/a.md waits: the store holds its 2,000-memory maximum"
+        assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
+            "an earlier warning", waits]
+        assert [r.levelno for r in caplog.records if r.getMessage() == waits] == [
+            logging.WARNING, logging.DEBUG, logging.DEBUG]

@@ -48,8 +48,13 @@ class SyncStatus:
     feed_late: int = 0                        # versions the feed read out of order
 
     def note(self, message: str) -> None:
-        log.warning("%s", message)
-        self.warnings = (self.warnings + [f"{time.strftime('%H:%M:%S')} {message}"])[-50:]
+        """Keep `message` among the last warnings `memfs status` shows. A note said
+        again (a file that waits for a full store, at every pass) moves to the end
+        with its new time instead of filling the list, and is logged once."""
+        kept = [w for w in self.warnings if w.split(" ", 1)[1] != message]
+        log.log(logging.WARNING if len(kept) == len(self.warnings) else logging.DEBUG,
+                "%s", message)
+        self.warnings = (kept + [f"{time.strftime('%H:%M:%S')} {message}"])[-50:]
 
 
 class Backoff:
