@@ -12,6 +12,7 @@ memfs/mount/fastopen.py needs: it answers opens without asking Python).
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 import tomllib
@@ -49,7 +50,15 @@ def rank(module: str, order: list[str]) -> int:
     return order.index(top)
 
 
-async def _walk(tmp: Path, plant=None) -> tuple[list[str], set[tuple[str, str, str]]]:
+def lines_read(codes: set) -> int:
+    """The source lines of the functions that ran (comprehensions are inside them):
+    what a reader following the walk reads."""
+    return sum(len(inspect.getsourcelines(code)[0]) for code in codes
+               if not code.co_name.startswith("<"))
+
+
+async def _walk(tmp: Path, plant=None, codes: set | None = None,
+                ) -> tuple[list[str], set[tuple[str, str, str]]]:
     db = Database(":memory:")
     transport = HeldTransport(db, db.create_store(name="walk")["id"])
     eng = make_engine(tmp, transport)
@@ -66,6 +75,8 @@ async def _walk(tmp: Path, plant=None) -> tuple[list[str], set[tuple[str, str, s
             return
         if module not in modules:
             modules.append(module)
+        if codes is not None:
+            codes.add(frame.f_code)
         caller = frame.f_back  # the nearest memfs frame below (library frames skipped)
         while caller is not None and module_of(caller.f_code.co_filename) is None:
             caller = caller.f_back
@@ -96,10 +107,13 @@ async def _walk(tmp: Path, plant=None) -> tuple[list[str], set[tuple[str, str, s
 
 
 def test_the_write_walk_calls_no_layer_above_but_the_kept_observer(tmp_path):
-    modules, calls = trio.run(_walk, tmp_path)
+    codes: set = set()
+    modules, calls = trio.run(_walk, tmp_path, None, codes)
     order = layers()
     up = {c for c in calls if rank(c[1], order) < rank(c[0], order)}
     print(f"{len(modules)} modules: {', '.join(modules)}")
+    print(f"{len({c for c in codes if not c.co_name.startswith('<')})} functions run, "
+          f"{lines_read(codes)} lines")
     print("calls up a layer:", sorted(up))
     assert up == KEPT_UP_CALLS
     assert len(modules) <= WALK_CEILING, modules
