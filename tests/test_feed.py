@@ -96,6 +96,14 @@ async def anchored(eng: Engine) -> None:
     assert eng.reconciler.feed.trusted()
 
 
+def safety_net_due(eng: Engine) -> None:
+    """The last full listing `full_resync` seconds back: the next pass is the safety
+    net. Relative to it, not `last_full = 0.0`: that is `time.monotonic()`'s zero, the
+    machine's boot, under `full_resync` ago on a machine up less than 10 minutes (a
+    fresh CI runner), where the pass was then a feed poll."""
+    eng.reconciler.last_full -= eng.ctx.options.full_resync
+
+
 async def tree(eng: Engine) -> dict[str, tuple[str | None, str]]:
     return {eng.state.path_of(n): (n.memory_id, n.sha) for n in eng.state.files()}
 
@@ -306,8 +314,10 @@ async def test_the_safety_net_counts_what_the_feed_missed(eng):
     """The counter that must stay 0 can count: a change the feed never delivered is
     found, applied and counted by the next full listing."""
     await _a_change_the_feed_missed(eng)
-    eng.reconciler.last_full = 0.0                 # the safety net is due
+    listed = eng.ctx.status.last_full_listing_at
+    safety_net_due(eng)
     await eng.reconcile()
+    assert eng.ctx.status.last_full_listing_at != listed  # a listing, not a poll
     assert await eng.read("/a.md") == b"a2, never in the feed\n"
     assert eng.ctx.status.feed_missed == 1
 
@@ -518,8 +528,10 @@ async def test_a_version_committed_out_of_order_is_caught_by_the_feed(eng, windo
     assert await eng.read("/late.md") == b"late create\n"
     assert await eng.read("/x.md") == b"x2, late edit\n"
     assert eng.ctx.status.feed_missed == 0
-    eng.reconciler.last_full = 0.0                 # the safety net: nothing missed
+    listed = eng.ctx.status.last_full_listing_at
+    safety_net_due(eng)                            # the safety net: nothing missed
     await eng.reconcile()
+    assert eng.ctx.status.last_full_listing_at != listed
     assert eng.ctx.status.feed_missed == 0
     assert await tree(eng) == await server_view(eng)
 
