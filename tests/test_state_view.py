@@ -182,3 +182,37 @@ def test_a_cycle_of_parents_is_shown_at_the_root(tmp_path):
         assert [view.path_of(n) for n in view.dirty_files()] == ["/a/b/f.md"]
     finally:
         view.close()
+
+
+def test_an_older_state_dbs_conflict_marks_its_file_as_in_conflict(tmp_path):
+    """A conflict row naming a file's memory (state.db of an older memfs, as adoption
+    and `memfs status` read it): the view calls that file "conflict", not "synced"."""
+    db = tmp_path / "state.db"
+    conn = sqlite3.connect(db)
+    conn.executescript(OLD_SCHEMA)
+    conn.execute("INSERT INTO nodes (ino, parent, name, is_dir, sha, size, mode, uid, gid,"
+                 " atime_ns, mtime_ns, ctime_ns, memory_id, base_path, base_sha)"
+                 " VALUES (5, 1, 'a.md', 0, ?, 1, ?, 0, 0, 0, 0, 0, 'mem_a', '/a.md', ?)",
+                 ("1" * 64, stat.S_IFREG | 0o644, "1" * 64))
+    conn.execute("INSERT INTO conflicts (path, memory_id, local_sha, reason, created_at)"
+                 " VALUES ('/a.md', 'mem_a', ?, 'server changed it', 1.0)", ("2" * 64,))
+    conn.commit()
+    conn.close()
+    view = StateView(db)
+    try:
+        node = view.lookup_path("/a.md")
+        assert node is not None and view.sync_state(node) == "conflict"
+    finally:
+        view.close()
+
+
+def test_a_new_state_db_has_the_root_row_the_schema_documents(tmp_path):
+    """A new mount writes its root as schema.py documents it (ino 1, parent 0, name ''):
+    the state.db format other memfs versions and adoption read."""
+    State(tmp_path / "state.db").close()
+    conn = sqlite3.connect(tmp_path / "state.db")
+    try:
+        assert conn.execute("SELECT ino, parent, name, is_dir FROM nodes").fetchall() == \
+            [(1, 0, "", 1)]
+    finally:
+        conn.close()
