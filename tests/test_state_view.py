@@ -184,6 +184,9 @@ def test_a_cycle_of_parents_is_shown_at_the_root(tmp_path):
         view.close()
 
 
+# -- view mutants, batch 1 --
+
+
 def test_an_older_state_dbs_conflict_marks_its_file_as_in_conflict(tmp_path):
     """A conflict row naming a file's memory (state.db of an older memfs, as adoption
     and `memfs status` read it): the view calls that file "conflict", not "synced"."""
@@ -216,3 +219,125 @@ def test_a_new_state_db_has_the_root_row_the_schema_documents(tmp_path):
             [(1, 0, "", 1)]
     finally:
         conn.close()
+
+# -- view mutants, batch 2 --
+
+
+def test_a_new_state_dbs_root_has_all_three_times(tmp_path):
+    """A new mount's root directory gets its change time with its access and
+    modification times (`stat` on the mountpoint shows no 1970 ctime), saved as such."""
+    st = State(tmp_path / "state.db")
+    try:
+        root = st.nodes[1]
+        assert root.ctime_ns == root.mtime_ns == root.atime_ns > 0
+    finally:
+        st.close()
+    view = StateView(tmp_path / "state.db")
+    try:
+        assert view.nodes[1].ctime_ns == root.ctime_ns
+    finally:
+        view.close()
+
+
+def test_an_undone_transaction_does_not_reuse_a_removed_files_inode(tmp_path):
+    """After an undone transaction reloads the tree, a new file still gets a fresh inode,
+    never the number of a file removed before it (the kernel may still hold that one)."""
+    st = State(tmp_path / "state.db")
+    try:
+        gone = st.new_node(st.nodes[1], "gone.md", is_dir=False,
+                           mode=stat.S_IFREG | 0o644, uid=0, gid=0)
+        st.remove(gone)
+        with pytest.raises(RuntimeError), st.batch():
+            raise RuntimeError("undo")
+        new = st.new_node(st.nodes[1], "new.md", is_dir=False,
+                          mode=stat.S_IFREG | 0o644, uid=0, gid=0)
+        assert new.ino > gone.ino
+    finally:
+        st.close()
+
+# -- view mutants, batch 3 --
+
+
+def test_a_file_with_two_conflicts_stays_in_conflict_after_a_restart_and_one_discard(tmp_path):
+    """Two preserved versions of one memory, read back from state.db by a restarted
+    mount: discarding one leaves the file in "conflict" until the other goes too."""
+    st = State(tmp_path / "state.db")
+    try:
+        node = st.new_node(st.nodes[1], "a.md", is_dir=False, mode=stat.S_IFREG | 0o644,
+                           uid=0, gid=0)
+        st.adopt_own_write(node, Remote("mem_a", "/a.md", node.sha))
+        st.import_conflicts([("/a.md", "mem_a", c * 64, None, "lost") for c in "bc"])
+    finally:
+        st.close()
+    st = State(tmp_path / "state.db")  # a restart: the counts come from state.db
+    try:
+        node = st.lookup_path("/a.md")
+        assert node is not None and st.sync_state(node) == "conflict"
+        first, second = (c["id"] for c in st.conflicts())
+        st.discard_conflict(first)
+        assert st.sync_state(node) == "conflict"  # one version is still kept
+        st.discard_conflict(second)
+        assert st.sync_state(node) == "synced"
+    finally:
+        st.close()
+
+# -- view mutants, batch 4 --
+
+
+def test_a_state_db_without_a_root_shows_the_root_as_rwxr_xr_x(tmp_path):
+    """A state.db with no root row (an older memfs's, or a new mount's): the view and
+    `State` both show the mount's root as a directory of mode 0755, the mode `ls -ld`
+    of a fresh mount shows, not some other permission bits."""
+    db = tmp_path / "state.db"
+    conn = sqlite3.connect(db)
+    conn.executescript(OLD_SCHEMA)
+    conn.commit()
+    conn.close()
+    view = StateView(db)
+    try:
+        root = view.lookup_path("/")
+        assert root is not None and stat.S_ISDIR(root.mode)
+        assert stat.S_IMODE(root.mode) == 0o755
+    finally:
+        view.close()
+    (tmp_path / "new").mkdir()
+    live = State(tmp_path / "new" / "state.db")
+    try:
+        assert live.nodes[1].mode == stat.S_IFDIR | 0o755
+    finally:
+        live.close()
+
+
+def test_a_broken_state_db_says_why_it_cannot_be_read(tmp_path):
+    """A state.db that is not a database: the one-line error names the file and SQLite's
+    reason, so `memfs status` tells a damaged file from a missing one."""
+    db = tmp_path / "state.db"
+    db.write_bytes(b"not a database, " * 100)
+    with pytest.raises(StateUnreadable) as caught:
+        StateView(db)
+    message = str(caught.value)
+    assert message.startswith(f"cannot read {db}: ") and "not a database" in message
+
+
+def test_dirty_files_forgets_clean_files_it_has_checked(tmp_path):
+    """The pusher's work list stays O(pending): once `dirty_files` has found a file
+    clean, a later call does not check it again (a 2,000-file store is not rescanned
+    on every pass)."""
+    _mount_state(tmp_path)
+    view = StateView(tmp_path / "state.db")
+    try:
+        checked: list[str] = []
+        is_dirty = view.is_dirty
+
+        def counting(node):
+            checked.append(view.path_of(node))
+            return is_dirty(node)
+
+        view.is_dirty = counting
+        dirty = sorted(view.path_of(n) for n in view.dirty_files())
+        assert "/synced.md" in checked and "/synced.md" not in dirty
+        checked.clear()
+        assert sorted(view.path_of(n) for n in view.dirty_files()) == dirty
+        assert sorted(checked) == dirty
+    finally:
+        view.close()
