@@ -341,3 +341,26 @@ def test_dirty_files_forgets_clean_files_it_has_checked(tmp_path):
         assert sorted(checked) == dirty
     finally:
         view.close()
+
+# -- view mutants, batch 5 --
+
+
+def test_tree_shas_maps_every_file_with_content_to_its_sha(tmp_path):
+    """Adoption of an earlier state directory skips a conflict whose content is already at
+    its path (memfs/state/statedir.py) by `tree_shas()`: every file with content, by path,
+    with its sha; no directory, and no file row without a sha (an older memfs's)."""
+    _mount_state(tmp_path)
+    conn = sqlite3.connect(tmp_path / "state.db")
+    conn.execute("INSERT INTO nodes (ino, parent, name, is_dir, sha, mode, uid, gid,"
+                 " atime_ns, mtime_ns, ctime_ns) VALUES (99, 1, 'nosha.md', 0, NULL, ?,"
+                 " 0, 0, 0, 0, 0)", (stat.S_IFREG | 0o644,))
+    conn.commit()
+    conn.close()
+    empty = hashlib.sha256(b"").hexdigest()
+    view = StateView(tmp_path / "state.db")
+    try:
+        assert view.tree_shas() == {
+            "/synced.md": empty, "/edited.md": "e" * 64, "/moved-here.md": empty,
+            "/new.md": empty, "/scratch.tmp": empty}
+    finally:
+        view.close()
