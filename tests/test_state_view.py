@@ -127,16 +127,24 @@ CREATE TABLE conflicts (id INTEGER PRIMARY KEY, path TEXT NOT NULL, memory_id TE
 """
 
 
-def test_an_older_state_db_is_read_as_it_is_not_migrated(tmp_path):
-    """An older memfs's state.db (no columns added since, no doubts or parks table), as
-    adoption finds one: read with the defaults a migration would give, left unmigrated."""
-    db = tmp_path / "state.db"
+def _older_state_db(db, *, base_sha: str) -> sqlite3.Connection:
+    """An older memfs's state.db at `db` (no columns added since, no doubts or parks
+    table) holding /a.md, memory mem_a, content sha "1"*64 on `base_sha`: the open
+    connection, for the rows a test adds."""
     conn = sqlite3.connect(db)
     conn.executescript(OLD_SCHEMA)
     conn.execute("INSERT INTO nodes (ino, parent, name, is_dir, sha, size, mode, uid, gid,"
                  " atime_ns, mtime_ns, ctime_ns, memory_id, base_path, base_sha)"
                  " VALUES (5, 1, 'a.md', 0, ?, 1, ?, 0, 0, 0, 0, 0, 'mem_a', '/a.md', ?)",
-                 ("1" * 64, stat.S_IFREG | 0o644, "2" * 64))
+                 ("1" * 64, stat.S_IFREG | 0o644, base_sha))
+    return conn
+
+
+def test_an_older_state_db_is_read_as_it_is_not_migrated(tmp_path):
+    """An older memfs's state.db (no columns added since, no doubts or parks table), as
+    adoption finds one: read with the defaults a migration would give, left unmigrated."""
+    db = tmp_path / "state.db"
+    conn = _older_state_db(db, base_sha="2" * 64)
     conn.execute("INSERT INTO tombstones (memory_id, base_path, base_sha, deleted_at)"
                  " VALUES ('mem_b', '/b.md', ?, 1.5)", ("3" * 64,))
     conn.commit()
@@ -191,12 +199,7 @@ def test_an_older_state_dbs_conflict_marks_its_file_as_in_conflict(tmp_path):
     """A conflict row naming a file's memory (state.db of an older memfs, as adoption
     and `memfs status` read it): the view calls that file "conflict", not "synced"."""
     db = tmp_path / "state.db"
-    conn = sqlite3.connect(db)
-    conn.executescript(OLD_SCHEMA)
-    conn.execute("INSERT INTO nodes (ino, parent, name, is_dir, sha, size, mode, uid, gid,"
-                 " atime_ns, mtime_ns, ctime_ns, memory_id, base_path, base_sha)"
-                 " VALUES (5, 1, 'a.md', 0, ?, 1, ?, 0, 0, 0, 0, 0, 'mem_a', '/a.md', ?)",
-                 ("1" * 64, stat.S_IFREG | 0o644, "1" * 64))
+    conn = _older_state_db(db, base_sha="1" * 64)
     conn.execute("INSERT INTO conflicts (path, memory_id, local_sha, reason, created_at)"
                  " VALUES ('/a.md', 'mem_a', ?, 'server changed it', 1.0)", ("2" * 64,))
     conn.commit()
