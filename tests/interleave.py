@@ -297,6 +297,8 @@ class HeldTransport(httpx.AsyncBaseTransport):
         self.in_flight: dict[str, Record] = {}
         self.violations: list[str] = []
         self.created: set[str] = set()  # ids of the memories our creates made
+        #: (path, sha) of every version our creates and updates made (answered or not)
+        self.wrote: set[tuple[str, str]] = set()
 
     def apply(self, rec: Record) -> tuple[int, dict]:
         try:
@@ -372,6 +374,8 @@ class HeldTransport(httpx.AsyncBaseTransport):
                 rec.outcome = "ok" if status == 200 else "error"
                 if status == 200 and rec.method == "POST" and rec.path.endswith("/memories"):
                     self.created.add(payload["id"])
+                if status == 200 and rec.method == "POST":
+                    self.wrote.add((payload["path"], payload["content_sha256"]))
             if point in ("after", "lose"):
                 await self._park(rec, hold)
             if point == "lose" or fate == "lost" or (rule is not None and rule.kind == "lose"):
