@@ -16,7 +16,9 @@ the ones it was not (docs/TESTING.md, "Lost answers"):
   oracle then checks that nothing is lost, instead of the sole writer's exact tree.
 
 Every scenario is explored as `test_lost_answers` explores its own: every hold point and
-every outcome (answered, lost, unapplied, refused) of every request of its action. This
+every outcome (answered, lost, unapplied, refused) of every request of its action.
+`MEMFS_INTERLEAVE_LONG=1` adds 225 more (`LONG_RUN`): a second request in the pass, the
+unmount's flush, the operations on the sibling. This
 file is separate so that pytest-xdist (`--dist loadfile`) runs it beside
 tests/test_interleavings.py rather than after it.
 """
@@ -29,6 +31,7 @@ import pytest
 from interleave import OUTCOMES, Engine, RunResult, Scenario, explore
 from test_interleavings import (
     LOCAL_OPS,
+    LONG,
     REQUEST_KINDS,
     SIBLING,
     _report_count,  # noqa: F401 - the count, printed at the end
@@ -106,6 +109,24 @@ SHARED = [Scenario(f"{kind}_then_{op}", setup, "push", steps(path),
           for kind, (setup, path) in ALL_KINDS.items() for op, steps in REMOTE_OPS.items()
           if applies(kind, op)]
 
+# With MEMFS_INTERLEAVE_LONG (the developers' long run, docs/TESTING.md), three more
+# families, 225 scenarios: each kind's pass carrying a second request (the sibling
+# edited too: `pushes`, outcomes for either request), each kind under the unmount's
+# `flush`, and every operation on the sibling instead of the file.
+LONG_RUN: list[Scenario] = [] if not LONG else (
+    [Scenario(f"two_requests_{kind}_then_{op}", [*setup, ("write", "/d/k.md", "k2")],
+              "pushes", steps(path), sole_writer=True)
+     for kind, (setup, path) in ALL_KINDS.items() if kind != "rename_over_sibling"
+     for op, steps in {**LOCAL_OPS, **MORE_OPS}.items() if applies(kind, op)]
+    + [Scenario(f"flush_{kind}_then_{op}", setup, "flush", steps(path), sole_writer=True)
+       for kind, (setup, path) in ALL_KINDS.items()
+       for op, steps in LOCAL_OPS.items() if applies(kind, op)]
+    + [Scenario(f"on_sibling_{kind}_then_{op}", setup, "push", steps("/d/k.md"),
+                sole_writer=True)
+       for kind, (setup, _path) in ALL_KINDS.items() if kind != "rename_over_sibling"
+       for op, steps in {**LOCAL_OPS, **MORE_OPS}.items()
+       if op not in ("onto_sibling", "sibling_onto", "swap_with_sibling")])
+
 
 def _explore(scenario: Scenario, tmp_path: Path) -> None:
     result = explore(scenario, tmp_path, outcomes=OUTCOMES)
@@ -132,10 +153,19 @@ def test_lost_answers_with_another_writer(scenario: Scenario, tmp_path: Path) ->
     _explore(scenario, tmp_path)
 
 
+@pytest.mark.skipif(not LONG, reason="the long run: MEMFS_INTERLEAVE_LONG=1")
+@pytest.mark.parametrize("scenario", LONG_RUN, ids=lambda s: s.name)
+def test_lost_answers_long_run(scenario: Scenario, tmp_path: Path) -> None:
+    result = explore(scenario, tmp_path, outcomes=OUTCOMES)
+    print(f"\n{scenario.name}: {len(result.runs)} interleavings")
+    if result.failures:
+        pytest.fail(result.summary(), pytrace=False)
+
+
 def test_the_widened_product_is_new() -> None:
     """Every scenario here is one test_interleavings.py does not run, and none twice."""
     from test_interleavings import CROSS
 
-    names = [s.name for s in (*SOLE, *SHARED)]
-    assert len(names) == len(set(names)) == len(SOLE) + len(SHARED)
+    names = [s.name for s in (*SOLE, *SHARED, *LONG_RUN)]
+    assert len(names) == len(set(names))
     assert not set(names) & {s.name for s in CROSS}
