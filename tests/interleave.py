@@ -947,6 +947,21 @@ class Oracle:
         return out
 
     @staticmethod
+    def applied_not_in_conflict(eng: Engine) -> list[str]:
+        """A conflict keeps content the server never took there. Content one of this
+        mount's own requests wrote at that path (answered, or applied with its answer
+        lost) is not in conflict: another writer who came after it came later (docs/
+        SYNC.md, the doubts table: "was applied first"). Filing it as a conflict is the
+        false conflict a lost answer judged not applied leaves, which the check above
+        cannot see when the content it lost to is another writer's. Not checked where
+        the run restores a conflict: `conflicts restore` keeps what it replaces, even
+        content that reached the server (`restore_over_pending_edit`)."""
+        return [f"false conflict #{c['id']} at {c['path']}: it keeps "
+                f"{eng.label(c['local_sha'])}, which this mount's request wrote there"
+                for c in eng.state.conflicts()
+                if (c["path"], c["local_sha"]) in eng.transport.wrote]
+
+    @staticmethod
     def tree(eng: Engine) -> list[str]:
         """Never a reserved path in the tree."""
         return [f"reserved path {eng.state.path_of(n)} is in the tree"
@@ -1068,6 +1083,12 @@ class Scenario:
     #: The mount is the store's only writer: settling must leave exactly the tree the
     #: user made (nothing deleted comes back, no duplicate, no conflict at all).
     sole_writer: bool = False
+
+    @property
+    def restores(self) -> bool:
+        """Whether a step restores a conflict (see `Oracle.applied_not_in_conflict`)."""
+        return any(step[0] == "restore"
+                   for step in (*self.setup, *self.interference, *self.second, *self.after))
 
 
 @dataclass
@@ -1270,6 +1291,8 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
         result.trace = traceback.format_exception(exc)[-6:]
     else:
         result.violations += Oracle.settled(eng, scenario.may_stay)
+        if not scenario.restores:
+            result.violations += Oracle.applied_not_in_conflict(eng)
         if scenario.settled_check is not None:
             result.violations += scenario.settled_check(eng, result)
         if scenario.sole_writer:

@@ -13,7 +13,8 @@ the ones it was not (docs/TESTING.md, "Lost answers"):
   writes, a write then an unlink, a swap with the sibling through a temporary name, a
   move out of the directory;
 * another writer in the window (7 remote operations, alone or with a local one): the
-  oracle then checks that nothing is lost, instead of the sole writer's exact tree.
+  oracle then checks that nothing is lost instead of the sole writer's exact tree, and
+  that no conflict keeps a write of ours the server took (`Oracle.applied_not_in_conflict`).
 
 Every scenario is explored as `test_lost_answers` explores its own: every hold point and
 every outcome (answered, lost, unapplied, refused) of every request of its action.
@@ -28,7 +29,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from interleave import OUTCOMES, Engine, RunResult, Scenario, explore
+from interleave import OUTCOMES, Scenario, explore
 from test_interleavings import (
     LOCAL_OPS,
     LONG,
@@ -83,20 +84,6 @@ def applies(kind: str, op: str) -> bool:
     return True
 
 
-def no_false_conflict(eng: Engine, _result: RunResult) -> list[str]:
-    """A conflict keeps content the server never took there. Content one of this mount's
-    own requests wrote at that path (answered, or applied with its answer lost) is not in
-    conflict: another writer who came after it simply came later (docs/SYNC.md, the
-    doubts table: "was applied first"). Keeping such a write as a conflict is the false
-    conflict a lost answer judged not applied leaves. (Not a check for every scenario:
-    `conflicts restore` keeps the content it replaces, even one that reached the server,
-    as `restore_over_pending_edit` in tests/test_interleavings.py does by design; no
-    scenario here restores.)"""
-    return [f"conflict #{c['id']} at {c['path']} keeps {eng.label(c['local_sha'])}, which "
-            "this mount's request wrote there" for c in eng.state.conflicts()
-            if (c["path"], c["local_sha"]) in eng.transport.wrote]
-
-
 SOLE = (
     [Scenario(f"{kind}_then_{op}", setup, "push", steps(path), sole_writer=True)
      for kind, (setup, path) in REQUEST_KINDS.items() for op, steps in MORE_OPS.items()
@@ -104,8 +91,7 @@ SOLE = (
     + [Scenario(f"{kind}_then_{op}", setup, "push", steps(path), sole_writer=True)
        for kind, (setup, path) in MORE_KINDS.items()
        for op, steps in {**LOCAL_OPS, **MORE_OPS}.items() if applies(kind, op)])
-SHARED = [Scenario(f"{kind}_then_{op}", setup, "push", steps(path),
-                   settled_check=no_false_conflict)
+SHARED = [Scenario(f"{kind}_then_{op}", setup, "push", steps(path))
           for kind, (setup, path) in ALL_KINDS.items() for op, steps in REMOTE_OPS.items()
           if applies(kind, op)]
 
