@@ -19,9 +19,9 @@ the ones it was not (docs/TESTING.md, "Lost answers"):
 Every scenario is explored as `test_lost_answers` explores its own: every hold point and
 every outcome (answered, lost, unapplied, refused) of every request of its action.
 `MEMFS_INTERLEAVE_LONG=1` adds 225 more (`LONG_RUN`): a second request in the pass, the
-unmount's flush, the operations on the sibling. This
-file is separate so that pytest-xdist (`--dist loadfile`) runs it beside
-tests/test_interleavings.py rather than after it.
+unmount's flush, the operations on the sibling. This file is separate so that
+pytest-xdist (`--dist loadfile`) runs it beside tests/test_interleavings.py rather than
+after it.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def applies(kind: str, op: str) -> bool:
     """Whether the operation has something to act on once the kind's setup ran (its
     steps must run in some interleaving; `_explore` checks that they do)."""
     if kind == "delete":  # the file is gone: only a file made at its path is an operation
-        return op in ("sibling_onto", "write_then_unlink") or op.startswith("their_") \
-            and op != "their_rename_my_rename"
+        return op in ("sibling_onto", "write_then_unlink") or (
+            op.startswith("their_") and op != "their_rename_my_rename")
     if kind == "rename_over_sibling":  # the sibling is the file now, its memory at f
         return op not in ("onto_sibling", "sibling_onto", "swap_with_sibling", "their_create")
     if op == "their_create":  # another client's create needs the path free on the server
