@@ -955,7 +955,13 @@ class Oracle:
         false conflict a lost answer judged not applied leaves, which the check above
         cannot see when the content it lost to is another writer's. Not checked where
         the run restores a conflict: `conflicts restore` keeps what it replaces, even
-        content that reached the server (`restore_over_pending_edit`)."""
+        content that reached the server (`restore_over_pending_edit`). One more case
+        keeps such a row on purpose, which no run here reaches (the harness never
+        refuses the reads that resolve a doubt): a listing that takes another writer's
+        version while our doubt cannot be resolved files our write as a conflict, since
+        memfs cannot yet tell whether it landed; when the doubt is later found applied
+        and written over ("superseded"), the row stays (tests/test_one_doubt.py,
+        `test_a_lost_update_written_over_after_a_listing_took_theirs_is_not_sent_again`)."""
         return [f"false conflict #{c['id']} at {c['path']}: it keeps "
                 f"{eng.label(c['local_sha'])}, which this mount's request wrote there"
                 for c in eng.state.conflicts()
