@@ -297,7 +297,8 @@ class HeldTransport(httpx.AsyncBaseTransport):
         self.in_flight: dict[str, Record] = {}
         self.violations: list[str] = []
         self.created: set[str] = set()  # ids of the memories our creates made
-        #: (path, sha) of every version our creates and updates made (answered or not)
+        #: (path, sha) of every version our creates and updates made (the server applied
+        #: them: answered, or the answer lost)
         self.wrote: set[tuple[str, str]] = set()
 
     def apply(self, rec: Record) -> tuple[int, dict]:
@@ -952,8 +953,8 @@ class Oracle:
         mount's own requests wrote at that path (answered, or applied with its answer
         lost) is not in conflict: another writer who came after it came later (docs/
         SYNC.md, the doubts table: "was applied first"). Filing it as a conflict is the
-        false conflict a lost answer judged not applied leaves, which the check above
-        cannot see when the content it lost to is another writer's. Not checked where
+        false conflict a lost answer judged not applied leaves, which `settled`'s false
+        conflict check cannot see when the content it lost to is another writer's. Not checked where
         the run restores a conflict: `conflicts restore` keeps what it replaces, even
         content that reached the server (`restore_over_pending_edit`). One more case
         keeps such a row on purpose, which no run here reaches (the harness never
