@@ -55,6 +55,7 @@ import math
 import os
 import re
 import shutil
+import sqlite3
 import stat
 import traceback
 from collections.abc import Callable
@@ -88,6 +89,10 @@ POINTS = ("before", "after")
 FAULT_POINTS = ("before", "after", "lose", "fail")
 #: What the server does with one request whose outcome the mount then does not know.
 OUTCOMES = ("answered", "lost", "unapplied", "refused")
+#: The daemon killed with a request on the wire: (the server applied it first or not, the
+#: interference just before the kill or after the restart).
+CRASHES = tuple((point, when) for point in ("before", "after")
+                for when in ("then_crash", "restarted"))
 SETTLE_ROUNDS = 8
 #: Push passes the `pushes` action runs at most (one after another, as `Pusher.run` goes on).
 PUSH_PASSES = 3
@@ -137,6 +142,12 @@ def make_engine(tmp_path: Path, transport: HeldTransport) -> Engine:
     held transport and with the harness's idle clock; no FUSE and no sync loop (the harness
     runs the passes; `_run` starts the fetcher and the blob writer). Write-back delay 0,
     delete delay an hour (tests age tombstones)."""
+    return Engine(tmp_path, transport, *make_store(tmp_path, transport))
+
+
+def make_store(tmp_path: Path, transport: HeldTransport) -> tuple[StoreEngine, HarnessClock]:
+    """The `StoreEngine` of `make_engine` on the state directory `tmp_path` (a restarted
+    daemon's: `Engine.crash`)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     options = SyncOptions(write_back_delay=0.0, delete_delay=HOUR, poll_interval=1.0,
                           prefetch=False)
@@ -146,7 +157,7 @@ def make_engine(tmp_path: Path, transport: HeldTransport) -> Engine:
     clock = HarnessClock()
     store = StoreEngine(cfg, client, clock=clock)
     store.ctx.fetcher.quiet_poll = 0.001  # the clock turns quiet at the step's end
-    return Engine(tmp_path, transport, store, clock)
+    return store, clock
 
 
 def reopen_state(eng: Engine) -> State:
@@ -420,18 +431,13 @@ class Engine:
 
     def __init__(self, tmp: Path, transport: HeldTransport, store: StoreEngine,
                  clock: HarnessClock) -> None:
-        self.tmp = tmp
         self.transport = transport
         self.db = transport.db
         self.store_id = transport.store_id
-        self.store, self.clock = store, clock
-        self.state, self.cache = store.state, store.cache
-        self.ops = Router()  # what the daemon mounts: a router over the store's parts
-        self.ops.add(store.fs)
-        self.ctx, self.pusher, self.reconciler = store.ctx, store.pusher, store.reconciler
-        # Open handles with unsaved writes, by the path they were opened at:
-        # (fh, ino, sha seen at open, data); data None: already made durable.
-        self.handles: dict[str, tuple[int, int, str | None, bytes | None]] = {}
+        self._attach(tmp, store, clock)
+        self.restarts = 0
+        #: The scope the store's fetcher and blob writer run in (`serve_content`).
+        self.content_scope: trio.CancelScope | None = None
         self.labels: dict[str, str] = {EMPTY_SHA: "''"}
         # The model.
         self.obligations: dict[str, str] = {}  # sha -> who wrote it (must stay visible)
@@ -450,6 +456,62 @@ class Engine:
         self.counter = 0
         self.log: list[str] = []
         self.state_errors: list[str] = []
+
+    def _attach(self, tmp: Path, store: StoreEngine, clock: HarnessClock) -> None:
+        """Drive `store`, the daemon's engine on the state directory `tmp`."""
+        self.tmp = tmp
+        self.store, self.clock = store, clock
+        self.state, self.cache = store.state, store.cache
+        self.ops = Router()  # what the daemon mounts: a router over the store's parts
+        self.ops.add(store.fs)
+        self.ctx, self.pusher, self.reconciler = store.ctx, store.pusher, store.reconciler
+        # Open handles with unsaved writes, by the path they were opened at:
+        # (fh, ino, sha seen at open, data); data None: already made durable.
+        self.handles: dict[str, tuple[int, int, str | None, bytes | None]] = {}
+
+    async def serve_content(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """The store's fetcher and blob writer (`StoreEngine.start_content`), until the
+        run ends or the daemon is killed (`crash`)."""
+        with trio.CancelScope() as self.content_scope:
+            async with trio.open_nursery() as nursery:
+                await self.store.start_content(nursery)
+                task_status.started()
+                await trio.sleep_forever()
+
+    def snapshot(self) -> Path:
+        """What a daemon killed now leaves on disk: its state directory as committed,
+        copied to a new one (SQLite's backup of each database: its committed content,
+        whatever a connection holds open; the blob files as they are)."""
+        self.restarts += 1
+        dest = self.tmp.parent / f"{self.tmp.name}-restarted{self.restarts}"
+        for src in sorted(self.tmp.rglob("*")):
+            if src.is_dir() or src.name == "lock" or src.name.endswith(("-wal", "-shm",
+                                                                         "-journal")):
+                continue
+            out = dest / src.relative_to(self.tmp)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            if src.suffix == ".db":
+                with contextlib.closing(sqlite3.connect(src)) as a, \
+                        contextlib.closing(sqlite3.connect(out)) as b:
+                    a.backup(b)
+            else:
+                shutil.copy2(src, out)
+        return dest
+
+    async def restart(self, snapshot: Path, nursery: trio.Nursery) -> None:
+        """A new daemon on what the killed one left (`snapshot`): its State, cache and
+        pusher start from disk alone; the old one's memory (its open handles, the feed's
+        versions, timers) is gone. The old engine's tasks must be cancelled already."""
+        old = self.store
+        if old.failure:
+            self.state_errors.append(f"a background task failed: {old.failure}")
+        old.close()
+        self._attach(snapshot, *make_store(snapshot, self.transport))
+        # Inode numbers are the old daemon's: the new one may give a number the user had
+        # unlinked to a new file (a new mount has a new kernel inode cache: that is fine).
+        self.removed.clear()
+        self.log.append("crash: the daemon killed and started again")
+        await nursery.start(self.serve_content)
 
     # -- model ---------------------------------------------------------------------
 
@@ -1105,6 +1167,7 @@ class RunResult:
     reached: bool = True
     #: two holds: the second request reached its point while the first was still held
     together: bool = False
+    crashed: bool = False  # the daemon was killed and started again ("crash")
     action_error: str | None = None
     action_value: Any = None
     violations: list[str] = field(default_factory=list)
@@ -1169,6 +1232,11 @@ def _label(where: tuple) -> str:
     if where[0] == "nested":
         (k1, p1), (k2, p2) = where[1:]
         return f"k={k1} {p1} answered after k={k2} {p2}"
+    if where[0] == "crash":
+        applied = "applied" if where[2] == "after" else "not applied"
+        order = ("the operation, then the daemon killed" if where[3] == "then_crash"
+                 else "the daemon killed, the operation after its restart")
+        return f"k={where[1]} {applied}: {order}"
     return f"k={where[1]} {where[2]}"
 
 
@@ -1178,7 +1246,10 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
     k2's (k1 < k2) | ("nested", (k1, point1), (k2, point2)): the same, k1 held until
     k2 was released (both on the wire at once) | ("outcome", k, one of OUTCOMES):
     request k gets that outcome and the interference runs after the action, before memfs
-    learns what the server did.
+    learns what the server did | ("crash", k, point, when): the daemon killed while
+    request k is held, before the server applies it or after ("before", "after"), the
+    interference just before that ("then_crash") or once a new daemon has started on
+    what the killed one left ("restarted"), before its first pass.
 
     The engine's fetcher and blob writer run throughout, the mount quiet but while a local
     operation runs (`HarnessClock`)."""
@@ -1189,8 +1260,8 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
     eng = make_engine(tmp, transport)
     try:
         async with trio.open_nursery() as background:
-            await eng.store.start_content(background)
-            await _interleave(eng, scenario, where, result)
+            await background.start(eng.serve_content)
+            await _interleave(eng, scenario, where, result, background)
             background.cancel_scope.cancel()
         if eng.store.failure:
             result.violations.append(f"a background task failed: {eng.store.failure}")
@@ -1204,8 +1275,10 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
     return result
 
 
-async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: RunResult) -> None:
+async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: RunResult,
+                      background: trio.Nursery) -> None:
     transport = eng.transport
+    crashed: Path | None = None  # ("crash", …): what the killed daemon left on disk
     for step in scenario.setup:
         await eng.do(step)
     eng.start_action()
@@ -1226,7 +1299,7 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
         await interfere(1)
     transport.rules = [FaultRule(**vars(r)) for r in scenario.faults]
     holds = {"hold": [where[1:]], "holds": list(where[1:]),
-             "nested": list(where[1:])}.get(where[0], [])
+             "nested": list(where[1:]), "crash": [where[1:3]]}.get(where[0], [])
     transport.holds = {k: Hold(k, point) for k, point in holds}
     if where[0] == "outcome":
         transport.outcome = (where[1], where[2])
@@ -1260,6 +1333,13 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
                     unheld.release.set()
                 break
             await trio.testing.wait_all_tasks_blocked()
+            if where[0] == "crash":  # the daemon killed with request k on the wire
+                if where[3] == "then_crash":
+                    await interfere(i)
+                crashed = eng.snapshot()
+                eng.content_scope.cancel()
+                nursery.cancel_scope.cancel()  # the action dies with it, unanswered
+                break
             await interfere(i)
             if i == 0 and len(holds) > 1:
                 result.together = transport.holds[holds[1][0]].rec is not None
@@ -1271,6 +1351,9 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
             await trio.testing.wait_all_tasks_blocked()
             hold.release.set()
         await done.wait()
+    if crashed is not None:
+        result.crashed = True
+        await eng.restart(crashed, background)
     result.requests = transport.action_count
     if where[0] != "none":  # what did not run at a hold runs now
         for i in (0, 1):
@@ -1356,10 +1439,12 @@ class Exploration:
         return "\n".join(lines)
 
 
-def explore(scenario: Scenario, tmp: Path, *, outcomes: tuple[str, ...] = ()) -> Exploration:
+def explore(scenario: Scenario, tmp: Path, *, outcomes: tuple[str, ...] = (),
+            crashes: bool = False) -> Exploration:
     """Every hold point of every request of the action, plus before and after it; and
     with `outcomes`, each of them for every request, the interference after the action
-    (while the mount does not know the outcome). With a `second` interference, also every
+    (while the mount does not know the outcome); with `crashes`, the daemon killed while
+    each request is on the wire (`CRASHES`). With a `second` interference, also every
     pair of holds: each hold run's own later requests, each at every point; where both
     were on the wire at once, also with the later one answered first."""
     base = run_one(scenario, tmp / "alone", ("none",))
@@ -1368,6 +1453,7 @@ def explore(scenario: Scenario, tmp: Path, *, outcomes: tuple[str, ...] = ()) ->
     wheres += [("hold", k, p) for k in range(n) for p in scenario.points]
     wheres.append(("post",))
     wheres += [("outcome", k, o) for k in range(n) for o in outcomes]
+    wheres += [("crash", k, *c) for k in range(n) for c in CRASHES] if crashes else []
     runs = [base] + [run_one(scenario, tmp / f"run{i}", w) for i, w in enumerate(wheres)]
     if scenario.second:
         # Two held requests: after request k1's hold (and the interference there), the

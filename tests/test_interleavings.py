@@ -11,7 +11,9 @@ every k < n and every point, and after it; every run settles and meets the oracl
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import tempfile
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from interleave import (
+    CRASHES,
     EXPLORED,
     FAULT_POINTS,
     OUTCOMES,
@@ -59,7 +62,8 @@ def _report_count(request):
 
 
 def _faulted(result: RunResult) -> bool:
-    return "lose" in result.label or "fail" in result.label
+    """A request lost or failed, or the daemon killed: the pass did not finish."""
+    return result.crashed or "lose" in result.label or "fail" in result.label
 
 
 def others_went_out(eng: Engine, result: RunResult) -> list[str]:
@@ -346,13 +350,49 @@ def test_the_harness_runs_the_blob_writer(tmp_path: Path, monkeypatch) -> None:
     assert "/x.md: 'v3' is in memory only, a restart would lose it" in result.violations
 
 
+def test_a_crash_run_restarts_the_daemon_from_disk_alone(tmp_path: Path, monkeypatch) -> None:
+    """The crash runs (`explore(crashes=True)`) kill the daemon with a request on the
+    wire and start a new one on what the old one committed: the restarted daemon knows
+    of the request only from its journal. Planted, a restart whose journal lost the
+    request (its `doubts` rows deleted from the copy) re-sends a create the server had
+    applied, and the run fails: the file the user removed comes back."""
+    scenario = next(s for s in CROSS if s.name == "create_then_unlink")
+    where = ("crash", 0, "after", "restarted")
+    seen: list[tuple] = []
+    restart = Engine.restart
+
+    async def watched(self, snapshot, nursery):
+        old = self.store
+        await restart(self, snapshot, nursery)
+        seen.append((old is not self.store, [t.path for t in self.state.doubts.values()]))
+
+    monkeypatch.setattr(Engine, "restart", watched)
+    real = run_one(scenario, tmp_path / "real", where)
+    assert not real.violations and real.reached
+    assert seen == [(True, ["/d/x.md"])]  # a new engine, the request in doubt from disk
+    assert any("the daemon killed and started again" in line for line in real.trace)
+
+    snapshot = Engine.snapshot
+
+    def forgetful(self) -> Path:
+        dest = snapshot(self)
+        with contextlib.closing(sqlite3.connect(dest / "state.db")) as db, db:
+            db.execute("DELETE FROM doubts")
+        return dest
+
+    monkeypatch.setattr(Engine, "snapshot", forgetful)
+    planted = run_one(scenario, tmp_path / "planted", where)
+    assert "the tree has /d/x.md = 'v1', the user left nothing" in planted.violations
+
+
 # -- lost answers: every request kind x every outcome x every local operation -------------
 #
 # The action sends one request for /d/x.md (a sibling, /d/k.md, is on the server). Each
 # (kind, operation) pair is explored at every hold point (the operation while the request
-# is on the wire) and with every outcome (the operation after the action, while memfs does
-# not know what the server did). The mount is the only writer: settling must leave
-# exactly the tree the user made.
+# is on the wire), with every outcome (the operation after the action, while memfs does
+# not know what the server did) and with the daemon killed while the request is on the
+# wire, applied or not (the operation just before the kill, or after the restart). The
+# mount is the only writer: settling must leave exactly the tree the user made.
 
 SIBLING = [("write", "/d/k.md", "k"), ("push",)]
 REQUEST_KINDS = {  # kind -> (setup, the file's path when the action starts)
@@ -414,7 +454,7 @@ PARK = [Scenario(f"{kind}_then_{op}" + ("" if op == "none" else f"_{f[1]}"), set
 
 @pytest.mark.parametrize("scenario", [*CROSS, *PARK], ids=lambda s: s.name)
 def test_lost_answers(scenario: Scenario, tmp_path: Path) -> None:
-    result = explore(scenario, tmp_path, outcomes=OUTCOMES)
+    result = explore(scenario, tmp_path, outcomes=OUTCOMES, crashes=True)
     print(f"\n{scenario.name}: {len(result.runs)} interleavings")
     if result.failures:
         pytest.fail(result.summary(), pytrace=False)
@@ -422,10 +462,10 @@ def test_lost_answers(scenario: Scenario, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_scenario(scenario: Scenario, tmp_path: Path) -> None:
-    result = explore(scenario, tmp_path)
+    result = explore(scenario, tmp_path, crashes=True)
     pairs = ", and pairs of holds" if scenario.second else ""
-    print(f"\n{scenario.name}: {len(result.runs)} interleavings "
-          f"({result.n} action requests x {len(scenario.points)} points + 3{pairs})")
+    print(f"\n{scenario.name}: {len(result.runs)} interleavings ({result.n} action "
+          f"requests x ({len(scenario.points)} points + 4 crashes) + 3{pairs})")
     if result.failures:
         pytest.fail(result.summary(), pytrace=False)
 
@@ -467,6 +507,8 @@ def cases(draw) -> tuple[Scenario, tuple]:
     where = draw(st.one_of(
         st.tuples(st.just("hold"), st.integers(0, 3), st.sampled_from(FAULT_POINTS)),
         st.tuples(st.just("outcome"), st.integers(0, 3), st.sampled_from(OUTCOMES)),
+        st.tuples(st.just("crash"), st.integers(0, 3), st.sampled_from(CRASHES)).map(
+            lambda w: (w[0], w[1], *w[2])),
         st.tuples(st.sampled_from(["holds", "nested"]), hold, hold).filter(
             lambda w: w[1][0] < w[2][0])))
     return scenario, where

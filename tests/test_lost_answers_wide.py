@@ -17,7 +17,9 @@ the ones it was not (docs/TESTING.md, "Lost answers"):
   that no conflict keeps a write of ours the server took (`Oracle.applied_not_in_conflict`).
 
 Every scenario is explored as `test_lost_answers` explores its own: every hold point and
-every outcome (answered, lost, unapplied, refused) of every request of its action.
+every outcome (answered, lost, unapplied, refused) of every request of its action, and the
+daemon killed while each request is on the wire (the server applied it or not; the
+operation before the kill or after the restart).
 `MEMFS_INTERLEAVE_LONG=1` adds 225 more (`LONG_RUN`): a second request in the pass, the
 unmount's flush, the operations on the sibling. This file is separate so that
 pytest-xdist (`--dist loadfile`) runs it beside tests/test_interleavings.py rather than
@@ -115,9 +117,9 @@ LONG_RUN: list[Scenario] = [] if not LONG else (
 
 
 def _explore(scenario: Scenario, tmp_path: Path) -> None:
-    result = explore(scenario, tmp_path, outcomes=OUTCOMES)
+    result = explore(scenario, tmp_path, outcomes=OUTCOMES, crashes=True)
     print(f"\n{scenario.name}: {len(result.runs)} interleavings")
-    assert len(result.runs) >= 11  # alone, before, 4 hold points, after, 4 outcomes
+    assert len(result.runs) >= 15  # alone, before, 4 hold points, after, 4 outcomes, 4 crashes
     if result.failures:
         pytest.fail(result.summary(), pytrace=False)
     # Each step of the operation runs in some interleaving (a step that does not apply

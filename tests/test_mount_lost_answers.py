@@ -9,8 +9,12 @@ held the mount still does not know what happened: the test checks that, changes 
 store ends exactly as the user left the mount: nothing deleted comes back, nothing is
 duplicated, no conflict, and unmount reports 0 left.
 
-The same cross product without a kernel, at every hold point and with every outcome, is
-`test_lost_answers` in tests/test_interleavings.py.
+`test_daemon_killed_while_the_answer_is_held_then_local_change` kills the daemon
+(SIGKILL) while the applied request's answer is held instead, and makes the change on the
+next daemon's mount: what it knows of the request is its journal.
+
+The same cross product without a kernel, at every hold point, with every outcome and with
+the daemon killed, is `test_lost_answers` in tests/test_interleavings.py.
 """
 
 from __future__ import annotations
@@ -111,6 +115,76 @@ def test_lost_answer_then_local_change(mounts, server, kind, op):
             gate.wait_held(1)
             gate.release()
         gate.clear()
+    flush(m)
+    m.wait_synced()
+    want = _expected(kind, op)
+    assert server_memories(server, store) == want
+    tree = {"/" + str(p.relative_to(m.path)): cat(p) for p in m.path.rglob("*.md")}
+    assert tree == want
+    assert conflicts(m) == []
+    if op in ("mv", "edit"):                          # one memory, the one it always was
+        [(path, _content)] = want.items()
+        assert sdk_by_path(server, store)[path].id == mid
+    out = m.unmount()
+    assert re.search(r"pushed \d+ change\(s\), 0 left", out), out
+    assert server_memories(server, store) == want
+
+
+# -- the daemon killed while the answer is held ----------------------------------------------
+
+CRASH_CASES = [("create", "rm"), ("update", "edit"), ("rename", "mv"), ("delete", "recreate")]
+
+
+@pytest.mark.parametrize(("kind", "op"), CRASH_CASES,
+                         ids=[f"{k}-then-{o}" for k, o in CRASH_CASES])
+def test_daemon_killed_while_the_answer_is_held_then_local_change(mounts, server, kind, op):
+    """The request applied on the server, the daemon killed (SIGKILL) before its answer
+    came: the next daemon knows of it only from its journal. The user changes the file
+    on the new mount; the store must end as they left it, with no conflict (the
+    interleaving harness's crash runs, `explore(crashes=True)`, through a real mount)."""
+    store = mounts.new_store()
+    args = ("--write-back-delay", "0.2", "--delete-delay", "0", "--poll-interval", "0.5")
+    m = mounts.mount(store, *args)
+    d = m.path / "d"
+    d.mkdir()
+    x = d / "x.md"
+    mid = None
+    if kind != "create":
+        x.write_text("v1\n")
+        m.wait_synced()
+        mid = xattr(x, "user.memfs.memory_id")
+        assert mid
+    rule = rf"/memory_stores/{store}/memories" + (f"/{mid}$" if mid else "$")
+    current = d / "y.md" if kind == "rename" else x
+    with Gate(server) as gate:
+        gate.hold("DELETE" if kind == "delete" else "POST", rule, when="after", count=1,
+                  drop=True)
+        if kind == "create":
+            x.write_text("version one\n")
+        elif kind == "update":
+            x.write_text("v2\n")
+        elif kind == "rename":
+            os.rename(x, current)
+        else:
+            x.unlink()
+        [held] = gate.wait_held(1)
+        assert held["status"] == 200, held            # applied and committed...
+        on_server = sdk_by_path(server, store)
+        if kind == "create":
+            mid = on_server["/d/x.md"].id
+        elif kind == "rename":
+            assert on_server["/d/y.md"].id == mid
+        m.kill9()                                     # ...and the daemon dies untold
+        gate.clear()
+    m = mounts.mount(store, *args)                    # a new daemon, on its journal
+    if op == "rm":
+        current.unlink()
+    elif op == "mv":
+        os.rename(current, d / "z.md")
+    elif op == "edit":
+        current.write_text("edited\n")
+    else:
+        x.write_text("again\n")
     flush(m)
     m.wait_synced()
     want = _expected(kind, op)
