@@ -144,7 +144,7 @@ def test_lost_answers_with_another_writer(scenario: Scenario, tmp_path: Path) ->
 @pytest.mark.skipif(not LONG, reason="the long run: MEMFS_INTERLEAVE_LONG=1")
 @pytest.mark.parametrize("scenario", LONG_RUN, ids=lambda s: s.name)
 def test_lost_answers_long_run(scenario: Scenario, tmp_path: Path) -> None:
-    result = explore(scenario, tmp_path, outcomes=OUTCOMES)
+    result = explore(scenario, tmp_path, outcomes=OUTCOMES, crashes=True)
     print(f"\n{scenario.name}: {len(result.runs)} interleavings")
     if result.failures:
         pytest.fail(result.summary(), pytrace=False)
