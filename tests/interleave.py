@@ -147,7 +147,7 @@ def make_engine(tmp_path: Path, transport: HeldTransport) -> Engine:
 
 def make_store(tmp_path: Path, transport: HeldTransport) -> tuple[StoreEngine, HarnessClock]:
     """The `StoreEngine` of `make_engine` on the state directory `tmp_path` (a restarted
-    daemon's: `Engine.crash`)."""
+    daemon's: `Engine.restart`)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     options = SyncOptions(write_back_delay=0.0, delete_delay=HOUR, poll_interval=1.0,
                           prefetch=False)
@@ -471,7 +471,7 @@ class Engine:
 
     async def serve_content(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """The store's fetcher and blob writer (`StoreEngine.start_content`), until the
-        run ends or the daemon is killed (`crash`)."""
+        run ends or the daemon is killed (a `("crash", …)` run)."""
         with trio.CancelScope() as self.content_scope:
             async with trio.open_nursery() as nursery:
                 await self.store.start_content(nursery)
