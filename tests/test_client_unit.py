@@ -519,22 +519,32 @@ async def test_real_trio_sleep_with_tiny_backoff():
     assert c.stats["retries"] == 2
 
 
-async def test_lost_create_surfaces_path_conflict():
-    """A create reset after commit is retried; the retry's 409 is raised as-is."""
-    rec = Recorder(
-        httpx.RemoteProtocolError("Server disconnected without sending a response."),
-        err(
-            409,
-            "memory_path_conflict_error",
-            conflicting_path="/a.md",
-            conflicting_memory_id="mem_1",
-        ),
-    )
+@pytest.mark.parametrize("lost", [
+    httpx.RemoteProtocolError("Server disconnected without sending a response."),
+    httpx.ReadTimeout("timed out"),
+    err(500, "api_error"),
+], ids=["reset", "timeout", "500"])
+async def test_a_post_that_may_have_been_applied_is_not_sent_again(lost):
+    """A create or update whose answer was lost (reset or timed out after it was sent,
+    or a 5xx) may have been applied: sent again blindly it could undo what another
+    writer did meanwhile (re-create a memory they deleted, move back one they moved).
+    It is raised with maybe_applied, after one request; the caller reads the history."""
+    for call in (lambda c: c.create_memory("memstore_1", "/a.md", "a"),
+                 lambda c: c.update_memory("memstore_1", "mem_1", path="/b.md")):
+        rec = Recorder(lost, err(409, "memory_path_conflict_error"))
+        async with make_client(rec) as c:
+            with pytest.raises(APIError) as ei:
+                await call(c)
+        assert ei.value.maybe_applied and len(rec.requests) == 1
+
+
+async def test_a_post_that_was_not_applied_is_retried():
+    """What provably did not apply is sent again: a connection never made, a 429."""
+    rec = Recorder(httpx.ConnectError("refused"), err(429, "rate_limit_error"),
+                   httpx.Response(200, json=mem_json()))
     async with make_client(rec) as c:
-        with pytest.raises(PathConflictError) as ei:
-            await c.create_memory("memstore_1", "/a.md", "a")
-    assert ei.value.conflicting_memory_id == "mem_1"
-    assert len(rec.requests) == 2
+        await c.create_memory("memstore_1", "/a.md", "a")
+    assert len(rec.requests) == 3
 
 
 async def test_delete_404_on_retry_is_success_but_not_on_first_try():

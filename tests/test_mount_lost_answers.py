@@ -3,9 +3,11 @@ then a local change to that file (issue 20).
 
 Every test makes the answer really lost: `memfs serve`'s gate holds the request after the
 commit (the test sees it applied on the server, status 200), then resets the connection
-instead of answering, and does the same to each of the client's retries. While a retry is
-held the mount still does not know what happened: the test checks that, changes the file
-(unlink, rename, edit; or re-creates a deleted one), releases everything, and checks the
+instead of answering. A create or an update is then in doubt (the client never sends it
+again), and the test holds every read a pass could settle it with; a delete is sent again
+by the client, and each retry's answer is lost too. While that is held the mount still
+does not know what happened: the test checks that, changes the file (unlink, rename,
+edit; or re-creates a deleted one), releases everything, and checks the
 store ends exactly as the user left the mount: nothing deleted comes back, nothing is
 duplicated, no conflict, and unmount reports 0 left.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 import pytest
 
@@ -31,7 +34,8 @@ from synchelpers import cat, conflicts, flush, sdk_by_path, xattr
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 
-#: The mount's client sends each request at most this often (1 + its 2 retries).
+#: The mount's client sends a DELETE at most this often (1 + its 2 retries). A create or
+#: an update that may have been applied is never sent again (docs/CLIENT.md).
 ATTEMPTS = 3
 
 CASES = [
@@ -72,7 +76,7 @@ def test_lost_answer_then_local_change(mounts, server, kind, op):
     rule = rf"/memory_stores/{store}/memories" + (f"/{mid}$" if mid else "$")
     with Gate(server) as gate:
         gate.hold("DELETE" if kind == "delete" else "POST", rule, when="after",
-                  count=ATTEMPTS, drop=True)
+                  count=ATTEMPTS if kind == "delete" else 1, drop=True)
         current = x
         if kind == "create":
             x.write_text("version one\n")
@@ -95,9 +99,13 @@ def test_lost_answer_then_local_change(mounts, server, kind, op):
             assert on_server["/d/y.md"].id == mid
         else:
             assert on_server == {}
+        if kind != "delete":
+            # The request is in doubt until a pass asks the server: every read that
+            # could answer it (the versions, the memory) waits, and the doubt with it.
+            gate.hold("GET", rf"/memory_stores/{store}/(memory_versions|memories/)")
         gate.release(first["seq"])                    # ...and its answer lost (reset)
-        [retry] = gate.wait_held(1)                   # the client tries again: untold
-        assert retry["seq"] != first["seq"]
+        [untold] = gate.wait_held(1)                  # a retry (DELETE) or a pass's read
+        assert untold["seq"] != first["seq"]
         if kind in ("create", "update"):              # the mount does not know yet
             assert xattr(current, "user.memfs.state") == "pending"
             assert xattr(current, "user.memfs.memory_id") == (mid if kind != "create"
@@ -111,9 +119,10 @@ def test_lost_answer_then_local_change(mounts, server, kind, op):
             current.write_text("edited\n")
         else:
             x.write_text("again\n")
-        for _ in range(ATTEMPTS - 1):                 # every retry's answer is lost too
-            gate.wait_held(1)
-            gate.release()
+        if kind == "delete":
+            for _ in range(ATTEMPTS - 1):             # every retry's answer is lost too
+                gate.wait_held(1)
+                gate.release()
         gate.clear()
     flush(m)
     m.wait_synced()
@@ -125,6 +134,63 @@ def test_lost_answer_then_local_change(mounts, server, kind, op):
     if op in ("mv", "edit"):                          # one memory, the one it always was
         [(path, _content)] = want.items()
         assert sdk_by_path(server, store)[path].id == mid
+    out = m.unmount()
+    assert re.search(r"pushed \d+ change\(s\), 0 left", out), out
+    assert server_memories(server, store) == want
+
+
+# -- another writer after the lost answer ---------------------------------------------------
+
+THEIRS = [("create", "delete"), ("create", "rename"), ("rename", "rename"), ("update", "delete")]
+
+
+@pytest.mark.parametrize(("kind", "theirs"), THEIRS, ids=[f"{k}-then-their-{t}" for k, t in THEIRS])
+def test_another_writer_after_the_lost_answer(mounts, server, kind, theirs):
+    """The mount's request applied, its answer lost; before the mount learns of it another
+    writer deletes or moves what it wrote. Their change stands: the mount follows it, and
+    nothing comes back or is duplicated. (While the client re-sent such a request blindly,
+    the create came back after their delete, or stayed at its path beside their moved
+    copy, and the rename moved theirs back.)"""
+    store = mounts.new_store()
+    m = mounts.mount(store, "--write-back-delay", "0.2", "--delete-delay", "0",
+                     "--poll-interval", "0.5")
+    d = m.path / "d"
+    d.mkdir()
+    x = d / "x.md"
+    mid = None
+    if kind != "create":
+        x.write_text("v1\n")
+        m.wait_synced()
+        mid = xattr(x, "user.memfs.memory_id")
+    rule = rf"/memory_stores/{store}/memories" + (f"/{mid}$" if mid else "$")
+    mems = server.sdk().beta.memory_stores.memories
+    with Gate(server) as gate:
+        gate.hold("POST", rule, when="after", count=1, drop=True)
+        if kind == "create":
+            x.write_text("v1\n")
+        elif kind == "update":
+            x.write_text("v2\n")
+        else:
+            os.rename(x, d / "y.md")
+        [first] = gate.wait_held(1)
+        assert first["status"] == 200, first          # applied...
+        [(path, memory)] = sdk_by_path(server, store).items()
+        if theirs == "delete":                        # ...then another writer's change
+            mems.delete(memory.id, memory_store_id=store)
+        else:
+            mems.update(memory.id, memory_store_id=store, path="/d/z.md")
+        gate.release(first["seq"])                    # and the mount's answer lost
+    flush(m)
+    want = {} if theirs == "delete" else {"/d/z.md": "v1\n"}
+    m.wait_synced()
+    for _ in range(40):                               # the mount follows their change
+        tree = {"/" + str(p.relative_to(m.path)): cat(p) for p in m.path.rglob("*.md")}
+        if tree == want:
+            break
+        time.sleep(0.25)
+    assert server_memories(server, store) == want
+    assert tree == want
+    assert conflicts(m) == []
     out = m.unmount()
     assert re.search(r"pushed \d+ change\(s\), 0 left", out), out
     assert server_memories(server, store) == want

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from gate import Gate
-from toolutil import new_store, outcome, store_files, sync_tool, with_engine
+from toolutil import new_store, outcome, store_files, sync_tool
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -157,20 +157,19 @@ def test_a_create_that_loses_the_race_says_the_file_exists(server):
     assert store_files(server, store) == {"/n.md": "theirs"}
 
 
-def lost_answer(server, store: str, command: dict[str, Any], path: str, change=None):
+def lost_answer(server, store: str, command: dict[str, Any], path: str, change=None, *,
+                method: str = "POST"):
     """Run ``command`` so that its write is applied but the answer never arrives: the
-    response is held past the client's timeout (``change()`` runs meanwhile); the
-    client's retry is held too, to be sure it happens, then everything is released."""
-    tool = with_engine(sync_tool(server, store), timeout=1.0, backoff_base=0.01)
+    response is held after the commit (``change()`` runs meanwhile), then the
+    connection is reset instead of answered. The client does not send it again
+    (memfs/api/client.py); the command reads the history."""
     with Gate(server) as gate:
-        gate.hold("POST", path, when="after", count=1)
-        job = Background(tool, command)
-        gate.wait_held(1)
+        gate.hold(method, path, when="after", count=1, drop=True)
+        job = Background(sync_tool(server, store), command)
+        [first] = gate.wait_held(1)
         if change is not None:
             change()
-        gate.hold("POST", path, when="before", count=1)  # the retry, after the timeout
-        gate.wait_held(2)
-        gate.release()
+        gate.release(first["seq"])
         return job.join()
 
 
@@ -181,7 +180,7 @@ def test_an_edit_whose_answer_was_lost_is_not_applied_twice(server):
         {"command": "insert", "path": "/memories/log.md", "insert_line": 1,
          "insert_text": "mine"},
         UPDATE,
-        # Another writer builds on our (saved, unanswered) write before our retry.
+        # Another writer builds on our (saved, unanswered) write before we learn of it.
         lambda: sdk.beta.memory_stores.memories.update(
             ids["/log.md"], memory_store_id=store, content="a\nmine\ntheirs\n"),
     )
@@ -213,3 +212,85 @@ def test_directory_delete_and_rename_act_on_every_memory_below(server):
     deleted = tool.call({"command": "delete", "path": "/memories/n"})
     assert deleted == "Successfully deleted /memories/n"
     assert store_files(server, store) == {"/other.md": "4"}
+
+
+# -- a lost answer, then another writer, before the command learns what happened -----------
+#
+# The tool's write is applied, its answer dropped (the connection reset); while the answer
+# is held another writer changes the same memory. Each command must report what happened
+# to its own write, and nothing another writer did may be undone: before the client stopped
+# re-sending such writes blindly, 6 of these 13 failed (a create's retry re-created the file
+# they deleted or duplicated the one they moved; a rename's moved theirs back; the rest
+# reported a failure for a write that had landed).
+
+def _by_path(sdk, store: str) -> dict[str, str]:
+    return {m.path: m.id for m in sdk.beta.memory_stores.memories.list(store)
+            if m.type == "memory"}
+
+
+def _their(action: str, path: str, to: str | None = None):
+    """Another writer's change to the memory at `path` (looked up when it runs)."""
+
+    def run(sdk, store: str) -> None:
+        mems = sdk.beta.memory_stores.memories
+        mid = _by_path(sdk, store)[path]
+        if action == "edit":
+            mems.update(mid, memory_store_id=store, content="theirs\n")
+        elif action == "delete":
+            mems.delete(mid, memory_store_id=store)
+        else:
+            mems.update(mid, memory_store_id=store, path=to)
+
+    return run
+
+
+def _their_create(path: str):
+    def run(sdk, store: str) -> None:
+        sdk.beta.memory_stores.memories.create(store, path=path, content="theirs\n")
+
+    return run
+
+
+CREATED = ("ok", "File created successfully at: /memories/n.md")
+RENAMED = ("ok", "Successfully renamed /memories/x.md to /memories/y.md")
+EDITED = ("ok", "The memory file has been edited. Here is the snippet showing the change "
+                 "(with line numbers):\n     1\tv2\n     2\t")
+DELETED = ("ok", "Successfully deleted /memories/x.md")
+CREATE_N = {"command": "create", "path": "/memories/n.md", "file_text": "mine\n"}
+RENAME_XY = {"command": "rename", "old_path": "/memories/x.md", "new_path": "/memories/y.md"}
+REPLACE_X = {"command": "str_replace", "path": "/memories/x.md", "old_str": "v1",
+             "new_str": "v2"}
+DELETE_X = {"command": "delete", "path": "/memories/x.md"}
+LOST_THEN = {  # name -> (command, method, path, their change, answer, the store after)
+    "create_then_none": (CREATE_N, "POST", CREATE, None, CREATED, {"/n.md": "mine\n"}),
+    "create_then_their_edit": (CREATE_N, "POST", CREATE, _their("edit", "/n.md"), CREATED,
+                               {"/n.md": "theirs\n"}),
+    "create_then_their_delete": (CREATE_N, "POST", CREATE, _their("delete", "/n.md"),
+                                 CREATED, {}),
+    "create_then_their_rename": (CREATE_N, "POST", CREATE, _their("rename", "/n.md", "/m.md"),
+                                 CREATED, {"/m.md": "mine\n"}),
+    "rename_then_none": (RENAME_XY, "POST", UPDATE, None, RENAMED, {"/y.md": "v1\n"}),
+    "rename_then_their_edit": (RENAME_XY, "POST", UPDATE, _their("edit", "/y.md"), RENAMED,
+                               {"/y.md": "theirs\n"}),
+    "rename_then_their_delete": (RENAME_XY, "POST", UPDATE, _their("delete", "/y.md"),
+                                 RENAMED, {}),
+    "rename_then_their_rename": (RENAME_XY, "POST", UPDATE,
+                                 _their("rename", "/y.md", "/z.md"), RENAMED, {"/z.md": "v1\n"}),
+    "edit_then_none": (REPLACE_X, "POST", UPDATE, None, EDITED, {"/x.md": "v2\n"}),
+    "edit_then_their_delete": (REPLACE_X, "POST", UPDATE, _their("delete", "/x.md"), EDITED,
+                               {}),
+    "edit_then_their_rename": (REPLACE_X, "POST", UPDATE, _their("rename", "/x.md", "/z.md"),
+                               EDITED, {"/z.md": "v2\n"}),
+    "delete_then_none": (DELETE_X, "DELETE", UPDATE, None, DELETED, {}),
+    "delete_then_their_create": (DELETE_X, "DELETE", UPDATE, _their_create("/x.md"), DELETED,
+                                 {"/x.md": "theirs\n"}),
+}
+
+
+@pytest.mark.parametrize("name", LOST_THEN)
+def test_a_lost_answer_then_another_writer(server, name):
+    command, method, path, change, answer, after = LOST_THEN[name]
+    store, sdk, _ = setup(server, {} if command is CREATE_N else {"/x.md": "v1\n"})
+    result = lost_answer(server, store, dict(command), path, method=method,
+                         change=change and (lambda: change(sdk, store)))
+    assert (result, store_files(server, store)) == (answer, after)

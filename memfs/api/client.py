@@ -9,6 +9,8 @@ Retry policy (``max_retries`` extra attempts; ``0`` disables retries):
   closing without a response, timeouts), HTTP 408, 429 and every status
   >= 500;
 * never retried: 409 and every other 4xx, whatever ``x-should-retry`` says;
+  and a POST that may have been applied (a failure after it may have reached
+  the server, or a status >= 500): see below;
 * ``x-should-retry: false`` vetoes a retry; ``x-should-retry: true`` can only
   add one for a non-4xx status;
 * delay: ``retry-after-ms`` / ``retry-after`` (seconds or HTTP date, capped
@@ -16,10 +18,12 @@ Retry policy (``max_retries`` extra attempts; ``0`` disables retries):
   exponential backoff with full jitter: ``uniform(0, min(backoff_max,
   backoff_base * 2**n))`` for the n-th retry.
 
-Because POSTs are retried too, a request whose response was lost may have
-been applied already. How each call behaves then is written in its docstring
-(in short: create -> :class:`PathConflictError`, settle it by content; update
--> the server's no-op rule answers 200; delete -> a 404 on a retry is success).
+A POST whose answer was lost may have been applied. It is not sent again:
+between the lost answer and a retry another writer may have deleted or moved
+what it wrote, and a blind retry would undo that. The error says
+``maybe_applied``, and the caller reads the server's history to learn what
+happened. A DELETE is retried (a 404 on a retry is success); what each call
+does after a lost answer is written in its docstring.
 
 Paths, content, shas and list parameters are validated client-side with
 :mod:`memfs.core.paths` before sending; a refusal raises the same
@@ -383,8 +387,19 @@ class MemoryStoresClient:
         body: dict[str, Any] | None = None,
         gone_ok: bool = False,
         beta: str | None = None,
+        replay: bool | None = None,
     ) -> Any:
         """Send with retries; return the decoded JSON body.
+
+        A POST (a create or an update) that may have been applied is never sent
+        again: between its lost answer and a blind retry another writer may delete or
+        move what it wrote, and the retry would undo that (re-create a deleted file,
+        move a renamed one back, duplicate a moved one). It raises with
+        ``maybe_applied`` instead, and the caller asks the server's history what
+        happened (the daemon's requests in doubt, the tool's ``_landed``). GETs and
+        DELETEs are retried: sent again they undo nothing (a delete names its memory
+        id, which nothing reuses); so is a POST the caller says is idempotent
+        (``replay=True``: an archive, a redaction).
 
         ``gone_ok``: for deletes -- a 404 on a *retry* means an earlier
         attempt (whose response we lost) or someone else already deleted
@@ -407,6 +422,8 @@ class MemoryStoresClient:
 
         attempt = 0
         maybe_applied = False  # an attempt may have reached the server (see errors)
+        if replay is None:  # may an attempt that may have applied go again?
+            replay = method != "POST"
         while True:
             self.stats["requests"] += 1
             self.stats["bytes_sent"] += len(content or b"")
@@ -423,7 +440,8 @@ class MemoryStoresClient:
                 self._observe(method, path, 0, len(content or b""), 0)
                 reason = self._scrub(str(exc) or type(exc).__name__)
                 maybe_applied |= not isinstance(exc, _NEVER_SENT)
-                if not isinstance(exc, _RETRYABLE_TRANSPORT) or attempt >= self.max_retries:
+                if (not isinstance(exc, _RETRYABLE_TRANSPORT) or attempt >= self.max_retries
+                        or (maybe_applied and not replay)):
                     err = APIConnectionError(
                         f"{method} {path} failed: {type(exc).__name__}: {reason}")
                     err.maybe_applied = maybe_applied
@@ -448,7 +466,8 @@ class MemoryStoresClient:
                 if gone_ok and attempt > 0 and response.status_code == 404:
                     return None
                 maybe_applied |= response.status_code >= 500
-                if attempt >= self.max_retries or not self._should_retry(response):
+                if (attempt >= self.max_retries or not self._should_retry(response)
+                        or (maybe_applied and not replay)):
                     err = self._error_from_response(response)
                     err.maybe_applied = maybe_applied
                     raise err
@@ -512,8 +531,9 @@ class MemoryStoresClient:
     ) -> MemoryStore:
         """Create a store.
 
-        Not idempotent: if the response is lost and the retry succeeds, a
-        second store with the same name exists (names need not be unique).
+        Not idempotent, so not sent again once it may have been applied: a lost
+        answer raises :class:`APIConnectionError` (``maybe_applied``); the store may
+        exist (names need not be unique: look before creating another).
         """
         body: dict[str, Any] = {"name": name}
         if description is not None:
@@ -543,13 +563,13 @@ class MemoryStoresClient:
         if metadata is not None:
             body["metadata"] = metadata
         data = await self._request(
-            "POST", f"/v1/memory_stores/{_seg(store_id, 'store_id')}", body=body
+            "POST", f"/v1/memory_stores/{_seg(store_id, 'store_id')}", body=body, replay=True
         )
         return self._parse(MemoryStore, data)
 
     async def archive_store(self, store_id: str) -> MemoryStore:
         data = await self._request(
-            "POST", f"/v1/memory_stores/{_seg(store_id, 'store_id')}/archive"
+            "POST", f"/v1/memory_stores/{_seg(store_id, 'store_id')}/archive", replay=True
         )
         return self._parse(MemoryStore, data)
 
@@ -609,13 +629,11 @@ class MemoryStoresClient:
         """Create a memory at an unoccupied ``path``.
 
         Raises :class:`PathConflictError` when the path (or an ancestor or
-        descendant of it) is taken. This is also what a *retried* create
-        gets when the first attempt was committed but its response was lost
-        (e.g. the connection was reset): the error's
-        ``conflicting_memory_id`` is then our own memory. The client does
-        not settle this -- the caller fetches that memory and adopts it iff
-        its ``content_sha256`` equals ``content_sha256(content)``; otherwise
-        it is a genuine conflict.
+        descendant of it) is taken. A create whose answer was lost raises
+        ``maybe_applied`` and is not sent again (see the module doc): the
+        caller looks for a version created at the path with its content since
+        it sent it. A 409 can still be our own create when the caller sent it
+        again itself, or when a timed-out attempt was applied late.
         """
         _check_path(path)
         _check_content(content)
@@ -650,11 +668,10 @@ class MemoryStoresClient:
         With ``precondition_sha`` the server applies the update only if the
         stored sha equals it, else :class:`PreconditionFailedError`. An
         update whose result already matches the stored state is a no-op 200
-        (even when the precondition no longer matches), so a retry after a
-        lost response normally returns 200; a caller that still gets
-        PreconditionFailedError should compare the server's sha with the sha
-        of its new content before declaring a conflict. A rename onto an
-        occupied path raises :class:`PathConflictError`.
+        (even when the precondition no longer matches). An update whose
+        answer was lost raises ``maybe_applied`` and is not sent again (see
+        the module doc): the caller reads the memory's versions. A rename
+        onto an occupied path raises :class:`PathConflictError`.
         """
         if content is None and path is None:
             raise _refuse("update needs content or path")
@@ -845,7 +862,8 @@ class MemoryStoresClient:
     async def redact_version(self, store_id: str, version_id: str) -> MemoryVersion:
         """Scrub a historical version's content and path (not the head of a live memory)."""
         data = await self._request(
-            "POST", f"{self._versions(store_id)}/{_seg(version_id, 'version_id')}/redact"
+            "POST", f"{self._versions(store_id)}/{_seg(version_id, 'version_id')}/redact",
+            replay=True,
         )
         return self._parse(MemoryVersion, data)
 
@@ -927,7 +945,8 @@ class MemoryStoresClient:
         out of logs like an API key."""
         try:
             data = await self._request(
-                "POST", f"/_memfs/sessions/{_seg(session_id, 'session_id')}/token"
+                "POST", f"/_memfs/sessions/{_seg(session_id, 'session_id')}/token",
+                replay=True,  # a fresh token each time: a second one harms nothing
             )
         except NotFoundError as exc:
             if exc.body.get("session_id") == session_id:

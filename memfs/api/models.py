@@ -23,6 +23,7 @@ __all__ = [
     "content_sha256",
     "parse_time",
     "format_time",
+    "versions_since",
 ]
 
 
@@ -35,6 +36,18 @@ def parse_time(text: str) -> datetime:
 def format_time(when: datetime) -> str:
     """`when` as the API writes times (UTC, microseconds): the form its filters take."""
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+#: How much earlier than our own clock's send time the server's versions are read
+#: (seconds) when looking for what a request whose answer was lost wrote: the server's
+#: clock may be behind ours.
+SKEW = 600.0
+
+
+def versions_since(sent_at: float) -> str:
+    """The `created_gte` that finds every version a request sent at `sent_at` (our
+    clock, epoch seconds) can have written, whatever the server's clock says (`SKEW`)."""
+    return format_time(datetime.fromtimestamp(max(0.0, sent_at - SKEW), UTC))
 
 
 def content_sha256(content: str | bytes) -> str:

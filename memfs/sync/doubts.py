@@ -20,7 +20,7 @@ been sent.
 What it costs: one `GET` per update in doubt (plus the memory's versions since it
 was sent when the memory no longer holds our write), and for all the creates in
 doubt together one listing of the versions created since the oldest was sent
-(`operation=created`, newest first, `SKEW` earlier to allow for the server's
+(`operation=created`, newest first, `models.SKEW` earlier to allow for the server's
 clock). Doubts are rare: only a request that got no answer makes one.
 """
 
@@ -29,22 +29,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TypeVar
 
 from memfs.api import errors as api_errors
-from memfs.api.models import Memory, MemoryVersion, format_time
+from memfs.api.models import Memory, MemoryVersion, versions_since
 from memfs.core import decide
 from memfs.core.nodes import PushTicket, Remote
 from memfs.sync.common import SyncContext, gather_bounded
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-#: How much earlier than our own clock's send time the server's versions are read
-#: (seconds): the server's clock may be behind ours.
-SKEW = 600.0
-
 
 @dataclass
 class Resolved:
@@ -74,10 +68,6 @@ async def resolve(ctx: SyncContext) -> Resolved:
     if creates:
         await _resolve_creates(ctx, creates, done)
     return done
-
-
-def _since(ticket_time: float) -> str:
-    return format_time(datetime.fromtimestamp(max(0.0, ticket_time - SKEW), UTC))
 
 
 def _seen(v: Memory | MemoryVersion) -> decide.Seen:
@@ -138,7 +128,7 @@ async def _resolve_update(ctx: SyncContext, ticket: PushTicket, done: Resolved) 
         if head is not None and (head.path, head.content_sha256) == written:
             return head, []
         return head, [v async for v in client.list_versions(
-            store, memory_id=ticket.memory_id, created_gte=_since(ticket.sent_at))]
+            store, memory_id=ticket.memory_id, created_gte=versions_since(ticket.sent_at))]
 
     got = await _ask(ctx, f"the change to {ticket.path}", read)
     if got is None:
@@ -160,7 +150,7 @@ async def _resolve_update(ctx: SyncContext, ticket: PushTicket, done: Resolved) 
 async def _resolve_creates(ctx: SyncContext, tickets: list[PushTicket],
                            done: Resolved) -> None:
     """One read of the versions created since the oldest create in doubt was sent."""
-    since = _since(min(t.sent_at for t in tickets))
+    since = versions_since(min(t.sent_at for t in tickets))
 
     async def read() -> list[MemoryVersion]:
         return [v async for v in ctx.client.list_versions(

@@ -463,7 +463,7 @@ class Pusher:
             raise
         except api_errors.APIError as exc:
             # A refusal is an answer to the last attempt only: an earlier one whose
-            # answer was lost (the client retried) may have been applied.
+            # answer was lost may have been applied (a DELETE the client sent again).
             if not api_errors.may_have_applied(exc):
                 self.state.push_answered(ticket)
             raise

@@ -19,13 +19,16 @@ from; when another writer got there first the server refuses it (409), and the c
 is re-read and re-applied to the fresh content, or fails with the answer that fresh
 content gives (the text is gone, or now occurs twice). Deletes and renames carry the same
 precondition and are re-applied the same way. A write whose response was lost is
-recognised in the memory's version history, so it is neither reported as failed nor
-applied twice.
+recognised in the store's version history, so it is neither reported as failed nor
+applied twice; one that is not there was not applied and is sent again. What another
+writer did after it (an edit, a delete, a rename) stands: the client never re-sends a
+write blindly, which could undo it.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -38,7 +41,7 @@ import httpx
 from memfs.api import errors as api_errors
 from memfs.api import tls
 from memfs.api.client import MemoryStoresClient
-from memfs.api.models import Memory, MemoryPrefix, content_sha256
+from memfs.api.models import Memory, MemoryPrefix, content_sha256, versions_since
 from memfs.core import paths
 from memfs.tool.text import (
     ROOT,
@@ -71,6 +74,9 @@ COMMANDS: dict[str, tuple[str, ...]] = {
 
 #: Re-reads of a memory that keeps changing under an edit before giving up.
 MAX_ATTEMPTS = 25
+#: Times a create whose answer was lost, and which the history shows was not applied,
+#: is sent again.
+RESENDS = 3
 #: Rounds of "list what is below the directory, act on it" for a directory delete or
 #: rename, so memories created below it meanwhile are caught too.
 MAX_DIRECTORY_ROUNDS = 5
@@ -79,18 +85,11 @@ DIRECTORY = "directory"  # what lookup() returns for an implied directory
 
 @dataclass
 class _Call:
-    """One command's client.
-
-    Its retry count tells whether a write went out more than once: only then can a
-    conflict be our own earlier attempt, saved but unanswered.
-    """
+    """One command's client. It never sends a write that may have been applied again
+    (memfs/api/client.py): the command asks the history what became of it."""
 
     client: MemoryStoresClient
     store_id: str
-
-    @property
-    def retries(self) -> int:
-        return self.client.stats["retries"]
 
 
 class _Ambiguous(Exception):
@@ -299,17 +298,22 @@ class StoreMemory:
         except api_errors.NotFoundError:
             return None
 
-    async def _landed(self, call: _Call, memory: Memory, new_sha: str) -> bool:
-        """Did a write of ``new_sha`` over ``memory`` happen (its response was lost)?
+    async def _landed(self, call: _Call, memory: Memory, new_sha: str,
+                      new_path: str | None = None) -> bool:
+        """Did our write over ``memory`` (content ``new_sha``, at ``new_path`` for a
+        rename) happen (its response was lost)?
 
-        The memory's versions newer than the one we read hold it if it did. Another
-        writer making the very same bytes from the very same base is indistinguishable
-        from our own write, and is taken as it.
+        The memory's versions newer than the one we read hold it if it did, even if
+        another writer edited, moved or deleted the memory since. Another writer making
+        the very same change from the very same base is indistinguishable from our own
+        write, and is taken as it.
         """
+        path = new_path or memory.path
         async for version in call.client.list_versions(call.store_id, memory_id=memory.id):
             if version.id == memory.memory_version_id:
                 return False
-            if version.operation != "deleted" and version.content_sha256 == new_sha:
+            if (version.operation != "deleted" and version.content_sha256 == new_sha
+                    and version.path == path):
                 return True
         return False
 
@@ -374,32 +378,40 @@ class StoreMemory:
                 raise ToolFailure(f"File {target.raw} already exists")
             self._check_creatable(target, file_text)
             done = f"File created successfully at: {target.raw}"
-            before = call.retries
-            try:
-                await call.client.create_memory(call.store_id, target.memory_path, file_text)
-                return done
-            except api_errors.PathConflictError as exc:
-                blocker = exc.conflicting_path or ""
-                if blocker and blocker != target.memory_path and paths.is_ancestor(
-                    blocker, target.memory_path
-                ):
-                    raise ToolFailure(
-                        f"File {target.raw} was not created: {self.root}{blocker} is a file, so it "
-                        "cannot hold other files."
-                    ) from None
-                if call.retries > before:  # maybe our first attempt, saved, answer lost
-                    ours = await _quietly(self._is_ours(call, target, file_text))
-                    if ours:
-                        return done
-                    if ours is None:
-                        raise _Ambiguous(exc) from None
-                raise ToolFailure(f"File {target.raw} already exists") from None
-            except api_errors.BadRequestError as exc:
-                raise ToolFailure(await self._refused_create(call, target, exc)) from None
-            except api_errors.TRANSIENT as exc:
-                if await _quietly(self._is_ours(call, target, file_text)):
+            sha, sent_at = content_sha256(file_text), time.time()
+            for attempt in range(RESENDS + 1):
+                try:
+                    await call.client.create_memory(call.store_id, target.memory_path,
+                                                    file_text)
                     return done
-                raise _Ambiguous(exc) from None
+                except api_errors.PathConflictError as exc:
+                    blocker = exc.conflicting_path or ""
+                    if blocker and blocker != target.memory_path and paths.is_ancestor(
+                        blocker, target.memory_path
+                    ):
+                        raise ToolFailure(
+                            f"File {target.raw} was not created: {self.root}{blocker} is a "
+                            "file, so it cannot hold other files."
+                        ) from None
+                    if attempt:  # an earlier attempt of ours may have landed late
+                        ours = await _quietly(self._created(call, target, sha, sent_at))
+                        if ours:
+                            return done
+                        if ours is None:
+                            raise _Ambiguous(exc) from None
+                    raise ToolFailure(f"File {target.raw} already exists") from None
+                except api_errors.BadRequestError as exc:
+                    raise ToolFailure(await self._refused_create(call, target, exc)) from None
+                except api_errors.TRANSIENT as exc:
+                    if not api_errors.may_have_applied(exc):
+                        raise  # the client's own retries are spent: it was not sent
+                    ours = await _quietly(self._created(call, target, sha, sent_at))
+                    if ours:
+                        return done  # what happened to it since is another writer's
+                    if ours is None or attempt == RESENDS:
+                        raise _Ambiguous(exc) from None
+                    await _pause(attempt)  # not in the history: it was not applied
+            raise AssertionError("unreachable")
 
         return await self._guard(run, target.raw)
 
@@ -418,10 +430,17 @@ class StoreMemory:
                 f"memory holds at most {paths.MAX_CONTENT_BYTES:,} bytes."
             )
 
-    async def _is_ours(self, call: _Call, target: ToolPath, file_text: str) -> bool:
-        """After a lost answer: does the path now hold exactly what we sent?"""
-        found = await self._lookup(call, target)
-        return isinstance(found, Memory) and found.content_sha256 == content_sha256(file_text)
+    async def _created(self, call: _Call, target: ToolPath, sha: str, sent_at: float) -> bool:
+        """After a lost answer: was a memory created at the path with our content since
+        we sent it? Whatever became of it since (edited, moved, deleted) is another
+        writer's doing. Another writer creating the same bytes at the same path is
+        indistinguishable from our own create, and is taken as it."""
+        async for version in call.client.list_versions(
+            call.store_id, operation="created", created_gte=versions_since(sent_at)
+        ):
+            if version.path == target.memory_path and version.content_sha256 == sha:
+                return True
+        return False
 
     async def _refused_create(
         self, call: _Call, target: ToolPath, exc: api_errors.BadRequestError
@@ -479,7 +498,6 @@ class StoreMemory:
                     f"{size:,} bytes and a memory holds at most "
                     f"{paths.MAX_CONTENT_BYTES:,} bytes."
                 )
-            before = call.retries
             try:
                 await call.client.update_memory(
                     call.store_id,
@@ -488,21 +506,21 @@ class StoreMemory:
                     precondition_sha=memory.content_sha256,
                 )
                 return answer
-            except api_errors.PreconditionFailedError as exc:
-                # Someone else wrote first -- unless that someone is our own attempt
-                # whose answer was lost and was then overwritten before the retry.
-                if call.retries > before:
-                    ours = await _quietly(self._landed(call, memory, content_sha256(edited)))
-                    if ours:
-                        return answer
-                    if ours is None:
-                        raise _Ambiguous(exc) from None
+            except api_errors.PreconditionFailedError:
+                pass  # someone else wrote first: re-read, re-apply
             except api_errors.NotFoundError:
                 pass  # deleted or gone meanwhile: the next lookup says which
             except api_errors.TRANSIENT as exc:
-                if await _quietly(self._landed(call, memory, content_sha256(edited))):
-                    return answer
-                raise _Ambiguous(exc) from None
+                if not api_errors.may_have_applied(exc):
+                    raise  # the client's own retries are spent: it was not sent
+                ours = await _quietly(self._landed(call, memory, content_sha256(edited)))
+                if ours:
+                    return answer  # what happened to it since is another writer's
+                if ours is None:
+                    raise _Ambiguous(exc) from None
+                # Not in the history: not applied. The next attempt re-reads and sends
+                # it again, against that read: if it landed late after all, the same
+                # bytes make the server's no-op or a refused precondition.
             return _Again.LATER
 
         gave_up = ToolFailure(
@@ -643,10 +661,15 @@ class StoreMemory:
             except (api_errors.PreconditionFailedError, api_errors.NotFoundError):
                 pass  # edited, moved or deleted meanwhile: look again
             except api_errors.TRANSIENT as exc:
-                moved = await _quietly(self._lookup(call, new))
-                if isinstance(moved, Memory) and moved.id == found.id:
-                    return done
-                raise _Ambiguous(exc) from None
+                if not api_errors.may_have_applied(exc):
+                    raise  # the client's own retries are spent: it was not sent
+                ours = await _quietly(self._landed(call, found, found.content_sha256,
+                                                   new.memory_path))
+                if ours:
+                    return done  # what happened to it since is another writer's
+                if ours is None:
+                    raise _Ambiguous(exc) from None
+                # Not in the history: not applied; the next attempt looks again.
             return _Again.LATER
 
         return await self._optimistic(attempt, _kept_changing(old.raw, "renamed"), old.raw)
