@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +35,7 @@ from synchelpers import cat, conflicts, flush, sdk_by_path, xattr
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 
+MOUNT_ARGS = ("--write-back-delay", "0.2", "--delete-delay", "0", "--poll-interval", "0.5")
 #: The mount's client sends a DELETE at most this often (1 + its 2 retries). A create or
 #: an update that may have been applied is never sent again (docs/CLIENT.md).
 ATTEMPTS = 3
@@ -59,34 +61,78 @@ def _expected(kind: str, op: str) -> dict[str, str]:
     return {"/d/x.md": "again\n"}  # delete, then the file is made again
 
 
-@pytest.mark.parametrize(("kind", "op"), CASES, ids=[f"{k}-then-{o}" for k, o in CASES])
-def test_lost_answer_then_local_change(mounts, server, kind, op):
+def _start(mounts, kind: str):
+    """A new store and its mount with /d; /d/x.md synced (v1) unless the request is its
+    create: (store, mount, x, x's memory id, the gate's path rule for the request)."""
     store = mounts.new_store()
-    m = mounts.mount(store, "--write-back-delay", "0.2", "--delete-delay", "0",
-                     "--poll-interval", "0.5")
-    d = m.path / "d"
-    d.mkdir()
-    x = d / "x.md"
+    m = mounts.mount(store, *MOUNT_ARGS)
+    x = m.path / "d" / "x.md"
+    x.parent.mkdir()
     mid = None
     if kind != "create":
         x.write_text("v1\n")
         m.wait_synced()
         mid = xattr(x, "user.memfs.memory_id")
         assert mid
-    rule = rf"/memory_stores/{store}/memories" + (f"/{mid}$" if mid else "$")
+    return store, m, x, mid, rf"/memory_stores/{store}/memories" + (f"/{mid}$" if mid else "$")
+
+
+def _request(kind: str, x: Path) -> Path:
+    """The user's change that sends the request of `kind` for /d/x.md; the file's path
+    after it."""
+    if kind == "create":
+        x.write_text("version one\n")
+    elif kind == "update":
+        x.write_text("v2\n")
+    elif kind == "rename":
+        os.rename(x, x.parent / "y.md")
+        return x.parent / "y.md"
+    else:
+        x.unlink()
+    return x
+
+
+def _change(op: str, current: Path, x: Path) -> None:
+    """The user's change to the file (at `current`; `x` its first path, in /d)."""
+    if op == "rm":
+        current.unlink()
+    elif op == "mv":
+        os.rename(current, x.parent / "z.md")
+    elif op == "edit":
+        current.write_text("edited\n")
+    else:
+        x.write_text("again\n")
+
+
+def _ends_as_left(m, server, store: str, want: dict[str, str], mid: str | None = None) -> None:
+    """After a flush the server and the mount hold `want` (the mount follows another
+    writer's change within a few polls), with no conflict, and unmount says 0 left;
+    `mid`: the one memory left is the one it always was."""
+    flush(m)
+    m.wait_synced()
+    for _ in range(40):
+        tree = {"/" + str(p.relative_to(m.path)): cat(p) for p in m.path.rglob("*.md")}
+        if tree == want:
+            break
+        time.sleep(0.25)
+    assert server_memories(server, store) == want
+    assert tree == want
+    assert conflicts(m) == []
+    if mid is not None:
+        [(path, _content)] = want.items()
+        assert sdk_by_path(server, store)[path].id == mid
+    out = m.unmount()
+    assert re.search(r"pushed \d+ change\(s\), 0 left", out), out
+    assert server_memories(server, store) == want
+
+
+@pytest.mark.parametrize(("kind", "op"), CASES, ids=[f"{k}-then-{o}" for k, o in CASES])
+def test_lost_answer_then_local_change(mounts, server, kind, op):
+    store, m, x, mid, rule = _start(mounts, kind)
     with Gate(server) as gate:
         gate.hold("DELETE" if kind == "delete" else "POST", rule, when="after",
                   count=ATTEMPTS if kind == "delete" else 1, drop=True)
-        current = x
-        if kind == "create":
-            x.write_text("version one\n")
-        elif kind == "update":
-            x.write_text("v2\n")
-        elif kind == "rename":
-            current = d / "y.md"
-            os.rename(x, current)
-        else:
-            x.unlink()
+        current = _request(kind, x)
         [first] = gate.wait_held(1)
         assert first["status"] == 200, first          # applied and committed...
         on_server = sdk_by_path(server, store)
@@ -110,33 +156,13 @@ def test_lost_answer_then_local_change(mounts, server, kind, op):
             assert xattr(current, "user.memfs.state") == "pending"
             assert xattr(current, "user.memfs.memory_id") == (mid if kind != "create"
                                                                else None)
-        # The local change, made while the outcome is unknown.
-        if op == "rm":
-            current.unlink()
-        elif op == "mv":
-            os.rename(current, d / "z.md")
-        elif op == "edit":
-            current.write_text("edited\n")
-        else:
-            x.write_text("again\n")
+        _change(op, current, x)                       # while the outcome is unknown
         if kind == "delete":
             for _ in range(ATTEMPTS - 1):             # every retry's answer is lost too
                 gate.wait_held(1)
                 gate.release()
         gate.clear()
-    flush(m)
-    m.wait_synced()
-    want = _expected(kind, op)
-    assert server_memories(server, store) == want
-    tree = {"/" + str(p.relative_to(m.path)): cat(p) for p in m.path.rglob("*.md")}
-    assert tree == want
-    assert conflicts(m) == []
-    if op in ("mv", "edit"):                          # one memory, the one it always was
-        [(path, _content)] = want.items()
-        assert sdk_by_path(server, store)[path].id == mid
-    out = m.unmount()
-    assert re.search(r"pushed \d+ change\(s\), 0 left", out), out
-    assert server_memories(server, store) == want
+    _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
 
 
 # -- another writer after the lost answer ---------------------------------------------------
@@ -151,18 +177,8 @@ def test_another_writer_after_the_lost_answer(mounts, server, kind, theirs):
     nothing comes back or is duplicated. (While the client re-sent such a request blindly,
     the create came back after their delete, or stayed at its path beside their moved
     copy, and the rename moved theirs back.)"""
-    store = mounts.new_store()
-    m = mounts.mount(store, "--write-back-delay", "0.2", "--delete-delay", "0",
-                     "--poll-interval", "0.5")
-    d = m.path / "d"
-    d.mkdir()
-    x = d / "x.md"
-    mid = None
-    if kind != "create":
-        x.write_text("v1\n")
-        m.wait_synced()
-        mid = xattr(x, "user.memfs.memory_id")
-    rule = rf"/memory_stores/{store}/memories" + (f"/{mid}$" if mid else "$")
+    store, m, x, mid, rule = _start(mounts, kind)
+    d = x.parent
     mems = server.sdk().beta.memory_stores.memories
     with Gate(server) as gate:
         gate.hold("POST", rule, when="after", count=1, drop=True)
@@ -174,26 +190,13 @@ def test_another_writer_after_the_lost_answer(mounts, server, kind, theirs):
             os.rename(x, d / "y.md")
         [first] = gate.wait_held(1)
         assert first["status"] == 200, first          # applied...
-        [(path, memory)] = sdk_by_path(server, store).items()
+        [memory] = sdk_by_path(server, store).values()
         if theirs == "delete":                        # ...then another writer's change
             mems.delete(memory.id, memory_store_id=store)
         else:
             mems.update(memory.id, memory_store_id=store, path="/d/z.md")
         gate.release(first["seq"])                    # and the mount's answer lost
-    flush(m)
-    want = {} if theirs == "delete" else {"/d/z.md": "v1\n"}
-    m.wait_synced()
-    for _ in range(40):                               # the mount follows their change
-        tree = {"/" + str(p.relative_to(m.path)): cat(p) for p in m.path.rglob("*.md")}
-        if tree == want:
-            break
-        time.sleep(0.25)
-    assert server_memories(server, store) == want
-    assert tree == want
-    assert conflicts(m) == []
-    out = m.unmount()
-    assert re.search(r"pushed \d+ change\(s\), 0 left", out), out
-    assert server_memories(server, store) == want
+    _ends_as_left(m, server, store, {} if theirs == "delete" else {"/d/z.md": "v1\n"})
 
 
 # -- the daemon killed while the answer is held ----------------------------------------------
@@ -208,31 +211,11 @@ def test_daemon_killed_while_the_answer_is_held_then_local_change(mounts, server
     came: the next daemon knows of it only from its journal. The user changes the file
     on the new mount; the store must end as they left it, with no conflict (the
     interleaving harness's crash runs, `explore(crashes=True)`, through a real mount)."""
-    store = mounts.new_store()
-    args = ("--write-back-delay", "0.2", "--delete-delay", "0", "--poll-interval", "0.5")
-    m = mounts.mount(store, *args)
-    d = m.path / "d"
-    d.mkdir()
-    x = d / "x.md"
-    mid = None
-    if kind != "create":
-        x.write_text("v1\n")
-        m.wait_synced()
-        mid = xattr(x, "user.memfs.memory_id")
-        assert mid
-    rule = rf"/memory_stores/{store}/memories" + (f"/{mid}$" if mid else "$")
-    current = d / "y.md" if kind == "rename" else x
+    store, m, x, mid, rule = _start(mounts, kind)
     with Gate(server) as gate:
         gate.hold("DELETE" if kind == "delete" else "POST", rule, when="after", count=1,
                   drop=True)
-        if kind == "create":
-            x.write_text("version one\n")
-        elif kind == "update":
-            x.write_text("v2\n")
-        elif kind == "rename":
-            os.rename(x, current)
-        else:
-            x.unlink()
+        current = _request(kind, x)
         [held] = gate.wait_held(1)
         assert held["status"] == 200, held            # applied and committed...
         on_server = sdk_by_path(server, store)
@@ -242,28 +225,9 @@ def test_daemon_killed_while_the_answer_is_held_then_local_change(mounts, server
             assert on_server["/d/y.md"].id == mid
         m.kill9()                                     # ...and the daemon dies untold
         gate.clear()
-    m = mounts.mount(store, *args)                    # a new daemon, on its journal
-    if op == "rm":
-        current.unlink()
-    elif op == "mv":
-        os.rename(current, d / "z.md")
-    elif op == "edit":
-        current.write_text("edited\n")
-    else:
-        x.write_text("again\n")
-    flush(m)
-    m.wait_synced()
-    want = _expected(kind, op)
-    assert server_memories(server, store) == want
-    tree = {"/" + str(p.relative_to(m.path)): cat(p) for p in m.path.rglob("*.md")}
-    assert tree == want
-    assert conflicts(m) == []
-    if op in ("mv", "edit"):                          # one memory, the one it always was
-        [(path, _content)] = want.items()
-        assert sdk_by_path(server, store)[path].id == mid
-    out = m.unmount()
-    assert re.search(r"pushed \d+ change\(s\), 0 left", out), out
-    assert server_memories(server, store) == want
+    m = mounts.mount(store, *MOUNT_ARGS)              # a new daemon, on its journal
+    _change(op, current, x)
+    _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
 
 
 # -- a workload under lost answers ---------------------------------------------------------
