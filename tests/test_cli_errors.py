@@ -142,6 +142,34 @@ def test_a_refusal_by_the_server_is_one_line(server, tmp_path):
                                   "refused it (HTTP 400): "), proc.stderr
 
 
+def test_a_create_whose_answer_was_lost_says_it_may_have_been_applied(server, tmp_path):
+    """The store is created but the answer never comes (the connection reset after the
+    commit): the client does not send it again (another store of the same name would be
+    made), and the line says the store may exist."""
+    from gate import Gate
+
+    env = user_env(tmp_path, server.base_url, server.api_key)
+    with Gate(server) as gate:
+        gate.hold("POST", r"/v1/memory_stores$", when="after", count=1, drop=True)
+        proc = subprocess.Popen([sys.executable, "-m", "memfs", "stores", "create", "lost"],
+                                env=env, cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        try:
+            [held] = gate.wait_held(1)
+            gate.release(held["seq"])
+            _out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    assert err.startswith("Error: cannot create store 'lost': ") and len(err.splitlines()) == 1
+    assert err.rstrip().endswith("(it may have been applied all the same: look before trying "
+                                 "again)"), err
+    sdk = server.sdk()
+    assert [s.name for s in sdk.beta.memory_stores.list()].count("lost") == 1
+
+
 def test_every_option_has_help():
     missing = [f"memfs {name} {p.opts[0]}" for name, cmd in leaf_commands()
                for p in cmd.params if isinstance(p, click.Option) and not p.help]

@@ -445,6 +445,7 @@ class MemoryStoresClient:
                     err = APIConnectionError(
                         f"{method} {path} failed: {type(exc).__name__}: {reason}")
                     err.maybe_applied = maybe_applied
+                    err.method = method
                     raise err from exc
                 log.info(
                     "%s %s: %s; retry %d/%d",
@@ -470,6 +471,7 @@ class MemoryStoresClient:
                         or (maybe_applied and not replay)):
                     err = self._error_from_response(response)
                     err.maybe_applied = maybe_applied
+                    err.method = method
                     raise err
                 delay = self._backoff(attempt, response.headers)
                 log.info(

@@ -48,7 +48,11 @@ def describe(url: str | None, exc: api_errors.APIError, doing: str = "") -> str:
     if isinstance(exc, (api_errors.AuthenticationError, api_errors.PermissionDeniedError)):
         return f"{head}bad credentials for{where.rstrip()}: {exc.message}"
     if isinstance(exc, api_errors.TRANSIENT):
-        return f"{head}cannot reach{where}: {exc.message}"
+        line = f"{head}cannot reach{where}: {exc.message}"
+        if getattr(exc, "method", None) == "POST" and api_errors.may_have_applied(exc):
+            # Not sent again (a blind retry can undo another writer's change): say so.
+            line += " (it may have been applied all the same: look before trying again)"
+        return line
     if isinstance(exc, api_errors.APIResponseValidationError):
         return f"{head}{where.strip()} gave an answer memfs does not understand: {exc.message}"
     status = f" (HTTP {exc.status})" if exc.status else ""
