@@ -167,6 +167,7 @@ def lost_answer(server, store: str, command: dict[str, Any], path: str, change=N
         gate.hold(method, path, when="after", count=1, drop=True)
         job = Background(sync_tool(server, store), command)
         [first] = gate.wait_held(1)
+        assert first["status"] < 300, first  # applied and committed: the window is open
         if change is not None:
             change()
         gate.release(first["seq"])
