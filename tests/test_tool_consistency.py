@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from gate import Gate
-from toolutil import new_store, outcome, store_files, sync_tool
+from toolutil import new_store, outcome, store_files, sync_tool, with_engine
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -295,3 +295,45 @@ def test_a_lost_answer_then_another_writer(server, name):
     result = lost_answer(server, store, dict(command), path, method=method,
                          change=change and (lambda: change(sdk, store)))
     assert (result, store_files(server, store)) == (answer, after)
+
+
+def test_an_unanswered_edit_that_lands_late_is_not_applied_twice(server):
+    """The update is held before it applies, past the client's timeout: the history shows
+    nothing, so the tool reads the file again to send the edit once more -- and the same
+    edit lands just then (made through the SDK while the tool's lookup is held: to the
+    tool, its own first attempt landing late). The edit is in the file once, and
+    reported done."""
+    store, sdk, ids = setup(server, {"/log.md": "a\n"})
+    tool = with_engine(sync_tool(server, store), timeout=1.0, backoff_base=0.01)
+    command = {"command": "insert", "path": "/memories/log.md", "insert_line": 1,
+               "insert_text": "mine"}
+    with Gate(server) as gate:
+        gate.hold("POST", UPDATE, when="before", count=1)
+        gate.hold("GET", r"/memory_versions$", when="before", count=1)
+        job = Background(tool, command)
+        [update] = gate.wait_held(1)
+        [history] = [h for h in gate.wait_held(2) if h["seq"] != update["seq"]]
+        gate.hold("GET", r"/memories$", when="before", count=1)  # the next lookup
+        gate.release(history["seq"])                              # "not applied"
+        [lookup] = [h for h in gate.wait_held(2) if h["seq"] != update["seq"]]
+        sdk.beta.memory_stores.memories.update(ids["/log.md"], memory_store_id=store,
+                                               content="a\nmine\n")  # it lands now
+        gate.release(lookup["seq"])
+        result = job.join()
+    assert result == ("ok", "The file /memories/log.md has been edited.")
+    assert store_files(server, store) == {"/log.md": "a\nmine\n"}
+
+
+def test_an_unanswered_edit_not_in_the_history_is_sent_again(server):
+    """The update is held before it applies, past the client's timeout, and is never
+    applied (the server refuses it once released: its precondition no longer holds):
+    the history shows nothing, the tool sends the edit again, and it is there once."""
+    store, _, _ = setup(server, {"/log.md": "a\n"})
+    tool = with_engine(sync_tool(server, store), timeout=1.0, backoff_base=0.01)
+    command = {"command": "insert", "path": "/memories/log.md", "insert_line": 1,
+               "insert_text": "mine"}
+    with Gate(server) as gate:
+        gate.hold("POST", UPDATE, when="before", count=1)
+        result = Background(tool, command).join()
+    assert result == ("ok", "The file /memories/log.md has been edited.")
+    assert store_files(server, store) == {"/log.md": "a\nmine\n"}

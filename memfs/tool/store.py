@@ -480,6 +480,9 @@ class StoreMemory:
 
     async def _edit(self, target: ToolPath, apply: Callable[[str], tuple[str, str]]) -> str:
         """Read, apply, write with the read's sha as precondition; again while it races."""
+        #: writes whose answer was lost and which the history did not show (then):
+        #: (the memory as read, the sha sent, what the command answers if it landed)
+        unanswered: list[tuple[Memory, str, str]] = []
 
         async def attempt(call: _Call) -> str | _Again:
             found = await self._lookup(call, target)
@@ -490,6 +493,11 @@ class StoreMemory:
             memory = await self._read(call, found)
             if memory is None:
                 return _Again.NOW  # deleted since the lookup: look again
+            for sent, sha, done in unanswered:
+                # Landed late, before this read? Applied again it would be there twice.
+                # (Landing after the read, it makes our precondition fail: look again.)
+                if await self._landed(call, sent, sha):
+                    return done
             edited, answer = apply(memory.content or "")
             size = len(edited.encode("utf-8", "surrogatepass"))
             if size > paths.MAX_CONTENT_BYTES:
@@ -507,7 +515,7 @@ class StoreMemory:
                 )
                 return answer
             except api_errors.PreconditionFailedError:
-                pass  # someone else wrote first: re-read, re-apply
+                pass  # someone else wrote first (or a late landing of ours): look again
             except api_errors.NotFoundError:
                 pass  # deleted or gone meanwhile: the next lookup says which
             except api_errors.TRANSIENT as exc:
@@ -518,9 +526,9 @@ class StoreMemory:
                     return answer  # what happened to it since is another writer's
                 if ours is None:
                     raise _Ambiguous(exc) from None
-                # Not in the history: not applied. The next attempt re-reads and sends
-                # it again, against that read: if it landed late after all, the same
-                # bytes make the server's no-op or a refused precondition.
+                # Not in the history: not applied. The next attempt looks once more
+                # (it may still land late), then re-reads and sends it again.
+                unanswered.append((memory, content_sha256(edited), answer))
             return _Again.LATER
 
         gave_up = ToolFailure(
@@ -636,9 +644,13 @@ class StoreMemory:
         if old.is_root:
             raise ToolFailure(f"Cannot rename the {self.root} directory itself")
         done = f"Successfully renamed {old.raw} to {new.raw}"
+        unanswered: set[str] = set()  # memories whose lost rename the history did not show
 
         async def attempt(call: _Call) -> str | _Again:
-            if await self._lookup(call, new) is not None:
+            there = await self._lookup(call, new)
+            if isinstance(there, Memory) and there.id in unanswered:
+                return done  # an attempt not in the history then landed late
+            if there is not None:
                 raise ToolFailure(f"The destination {new.raw} already exists")
             found = await self._lookup(call, old)
             if found is None:
@@ -669,7 +681,7 @@ class StoreMemory:
                     return done  # what happened to it since is another writer's
                 if ours is None:
                     raise _Ambiguous(exc) from None
-                # Not in the history: not applied; the next attempt looks again.
+                unanswered.add(found.id)  # not in the history: not applied; look again
             return _Again.LATER
 
         return await self._optimistic(attempt, _kept_changing(old.raw, "renamed"), old.raw)
