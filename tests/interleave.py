@@ -73,6 +73,7 @@ from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
 from memfs.core.mountconfig import MountConfig, SyncOptions
 from memfs.core.signals import IdleClock
+from memfs.mount.daemon import CLIENT_RETRIES
 from memfs.mount.engine import StoreEngine
 from memfs.mount.router import Router
 from memfs.server.db import ApiError, Database
@@ -137,15 +138,21 @@ class HarnessClock(IdleClock):
             self.requests -= 1
 
 
-def make_engine(tmp_path: Path, transport: HeldTransport) -> Engine:
+def make_engine(tmp_path: Path, transport: HeldTransport, *, retries: int = 0) -> Engine:
     """One mount's sync machinery, built by `StoreEngine` as the daemon builds it, over the
     held transport and with the harness's idle clock; no FUSE and no sync loop (the harness
     runs the passes; `_run` starts the fetcher and the blob writer). Write-back delay 0,
-    delete delay an hour (tests age tombstones)."""
-    return Engine(tmp_path, transport, *make_store(tmp_path, transport))
+    delete delay an hour (tests age tombstones). `retries`: the client's, unwaited (the
+    explorations run the daemon's, `CLIENT_RETRIES`; tests that count requests, none)."""
+    return Engine(tmp_path, transport, *make_store(tmp_path, transport, retries), retries)
 
 
-def make_store(tmp_path: Path, transport: HeldTransport) -> tuple[StoreEngine, HarnessClock]:
+async def _no_wait(_delay: float) -> None:
+    await trio.lowlevel.checkpoint()
+
+
+def make_store(tmp_path: Path, transport: HeldTransport,
+               retries: int = 0) -> tuple[StoreEngine, HarnessClock]:
     """The `StoreEngine` of `make_engine` on the state directory `tmp_path` (a restarted
     daemon's: `Engine.restart`)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -153,7 +160,8 @@ def make_store(tmp_path: Path, transport: HeldTransport) -> tuple[StoreEngine, H
                           prefetch=False)
     cfg = MountConfig(base_url=BASE_URL, options=options, store_id=transport.store_id,
                       mountpoint=str(tmp_path / "mnt"), state_dir=str(tmp_path))
-    client = MemoryStoresClient(BASE_URL, None, max_retries=0, transport=transport)
+    client = MemoryStoresClient(BASE_URL, None, max_retries=retries, transport=transport,
+                                sleep=_no_wait)
     clock = HarnessClock()
     store = StoreEngine(cfg, client, clock=clock)
     store.ctx.fetcher.quiet_poll = 0.001  # the clock turns quiet at the step's end
@@ -430,11 +438,12 @@ class Engine:
     """One mount (a `StoreEngine`) plus its server, and a model of what every writer did."""
 
     def __init__(self, tmp: Path, transport: HeldTransport, store: StoreEngine,
-                 clock: HarnessClock) -> None:
+                 clock: HarnessClock, retries: int = 0) -> None:
         self.transport = transport
         self.db = transport.db
         self.store_id = transport.store_id
         self._attach(tmp, store, clock)
+        self.retries = retries
         self.restarts = 0
         #: The scope the store's fetcher and blob writer run in (`serve_content`).
         self.content_scope: trio.CancelScope | None = None
@@ -506,7 +515,7 @@ class Engine:
         if old.failure:
             self.state_errors.append(f"a background task failed: {old.failure}")
         old.close()
-        self._attach(snapshot, *make_store(snapshot, self.transport))
+        self._attach(snapshot, *make_store(snapshot, self.transport, self.retries))
         # Inode numbers are the old daemon's: the new one may give a number the user had
         # unlinked to a new file (a new mount has a new kernel inode cache: that is fine).
         self.removed.clear()
@@ -1257,7 +1266,7 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
     db = Database(":memory:")
     store = db.create_store(name="interleave")["id"]
     transport = HeldTransport(db, store, list_limit=scenario.list_limit)
-    eng = make_engine(tmp, transport)
+    eng = make_engine(tmp, transport, retries=CLIENT_RETRIES)
     try:
         async with trio.open_nursery() as background:
             await background.start(eng.serve_content)

@@ -42,6 +42,9 @@ from memfs.mount.marker import marker_content
 from memfs.mount.router import Router
 
 log = logging.getLogger("memfs.mount.daemon")
+#: Retries of the daemon's API client (a write that may have been applied is never
+#: retried: docs/CLIENT.md). The interleaving harness runs its engine with the same.
+CLIENT_RETRIES = 2
 
 
 class MountDaemon:
@@ -52,7 +55,8 @@ class MountDaemon:
         self.cfg = cfg
         self.group = isinstance(cfg, GroupConfig)
         self.control_dir = Path(cfg.group_dir if self.group else cfg.state_dir)
-        self.client = MemoryStoresClient(cfg.base_url, api_key, max_retries=2, timeout=30.0)
+        self.client = MemoryStoresClient(cfg.base_url, api_key, max_retries=CLIENT_RETRIES,
+                                         timeout=30.0)
         self.engines: list[StoreEngine] = []
         self.skipped: list[dict] = []  # stores of a session root that could not be opened
         self._nursery: trio.Nursery | None = None  # set while run() runs
