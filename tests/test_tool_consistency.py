@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from gate import Gate
+from synchelpers import sdk_by_path, sdk_create
 from toolutil import new_store, outcome, store_files, sync_tool, with_engine
 
 pytestmark = pytest.mark.timeout(60)
@@ -224,17 +225,12 @@ def test_directory_delete_and_rename_act_on_every_memory_below(server):
 # they deleted or duplicated the one they moved; a rename's moved theirs back; the rest
 # reported a failure for a write that had landed).
 
-def _by_path(sdk, store: str) -> dict[str, str]:
-    return {m.path: m.id for m in sdk.beta.memory_stores.memories.list(store)
-            if m.type == "memory"}
-
-
 def _their(action: str, path: str, to: str | None = None):
     """Another writer's change to the memory at `path` (looked up when it runs)."""
 
-    def run(sdk, store: str) -> None:
-        mems = sdk.beta.memory_stores.memories
-        mid = _by_path(sdk, store)[path]
+    def run(server, store: str) -> None:
+        mems = server.sdk().beta.memory_stores.memories
+        mid = sdk_by_path(server, store)[path].id
         if action == "edit":
             mems.update(mid, memory_store_id=store, content="theirs\n")
         elif action == "delete":
@@ -246,8 +242,8 @@ def _their(action: str, path: str, to: str | None = None):
 
 
 def _their_create(path: str):
-    def run(sdk, store: str) -> None:
-        sdk.beta.memory_stores.memories.create(store, path=path, content="theirs\n")
+    def run(server, store: str) -> None:
+        sdk_create(server, store, path, "theirs\n")
 
     return run
 
@@ -291,9 +287,9 @@ LOST_THEN = {  # name -> (command, method, path, their change, answer, the store
 @pytest.mark.parametrize("name", LOST_THEN)
 def test_a_lost_answer_then_another_writer(server, name):
     command, method, path, change, answer, after = LOST_THEN[name]
-    store, sdk, _ = setup(server, {} if command is CREATE_N else {"/x.md": "v1\n"})
+    store, _, _ = setup(server, {} if command is CREATE_N else {"/x.md": "v1\n"})
     result = lost_answer(server, store, dict(command), path, method=method,
-                         change=change and (lambda: change(sdk, store)))
+                         change=change and (lambda: change(server, store)))
     assert (result, store_files(server, store)) == (answer, after)
 
 
