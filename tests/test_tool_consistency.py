@@ -293,6 +293,11 @@ def test_a_lost_answer_then_another_writer(server, name):
     assert (result, store_files(server, store)) == (answer, after)
 
 
+#: The edit the two tests below hold past the client's timeout (1 s).
+INSERT_MINE = {"command": "insert", "path": "/memories/log.md", "insert_line": 1,
+               "insert_text": "mine"}
+
+
 def test_an_unanswered_edit_that_lands_late_is_not_applied_twice(server):
     """The update is held before it applies, past the client's timeout: the history shows
     nothing, so the tool reads the file again to send the edit once more -- and the same
@@ -301,12 +306,10 @@ def test_an_unanswered_edit_that_lands_late_is_not_applied_twice(server):
     reported done."""
     store, sdk, ids = setup(server, {"/log.md": "a\n"})
     tool = with_engine(sync_tool(server, store), timeout=1.0, backoff_base=0.01)
-    command = {"command": "insert", "path": "/memories/log.md", "insert_line": 1,
-               "insert_text": "mine"}
     with Gate(server) as gate:
         gate.hold("POST", UPDATE, when="before", count=1)
         gate.hold("GET", r"/memory_versions$", when="before", count=1)
-        job = Background(tool, command)
+        job = Background(tool, dict(INSERT_MINE))
         [update] = gate.wait_held(1)
         [history] = [h for h in gate.wait_held(2) if h["seq"] != update["seq"]]
         gate.hold("GET", r"/memories$", when="before", count=1)  # the next lookup
@@ -326,10 +329,8 @@ def test_an_unanswered_edit_not_in_the_history_is_sent_again(server):
     the history shows nothing, the tool sends the edit again, and it is there once."""
     store, _, _ = setup(server, {"/log.md": "a\n"})
     tool = with_engine(sync_tool(server, store), timeout=1.0, backoff_base=0.01)
-    command = {"command": "insert", "path": "/memories/log.md", "insert_line": 1,
-               "insert_text": "mine"}
     with Gate(server) as gate:
         gate.hold("POST", UPDATE, when="before", count=1)
-        result = Background(tool, command).join()
+        result = Background(tool, dict(INSERT_MINE)).join()
     assert result == ("ok", "The file /memories/log.md has been edited.")
     assert store_files(server, store) == {"/log.md": "a\nmine\n"}
