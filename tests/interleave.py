@@ -310,6 +310,9 @@ class HeldTransport(httpx.AsyncBaseTransport):
         self.records: list[Record] = []
         self.rules: list[FaultRule] = []
         self.holds: dict[int, Hold] = {}  # by action request index
+        #: whose requests are numbered (and so holdable): the action's, or a restarted
+        #: daemon's first pass ("settle", the crash runs' recovery pass)
+        self.counting = "action"
         self.outcome: tuple[int, str] | None = None  # (action request index, OUTCOMES)
         self.reached = trio.Event()  # set when a hold point is reached (the harness renews it)
         self.action_count = 0
@@ -348,7 +351,7 @@ class HeldTransport(httpx.AsyncBaseTransport):
         body = json.loads(raw) if raw else None
         origin = ORIGIN.get()
         rec = Record(len(self.records), origin, None, request.method, url.path, query, body)
-        if origin == "action":
+        if origin == self.counting:
             rec.index = self.action_count
             self.action_count += 1
         if rec.is_listing and self.list_limit is not None:
@@ -504,7 +507,11 @@ class Engine:
                         contextlib.closing(sqlite3.connect(out)) as b:
                     a.backup(b)
             else:
-                shutil.copy2(src, out)
+                # The blob writer's thread may be renaming its temporary file as we go (a
+                # task waiting on a thread counts as blocked): a file gone is one the kill
+                # came before or after, never one state.db names.
+                with contextlib.suppress(FileNotFoundError):
+                    shutil.copy2(src, out)
         return dest
 
     async def restart(self, snapshot: Path, nursery: trio.Nursery) -> None:
@@ -1177,6 +1184,7 @@ class RunResult:
     #: two holds: the second request reached its point while the first was still held
     together: bool = False
     crashed: bool = False  # the daemon was killed and started again ("crash")
+    recovery: int = 0  # a crash run: the requests of the restarted daemon's first pass
     action_error: str | None = None
     action_value: Any = None
     violations: list[str] = field(default_factory=list)
@@ -1245,7 +1253,11 @@ def _label(where: tuple) -> str:
         applied = "applied" if where[2] == "after" else "not applied"
         order = ("the operation, then the daemon killed" if where[3] == "then_crash"
                  else "the daemon killed, the operation after its restart")
-        return f"k={where[1]} {applied}: {order}"
+        again = ""
+        if len(where) > 4:
+            again = (f"; killed again at its first pass's request {where[4]}, "
+                     + ("applied" if where[5] == "after" else "not applied"))
+        return f"k={where[1]} {applied}: {order}{again}"
     return f"k={where[1]} {where[2]}"
 
 
@@ -1258,7 +1270,9 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
     learns what the server did | ("crash", k, point, when): the daemon killed while
     request k is held, before the server applies it or after ("before", "after"), the
     interference just before that ("then_crash") or once a new daemon has started on
-    what the killed one left ("restarted"), before its first pass.
+    what the killed one left ("restarted"), before its first pass | ("crash", k, point,
+    when, j, point2): the same, then the restarted daemon killed too while request j of
+    its first pass is held at point2 (`explore(twice=True)`).
 
     The engine's fetcher and blob writer run throughout, the mount quiet but while a local
     operation runs (`HarnessClock`)."""
@@ -1383,6 +1397,8 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
         ORIGIN.reset(token)
     await eng.close_all()
     made = eng.user_tree()
+    if crashed is not None:
+        await _recovery_pass(eng, where[4:6], result, background)
     try:
         await _settle(eng, result, scenario.may_stay)
     except Exception as exc:
@@ -1406,6 +1422,61 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
             ORIGIN.reset(token)
     result.violations += Oracle.requests(eng)
     result.violations += eng.state_errors
+
+
+async def _recovery_pass(eng: Engine, again: tuple, result: RunResult,
+                         background: trio.Nursery) -> None:
+    """The restarted daemon's first pass, as settling runs it (every pending delete due),
+    its requests numbered; with `again` (j, point), the daemon is killed a second time
+    while request j of that pass is held at point, and started again on what it left.
+    The pass resolves the first daemon's requests in doubt, so this is a crash while a
+    crash is being recovered from. Open handles were closed before: nothing unsaved.
+
+    The pass's requests are counted in the crash run without `again`, and a replay may
+    send fewer: a pass's concurrent sends do not always go out in the same order (the
+    harness's worker threads take their own time), so the restarted daemon may find
+    more or less done (a swap's park, say, of either memory). A hold not reached is
+    then a run without the second kill, still checked, not a failure."""
+    transport = eng.transport
+    transport.counting, transport.action_count, transport.outcome = "settle", 0, None
+    transport.holds = {again[0]: Hold(*again)} if again else {}
+    transport.reached = trio.Event()
+    done = trio.Event()
+    crashed: Path | None = None
+    token = ORIGIN.set("settle")
+    try:
+        async with trio.open_nursery() as nursery:
+            async def recover() -> None:
+                try:
+                    age_tombstones(eng)
+                    await eng.pusher.push_pass(flush=True, retry_failed=True)
+                except Exception as exc:
+                    result.violations.append(f"the restarted daemon's first pass raised "
+                                             f"{type(exc).__name__}: {exc}")
+                finally:
+                    done.set()
+                    transport.reached.set()
+
+            nursery.start_soon(recover)
+            if again:
+                hold = transport.holds[again[0]]
+                while hold.rec is None and not done.is_set():
+                    await transport.reached.wait()
+                    transport.reached = trio.Event()
+                if hold.rec is None:  # not a failure: see below
+                    result.label += f" (recovery request {again[0]} not reached)"
+                else:
+                    await trio.testing.wait_all_tasks_blocked()
+                    crashed = eng.snapshot()
+                    eng.content_scope.cancel()
+                    nursery.cancel_scope.cancel()  # the pass dies with the daemon
+            await done.wait()
+    finally:
+        ORIGIN.reset(token)
+        result.recovery = transport.action_count
+        transport.counting, transport.holds = "action", {}
+    if crashed is not None:
+        await eng.restart(crashed, background)
 
 
 def run_one(scenario: Scenario, tmp: Path, where: tuple, *, seed: int = 0,
@@ -1449,11 +1520,13 @@ class Exploration:
 
 
 def explore(scenario: Scenario, tmp: Path, *, outcomes: tuple[str, ...] = (),
-            crashes: bool = False) -> Exploration:
+            crashes: bool = False, twice: bool = False) -> Exploration:
     """Every hold point of every request of the action, plus before and after it; and
     with `outcomes`, each of them for every request, the interference after the action
     (while the mount does not know the outcome); with `crashes`, the daemon killed while
-    each request is on the wire (`CRASHES`). With a `second` interference, also every
+    each request is on the wire (`CRASHES`), and with `twice`, each crash run's restarted
+    daemon killed again at every point of every request of its first pass (the crash
+    run counted them). With a `second` interference, also every
     pair of holds: each hold run's own later requests, each at every point; where both
     were on the wire at once, also with the later one answered first."""
     base = run_one(scenario, tmp / "alone", ("none",))
@@ -1463,11 +1536,16 @@ def explore(scenario: Scenario, tmp: Path, *, outcomes: tuple[str, ...] = (),
     wheres.append(("post",))
     wheres += [("outcome", k, o) for k in range(n) for o in outcomes]
     wheres += [("crash", k, *c) for k in range(n) for c in CRASHES] if crashes else []
-    runs = [base] + [run_one(scenario, tmp / f"run{i}", w) for i, w in enumerate(wheres)]
+    first = [run_one(scenario, tmp / f"run{i}", w) for i, w in enumerate(wheres)]
+    runs = [base, *first]
+    if twice:
+        again = [(*w, j, p) for w, r in zip(wheres, first, strict=True)
+                 if w[0] == "crash" for j in range(r.recovery) for p in POINTS]
+        runs += [run_one(scenario, tmp / f"again{i}", w) for i, w in enumerate(again)]
     if scenario.second:
         # Two held requests: after request k1's hold (and the interference there), the
         # action sent what the run with that hold alone counted; hold each later one too.
-        pairs = [("holds", w[1:], (k2, p2)) for w, r in zip(wheres, runs[1:], strict=True)
+        pairs = [("holds", w[1:], (k2, p2)) for w, r in zip(wheres, first, strict=True)
                  if w[0] == "hold" and r.reached
                  for k2 in range(w[1] + 1, r.requests) for p2 in scenario.points]
         paired = [run_one(scenario, tmp / f"pair{i}", w) for i, w in enumerate(pairs)]

@@ -25,6 +25,7 @@ from interleave import (
     EXPLORED,
     FAULT_POINTS,
     OUTCOMES,
+    POINTS,
     RESERVED_PREFIX,
     Engine,
     FaultRule,
@@ -385,6 +386,46 @@ def test_a_crash_run_restarts_the_daemon_from_disk_alone(tmp_path: Path, monkeyp
     assert "the tree has /d/x.md = 'v1', the user left nothing" in planted.violations
 
 
+def test_a_second_crash_kills_the_restarted_daemon_in_its_first_pass(tmp_path: Path,
+                                                                    monkeypatch) -> None:
+    """`explore(twice=True)` kills the restarted daemon too, while its first pass (the one
+    that settles the first daemon's requests in doubt) has a request on the wire. The
+    crash run counts that pass's requests; each is then held at each point and the
+    daemon killed again: a third engine starts on what the second one left, and still
+    finds the request in doubt (the second one never learned its outcome). Planted, a
+    second restart whose journal lost the doubt fails as the first one does."""
+    scenario = next(s for s in CROSS if s.name == "create_then_unlink")
+    once = run_one(scenario, tmp_path / "once", ("crash", 0, "after", "restarted"))
+    assert not once.violations and once.recovery >= 1  # the doubt's read, at least
+    where = ("crash", 0, "after", "restarted", 0, "before")
+    seen: list[tuple] = []
+    restart = Engine.restart
+
+    async def watched(self, snapshot, nursery):
+        old = self.store
+        await restart(self, snapshot, nursery)
+        seen.append((old is not self.store, [t.path for t in self.state.doubts.values()]))
+
+    monkeypatch.setattr(Engine, "restart", watched)
+    twice = run_one(scenario, tmp_path / "twice", where)
+    assert not twice.violations and twice.reached, twice.violations
+    assert seen == [(True, ["/d/x.md"]), (True, ["/d/x.md"])]
+    assert "killed again at its first pass's request 0, not applied" in twice.label
+
+    snapshot = Engine.snapshot
+
+    def forgetful(self) -> Path:  # the second kill's copy only
+        dest = snapshot(self)
+        if self.restarts == 2:
+            with contextlib.closing(sqlite3.connect(dest / "state.db")) as db, db:
+                db.execute("DELETE FROM doubts")
+        return dest
+
+    monkeypatch.setattr(Engine, "snapshot", forgetful)
+    planted = run_one(scenario, tmp_path / "planted", where)
+    assert "the tree has /d/x.md = 'v1', the user left nothing" in planted.violations
+
+
 # -- lost answers: every request kind x every outcome x every local operation -------------
 #
 # The action sends one request for /d/x.md (a sibling, /d/k.md, is on the server). Each
@@ -454,7 +495,11 @@ PARK = [Scenario(f"{kind}_then_{op}" + ("" if op == "none" else f"_{f[1]}"), set
 
 @pytest.mark.parametrize("scenario", [*CROSS, *PARK], ids=lambda s: s.name)
 def test_lost_answers(scenario: Scenario, tmp_path: Path) -> None:
-    result = explore(scenario, tmp_path, outcomes=OUTCOMES, crashes=True)
+    """Each scenario with every outcome and the daemon killed; the request kinds x local
+    operations (CROSS) also with the restarted daemon killed again in its first pass (the
+    swaps too in the long run, docs/TESTING.md)."""
+    twice = scenario in CROSS or LONG
+    result = explore(scenario, tmp_path, outcomes=OUTCOMES, crashes=True, twice=twice)
     print(f"\n{scenario.name}: {len(result.runs)} interleavings")
     if result.failures:
         pytest.fail(result.summary(), pytrace=False)
@@ -462,7 +507,7 @@ def test_lost_answers(scenario: Scenario, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_scenario(scenario: Scenario, tmp_path: Path) -> None:
-    result = explore(scenario, tmp_path, crashes=True)
+    result = explore(scenario, tmp_path, crashes=True, twice=LONG)
     pairs = ", and pairs of holds" if scenario.second else ""
     print(f"\n{scenario.name}: {len(result.runs)} interleavings ({result.n} action "
           f"requests x ({len(scenario.points)} points + 4 crashes) + 3{pairs})")
@@ -509,6 +554,9 @@ def cases(draw) -> tuple[Scenario, tuple]:
         st.tuples(st.just("outcome"), st.integers(0, 3), st.sampled_from(OUTCOMES)),
         st.tuples(st.just("crash"), st.integers(0, 3), st.sampled_from(CRASHES)).map(
             lambda w: (w[0], w[1], *w[2])),
+        st.tuples(st.just("crash"), st.integers(0, 3), st.sampled_from(CRASHES),
+                  st.integers(0, 3), st.sampled_from(POINTS)).map(  # killed twice
+            lambda w: (w[0], w[1], *w[2], w[3], w[4])),
         st.tuples(st.sampled_from(["holds", "nested"]), hold, hold).filter(
             lambda w: w[1][0] < w[2][0])))
     return scenario, where

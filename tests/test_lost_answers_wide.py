@@ -117,7 +117,8 @@ LONG_RUN: list[Scenario] = [] if not LONG else (
 
 
 def _explore(scenario: Scenario, tmp_path: Path) -> None:
-    result = explore(scenario, tmp_path, outcomes=OUTCOMES, crashes=True)
+    # The long run also kills the restarted daemon again (`twice`, docs/TESTING.md).
+    result = explore(scenario, tmp_path, outcomes=OUTCOMES, crashes=True, twice=LONG)
     print(f"\n{scenario.name}: {len(result.runs)} interleavings")
     assert len(result.runs) >= 15  # alone, before, 4 hold points, after, 4 outcomes, 4 crashes
     if result.failures:
@@ -144,7 +145,7 @@ def test_lost_answers_with_another_writer(scenario: Scenario, tmp_path: Path) ->
 @pytest.mark.skipif(not LONG, reason="the long run: MEMFS_INTERLEAVE_LONG=1")
 @pytest.mark.parametrize("scenario", LONG_RUN, ids=lambda s: s.name)
 def test_lost_answers_long_run(scenario: Scenario, tmp_path: Path) -> None:
-    result = explore(scenario, tmp_path, outcomes=OUTCOMES, crashes=True)
+    result = explore(scenario, tmp_path, outcomes=OUTCOMES, crashes=True, twice=True)
     print(f"\n{scenario.name}: {len(result.runs)} interleavings")
     if result.failures:
         pytest.fail(result.summary(), pytrace=False)
