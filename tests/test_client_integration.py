@@ -85,6 +85,7 @@ async def settle_create(c: MemoryStoresClient, store_id: str, path: str, content
             SETTLED["create adopted"] += 1
             return other.id
         except TRANSIENT:
+            SETTLED["transient"] += 1
             await trio.sleep(0.01)
     raise AssertionError("create did not settle")
 
@@ -115,6 +116,7 @@ async def settle_update(
             SETTLED["update adopted"] += 1
             return
         except TRANSIENT:
+            SETTLED["transient"] += 1
             await trio.sleep(0.01)
     raise AssertionError("update did not settle")
 
@@ -128,6 +130,7 @@ async def settle_delete(c: MemoryStoresClient, store_id: str, memory_id: str, sh
             SETTLED["delete adopted"] += 1
             return  # an earlier round's delete landed (its response was lost)
         except TRANSIENT:
+            SETTLED["transient"] += 1
             await trio.sleep(0.01)
     raise AssertionError("delete did not settle")
 
@@ -474,7 +477,10 @@ async def test_convergence_under_faults(server, kind):
         stats = dict(c.stats)
 
     if kind != "latency":
-        assert stats["retries"] > 0, stats  # the faults did bite
+        # The faults did bite: the client retried (a read, a delete, a 429), or the caller
+        # saw the failure (a create or an update that may have been applied is never sent
+        # again by the client: whether one did, with 10 deletes among 130 requests, is luck).
+        assert stats["retries"] + SETTLED["transient"] > 0, (stats, SETTLED)
     if "drop_rate" in FAULTS[kind]:
         # Creates whose response was lost were retried into a 409 and adopted.
         assert SETTLED["create adopted"] > 0, SETTLED

@@ -14,6 +14,8 @@ duplicated, no conflict, and unmount reports 0 left.
 `test_daemon_killed_while_the_answer_is_held_then_local_change` kills the daemon
 (SIGKILL) while the applied request's answer is held instead, and makes the change on the
 next daemon's mount: what it knows of the request is its journal.
+`test_daemon_killed_again_while_it_settles_the_doubt` makes the change on that next
+daemon's mount while its first look at the outcome is held, then kills it too.
 
 The same cross product without a kernel, at every hold point, with every outcome and with
 the daemon killed, is `test_lost_answers` in tests/test_interleavings.py.
@@ -227,6 +229,41 @@ def test_daemon_killed_while_the_answer_is_held_then_local_change(mounts, server
         gate.clear()
     m = mounts.mount(store, *MOUNT_ARGS)              # a new daemon, on its journal
     _change(op, current, x)
+    _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
+
+
+@pytest.mark.parametrize(("kind", "op"), CRASH_CASES,
+                         ids=[f"{k}-then-{o}" for k, o in CRASH_CASES])
+def test_daemon_killed_again_while_it_settles_the_doubt(mounts, server, kind, op):
+    """As above, and the next daemon is killed too, while its first look at the request's
+    outcome is held (the read that settles a create or an update in doubt; a delete's
+    second DELETE). The user changes the file on that mount meanwhile. The third daemon
+    knows of the request only from the journal the first one wrote, which the second
+    must leave whole until it has the answer (the interleaving harness's
+    `explore(twice=True)`, through real mounts)."""
+    store, m, x, mid, rule = _start(mounts, kind)
+    with Gate(server) as gate:
+        gate.hold("DELETE" if kind == "delete" else "POST", rule, when="after", count=1,
+                  drop=True)
+        current = _request(kind, x)
+        [held] = gate.wait_held(1)
+        assert held["status"] == 200, held            # applied and committed...
+        if kind == "create":
+            mid = sdk_by_path(server, store)["/d/x.md"].id
+        m.kill9()                                     # ...the daemon dies untold
+        gate.clear()
+        if kind == "delete":                          # the next one sends it again
+            gate.hold("DELETE", rule, when="before", count=1)
+        else:                                         # the next one asks what happened
+            gate.hold("GET", rf"/memory_stores/{store}/(memory_versions|memories/)",
+                      when="before", count=1)
+        m = mounts.mount(store, *MOUNT_ARGS)
+        [settling] = gate.wait_held(1)
+        assert settling["seq"] != held["seq"]
+        _change(op, current, x)                       # while the outcome is unknown
+        m.kill9()                                     # and it dies before it learns it
+        gate.clear()
+    m = mounts.mount(store, *MOUNT_ARGS)              # a third daemon, on the journal
     _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
 
 

@@ -239,7 +239,10 @@ def test_the_documented_units_run_as_installed(opt_install, tmp_path: pathlib.Pa
         stop = _expand(directives(text, "ExecStop")[0], env, str(point))
         out = subprocess.run(stop, env=env, capture_output=True, text=True, timeout=90)
         assert out.returncode == 0, out.stdout + out.stderr
-        assert f"unmounted {point}: pushed 1 change(s), 0 left" in out.stdout
+        # The stop's flush pushes the note, unless the write-back delay ran out first (a
+        # loaded machine): either way nothing is left, and the server has it (below).
+        assert re.search(rf"unmounted {re.escape(str(point))}: pushed [01] change\(s\), 0 left",
+                         out.stdout), out.stdout
         assert mount.wait(timeout=30) == 0  # Restart=on-failure: a clean stop is not restarted
         sdk = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key=key,
                                   max_retries=0)
