@@ -17,10 +17,12 @@ import pytest
 from fs_helpers import ctx, fuse_errno
 
 from memfs.core.metrics import FuseTiming
+from memfs.mount.fastopen import FAST_BIT
 from memfs.mount.marker import MARKER_INO, MARKER_NAME, marker_content
 from memfs.mount.router import SHIFT, Router
 from memfs.mount.session_root import GROUP_ROOT
 from memfs.mount.store_fs import StoreFS
+from memfs.mount.versions import FH_BASE, INO_MIN, VERSIONS_INO
 from memfs.state.blobs import BlobCache
 from memfs.state.state import ROOT_INO, State
 
@@ -119,6 +121,29 @@ async def test_root_refuses_changes_and_stores_do_not_mix(group):
     assert await fuse_errno(group.mkdir(beta, b"d", 0o40755, ctx())) == errno.EROFS
     # An unknown store's numbers are ENOENT, never another store's file.
     assert await fuse_errno(group.getattr(9 << SHIFT | ROOT_INO, ctx())) == errno.ENOENT
+
+
+async def test_numbers_no_part_gave_out(group, monkeypatch):
+    """docs/SEMANTICS.md, "Numbers no part gave out": the kernel only sends numbers memfs
+    gave it, but the router still answers any other with ENOENT (a change in the
+    version-history range of a store without that tree: EROFS), and a handler's
+    unexpected exception with EIO, never by ending the mount."""
+    alpha = 1 << SHIFT
+    for call in (group.getattr(9 << SHIFT | ROOT_INO, ctx()),        # no such store
+                 group.read(9 << SHIFT | 3, 0, 10),                   # a handle there
+                 group.read(FAST_BIT | 0, 0, 10),                     # a fast handle, root
+                 group.getattr(alpha | INO_MIN, ctx()),               # no versions tree
+                 group.lookup(alpha | VERSIONS_INO, b"x", ctx()),
+                 group.read(alpha | FH_BASE, 0, 10)):
+        assert await fuse_errno(call) == errno.ENOENT
+    assert await fuse_errno(group.unlink(alpha | INO_MIN, b"x", ctx())) == errno.EROFS
+
+    async def broken(*args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(group.slots[1].fs.tree, "getattr", broken)
+    assert await fuse_errno(group.getattr(alpha | ROOT_INO, ctx())) == errno.EIO
+    assert (await group.getattr(2 << SHIFT | ROOT_INO, ctx())).st_ino  # the rest goes on
 
 
 async def test_every_request_notes_the_mounts_one_idle_clock(group):
