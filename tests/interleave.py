@@ -1184,6 +1184,8 @@ class RunResult:
     #: two holds: the second request reached its point while the first was still held
     together: bool = False
     crashed: bool = False  # the daemon was killed and started again ("crash")
+    #: a hold not reached because the action's request count varies (see `explore`)
+    excused: bool = False
     recovery: int = 0  # a crash run: the requests of the restarted daemon's first pass
     action_error: str | None = None
     action_value: Any = None
@@ -1500,7 +1502,7 @@ class Exploration:
 
     @property
     def failures(self) -> list[RunResult]:
-        return [r for r in self.runs if r.violations or not r.reached]
+        return [r for r in self.runs if r.violations or not (r.reached or r.excused)]
 
     def summary(self, *, traces: int = 1) -> str:
         """Failing interleavings grouped by message, then the first one's trace."""
@@ -1553,5 +1555,31 @@ def explore(scenario: Scenario, tmp: Path, *, outcomes: tuple[str, ...] = (),
         nested = [("nested", *w[1:]) for w, r in zip(pairs, paired, strict=True) if r.together]
         runs += paired + [run_one(scenario, tmp / f"nested{i}", w)
                           for i, w in enumerate(nested)]
+    _excuse_a_varying_count(scenario, tmp, runs)
     return Exploration(scenario, n, runs)
+
+
+def _excuse_a_varying_count(scenario: Scenario, tmp: Path, runs: list[RunResult]) -> None:
+    """A hold the action never reached fails the exploration: the action should send
+    the requests its run alone counted. Some actions do not, now and then: a pass's
+    concurrent sends do not always go out in the same order (the worker threads take
+    their own time), and one order takes a longer path (a rename sent before the create
+    it made room for meets a 409 first: 6 requests instead of 4, in about 1 run of 30
+    on a loaded machine). When the run alone took such a path, the holds past the usual
+    count are never reached. So, only then, the action runs alone twice more: if its
+    count differs from run to run, a run whose hold was not reached is excused (labelled,
+    not a failure) when it sent one of the shorter counts the action alone was seen to
+    send (its interference ran after the action, so the action ran alone). A count that
+    is always the same keeps every such failure."""
+    unreached = [r for r in runs if not r.reached]
+    if not unreached:
+        return
+    counts = {runs[0].requests}
+    counts |= {run_one(scenario, tmp / f"alone-again{i}", ("none",)).requests for i in (1, 2)}
+    if len(counts) == 1:
+        return
+    for r in unreached:
+        if r.requests in counts and r.requests < max(counts):
+            r.excused = True
+            r.label += f" (excused: the action alone sends {sorted(counts)} requests)"
 
