@@ -1436,7 +1436,7 @@ async def _recovery_pass(eng: Engine, again: tuple, result: RunResult,
 
     The pass's requests are counted in the crash run without `again`, and a replay may
     send fewer: a pass's concurrent sends do not always go out in the same order (the
-    harness's worker threads take their own time), so the restarted daemon may find
+    blob writer's worker thread takes its own time), so the restarted daemon may find
     more or less done (a swap's park, say, of either memory). A hold not reached is
     then a run without the second kill, still checked, not a failure."""
     transport = eng.transport
@@ -1562,8 +1562,8 @@ def explore(scenario: Scenario, tmp: Path, *, outcomes: tuple[str, ...] = (),
 def _excuse_a_varying_count(scenario: Scenario, tmp: Path, runs: list[RunResult]) -> None:
     """A hold the action never reached fails the exploration: the action should send
     the requests its run alone counted. Some actions do not, now and then: a pass's
-    concurrent sends do not always go out in the same order (the worker threads take
-    their own time), and one order takes a longer path (a rename sent before the create
+    concurrent sends do not always go out in the same order (the blob writer's worker
+    thread takes its own time), and one order takes a longer path (a rename sent before the create
     it made room for meets a 409 first: 6 requests instead of 4, in about 1 run of 30
     on a loaded machine). When the run alone took such a path, the holds past the usual
     count are never reached. So, only then, the action runs alone twice more: if its
