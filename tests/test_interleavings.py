@@ -15,6 +15,7 @@ import contextlib
 import os
 import sqlite3
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import hypothesis.strategies as st
@@ -33,6 +34,8 @@ from interleave import (
     Scenario,
     explore,
     run_one,
+    scratch,
+    scratch_root,
 )
 
 _LONG = os.environ.get("MEMFS_INTERLEAVE_LONG", "").strip()
@@ -50,6 +53,14 @@ class _Summary:
             total = sum(EXPLORED.values())
             parts = ", ".join(f"{n} {kind}" for kind, n in sorted(EXPLORED.items()))
             terminalreporter.write_sep("-", f"interleavings explored: {total} ({parts})")
+
+
+@pytest.fixture
+def harness_tmp(tmp_path: Path) -> Iterator[Path]:
+    """Where an exploration keeps its engines' state: a tmpfs when there is one with
+    room (`interleave.scratch`), a failing run's directory copied to tmp_path."""
+    with scratch(tmp_path) as d:
+        yield d
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -516,20 +527,20 @@ PARK = [Scenario(f"{kind}_then_{op}" + ("" if op == "none" else f"_{f[1]}"), set
 
 
 @pytest.mark.parametrize("scenario", [*CROSS, *PARK], ids=lambda s: s.name)
-def test_lost_answers(scenario: Scenario, tmp_path: Path) -> None:
+def test_lost_answers(scenario: Scenario, harness_tmp: Path) -> None:
     """Each scenario with every outcome and the daemon killed; the request kinds x local
     operations (CROSS) also with the restarted daemon killed again in its first pass (the
     swaps too in the long run, docs/TESTING.md)."""
     twice = scenario in CROSS or LONG
-    result = explore(scenario, tmp_path, outcomes=OUTCOMES, crashes=True, twice=twice)
+    result = explore(scenario, harness_tmp, outcomes=OUTCOMES, crashes=True, twice=twice)
     print(f"\n{scenario.name}: {len(result.runs)} interleavings")
     if result.failures:
         pytest.fail(result.summary(), pytrace=False)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
-def test_scenario(scenario: Scenario, tmp_path: Path) -> None:
-    result = explore(scenario, tmp_path, crashes=True, twice=LONG)
+def test_scenario(scenario: Scenario, harness_tmp: Path) -> None:
+    result = explore(scenario, harness_tmp, crashes=True, twice=LONG)
     pairs = ", and pairs of holds" if scenario.second else ""
     print(f"\n{scenario.name}: {len(result.runs)} interleavings ({result.n} action "
           f"requests x ({len(scenario.points)} points + 4 crashes) + 3{pairs})")
@@ -590,7 +601,7 @@ def cases(draw) -> tuple[Scenario, tuple]:
 @given(case=cases())
 def test_random_interleavings(case: tuple[Scenario, tuple]) -> None:
     scenario, where = case
-    with tempfile.TemporaryDirectory(prefix="memfs-interleave-") as d:
+    with tempfile.TemporaryDirectory(prefix="memfs-interleave-", dir=scratch_root()) as d:
         result = run_one(scenario, Path(d), where, kind="hypothesis")
     if result.violations:
         replay = (f"run_one(Scenario('replay', {scenario.setup!r}, {scenario.action!r}, "

@@ -31,6 +31,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+# ruff: noqa: F811  (the harness_tmp fixture imported below is redefined as an argument)
 from interleave import OUTCOMES, Scenario, explore
 from test_interleavings import (
     LOCAL_OPS,
@@ -38,6 +40,7 @@ from test_interleavings import (
     REQUEST_KINDS,
     SIBLING,
     _report_count,  # noqa: F401 - the count, printed at the end
+    harness_tmp,  # noqa: F401 - the fixture: the explorations' state on tmpfs
 )
 
 MORE_KINDS = {  # kind -> (setup, the file's path when the action starts)
@@ -116,9 +119,9 @@ LONG_RUN: list[Scenario] = [] if not LONG else (
        if op not in ("onto_sibling", "sibling_onto", "swap_with_sibling")])
 
 
-def _explore(scenario: Scenario, tmp_path: Path) -> None:
+def _explore(scenario: Scenario, tmp: Path) -> None:
     # The long run also kills the restarted daemon again (`twice`, docs/TESTING.md).
-    result = explore(scenario, tmp_path, outcomes=OUTCOMES, crashes=True, twice=LONG)
+    result = explore(scenario, tmp, outcomes=OUTCOMES, crashes=True, twice=LONG)
     print(f"\n{scenario.name}: {len(result.runs)} interleavings")
     assert len(result.runs) >= 15  # alone, before, 4 hold points, after, 4 outcomes, 4 crashes
     if result.failures:
@@ -133,19 +136,19 @@ def _explore(scenario: Scenario, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("scenario", SOLE, ids=lambda s: s.name)
-def test_lost_answers_more_kinds_and_operations(scenario: Scenario, tmp_path: Path) -> None:
-    _explore(scenario, tmp_path)
+def test_lost_answers_more_kinds_and_operations(scenario: Scenario, harness_tmp: Path) -> None:
+    _explore(scenario, harness_tmp)
 
 
 @pytest.mark.parametrize("scenario", SHARED, ids=lambda s: s.name)
-def test_lost_answers_with_another_writer(scenario: Scenario, tmp_path: Path) -> None:
-    _explore(scenario, tmp_path)
+def test_lost_answers_with_another_writer(scenario: Scenario, harness_tmp: Path) -> None:
+    _explore(scenario, harness_tmp)
 
 
 @pytest.mark.skipif(not LONG, reason="the long run: MEMFS_INTERLEAVE_LONG=1")
 @pytest.mark.parametrize("scenario", LONG_RUN, ids=lambda s: s.name)
-def test_lost_answers_long_run(scenario: Scenario, tmp_path: Path) -> None:
-    result = explore(scenario, tmp_path, outcomes=OUTCOMES, crashes=True, twice=True)
+def test_lost_answers_long_run(scenario: Scenario, harness_tmp: Path) -> None:
+    result = explore(scenario, harness_tmp, outcomes=OUTCOMES, crashes=True, twice=True)
     print(f"\n{scenario.name}: {len(result.runs)} interleavings")
     if result.failures:
         pytest.fail(result.summary(), pytrace=False)
