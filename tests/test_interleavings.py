@@ -362,15 +362,9 @@ def test_the_harness_runs_the_blob_writer(tmp_path: Path, monkeypatch) -> None:
     assert "/x.md: 'v3' is in memory only, a restart would lose it" in result.violations
 
 
-def test_a_crash_run_restarts_the_daemon_from_disk_alone(tmp_path: Path, monkeypatch) -> None:
-    """The crash runs (`explore(crashes=True)`) kill the daemon with a request on the
-    wire and start a new one on what the old one committed: the restarted daemon knows
-    of the request only from its journal. Planted, a restart whose journal lost the
-    request (its `doubts` rows deleted from the copy) re-sends a create the server had
-    applied, and the run fails: the file the user removed comes back."""
-    scenario = next(s for s in CROSS if s.name == "create_then_unlink")
-    where = ("crash", 0, "after", "restarted")
-    seen: list[tuple] = []
+def _watch_restarts(monkeypatch) -> list[tuple[bool, list[str]]]:
+    """Each restart as it happens: (a new engine, the paths of its requests in doubt)."""
+    seen: list[tuple[bool, list[str]]] = []
     restart = Engine.restart
 
     async def watched(self, snapshot, nursery):
@@ -379,20 +373,38 @@ def test_a_crash_run_restarts_the_daemon_from_disk_alone(tmp_path: Path, monkeyp
         seen.append((old is not self.store, [t.path for t in self.state.doubts.values()]))
 
     monkeypatch.setattr(Engine, "restart", watched)
+    return seen
+
+
+def _lose_the_journal_at(monkeypatch, kill: int) -> None:
+    """Planted: the copy the `kill`-th kill leaves has no `doubts` rows."""
+    snapshot = Engine.snapshot
+
+    def forgetful(self) -> Path:
+        dest = snapshot(self)
+        if self.restarts == kill:
+            with contextlib.closing(sqlite3.connect(dest / "state.db")) as db, db:
+                db.execute("DELETE FROM doubts")
+        return dest
+
+    monkeypatch.setattr(Engine, "snapshot", forgetful)
+
+
+def test_a_crash_run_restarts_the_daemon_from_disk_alone(tmp_path: Path, monkeypatch) -> None:
+    """The crash runs (`explore(crashes=True)`) kill the daemon with a request on the
+    wire and start a new one on what the old one committed: the restarted daemon knows
+    of the request only from its journal. Planted, a restart whose journal lost the
+    request (its `doubts` rows deleted from the copy) re-sends a create the server had
+    applied, and the run fails: the file the user removed comes back."""
+    scenario = next(s for s in CROSS if s.name == "create_then_unlink")
+    where = ("crash", 0, "after", "restarted")
+    seen = _watch_restarts(monkeypatch)
     real = run_one(scenario, tmp_path / "real", where)
     assert not real.violations and real.reached
     assert seen == [(True, ["/d/x.md"])]  # a new engine, the request in doubt from disk
     assert any("the daemon killed and started again" in line for line in real.trace)
 
-    snapshot = Engine.snapshot
-
-    def forgetful(self) -> Path:
-        dest = snapshot(self)
-        with contextlib.closing(sqlite3.connect(dest / "state.db")) as db, db:
-            db.execute("DELETE FROM doubts")
-        return dest
-
-    monkeypatch.setattr(Engine, "snapshot", forgetful)
+    _lose_the_journal_at(monkeypatch, kill=1)
     planted = run_one(scenario, tmp_path / "planted", where)
     assert "the tree has /d/x.md = 'v1', the user left nothing" in planted.violations
 
@@ -409,30 +421,13 @@ def test_a_second_crash_kills_the_restarted_daemon_in_its_first_pass(tmp_path: P
     once = run_one(scenario, tmp_path / "once", ("crash", 0, "after", "restarted"))
     assert not once.violations and once.recovery >= 1  # the doubt's read, at least
     where = ("crash", 0, "after", "restarted", 0, "before")
-    seen: list[tuple] = []
-    restart = Engine.restart
-
-    async def watched(self, snapshot, nursery):
-        old = self.store
-        await restart(self, snapshot, nursery)
-        seen.append((old is not self.store, [t.path for t in self.state.doubts.values()]))
-
-    monkeypatch.setattr(Engine, "restart", watched)
+    seen = _watch_restarts(monkeypatch)
     twice = run_one(scenario, tmp_path / "twice", where)
     assert not twice.violations and twice.reached, twice.violations
     assert seen == [(True, ["/d/x.md"]), (True, ["/d/x.md"])]
     assert "killed again at its first pass's request 0, not applied" in twice.label
 
-    snapshot = Engine.snapshot
-
-    def forgetful(self) -> Path:  # the second kill's copy only
-        dest = snapshot(self)
-        if self.restarts == 2:
-            with contextlib.closing(sqlite3.connect(dest / "state.db")) as db, db:
-                db.execute("DELETE FROM doubts")
-        return dest
-
-    monkeypatch.setattr(Engine, "snapshot", forgetful)
+    _lose_the_journal_at(monkeypatch, kill=2)  # the second kill's copy only
     planted = run_one(scenario, tmp_path / "planted", where)
     assert "the tree has /d/x.md = 'v1', the user left nothing" in planted.violations
 

