@@ -1301,6 +1301,23 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
     return result
 
 
+async def _until_held(transport: HeldTransport, hold: Hold, done: trio.Event) -> None:
+    """Until the held request is on the wire, or the work that would send it is done
+    (then `hold.rec` stays None: not reached)."""
+    while hold.rec is None and not done.is_set():
+        await transport.reached.wait()
+        transport.reached = trio.Event()
+
+
+def _kill(eng: Engine, nursery: trio.Nursery) -> Path:
+    """The daemon killed now, a request held on the wire: what it leaves on disk. Its
+    blob writer and every task in `nursery` end; no answer is taken in."""
+    crashed = eng.snapshot()
+    eng.content_scope.cancel()
+    nursery.cancel_scope.cancel()
+    return crashed
+
+
 async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: RunResult,
                       background: trio.Nursery) -> None:
     transport = eng.transport
@@ -1349,9 +1366,8 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
             hold = transport.holds[k]
             if kept:
                 await trio.testing.wait_all_tasks_blocked()
-            while hold.rec is None and not done.is_set() and not kept:
-                await transport.reached.wait()
-                transport.reached = trio.Event()
+            if not kept:
+                await _until_held(transport, hold, done)
             if hold.rec is None:
                 result.reached = False
                 result.label += f" (k={k} {point} not reached: the rest after the action)"
@@ -1362,9 +1378,7 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
             if where[0] == "crash":  # the daemon killed with request k on the wire
                 if where[3] == "then_crash":
                     await interfere(i)
-                crashed = eng.snapshot()
-                eng.content_scope.cancel()
-                nursery.cancel_scope.cancel()  # the action dies with it, unanswered
+                crashed = _kill(eng, nursery)  # the action dies with it, unanswered
                 break
             await interfere(i)
             if i == 0 and len(holds) > 1:
@@ -1463,16 +1477,12 @@ async def _recovery_pass(eng: Engine, again: tuple, result: RunResult,
             nursery.start_soon(recover)
             if again:
                 hold = transport.holds[again[0]]
-                while hold.rec is None and not done.is_set():
-                    await transport.reached.wait()
-                    transport.reached = trio.Event()
+                await _until_held(transport, hold, done)
                 if hold.rec is None:  # not a failure: see below
                     result.label += f" (recovery request {again[0]} not reached)"
                 else:
                     await trio.testing.wait_all_tasks_blocked()
-                    crashed = eng.snapshot()
-                    eng.content_scope.cancel()
-                    nursery.cancel_scope.cancel()  # the pass dies with the daemon
+                    crashed = _kill(eng, nursery)  # the pass dies with the daemon
             await done.wait()
     finally:
         ORIGIN.reset(token)
