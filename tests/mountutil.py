@@ -75,8 +75,21 @@ class MountProc:
     def status(self) -> dict:
         return json.loads(self.memfs("status", str(self.path), "--json").stdout)
 
+    def live_status(self) -> dict:
+        """What `status()` shows, asked of the running daemon on its control socket as
+        `memfs status` asks it, without starting a process per poll (the command's own
+        output is tested where it is the subject); `status()` when no daemon answers."""
+        from memfs.local import control
+
+        if self.state_dir is not None:
+            try:
+                return control.request(self.state_dir, {"cmd": "status"})["status"]
+            except (OSError, ValueError, KeyError):
+                pass
+        return self.status()
+
     def pending_total(self) -> int:
-        p = self.status()["pending"]
+        p = self.live_status()["pending"]
         return sum(len(p[k]) for k in ("creates", "updates", "renames", "deletes",
                                         "unconfirmed"))
 
@@ -84,7 +97,7 @@ class MountProc:
         """Until nothing is pending (optionally ignoring deletes still in their delay)."""
         deadline = time.monotonic() + timeout
         while True:
-            p = self.status()["pending"]
+            p = self.live_status()["pending"]
             kinds = ("creates", "updates", "renames", "unconfirmed") + (
                 ("deletes",) if deletes else ())
             if not any(p[k] for k in kinds):
@@ -167,7 +180,7 @@ class GroupMountProc(MountProc):
 
     def pending_total(self) -> int:
         total = 0
-        for store in self.status()["stores"]:
+        for store in self.live_status()["stores"]:
             p = store["pending"]
             total += sum(len(p[k]) for k in ("creates", "updates", "renames", "deletes",
                                               "unconfirmed"))
@@ -178,7 +191,7 @@ class GroupMountProc(MountProc):
         kinds = ("creates", "updates", "renames", "unconfirmed") + (
             ("deletes",) if deletes else ())
         while True:
-            left = [(s["name"], k) for s in self.status()["stores"]
+            left = [(s["name"], k) for s in self.live_status()["stores"]
                     for k in kinds if s["pending"][k]]
             if not left:
                 return

@@ -77,7 +77,7 @@ def test_unmount_names_what_stays_local_and_fails(server, mounts):
     (m.path / "good.md").write_text("ok\n")
     (m.path / "bad.md").write_bytes(b"\xff\xfe not UTF-8\n")  # cp says nothing: exit 0
     (m.path / "notes.md~").write_text("an editor's backup\n")
-    _wait(lambda: m.status()["pending"]["refused"], "refusal")
+    _wait(lambda: m.live_status()["pending"]["refused"], "refusal")
     out = m.unmount(kept=True)
     assert out.startswith(f"unmounted {m.path}: pushed 0 change(s), 0 left\n"), out
     assert "  1 file(s) stay here only, NOT on the server:\n    /bad.md: " in out, out
@@ -97,7 +97,7 @@ def test_a_session_root_unmount_names_the_store_of_each_kept_file(server, mounts
     store = mounts.new_store("Team")
     g = mounts.mount_group("--all")
     (g.path / "team" / "bad.md").write_bytes(b"\xc3\x28\n")
-    _wait(lambda: g.status()["stores"][0]["pending"]["refused"], "refusal")
+    _wait(lambda: g.live_status()["stores"][0]["pending"]["refused"], "refusal")
     out = g.unmount(kept=True)
     assert "  1 file(s) stay here only, NOT on the server:\n    /team/bad.md: " in out, out
     assert server.sdk().beta.memory_stores.memories.list(store).data == []
@@ -127,11 +127,11 @@ def test_serve_stop_refuses_under_live_mounts_and_they_follow_a_restart(tmp_path
         assert embedded.sdk().beta.memory_stores.retrieve(m.store_id).id == m.store_id
         assert m.memfs("serve", "stop", "--force").stdout.startswith("stopped (pid ")
         (path / "a.md").write_text("written while it was stopped\n")
-        _wait(lambda: m.status()["online"] is False, "offline status")
+        _wait(lambda: m.live_status()["online"] is False, "offline status")
         m.memfs("stores", "list")  # any command starts the embedded server again
         second = embedded.info()
         assert second["url"] != first["url"]
-        _wait(lambda: m.status()["online"], "the mount back online")
+        _wait(lambda: m.live_status()["online"], "the mount back online")
         m.wait_synced()
         assert m.status()["server"] == second["url"]
         memories = embedded.sdk().beta.memory_stores.memories.list(m.store_id, view="full")
@@ -161,10 +161,10 @@ def test_a_server_started_again_on_its_port_is_seen_at_the_next_poll(server, mou
     store = mounts.new_store("Back")
     m = mounts.mount(store, "--poll-interval", "0.5")
     server.stop()
-    _wait(lambda: m.status()["online"] is False, "offline status")
+    _wait(lambda: m.live_status()["online"] is False, "offline status")
     (m.path / "while-down.md").write_text("queued\n")
     time.sleep(3)  # failed probes: an exponential backoff would have grown
     server.start()  # the same port
-    _wait(lambda: m.status()["online"], "the mount back online")
+    _wait(lambda: m.live_status()["online"], "the mount back online")
     m.wait_synced()
     assert server_memories(server, store) == {"/while-down.md": "queued\n"}

@@ -229,7 +229,7 @@ def test_restart_offline_from_cache(mounts, server):
     (m.path / "docs" / "new.md").write_text("written offline\n")
     (m.path / "docs" / "a.md").write_text("edited offline\n")
     os.unlink(m.path / "docs" / "b.md")
-    status = wait_for(lambda: (lambda s: s if not s["online"] else None)(m.status()))
+    status = wait_for(lambda: (lambda s: s if not s["online"] else None)(m.live_status()))
     assert [x["path"] for x in status["pending"]["creates"]] == ["/docs/new.md"]
     assert [x["path"] for x in status["pending"]["updates"]] == ["/docs/a.md"]
     assert [x["path"] for x in status["pending"]["deletes"]] == ["/docs/b.md"]

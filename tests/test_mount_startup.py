@@ -10,6 +10,7 @@ httpx.
 # ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -150,6 +151,27 @@ def test_mount_starts_its_daemon_before_importing_trio_or_httpx(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+@needs_fuse
+def test_status_and_unmount_talk_to_the_daemon_without_trio(mounts):
+    """The control socket's client is the standard library: `memfs status` and `memfs
+    unmount` on a live mount import neither trio nor httpx (trio alone took half of
+    `memfs status`'s 0.3 s)."""
+    m = mounts.mount(mounts.new_store())
+    env = dict(m.env, PYTHONPROFILEIMPORTTIME="1")
+    for args in (("status", str(m.path), "--json"), ("unmount", str(m.path))):
+        proc = subprocess.run([sys.executable, "-m", "memfs", *args], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines()
+                    if line.startswith("import time:")}
+        assert "memfs.local.control" in imported, args  # it did ask the daemon
+        assert not {"trio", "httpx", "anyio"} & imported, args
+        if args[0] == "status":  # the daemon's own report, not the offline one
+            assert json.loads(proc.stdout)["running"] is True
+    m._wait_pid()
+    assert not is_mounted(m.path)
 
 
 def test_every_command_is_listed_and_runs_lazily():

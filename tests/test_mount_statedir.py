@@ -152,7 +152,7 @@ def test_a_live_mount_follows_the_embedded_server_to_its_new_port(embedded, tmp_
         m.wait_synced()
         _kill9(first["pid"])
         (path / "b.md").write_text("written while the server was down\n")
-        _wait(lambda: m.status()["online"] is False, 30, "the mount to notice")
+        _wait(lambda: m.live_status()["online"] is False, 30, "the mount to notice")
         m.memfs("stores", "list")  # any command starts the embedded server again
         second = embedded.info()
         assert second["url"] != first["url"]
@@ -214,7 +214,7 @@ def test_status_and_conflicts_find_an_unmounted_cache_dir_mount(mounts, server, 
         pool.submit(server.sdk().beta.memory_stores.memories.update, mid,
                     memory_store_id=store, content="theirs\n").result(timeout=30)
         gate.release(held["seq"])
-    _wait(lambda: m.status()["conflicts"], 30, "the conflict")
+    _wait(lambda: m.live_status()["conflicts"], 30, "the conflict")
     m.wait_synced()
 
     server.stop()

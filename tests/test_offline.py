@@ -24,11 +24,11 @@ CONVERGE = 90.0  # generous: backoff with jitter (capped at 10 s for a 1 s poll)
 
 
 def offline_status(m, what: str):
-    return wait_for(lambda: (s := m.status())["online"] is False and s, what=what)
+    return wait_for(lambda: (s := m.live_status())["online"] is False and s, what=what)
 
 
 def converged(m, server, store, expected: dict[str, str]):
-    wait_for(lambda: m.status()["online"] is True and m.pending_total() == 0,
+    wait_for(lambda: m.live_status()["online"] is True and m.pending_total() == 0,
              timeout=CONVERGE, what="back online, nothing pending")
     assert server_memories(server, store) == expected
     assert m.status()["conflicts"] == []
@@ -55,7 +55,7 @@ def test_503_everywhere_then_back(mounts, server):
     assert cat(m.path / "a.md") == "a1\n"
     (m.path / "a.md").write_text("a2\n")
     (m.path / "new.md").write_text("written offline\n")
-    wait_for(lambda: m.status()["pending"]["creates"], what="journaled create")
+    wait_for(lambda: m.live_status()["pending"]["creates"], what="journaled create")
     st = m.status()
     assert [c["path"] for c in st["pending"]["creates"]] == ["/new.md"]
     assert [u["path"] for u in st["pending"]["updates"]] == ["/a.md"]
@@ -111,7 +111,7 @@ def test_server_killed_then_started(mounts, server):
     assert cat(m.path / "seed.md") == "from the server\n"
     (m.path / "while-down.md").write_text("journaled\n")
     (m.path / "gone.md").unlink()
-    st = wait_for(lambda: (s := m.status())["pending"]["deletes"] and s, what="pending delete")
+    st = wait_for(lambda: (s := m.live_status())["pending"]["deletes"] and s, what="pending delete")
     [d] = st["pending"]["deletes"]
     assert d["path"] == "/gone.md" and d["due_at"] >= d["deleted_at"]
     assert [c["path"] for c in st["pending"]["creates"]] == ["/while-down.md"]

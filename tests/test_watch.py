@@ -207,7 +207,7 @@ def test_a_reader_that_stops_reading_never_slows_the_mount(mounts, server):
     store = mounts.new_store()
     m = mounts.mount(store)
     burst = 400
-    with control._short_path(m.state_dir) as short, \
+    with control.short_path(m.state_dir) as short, \
             sockets.socket(sockets.AF_UNIX) as sock:
         sock.connect(short)
         sock.sendall(json.dumps({"cmd": "events", "queue": 5}).encode() + b"\n")

@@ -1,7 +1,9 @@
 """The control socket: how `memfs unmount`, `status` and `conflicts` talk to a daemon.
 
 One JSON object per line each way, over a Unix socket in the mount's state
-directory (mode 0600). A request is answered by one line, except a stream (the
+directory (mode 0600). This module is the protocol and its clients, standard library
+only, so `memfs status` and `unmount` start without trio; the daemon's end is
+`memfs.mount.control_server`. A request is answered by one line, except a stream (the
 `events` command of `memfs watch`): its handler returns a :class:`Stream`, whose
 objects go out one line each until the client closes the connection.
 
@@ -21,8 +23,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import trio
-
 SOCKET_NAME = "control.sock"
 
 
@@ -37,7 +37,7 @@ Handler = Callable[[dict], Awaitable["dict | Stream"]]
 
 
 @contextlib.contextmanager
-def _short_path(state_dir: Path) -> Iterator[str]:
+def short_path(state_dir: Path) -> Iterator[str]:
     fd = os.open(state_dir, os.O_PATH | os.O_DIRECTORY)
     try:
         yield f"/proc/self/fd/{fd}/{SOCKET_NAME}"
@@ -45,82 +45,12 @@ def _short_path(state_dir: Path) -> Iterator[str]:
         os.close(fd)
 
 
-async def serve(state_dir: Path, handler: Handler,
-                task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Accept connections forever; each line is a request answered by handler."""
-    path = state_dir / SOCKET_NAME
-    path.unlink(missing_ok=True)
-    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old_umask = os.umask(0o177)
-    try:
-        with _short_path(state_dir) as short:
-            await sock.bind(short)
-    finally:
-        os.umask(old_umask)
-    os.chmod(path, 0o600)
-    sock.listen(8)
-    listener = trio.SocketListener(sock)
-    task_status.started()
-    try:
-        async with trio.open_nursery() as nursery:
-            while True:
-                stream = await listener.accept()
-                nursery.start_soon(_serve_one, stream, handler)
-    finally:
-        path.unlink(missing_ok=True)
-
-
-async def _serve_one(stream: trio.SocketStream, handler: Handler) -> None:
-    async with stream:
-        buf = b""
-        while b"\n" not in buf:
-            chunk = await stream.receive_some(65536)
-            if not chunk:
-                return
-            buf += chunk
-        try:
-            request = json.loads(buf.split(b"\n", 1)[0])
-            reply = await handler(request)
-        except Exception as exc:  # a bad request must not take the daemon down
-            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        try:
-            if isinstance(reply, Stream):
-                await _send_stream(stream, reply)
-            else:
-                await stream.send_all(json.dumps(reply).encode() + b"\n")
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-
-
-async def _send_stream(stream: trio.SocketStream, reply: Stream) -> None:
-    """Send the stream's lines until it ends or the client closes its end (seen at
-    once, not at the next line: a quiet stream must not hold a finished reader)."""
-    async with trio.open_nursery() as nursery:
-
-        async def until_closed() -> None:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                while await stream.receive_some(4096):
-                    pass
-            nursery.cancel_scope.cancel()
-
-        nursery.start_soon(until_closed)
-        try:
-            async for line in reply.lines:
-                await stream.send_all(json.dumps(line).encode() + b"\n")
-        finally:
-            aclose = getattr(reply.lines, "aclose", None)
-            if aclose is not None:
-                with trio.CancelScope(shield=True):
-                    await aclose()
-        nursery.cancel_scope.cancel()
-
-
 @contextlib.contextmanager
 def _sent(state_dir: Path, payload: dict, timeout: float) -> Iterator[socket.socket]:
     """A blocking connection to the daemon's socket, the request sent on it."""
     if not (state_dir / SOCKET_NAME).exists():
         raise FileNotFoundError("no control socket (is the daemon running?)")
-    with _short_path(state_dir) as short, socket.socket(socket.AF_UNIX) as sock:
+    with short_path(state_dir) as short, socket.socket(socket.AF_UNIX) as sock:
         sock.settimeout(timeout)
         sock.connect(short)
         sock.sendall(json.dumps(payload).encode() + b"\n")
@@ -148,7 +78,7 @@ async def stream_async(state_dir: Path, payload: dict) -> AsyncIterator[dict]:
 
     if not (state_dir / SOCKET_NAME).exists():
         raise FileNotFoundError("no control socket (is the daemon running?)")
-    with _short_path(state_dir) as short:
+    with short_path(state_dir) as short:
         conn = await anyio.connect_unix(short)
     async with conn:
         await conn.send(json.dumps(payload).encode() + b"\n")

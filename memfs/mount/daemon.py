@@ -36,7 +36,7 @@ from memfs.api.client import MemoryStoresClient
 from memfs.core.mountconfig import GroupConfig, GroupStore, MountConfig, config_from_json
 from memfs.local import control
 from memfs.local.registry import canonical_mountpoint, registry_file, write_private_json
-from memfs.mount import titles
+from memfs.mount import control_server, titles
 from memfs.mount.engine import StoreEngine, StoreLocked
 from memfs.mount.marker import marker_content
 from memfs.mount.router import Router
@@ -116,7 +116,7 @@ class MountDaemon:
             self._nursery = nursery
             nursery.start_soon(self._fuse_main)
             nursery.start_soon(titles.follow, self)  # `ps`: store, mountpoint, state
-            await nursery.start(control.serve, self.control_dir, self.handle_control)
+            await nursery.start(control_server.serve, self.control_dir, self.handle_control)
             nursery.start_soon(self._signals)
             for engine in self.engines:
                 await self._start_engine(engine)
