@@ -7,6 +7,7 @@ case that duplicates (a create its memory renamed since) is the documented cost.
 
 from __future__ import annotations
 
+import pytest
 from interleave import Engine, FaultRule
 from onepass import data, harness, lost_update
 
@@ -44,21 +45,6 @@ def kept(eng: Engine) -> list[tuple[str, str]]:
     return [(c["path"], c["local_sha"]) for c in eng.state.conflicts()]
 
 
-async def test_an_update_written_over_then_redacted_ends_in_a_conflict_that_keeps_it(
-        tmp_path):
-    """v2's update applied, its answer lost; another writer wrote v3, then redacted v2.
-    Not applied, as far as the server shows: v2 goes out again against v1, meets v3, and
-    the conflict keeps v2 beside the server's v3."""
-    async with harness(tmp_path) as eng:
-        mid = await lost_update(eng)
-        await eng.op_r_edit("/a.md", "v3")
-        redact_ours(eng, mid, "v2")
-        await settle(eng)
-        assert eng.server() == {"/a.md": (mid, sha256(data("v3")))}
-        assert eng.user_tree() == {"/a.md": sha256(data("v3"))}
-        assert kept(eng) == [("/a.md", sha256(data("v2")))]
-
-
 async def test_an_update_renamed_then_redacted_is_found_by_its_precondition(tmp_path):
     """v2's update applied, its answer lost; another writer renamed the memory, then
     redacted v2's version. Sent again against v1, the update meets the rename's version,
@@ -72,19 +58,22 @@ async def test_an_update_renamed_then_redacted_is_found_by_its_precondition(tmp_
         assert eng.user_tree() == {"/r.md": sha256(data("v2"))} and kept(eng) == []
 
 
-async def test_a_create_written_over_then_redacted_ends_in_a_conflict_that_keeps_it(
-        tmp_path):
-    """b.md's create applied, its answer lost; another writer changed the memory, then
-    redacted its creation. Created again, b.md meets that memory at its path: the server's
-    stands, ours is kept as a conflict, one memory."""
+@pytest.mark.parametrize("kind", ["update", "create"])
+async def test_a_request_written_over_then_redacted_ends_in_a_conflict_that_keeps_it(
+        tmp_path, kind):
+    """The request applied, its answer lost; another writer changed the memory, then
+    redacted our version. Not applied, as far as the server shows: the update goes out
+    again against v1, the create again at its path; either meets the other writer's
+    version, which stands, and the conflict keeps ours. One memory."""
+    path, mine = ("/a.md", "v2") if kind == "update" else ("/b.md", "mine")
     async with harness(tmp_path) as eng:
-        mid = await lost_create(eng)
-        await eng.op_r_edit("/b.md", "theirs")
-        redact_ours(eng, mid, "mine")
+        mid = await (lost_update if kind == "update" else lost_create)(eng)
+        await eng.op_r_edit(path, "theirs")
+        redact_ours(eng, mid, mine)
         await settle(eng)
-        assert eng.server() == {"/b.md": (mid, sha256(data("theirs")))}
-        assert eng.user_tree() == {"/b.md": sha256(data("theirs"))}
-        assert kept(eng) == [("/b.md", sha256(data("mine")))]
+        assert eng.server() == {path: (mid, sha256(data("theirs")))}
+        assert eng.user_tree() == {path: sha256(data("theirs"))}
+        assert kept(eng) == [(path, sha256(data(mine)))]
 
 
 async def test_a_create_renamed_then_redacted_is_made_again(tmp_path):
