@@ -1,7 +1,7 @@
 """A request in doubt whose own version the server no longer shows: another client
 redacted it (on the hosted API it may also have aged out of the 30-day version history)
 before the doubt was resolved. Such a request is taken as never applied (docs/SYNC.md,
-"Requests in doubt"); these tests hold what follows: nothing written is lost, and the one
+"Lost answers"); these tests hold what follows: nothing written is lost, and the one
 case that duplicates (a create its memory renamed since) is the documented cost.
 """
 
