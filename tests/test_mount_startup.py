@@ -4,7 +4,7 @@ processes import side by side), its configuration and API key through a pipe.
 A mount that fails leaves no daemon behind; a daemon that gets no configuration
 exits having touched nothing; the key never reaches the daemon's environment;
 `memfs mount` imports neither pyfuse3 nor, before the daemon is started, trio or
-httpx.
+httpx; `memfs status` and `unmount` import neither trio nor httpx at all.
 """
 
 # ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
