@@ -13,7 +13,7 @@ import pytest
 from memfs.cli.status import offline_status
 from memfs.core.mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS
 from memfs.core.nodes import Remote
-from memfs.state.schema import _ADDED, NODE_COLUMNS
+from memfs.state.schema import _ADDED, NODE_COLUMNS, SCHEMA_VERSION, create_or_migrate
 from memfs.state.state import State
 from memfs.state.view import LOCAL_ONLY_KEY, StateUnreadable, StateView, read_meta
 
@@ -166,6 +166,34 @@ def test_an_older_state_db_is_read_as_it_is_not_migrated(tmp_path):
     try:
         assert [r[1] for r in conn.execute("PRAGMA table_info(nodes)")] == columns
         assert conn.execute("SELECT count(*) FROM nodes").fetchone() == (1,)  # no root row
+    finally:
+        conn.close()
+
+
+def test_state_migrates_an_older_state_db_once(tmp_path):
+    """`State` (the daemon, an offline command) opening an older memfs's state.db adds
+    the tables and columns it lacks and marks it with the schema's version, keeping its
+    rows; every later open finds the version and runs no schema statement at all."""
+    db = tmp_path / "state.db"
+    conn = _older_state_db(db, base_sha="2" * 64)
+    conn.commit()
+    conn.close()
+    st = State(db)
+    try:
+        node = st.lookup_path("/a.md")
+        assert node is not None and node.memory_id == "mem_a" and node.gen == 0
+        assert st.doubts == {} and st.parks == {}
+    finally:
+        st.close()
+    conn = sqlite3.connect(db)
+    try:
+        columns = [r[1] for r in conn.execute("PRAGMA table_info(nodes)")]
+        assert sorted(columns) == sorted(NODE_COLUMNS)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        create_or_migrate(conn)
+        assert statements == ["PRAGMA user_version"]
     finally:
         conn.close()
 

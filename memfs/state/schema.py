@@ -158,10 +158,20 @@ DOUBT_COLUMNS = (
 CONFLICT_COLUMNS = ("id", "path", "memory_id", "local_sha", "remote_sha", "reason", "created_at")
 
 
+#: The schema's version, kept in ``PRAGMA user_version``: a state.db already at it is
+#: opened without re-running the schema (every State open: the daemon's start, each
+#: offline command, the interleaving harness's checks after every step). Bump it with
+#: every change to SCHEMA or _ADDED; older memfs releases left it at 0.
+SCHEMA_VERSION = 1
+
+
 def create_or_migrate(db: sqlite3.Connection) -> None:
     """Create the tables, and add the columns an older state.db lacks."""
+    if db.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+        return
     db.executescript(SCHEMA)
     for table, column, decl in _ADDED:
         have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
         if column not in have:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
