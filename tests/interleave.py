@@ -460,6 +460,8 @@ class Engine:
         self.remote_writes: set[tuple[str, str]] = set()
         self.alive: dict[str, str] | None = None  # memory id -> path (from action start)
         self.excused: set[str] = set()  # ids another client deleted
+        #: contents of ours whose versions another client redacted (`op_r_redact`)
+        self.redacted: set[str] = set()
         #: Conflict rows `conflicts restore` consumed: they still explain what they explained.
         self.restored: list[dict] = []
         self.named: dict[str, str] = {}  # "@/path" -> memory id at the action start
@@ -911,6 +913,22 @@ class Engine:
         except ApiError as exc:
             raise Skip(exc.message) from None
 
+    async def op_r_redact(self, target: str) -> None:
+        """Another client redacts every version of the memory at `target` that holds
+        content this mount's requests wrote there, but its head (which the server will
+        not redact): a lost answer's own version may be gone before the doubt is
+        resolved (docs/SYNC.md, "Not covered"; on the hosted API versions also age out)."""
+        mid, _path, _sha = self._memory(target)
+        ours = {sha for _p, sha in self.transport.wrote}
+        versions = self.db.list_versions(self.store_id, memory_id=mid, limit=100)["data"]
+        head = self.db.get_memory(self.store_id, mid)["memory_version_id"]
+        gone = [v for v in versions if v["id"] != head and v.get("content_sha256") in ours]
+        if not gone:
+            raise Skip(f"no version of ours to redact in {target}")
+        for v in gone:
+            self.db.redact_version(self.store_id, v["id"], actor=None)
+            self.redacted.add(v["content_sha256"])
+
     # sync passes (setup and settle)
 
     async def op_push(self) -> None:
@@ -1041,11 +1059,15 @@ class Oracle:
         version while our doubt cannot be resolved files our write as a conflict, since
         memfs cannot yet tell whether it landed; when the doubt is later found applied
         and written over ("superseded"), the row stays (tests/test_one_doubt.py,
-        `test_a_lost_update_written_over_after_a_listing_took_theirs_is_not_sent_again`)."""
+        `test_a_lost_update_written_over_after_a_listing_took_theirs_is_not_sent_again`).
+        Nor is content whose version another client redacted (`op_r_redact`): as far as
+        the server shows, our request never wrote it, and keeping it is what nothing
+        lost asks."""
         return [f"false conflict #{c['id']} at {c['path']}: it keeps "
                 f"{eng.label(c['local_sha'])}, which this mount's request wrote there"
                 for c in eng.state.conflicts()
-                if (c["path"], c["local_sha"]) in eng.transport.wrote]
+                if (c["path"], c["local_sha"]) in eng.transport.wrote
+                and c["local_sha"] not in eng.redacted]  # the server no longer shows it
 
     @staticmethod
     def tree(eng: Engine) -> list[str]:

@@ -12,8 +12,9 @@ the ones it was not (docs/TESTING.md, "Lost answers"):
   rename onto the sibling, the sibling renamed onto the file, an open file's unsaved
   writes, a write then an unlink, a swap with the sibling through a temporary name, a
   move out of the directory;
-* another writer in the window (7 remote operations, alone or with a local one): the
-  oracle then checks that nothing is lost instead of the sole writer's exact tree, and
+* another writer in the window (10 remote operations, alone or with a local one; three
+  end with the versions our requests wrote redacted, the lost answer's own among them):
+  the oracle then checks that nothing is lost instead of the sole writer's exact tree, and
   that no conflict keeps a write of ours the server took (`Oracle.applied_not_in_conflict`).
 
 Every scenario is explored as `test_lost_answers` explores its own: every hold point and
@@ -72,6 +73,12 @@ REMOTE_OPS = {  # another client, alone or with a local operation
     "their_edit_my_write": lambda f: [("r_edit", f, "theirs"), ("write", f, "mine")],
     "their_delete_my_write": lambda f: [("r_delete", f), ("write", f, "mine")],
     "their_rename_my_rename": lambda f: [("r_rename", f, "/d/r.md"), ("rename", f, "/d/z.md")],
+    # ... and the versions our requests wrote redacted after it (what a lost answer's
+    # doubt then finds: tests/test_doubt_history_gone.py, one run each)
+    "their_edit_redact": lambda f: [("r_edit", f, "theirs"), ("r_redact", f)],
+    "their_rename_redact": lambda f: [("r_rename", f, "/d/r.md"), ("r_redact", "/d/r.md")],
+    "their_redact_my_write": lambda f: [("r_edit", f, "theirs"), ("r_redact", f),
+                                        ("write", f, "mine")],
 }
 ALL_KINDS = {**REQUEST_KINDS, **MORE_KINDS}
 
