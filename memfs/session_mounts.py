@@ -172,7 +172,7 @@ class SessionMounts:
         result = await anyio.run_process(
             [sys.executable, "-P", "-m", "memfs", "unmount", str(self._root),
              "--timeout", str(FLUSH_TIMEOUT)], check=False, stdin=subprocess.DEVNULL)
-        from memfs.cli.mount import NOT_ALL_PUSHED
+        from memfs.cli.unmount import NOT_ALL_PUSHED
 
         out = (result.stdout + result.stderr).decode(errors="replace").strip()
         if result.returncode == NOT_ALL_PUSHED:  # unmounted; the output names what is kept

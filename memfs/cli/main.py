@@ -10,10 +10,10 @@ import click
 #: or completion): `memfs mount` must not import the history or tool code, nor
 #: `memfs status` trio and httpx.
 LAZY_COMMANDS = {
-    "mount": "memfs.cli.mount:mount",        # mount, unmount, status, stores
-    "unmount": "memfs.cli.mount:unmount",
-    "status": "memfs.cli.mount:status",
-    "stores": "memfs.cli.mount:stores",
+    "mount": "memfs.cli.mount:mount",        # a store, a session's, a server's
+    "unmount": "memfs.cli.unmount:unmount",  # flush, unmount, name what stays local
+    "status": "memfs.cli.status:status",
+    "stores": "memfs.cli.stores:stores",     # list / create / archive
     "conflicts": "memfs.cli.conflicts:conflicts",  # list / restore / discard local versions
     "tool": "memfs.cli.tool:tool",           # the memory tool straight over a store
     "mcp": "memfs.cli.mcp:mcp",              # the memory tool and memories as an MCP server

@@ -1,14 +1,13 @@
-"""`memfs mount`, `unmount`, `status` and `stores`: the commands around a mount."""
+"""`memfs mount`: a store (or a session's or a server's stores) mounted, its daemon
+started and handed its configuration."""
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import select
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -23,8 +22,9 @@ from memfs.api.oneshot import call_with_client
 # Light imports only: `memfs mount` starts the daemon process before it imports trio
 # and httpx (its own lookups need them), so the two processes import side by side.
 from memfs.cli import progress, spawn, storenames
-from memfs.cli.completion import complete_mountpoints, complete_stores
-from memfs.cli.errors import call, command_server, describe
+from memfs.cli.completion import complete_stores
+from memfs.cli.errors import command_server, describe
+from memfs.cli.options import server_options
 from memfs.core.mountconfig import (
     DEFAULT_LOCAL_ONLY_PATTERNS,
     GroupConfig,
@@ -34,25 +34,8 @@ from memfs.core.mountconfig import (
     is_loopback,
     parse_metrics_addr,
 )
-from memfs.local.registry import all_mounts, canonical_mountpoint, read_registry, registry_file
+from memfs.local.registry import is_mounted
 from memfs.state.statedir import Unreachable, key_from_probe, offline_key, open_state_dir, remember
-
-BASE_URL_HELP = ("API base URL (default: $ANTHROPIC_BASE_URL, else the embedded local "
-                 "server).")
-KEY_FILE_HELP = "Read the API key from this file (default: $ANTHROPIC_API_KEY)."
-JSON_HELP = "Machine-readable output."
-
-
-def server_options(fn):
-    """--base-url and --api-key-file, as every command that talks to a server has them."""
-    fn = click.option("--api-key-file", default=None, help=KEY_FILE_HELP)(fn)
-    return click.option("--base-url", default=None, help=BASE_URL_HELP)(fn)
-
-
-def _is_mounted(path: str) -> bool:
-    real = canonical_mountpoint(path)
-    with open("/proc/mounts") as f:
-        return any(line.split()[1].encode().decode("unicode_escape") == real for line in f)
 
 
 def _preflight(mountpoint: str, allow_non_empty: bool = False) -> None:
@@ -60,7 +43,7 @@ def _preflight(mountpoint: str, allow_non_empty: bool = False) -> None:
         raise click.ClickException("/dev/fuse is missing: load the fuse module (modprobe fuse)")
     if shutil.which("fusermount3") is None:
         raise click.ClickException("fusermount3 not found: install the fuse3 package")
-    if _is_mounted(mountpoint):  # checked first: stat-ing a hung mount would block
+    if is_mounted(mountpoint):  # checked first: stat-ing a hung mount would block
         raise click.ClickException(f"{mountpoint} is busy: something is already mounted there")
     if not os.path.isdir(mountpoint):
         raise click.ClickException(f"mountpoint {mountpoint} does not exist or is not a directory")
@@ -314,7 +297,7 @@ def _mount_group(session_id, root, base_url, api_key_file, cache_dir, options, r
         cfg, key = _plan_group(session_id, root, base_url, api_key_file, cache_dir, options,
                                read_only, common)
         cfg.allow_partial = allow["partial"]
-        if not os.path.exists(cfg.root) and not _is_mounted(cfg.root):
+        if not os.path.exists(cfg.root) and not is_mounted(cfg.root):
             try:
                 os.makedirs(cfg.root, mode=0o755)
             except OSError as exc:
@@ -497,307 +480,3 @@ class _Handover:
         raise click.ClickException(msg)
 
 
-# -- unmount -----------------------------------------------------------------------------
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError as exc:
-        return exc.errno == errno.EPERM
-    # The daemon is reparented to init when `memfs mount` returns; a zombie
-    # waiting for a slow (or non-reaping, in containers) init has exited.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-    except (OSError, IndexError):
-        return True
-
-
-@click.command()
-@click.argument("mountpoint", type=click.Path(), shell_complete=complete_mountpoints)
-@click.option("--timeout", type=click.FloatRange(0), default=30.0, show_default=True,
-              help="Bound on the flush of pending changes.")
-def unmount(mountpoint, timeout):
-    """Flush pending changes, unmount MOUNTPOINT and wait for its daemon to exit.
-
-    Names every file that stays local, and why. Exit status 3: unmounted, but some
-    change did not reach the server (the server refused a file, or it could not be
-    reached in time: kept in the journal for the next mount); 1: not unmounted."""
-    mountpoint = os.path.abspath(mountpoint)
-    info = read_registry(mountpoint)
-    if info is None:
-        if _is_mounted(mountpoint):
-            subprocess.run(["fusermount3", "-u", mountpoint], check=False)
-            if _is_mounted(mountpoint):
-                subprocess.run(["fusermount3", "-uz", mountpoint], check=False)
-            click.echo(f"unmounted {mountpoint} (no memfs daemon was registered for it)")
-            return
-        raise click.ClickException(f"{mountpoint} is not a memfs mount")
-    from memfs.local import control
-
-    state_dir, pid = Path(info["state_dir"]), int(info["pid"])
-    try:
-        with progress.live(f"flushing {mountpoint}", progress.flush_poller(state_dir)):
-            reply = control.request(state_dir, {"cmd": "unmount", "timeout": timeout},
-                                    timeout=timeout + 30)
-    except (OSError, ValueError) as exc:
-        if _pid_alive(pid):
-            raise click.ClickException(f"the daemon (pid {pid}) does not answer: {exc}") from None
-        subprocess.run(["fusermount3", "-uz", mountpoint], check=False)
-        registry_file(mountpoint).unlink(missing_ok=True)
-        click.echo(f"the daemon was gone; cleared the stale mount at {mountpoint}")
-        return
-    deadline = time.monotonic() + 30
-    while _pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if _pid_alive(pid):
-        raise click.ClickException(f"the daemon (pid {pid}) did not exit")
-    if _is_mounted(mountpoint):
-        subprocess.run(["fusermount3", "-uz", mountpoint], check=False)
-    pushed, left = reply.get("pushed", 0), reply.get("left", 0)
-    click.echo(f"unmounted {mountpoint}: pushed {pushed} change(s), {left} left")
-    for store in reply.get("stores", []):
-        click.echo(f"  {store['name']} ({store['store_id']}): pushed {store['pushed']}, "
-                   f"{store['left']} left"
-                   + (f" ({store['offline']})" if store.get("offline") else ""))
-    if left:
-        click.echo(f"  {left} change(s) stay journaled and go out on the next mount"
-                   + (f" ({reply['offline']})" if reply.get("offline") else ""))
-    if not report_kept(reply) or left:
-        sys.exit(NOT_ALL_PUSHED)
-
-
-#: `memfs unmount`'s exit status when it unmounted but something written there did
-#: not reach the server (each file named); 1 means it did not unmount.
-NOT_ALL_PUSHED = 3
-
-
-def report_kept(reply: dict) -> bool:
-    """Name each file a flush could not push, and why; True when every file the user
-    wrote reached the server (editor temp files are local by design)."""
-    not_pushed, temp = reply.get("not_pushed", []), reply.get("local_only", [])
-    if not_pushed:
-        click.echo(f"  {len(not_pushed)} file(s) stay here only, NOT on the server:")
-        for item in not_pushed:
-            click.echo(f"    {item['path']}: {item['reason']}")
-    if temp:
-        click.echo(f"  {len(temp)} editor/tool temp file(s) stay local by design: "
-                   + ", ".join(i["path"] for i in temp[:5]) + (", ..." if len(temp) > 5 else ""))
-    return not not_pushed
-
-
-# -- status ------------------------------------------------------------------------------
-
-
-def mount_status(mountpoint: str) -> dict:
-    from memfs.cli.status import locate
-    from memfs.local import control
-    from memfs.state.view import StateUnreadable
-
-    def offline_status(state_dir: Path) -> dict:
-        from memfs.cli.status import offline_status as read
-
-        try:
-            return read(state_dir)
-        except StateUnreadable as exc:
-            raise click.ClickException(f"{mountpoint}: {exc}") from None
-
-    found = locate(mountpoint)  # the registry, else the state.db last mounted there
-    if found is None:
-        group = _offline_group_status(mountpoint)
-        if group is not None:
-            return group
-        raise click.ClickException(f"{mountpoint} is not a memfs mount")
-    state_dir, info = found
-    if info is None:
-        return offline_status(state_dir)
-    try:
-        reply = control.request(state_dir, {"cmd": "status"})
-        return reply["status"]
-    except (OSError, ValueError, KeyError):
-        return offline_status(state_dir)
-
-
-def _offline_group_status(root: str) -> dict | None:
-    """A session root with no daemon: each store's status from its state.db."""
-    from memfs.cli.group import read_group_json
-    from memfs.cli.status import offline_status
-
-    data = read_group_json(root, None)
-    if data is None:
-        return None
-    stores = []
-    for entry in data.get("stores") or []:
-        try:
-            one = offline_status(Path(entry["state_dir"]))
-        except Exception as exc:  # a damaged state dir: say so, show the others
-            one = {"store_id": entry.get("store_id"), "running": False,
-                   "last_error": f"cannot read its state: {exc}"}
-        stores.append({**one, "name": entry.get("name")})
-    return {"running": False, "group": True, "kind": data.get("kind"),
-            "mountpoint": data.get("root", root), "session_id": data.get("session_id"),
-            "server": stores[0].get("server") if stores else None, "stores": stores,
-            "skipped": []}
-
-
-def _ago(ts: float | None) -> str:
-    if not ts:
-        return "never"
-    return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ts))} ({time.time() - ts:.0f}s ago)"
-
-
-def format_status(s: dict) -> str:
-    p = s.get("pending", {})
-    store = (f"{s['store_name']} ({s.get('store_id')})" if s.get("store_name")
-             else s.get("store_id"))
-    lines = [f"{s.get('mountpoint')}: store {store} on {s.get('server')}"]
-    if not s.get("running"):
-        lines.append("  daemon: not running (from state.db)")
-    elif s.get("online"):
-        lines.append("  online" + (" (read-only)" if s.get("read_only") else ""))
-    else:
-        lines.append(f"  OFFLINE since {_ago(s.get('offline_since'))}: {s.get('offline_reason')}")
-    secs = s.get("last_sync_seconds")
-    lines.append(f"  last sync: {_ago(s.get('last_sync_at'))}"
-                 + (f", took {secs:.2f}s" if secs is not None else ""))
-    if s.get("running"):
-        feed = s.get("feed") or {}
-        lines.append(f"  remote changes: {feed.get('mode', 'full')} mode"
-                     + (f", feed at {feed['position']}" if feed.get("position") else "")
-                     + f"; last full listing {_ago(feed.get('last_full_listing_at'))}"
-                     + (f"; MISSED BY THE FEED: {feed['missed']}" if feed.get("missed") else ""))
-        polls = feed.get("polls") or []
-        if polls:
-            last = polls[-1]
-            lines.append(f"  feed polls: last {last['requests']} request(s), "
-                         f"{progress.human_bytes(last['bytes'])}, {last['versions']} version(s)"
-                         f"; last {len(polls)}: {sum(x['requests'] for x in polls)} request(s), "
-                         f"{progress.human_bytes(sum(x['bytes'] for x in polls))}"
-                         + (f"; {feed['late']} version(s) read out of order"
-                            if feed.get("late") else ""))
-    lines.append("  pending: {} create(s), {} update(s), {} rename(s), {} delete(s)".format(
-        len(p.get("creates", [])), len(p.get("updates", [])), len(p.get("renames", [])),
-        len(p.get("deletes", [])))
-        + (f", {len(p['unconfirmed'])} unconfirmed" if p.get("unconfirmed") else ""))
-    for u in p.get("unconfirmed", []):
-        lines.append(f"    unconfirmed {u['request']} of {u['path']}: its answer was lost; "
-                     "the server is asked what it did before anything else is sent")
-    for d in p.get("deletes", []):
-        due = d.get("due_at")
-        lines.append(f"    delete {d['path']}" + (f" due in {max(0, due - time.time()):.0f}s"
-                                                   if due else ""))
-    for kind in ("creates", "updates", "renames", "deletes"):
-        for item in p.get(kind, []):
-            if item.get("error"):
-                where = item.get("path") or item.get("to")
-                lines.append(f"  failing: {kind[:-1]} {where}: {item['error']} (retried "
-                             f"in {max(0, (item.get('retry_at') or 0) - time.time()):.0f}s)")
-    for kind in ("refused", "local_only"):
-        for item in p.get(kind, []):
-            lines.append(f"  {kind.replace('_', '-')}: {item['path']}: {item['reason']}")
-    conflicts = s.get("conflicts", [])
-    lines.append(f"  conflicts: {len(conflicts)}" + (" (memfs conflicts)" if conflicts else ""))
-    for c in conflicts:
-        lines.append(f"    #{c['id']} {c['path']}: {c['reason']}")
-    if s.get("last_error"):
-        lines.append(f"  last error: {s['last_error']}")
-    if s.get("metrics_url"):
-        lines.append(f"  metrics: {s['metrics_url']}")
-    return "\n".join(lines)
-
-
-@click.command()
-@click.argument("mountpoint", type=click.Path(), required=False,
-                shell_complete=complete_mountpoints)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--watch", "-w", is_flag=True, help="Refresh until Ctrl-C (in place on a terminal).")
-@click.option("--interval", type=click.FloatRange(0.1), default=1.0, show_default=True,
-              help="Seconds between refreshes with --watch.")
-def status(mountpoint, as_json, watch, interval):
-    """Show sync status of MOUNTPOINT (or of every memfs mount)."""
-    if watch:
-        if as_json:
-            raise click.UsageError("--watch shows the text report; poll --json instead")
-        progress.watch(lambda: _status_text(mountpoint), interval=interval)
-        return
-    click.echo(_status_text(mountpoint, as_json))
-
-
-def _status_text(mountpoint, as_json=False) -> str:
-    points = [os.path.abspath(mountpoint)] if mountpoint else all_mounts()
-    results = [mount_status(m) for m in points]
-    if as_json:
-        return json.dumps(results[0] if mountpoint else results, indent=2)
-    if not results:
-        return "no memfs mounts"
-    out = []
-    for s in results:
-        if s.get("group"):
-            from memfs.cli.group import format_group_status
-
-            out.append(format_group_status(s, format_status))
-        else:
-            out.append(format_status(s))
-    return "\n".join(out)
-
-
-# -- stores ------------------------------------------------------------------------------
-
-
-@click.group()
-def stores():
-    """List, create and archive memory stores."""
-
-
-def _store_json(s) -> dict:
-    return {"id": s.id, "name": s.name, "description": s.description,
-            "created_at": s.created_at, "archived_at": s.archived_at}
-
-
-@stores.command("list")
-@server_options
-@click.option("--include-archived", is_flag=True, help="List archived stores too (marked).")
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def stores_list(base_url, api_key_file, include_archived, as_json):
-    """List the stores on the server."""
-    url, key, _embedded = command_server(base_url, api_key_file)
-
-    async def go(c):
-        return [s async for s in c.list_stores(include_archived=include_archived)]
-
-    items = call(url, key, go, "cannot list stores")
-    if as_json:
-        click.echo(json.dumps([_store_json(s) for s in items], indent=2))
-        return
-    for s in items:
-        click.echo(f"{s.id}\t{s.name}" + ("\t(archived)" if s.archived_at else ""))
-
-
-@stores.command("create")
-@click.argument("name")
-@click.option("--description", default=None, help="The store's description (free text).")
-@server_options
-def stores_create(name, description, base_url, api_key_file):
-    """Create a store; prints its id."""
-    url, key, _embedded = command_server(base_url, api_key_file)
-    s = call(url, key, lambda c: c.create_store(name, description=description),
-             f"cannot create store {name!r}")
-    click.echo(s.id)
-
-
-@stores.command("archive")
-@click.argument("store_id", metavar="STORE", shell_complete=complete_stores)
-@server_options
-def stores_archive(store_id, base_url, api_key_file):
-    """Archive STORE (an id, a name or a slug; one-way: it becomes read-only)."""
-    url, key, _embedded = command_server(base_url, api_key_file)
-    found = storenames.resolve_for_cli(url, key, store_id)
-    if found.archived:
-        click.echo(f"{found.describe()} is already archived")
-        return
-    s = call(url, key, lambda c: c.archive_store(found.id),
-             f"cannot archive {found.describe()}")
-    click.echo(f"archived {s.id}")

@@ -17,7 +17,7 @@ from memfs.api.oneshot import call_with_client
 from memfs.cli import storenames
 from memfs.cli.completion import complete_stores
 from memfs.cli.errors import call, command_server, describe
-from memfs.cli.mount import JSON_HELP, server_options
+from memfs.cli.options import JSON_HELP, server_options
 
 ACCESS = ("read_write", "read_only")
 

@@ -1,13 +1,21 @@
-"""What `memfs status` reports, from a live daemon or straight from state.db."""
+"""`memfs status`: what it reports, from a live daemon or straight from state.db, and
+how it shows it."""
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
+import click
+
+from memfs.cli import progress
+from memfs.cli.completion import complete_mountpoints
+from memfs.local.registry import all_mounts
 from memfs.state.report import pending
 from memfs.state.schema import STATE_DB
-from memfs.state.view import StateView, read_meta
+from memfs.state.view import StateUnreadable, StateView, read_meta
 
 
 def locate(mountpoint: str) -> tuple[Path, dict | None] | None:
@@ -67,3 +75,153 @@ def offline_status(state_dir: Path) -> dict:
         }
     finally:
         state.close()
+
+
+def mount_status(mountpoint: str) -> dict:
+    """The status of one mountpoint: its daemon's, else read from its state.db (a
+    session root's stores' each)."""
+    from memfs.local import control
+
+    found = locate(mountpoint)  # the registry, else the state.db last mounted there
+    if found is None:
+        group = _offline_group_status(mountpoint)
+        if group is not None:
+            return group
+        raise click.ClickException(f"{mountpoint} is not a memfs mount")
+    state_dir, info = found
+    if info is None:
+        return _readable_offline_status(state_dir, mountpoint)
+    try:
+        reply = control.request(state_dir, {"cmd": "status"})
+        return reply["status"]
+    except (OSError, ValueError, KeyError):
+        return _readable_offline_status(state_dir, mountpoint)
+
+
+def _readable_offline_status(state_dir: Path, mountpoint: str) -> dict:
+    try:
+        return offline_status(state_dir)
+    except StateUnreadable as exc:
+        raise click.ClickException(f"{mountpoint}: {exc}") from None
+
+
+def _offline_group_status(root: str) -> dict | None:
+    """A session root with no daemon: each store's status from its state.db."""
+    from memfs.cli.group import read_group_json
+
+    data = read_group_json(root, None)
+    if data is None:
+        return None
+    stores = []
+    for entry in data.get("stores") or []:
+        try:
+            one = offline_status(Path(entry["state_dir"]))
+        except Exception as exc:  # a damaged state dir: say so, show the others
+            one = {"store_id": entry.get("store_id"), "running": False,
+                   "last_error": f"cannot read its state: {exc}"}
+        stores.append({**one, "name": entry.get("name")})
+    return {"running": False, "group": True, "kind": data.get("kind"),
+            "mountpoint": data.get("root", root), "session_id": data.get("session_id"),
+            "server": stores[0].get("server") if stores else None, "stores": stores,
+            "skipped": []}
+
+
+def _ago(ts: float | None) -> str:
+    if not ts:
+        return "never"
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ts))} ({time.time() - ts:.0f}s ago)"
+
+
+def format_status(s: dict) -> str:
+    p = s.get("pending", {})
+    store = (f"{s['store_name']} ({s.get('store_id')})" if s.get("store_name")
+             else s.get("store_id"))
+    lines = [f"{s.get('mountpoint')}: store {store} on {s.get('server')}"]
+    if not s.get("running"):
+        lines.append("  daemon: not running (from state.db)")
+    elif s.get("online"):
+        lines.append("  online" + (" (read-only)" if s.get("read_only") else ""))
+    else:
+        lines.append(f"  OFFLINE since {_ago(s.get('offline_since'))}: {s.get('offline_reason')}")
+    secs = s.get("last_sync_seconds")
+    lines.append(f"  last sync: {_ago(s.get('last_sync_at'))}"
+                 + (f", took {secs:.2f}s" if secs is not None else ""))
+    if s.get("running"):
+        feed = s.get("feed") or {}
+        lines.append(f"  remote changes: {feed.get('mode', 'full')} mode"
+                     + (f", feed at {feed['position']}" if feed.get("position") else "")
+                     + f"; last full listing {_ago(feed.get('last_full_listing_at'))}"
+                     + (f"; MISSED BY THE FEED: {feed['missed']}" if feed.get("missed") else ""))
+        polls = feed.get("polls") or []
+        if polls:
+            last = polls[-1]
+            lines.append(f"  feed polls: last {last['requests']} request(s), "
+                         f"{progress.human_bytes(last['bytes'])}, {last['versions']} version(s)"
+                         f"; last {len(polls)}: {sum(x['requests'] for x in polls)} request(s), "
+                         f"{progress.human_bytes(sum(x['bytes'] for x in polls))}"
+                         + (f"; {feed['late']} version(s) read out of order"
+                            if feed.get("late") else ""))
+    lines.append("  pending: {} create(s), {} update(s), {} rename(s), {} delete(s)".format(
+        len(p.get("creates", [])), len(p.get("updates", [])), len(p.get("renames", [])),
+        len(p.get("deletes", [])))
+        + (f", {len(p['unconfirmed'])} unconfirmed" if p.get("unconfirmed") else ""))
+    for u in p.get("unconfirmed", []):
+        lines.append(f"    unconfirmed {u['request']} of {u['path']}: its answer was lost; "
+                     "the server is asked what it did before anything else is sent")
+    for d in p.get("deletes", []):
+        due = d.get("due_at")
+        lines.append(f"    delete {d['path']}" + (f" due in {max(0, due - time.time()):.0f}s"
+                                                   if due else ""))
+    for kind in ("creates", "updates", "renames", "deletes"):
+        for item in p.get(kind, []):
+            if item.get("error"):
+                where = item.get("path") or item.get("to")
+                lines.append(f"  failing: {kind[:-1]} {where}: {item['error']} (retried "
+                             f"in {max(0, (item.get('retry_at') or 0) - time.time()):.0f}s)")
+    for kind in ("refused", "local_only"):
+        for item in p.get(kind, []):
+            lines.append(f"  {kind.replace('_', '-')}: {item['path']}: {item['reason']}")
+    conflicts = s.get("conflicts", [])
+    lines.append(f"  conflicts: {len(conflicts)}" + (" (memfs conflicts)" if conflicts else ""))
+    for c in conflicts:
+        lines.append(f"    #{c['id']} {c['path']}: {c['reason']}")
+    if s.get("last_error"):
+        lines.append(f"  last error: {s['last_error']}")
+    if s.get("metrics_url"):
+        lines.append(f"  metrics: {s['metrics_url']}")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("mountpoint", type=click.Path(), required=False,
+                shell_complete=complete_mountpoints)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--watch", "-w", is_flag=True, help="Refresh until Ctrl-C (in place on a terminal).")
+@click.option("--interval", type=click.FloatRange(0.1), default=1.0, show_default=True,
+              help="Seconds between refreshes with --watch.")
+def status(mountpoint, as_json, watch, interval):
+    """Show sync status of MOUNTPOINT (or of every memfs mount)."""
+    if watch:
+        if as_json:
+            raise click.UsageError("--watch shows the text report; poll --json instead")
+        progress.watch(lambda: _status_text(mountpoint), interval=interval)
+        return
+    click.echo(_status_text(mountpoint, as_json))
+
+
+def _status_text(mountpoint, as_json=False) -> str:
+    points = [os.path.abspath(mountpoint)] if mountpoint else all_mounts()
+    results = [mount_status(m) for m in points]
+    if as_json:
+        return json.dumps(results[0] if mountpoint else results, indent=2)
+    if not results:
+        return "no memfs mounts"
+    out = []
+    for s in results:
+        if s.get("group"):
+            from memfs.cli.group import format_group_status
+
+            out.append(format_group_status(s, format_status))
+        else:
+            out.append(format_status(s))
+    return "\n".join(out)

@@ -20,7 +20,7 @@ import trio
 from memfs.cli import storenames
 from memfs.cli.completion import complete_stores
 from memfs.cli.errors import command_server
-from memfs.cli.mount import server_options
+from memfs.cli.options import server_options
 from memfs.tool.store import StoreMemory
 from memfs.tool.text import ToolFailure
 

@@ -32,6 +32,14 @@ def canonical_mountpoint(mountpoint: str) -> str:
     return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
 
 
+def is_mounted(path: str) -> bool:
+    """Whether a filesystem is mounted at `path` (read from /proc/mounts: stat-ing the
+    mountpoint of a hung daemon would block)."""
+    real = canonical_mountpoint(path)
+    with open("/proc/mounts") as f:
+        return any(line.split()[1].encode().decode("unicode_escape") == real for line in f)
+
+
 def mount_hash(mountpoint: str) -> str:
     return hashlib.sha256(canonical_mountpoint(mountpoint).encode()).hexdigest()[:16]
 

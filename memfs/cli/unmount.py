@@ -1,0 +1,105 @@
+"""`memfs unmount`: flush what is pending, unmount, and name what stays local."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from memfs.cli import progress
+from memfs.cli.completion import complete_mountpoints
+from memfs.local.registry import is_mounted, read_registry, registry_file
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return exc.errno == errno.EPERM
+    # The daemon is reparented to init when `memfs mount` returns; a zombie
+    # waiting for a slow (or non-reaping, in containers) init has exited.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        return True
+
+
+@click.command()
+@click.argument("mountpoint", type=click.Path(), shell_complete=complete_mountpoints)
+@click.option("--timeout", type=click.FloatRange(0), default=30.0, show_default=True,
+              help="Bound on the flush of pending changes.")
+def unmount(mountpoint, timeout):
+    """Flush pending changes, unmount MOUNTPOINT and wait for its daemon to exit.
+
+    Names every file that stays local, and why. Exit status 3: unmounted, but some
+    change did not reach the server (the server refused a file, or it could not be
+    reached in time: kept in the journal for the next mount); 1: not unmounted."""
+    mountpoint = os.path.abspath(mountpoint)
+    info = read_registry(mountpoint)
+    if info is None:
+        if is_mounted(mountpoint):
+            subprocess.run(["fusermount3", "-u", mountpoint], check=False)
+            if is_mounted(mountpoint):
+                subprocess.run(["fusermount3", "-uz", mountpoint], check=False)
+            click.echo(f"unmounted {mountpoint} (no memfs daemon was registered for it)")
+            return
+        raise click.ClickException(f"{mountpoint} is not a memfs mount")
+    from memfs.local import control
+
+    state_dir, pid = Path(info["state_dir"]), int(info["pid"])
+    try:
+        with progress.live(f"flushing {mountpoint}", progress.flush_poller(state_dir)):
+            reply = control.request(state_dir, {"cmd": "unmount", "timeout": timeout},
+                                    timeout=timeout + 30)
+    except (OSError, ValueError) as exc:
+        if _pid_alive(pid):
+            raise click.ClickException(f"the daemon (pid {pid}) does not answer: {exc}") from None
+        subprocess.run(["fusermount3", "-uz", mountpoint], check=False)
+        registry_file(mountpoint).unlink(missing_ok=True)
+        click.echo(f"the daemon was gone; cleared the stale mount at {mountpoint}")
+        return
+    deadline = time.monotonic() + 30
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _pid_alive(pid):
+        raise click.ClickException(f"the daemon (pid {pid}) did not exit")
+    if is_mounted(mountpoint):
+        subprocess.run(["fusermount3", "-uz", mountpoint], check=False)
+    pushed, left = reply.get("pushed", 0), reply.get("left", 0)
+    click.echo(f"unmounted {mountpoint}: pushed {pushed} change(s), {left} left")
+    for store in reply.get("stores", []):
+        click.echo(f"  {store['name']} ({store['store_id']}): pushed {store['pushed']}, "
+                   f"{store['left']} left"
+                   + (f" ({store['offline']})" if store.get("offline") else ""))
+    if left:
+        click.echo(f"  {left} change(s) stay journaled and go out on the next mount"
+                   + (f" ({reply['offline']})" if reply.get("offline") else ""))
+    if not report_kept(reply) or left:
+        sys.exit(NOT_ALL_PUSHED)
+
+
+#: `memfs unmount`'s exit status when it unmounted but something written there did
+#: not reach the server (each file named); 1 means it did not unmount.
+NOT_ALL_PUSHED = 3
+
+
+def report_kept(reply: dict) -> bool:
+    """Name each file a flush could not push, and why; True when every file the user
+    wrote reached the server (editor temp files are local by design)."""
+    not_pushed, temp = reply.get("not_pushed", []), reply.get("local_only", [])
+    if not_pushed:
+        click.echo(f"  {len(not_pushed)} file(s) stay here only, NOT on the server:")
+        for item in not_pushed:
+            click.echo(f"    {item['path']}: {item['reason']}")
+    if temp:
+        click.echo(f"  {len(temp)} editor/tool temp file(s) stay local by design: "
+                   + ", ".join(i["path"] for i in temp[:5]) + (", ..." if len(temp) > 5 else ""))
+    return not not_pushed
