@@ -16,6 +16,10 @@ after the action, while memfs does not know what the server did:
     lost        applied, the answer lost (a connection reset after the commit)
     unapplied   never applied, and no answer either (a reset before the server read it)
     refused     not applied, answered 403
+    late<j>     no answer, not applied yet: the server applies it just before the j-th
+                request after it (a server still at work when its client gave up). The
+                mount's passes during its lost-answer wait (a push, a poll, a push) run
+                before settling; the wait ends (`wait_over`) once it has landed.
 
 A `Scenario` is: setup steps, one *sync action* (a push pass, push passes in a row, a
 flush or a reconcile pass) run as a task, and an *interference* (a few local filesystem
@@ -89,8 +93,10 @@ EMPTY_SHA = sha256(b"")
 RESERVED_PREFIX = "/.memfs-moving/"
 POINTS = ("before", "after")
 FAULT_POINTS = ("before", "after", "lose", "fail")
-#: What the server does with one request whose outcome the mount then does not know.
-OUTCOMES = ("answered", "lost", "unapplied", "refused")
+#: What the server does with one request whose outcome the mount then does not know;
+#: "late<j>": not applied when the answer is lost, but later, just before the j-th
+#: request after it (the mount's passes during its lost-answer wait run before settling).
+OUTCOMES = ("answered", "lost", "unapplied", "refused", "late2", "late3", "late5")
 #: The daemon killed with a request on the wire: (the server applied it first or not, the
 #: interference just before the kill or after the restart).
 CRASHES = tuple((point, when) for point in ("before", "after")
@@ -178,6 +184,17 @@ def age_tombstones(eng: Engine, seconds: float = 2 * HOUR) -> None:
     """Pretend every pending delete happened `seconds` earlier (in memory only)."""
     for tomb in eng.state.tombstones.values():
         tomb.deleted_at -= seconds
+
+
+def wait_over(eng: Engine) -> None:
+    """The lost-answer wait over (`SyncOptions.lost_answer_wait`): a request in doubt
+    the server shows no trace of is taken as never applied from now on. A "late" request
+    lands before that (the transport's `apply_late`): the wait is what memfs takes for the
+    longest a server may still apply a request after its answer was lost. (The wait is
+    set to 0 rather than the tickets' `sent_at` moved back: that also bounds the versions
+    a create's doubt reads.)"""
+    eng.transport.apply_late(now=True)
+    eng.ctx.options.lost_answer_wait = 0.0
 
 
 def is_open_dirty(eng: Engine, ino: int) -> bool:
@@ -282,13 +299,16 @@ class FaultRule:
     """A fault for requests matching `match` (by default only the action's requests)."""
 
     match: Callable[[Record], bool]
-    kind: str = "refuse"  # refuse (an error response, not applied) | fail | lose
+    #: refuse (an error response, not applied) | fail | lose | late (no answer, applied
+    #: just before the `late_after`-th request after it: `HeldTransport.apply_late`)
+    kind: str = "refuse"
     status: int = 403
     error_type: str = "permission_error"
     message: str = "refused by the test"
     origins: tuple[str, ...] = ("action",)
     times: int | None = None  # None: every matching request
     headers: dict[str, str] = field(default_factory=dict)  # on a refusal (retry-after)
+    late_after: int = 1
 
 
 @dataclass
@@ -315,6 +335,9 @@ class HeldTransport(httpx.AsyncBaseTransport):
         #: daemon's first pass ("settle", the crash runs' recovery pass)
         self.counting = "action"
         self.outcome: tuple[int, str] | None = None  # (action request index, OUTCOMES)
+        #: a "late<j>" outcome's request: applied just before the j-th request after it
+        #: (any origin), or when the run settles: (requests still to come, the record)
+        self.late: tuple[int, Record] | None = None
         self.reached = trio.Event()  # set when a hold point is reached (the harness renews it)
         self.action_count = 0
         self.in_flight: dict[str, Record] = {}
@@ -345,7 +368,27 @@ class HeldTransport(httpx.AsyncBaseTransport):
                 return rule
         return None
 
+    def apply_late(self, *, now: bool = False) -> None:
+        """The late request applied, when its turn has come (or `now`)."""
+        if self.late is None:
+            return
+        left, rec = self.late
+        if left > 1 and not now:
+            self.late = (left - 1, rec)
+            return
+        self.late = None
+        status, payload = self.apply(rec)
+        rec.outcome = f"applied late ({status})"
+        self._applied(rec, status, payload)
+
+    def _applied(self, rec: Record, status: int, payload: dict) -> None:
+        if status == 200 and rec.method == "POST" and rec.path.endswith("/memories"):
+            self.created.add(payload["id"])
+        if status == 200 and rec.method == "POST":
+            self.wrote.add((payload["path"], payload["content_sha256"]))
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.apply_late()
         url = urlsplit(str(request.url))
         query = dict(parse_qsl(url.query, keep_blank_values=True))
         raw = request.content
@@ -381,6 +424,13 @@ class HeldTransport(httpx.AsyncBaseTransport):
                 raise httpx.ReadError("connection reset before the server read it (test)",
                                       request=request)
             rule = self._rule(rec)
+            if rule is not None and rule.kind == "late":
+                fate = f"late{rule.late_after}"
+            if fate is not None and fate.startswith("late"):  # the server applies it later
+                rec.outcome = "lost"
+                self.late = (int(fate[4:]), rec)
+                raise httpx.ReadError("no answer: the server applies it later (test)",
+                                      request=request)
             if fate == "refused":
                 rule = FaultRule(lambda r: True)
             if rule is not None and rule.kind in ("refuse", "fail"):  # not applied
@@ -396,10 +446,7 @@ class HeldTransport(httpx.AsyncBaseTransport):
                 status, payload = self.apply(rec)
                 rec.status = status
                 rec.outcome = "ok" if status == 200 else "error"
-                if status == 200 and rec.method == "POST" and rec.path.endswith("/memories"):
-                    self.created.add(payload["id"])
-                if status == 200 and rec.method == "POST":
-                    self.wrote.add((payload["path"], payload["content_sha256"]))
+                self._applied(rec, status, payload)
             if point in ("after", "lose"):
                 await self._park(rec, hold)
             if point == "lose" or fate == "lost" or (rule is not None and rule.kind == "lose"):
@@ -945,6 +992,7 @@ class Engine:
 
     async def op_age(self) -> None:
         age_tombstones(self)
+        wait_over(self)
 
     # -- checks ---------------------------------------------------------------------------
 
@@ -1245,6 +1293,7 @@ async def _settle(eng: Engine, result: RunResult, may_stay: tuple[str, ...]) -> 
         for _ in range(SETTLE_ROUNDS):
             before = _fingerprint(eng)
             age_tombstones(eng)
+            wait_over(eng)
             pushed = await eng.pusher.push_pass(flush=True, retry_failed=True)
             await eng.reconciler.reconcile_pass()
             eng.check_state()
@@ -1432,6 +1481,12 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
     try:
         for step in scenario.after:
             await eng.do(step)
+        if where[0] == "outcome" and where[2].startswith("late"):
+            # The mount's passes while the request may still land (its wait not over):
+            # they ask, and send nothing for its file; it lands among their requests.
+            await eng.do(("push",))
+            await eng.do(("poll",))
+            await eng.do(("push",))
     finally:
         ORIGIN.reset(token)
     await eng.close_all()
@@ -1488,6 +1543,7 @@ async def _recovery_pass(eng: Engine, again: tuple, result: RunResult,
             async def recover() -> None:
                 try:
                     age_tombstones(eng)
+                    wait_over(eng)  # restarted once the wait was over
                     await eng.pusher.push_pass(flush=True, retry_failed=True)
                 except Exception as exc:
                     result.violations.append(f"the restarted daemon's first pass raised "

@@ -141,6 +141,19 @@ def test_unknown_row(path, sha, tomb, at_path, is_dir, expected):
     assert decide.unknown_row(path, sha, tomb, at_path, is_dir) is expected
 
 
+@pytest.mark.parametrize("path,sha,tomb,at_path,is_dir,expected", UNKNOWN_ROWS)
+def test_unknown_row_at_the_path_of_a_create_in_doubt(path, sha, tomb, at_path, is_dir,
+                                                      expected):
+    """A create of ours in doubt wrote that path (its answer lost, no trace of it when
+    last asked): the memory may be the one it made, landed since. It waits for the doubt
+    (`DOUBT`), whatever holds the path here; only what the rows before the path's own
+    decide stands (hidden paths, our own pending deletes: those memories are known)."""
+    row = decide.unknown_row(path, sha, tomb, at_path, is_dir, create_in_doubt=True)
+    keeps = expected in (Unknown.HIDDEN, Unknown.DELETE_PENDING, Unknown.REBASE_DELETE,
+                         Unknown.RESTORE) or (tomb is not None and expected is Unknown.COLLIDE)
+    assert row is (expected if keeps else Unknown.DOUBT)
+
+
 # -- what the pusher sends -------------------------------------------------------------------------
 
 PUSH_ROWS = [
@@ -254,6 +267,14 @@ def test_doubt_row_when_a_later_read_set_the_base(head, since, expected):
     since from a fresher read; what the memory holds now, or no trace, is the same."""
     want = decide.Doubt.SUPERSEDED if expected is decide.Doubt.APPLIED_BEFORE else expected
     assert decide.doubt_row(WROTE, head, since, base_moved=True) is want
+
+
+@pytest.mark.parametrize("head,since,expected", DOUBT_ROWS)
+def test_doubt_row_while_the_request_may_still_land(head, since, expected):
+    """Within the lost-answer wait (`young`) no trace is not proof: the request may still
+    be applied, so it is asked about again (`NOT_YET`); any trace decides as before."""
+    want = decide.Doubt.NOT_YET if expected is decide.Doubt.NOT_APPLIED else expected
+    assert decide.doubt_row(WROTE, head, since, young=True) is want
 
 
 def test_doubt_row_needs_path_and_sha_both():

@@ -8,7 +8,7 @@ case that duplicates (a create its memory renamed since) is the documented cost.
 from __future__ import annotations
 
 import pytest
-from interleave import Engine, FaultRule
+from interleave import Engine, FaultRule, wait_over
 from onepass import data, harness, lost_update
 
 from memfs.state.blobs import sha256
@@ -35,6 +35,7 @@ async def lost_create(eng: Engine) -> str:
 
 
 async def settle(eng: Engine) -> None:
+    wait_over(eng)  # past the wait: no trace now is taken as never applied
     await eng.op_push()
     await eng.op_reconcile()
     await eng.op_push()

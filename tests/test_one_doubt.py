@@ -413,3 +413,91 @@ async def test_an_update_whose_answer_was_lost_is_not_sent_again_by_the_client(t
         node = eng.node("/a.md")
         assert (node.memory_id, node.base_sha) == (mid, sha256(data("v2")))
         assert [r.method for r in eng.transport.records[first:]].count("POST") == 1
+
+
+# -- a request the server applies after its answer was lost ------------------------------
+
+
+def late_create(after: int) -> list[FaultRule]:
+    """b.md's create gets no answer and is not applied yet: the server applies it just
+    before the `after`-th request after it (a server still at work on it)."""
+    return [FaultRule(lambda r: r.method == "POST" and not r.memory_id, kind="late",
+                      late_after=after, origins=("setup",), times=1)]
+
+
+async def test_a_create_that_lands_after_its_file_was_unlinked_does_not_bring_it_back(
+        tmp_path, caplog):
+    """b.md's create got no answer and the server shows no trace of it; the user unlinks
+    b.md. Within the lost-answer wait the next pass asks, finds nothing, and takes
+    nothing for granted; then the create lands. The next read finds it applied: the
+    memory it made becomes a pending delete, preconditioned on our bytes, and goes.
+    Taken as never applied at once (the wait 0), the late create would bring b.md back
+    on the next listing."""
+    caplog.set_level(logging.INFO, logger="memfs.sync.doubts")
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = late_create(after=2)
+        await eng.op_write("/b.md", "mine")
+        await eng.op_push()
+        assert eng.state.doubts and eng.server() == {}
+        await eng.op_unlink("/b.md")
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()  # within the wait: asks (1), sends nothing
+        assert sent(eng, first) == ["GET memory_versions"] and eng.state.doubts
+        assert any("no trace on the server yet" in m for m in caplog.messages)
+        await eng.op_reconcile()  # the create lands before its second request
+        assert not eng.state.doubts
+        [(mid, sha)] = eng.server().values()
+        assert list(eng.state.tombstones) == [mid] and sha == sha256(data("mine"))
+        age_tombstones(eng)
+        await eng.pusher.push_pass()
+        await eng.op_reconcile()
+        assert eng.server() == {} and eng.user_tree() == {}
+        assert eng.state.conflicts() == [] and eng.pusher.pending_total() == 0
+
+
+async def test_a_listing_that_meets_a_late_create_of_ours_waits_for_its_doubt(tmp_path):
+    """b.md's create got no answer; the user unlinks b.md and writes a new b.md. Nothing
+    is sent for b.md while the create may still land (a file at the path it wrote). A
+    listing finds the late create's memory at b.md, within the wait, its doubt not yet
+    resolved: the memory is ours, not another writer's, so it waits (`Unknown.DOUBT`)
+    rather than filing the new b.md as a conflict. The next pass resolves the doubt as
+    applied: the new b.md takes that memory and updates it."""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = late_create(after=3)
+        await eng.op_write("/b.md", "mine")
+        await eng.op_push()
+        await eng.op_unlink("/b.md")
+        await eng.op_write("/b.md", "again")
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()  # asks (1); the new b.md waits for the doubt
+        assert sent(eng, first) == ["GET memory_versions"]
+        assert eng.state.doubts and eng.server() == {}
+        await eng.op_reconcile()  # asks (2); the create lands; the listing (3) shows it
+        assert eng.state.doubts and len(eng.server()) == 1
+        assert eng.state.conflicts() == [] and eng.node("/b.md").memory_id is None
+        await eng.pusher.push_pass()
+        await eng.op_reconcile()
+        [(mid, sha)] = eng.server().values()
+        assert sha == sha256(data("again")) and eng.node("/b.md").memory_id == mid
+        assert eng.user_tree() == {"/b.md": sha256(data("again"))}
+        assert eng.state.conflicts() == [] and eng.pusher.pending_total() == 0
+
+
+async def test_a_flush_waits_out_the_lost_answer_wait_then_sends_again(tmp_path):
+    """a.md's update got no answer and the server never applies it. An unmount's flush
+    within the lost-answer wait (0.3 s here) asks, finds no trace, and asks again until
+    the wait is over, within its own bound: then the update is taken as never applied
+    and sent again, and nothing is left."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        eng.ctx.options.lost_answer_wait = 0.3
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="late", late_after=1000, origins=("setup",),
+                                         times=1)]  # never lands while it matters
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        assert eng.state.doubts
+        result = await eng.pusher.flush(30.0)
+        assert (result.pushed, result.left) == (1, 0) and not eng.state.doubts
+        assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}

@@ -199,6 +199,17 @@ def may_have_applied(exc: BaseException) -> bool:
     return bool(getattr(exc, "maybe_applied", True))
 
 
+def may_land_later(exc: BaseException) -> bool:
+    """Whether the server may still be at work on the request that raised `exc`, and so
+    apply it later: no answer came (a reset, a timeout while waiting), or a gateway's
+    timeout (504: the server behind it may still finish). Any other answer, a 5xx
+    included, came once the server was done with the request."""
+    if not may_have_applied(exc):
+        return False
+    status = getattr(exc, "status", None)
+    return status is None or status == 504
+
+
 _BY_STATUS: dict[int, type[APIStatusError]] = {
     400: BadRequestError,
     401: AuthenticationError,

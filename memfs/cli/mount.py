@@ -140,6 +140,11 @@ def _metrics_addr(ctx, param, value: str | None) -> str | None:
 @click.option("--no-prefetch", is_flag=True, help="Do not fill the cache in the background.")
 @click.option("--flush-timeout", type=click.FloatRange(0), default=30.0, show_default=True,
               help="Bound on the flush at unmount or SIGTERM.")
+@click.option("--lost-answer-wait", type=click.FloatRange(0), default=30.0, show_default=True,
+              help="Seconds after a change's answer was lost (a reset, a timeout, a 504) "
+              "before the change, if the server shows no trace of it, is taken as not "
+              "applied and sent again (the server may still be at work on it; meanwhile "
+              "nothing more is sent for that file or its path).")
 @click.option("--show-meta", is_flag=True, help="List the read-only .memfs directory "
               "(version history) in the root; it is always reachable by name.")
 @click.option("--allow-non-empty", is_flag=True, help="Mount over a directory that holds "
@@ -156,7 +161,8 @@ def _metrics_addr(ctx, param, value: str | None) -> str | None:
 def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, base_url,
           api_key_file, read_only, foreground, cache_dir, write_back_delay, max_push_delay,
           delete_delay, poll_interval, full_resync, no_feed, deletes, no_prefetch, flush_timeout,
-          show_meta, allow_non_empty, allow_partial, local_only, metrics_addr):
+          lost_answer_wait, show_meta, allow_non_empty, allow_partial, local_only,
+          metrics_addr):
     """Mount STORE (an id, a name or a name's slug) at MOUNTPOINT; returns once the
     mount is live.
 
@@ -166,7 +172,7 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
                           poll_interval=poll_interval, deletes=deletes,
                           feed=not no_feed, full_resync=full_resync,
                           prefetch=not no_prefetch, read_only=read_only,
-                          show_meta=show_meta)
+                          show_meta=show_meta, lost_answer_wait=lost_answer_wait)
     owner = _owner(uid, gid)
     common = dict(flush_timeout=flush_timeout, allow_other=allow_other, owner=owner,
                   local_only_patterns=[*DEFAULT_LOCAL_ONLY_PATTERNS, *local_only],

@@ -105,6 +105,8 @@ class Unknown(Enum):
     COLLIDE = "collide"            # a local directory or another memory holds the path
     ADOPT = "adopt"                # a local file not pushed yet holds the same bytes
     WAIT = "wait"                  # a local file at that path has unsaved writes
+    DOUBT = "doubt"                # a create of ours in doubt wrote that path: it may
+    #                                have made this memory; its doubt is resolved first
     CONFLICT = "conflict"          # a local file not pushed yet, different bytes
 
 
@@ -115,7 +117,10 @@ class PendingDelete:
 
 
 def unknown_row(remote_path: str, remote_sha: str, tomb: PendingDelete | None,
-                at_path: Local | None, at_path_is_dir: bool) -> Unknown:
+                at_path: Local | None, at_path_is_dir: bool, *,
+                create_in_doubt: bool = False) -> Unknown:
+    """`create_in_doubt`: a create of ours whose answer was lost wrote `remote_path` and
+    is not resolved yet (the server showed no trace of it, and may still apply it)."""
     if is_parked(remote_path) or is_meta(remote_path):
         return Unknown.HIDDEN
     if tomb is not None:
@@ -126,6 +131,8 @@ def unknown_row(remote_path: str, remote_sha: str, tomb: PendingDelete | None,
         if at_path is not None or at_path_is_dir:
             return Unknown.COLLIDE  # the server's edit wins, but its path is taken here
         return Unknown.RESTORE
+    if create_in_doubt:
+        return Unknown.DOUBT
     if at_path is None and not at_path_is_dir:
         return Unknown.ADD
     if at_path_is_dir or at_path is None or at_path.memory_id is not None:
@@ -296,7 +303,10 @@ class Doubt(Enum):
     APPLIED = "applied"            # the memory holds what the request wrote: that is the answer
     APPLIED_BEFORE = "applied-before"  # a version since it was sent is its write; another
     #                                    writer (or a delete) came after: base := our write
-    NOT_APPLIED = "not-applied"    # no trace of it: it never took effect
+    NOT_APPLIED = "not-applied"    # no trace of it, and too old to land now: it never
+    #                                took effect
+    NOT_YET = "not-yet"            # no trace of it yet, but the server may still apply it:
+    #                                ask again (nothing more is sent for its file meanwhile)
     SUPERSEDED = "superseded"      # applied before, but the base was set since from a
     #                                later read (a conflict settled on it): that stands
 
@@ -311,20 +321,27 @@ class Seen:
 
 
 def doubt_row(written: tuple[str, str], head: Seen | None, since_sent: list[Seen], *,
-              base_moved: bool = False) -> Doubt:
+              base_moved: bool = False, young: bool = False) -> Doubt:
     """A request in doubt wrote `written` (path, sha). `head`: the memory now (None: it
     is gone, or a create, whose memory we cannot name); `since_sent`: the versions
     written since the request went out (a create's: every memory created since);
     `base_moved`: the file's base is neither what the request was sent against nor what
-    it wrote (a later read of the server set it).
+    it wrote (a later read of the server set it); `young`: its answer was lost less than
+    `SyncOptions.lost_answer_wait` ago.
 
     Only what the server shows counts. A memory that holds exactly our write (now,
     or in a version since) got it from our request, or from another writer who wrote
     the same bytes to the same path, which comes to the same: adopting it loses
-    nothing and duplicates nothing."""
+    nothing and duplicates nothing.
+
+    No trace is not proof while the request is young: a server may apply a request after
+    its client gave up on the answer (a proxy's timeout while the server still works on
+    it). Sent again, or forgotten under a local change, it would land later and undo that
+    change (a deleted file back, a renamed one twice), so it is asked about again until
+    the wait is over."""
     if head is not None and (head.path, head.sha) == written:
         return Doubt.APPLIED
     for v in since_sent:
         if v.operation != "deleted" and (v.path, v.sha) == written:
             return Doubt.SUPERSEDED if base_moved else Doubt.APPLIED_BEFORE
-    return Doubt.NOT_APPLIED
+    return Doubt.NOT_YET if young else Doubt.NOT_APPLIED

@@ -29,6 +29,10 @@ class SyncOptions:
     prefetch: bool = True
     read_only: bool = False
     push_concurrency: int = 32  # requests in flight at once, each kind (the SDK uses 32)
+    #: A request whose answer was lost and of which the server shows no trace may still
+    #: be applied (a server that has not finished it yet): it is taken as never applied
+    #: only this many seconds after its answer was lost (docs/SYNC.md, "Lost answers").
+    lost_answer_wait: float = 30.0
     show_meta: bool = False  # list the virtual `.memfs` directory in the root's readdir
 
 

@@ -98,6 +98,13 @@ class SyncContext:
         self.clock = IdleClock()
         self.fetcher = Fetcher(self, concurrency=options.push_concurrency)
         self.events = EventBus(store_id)  # `memfs watch`, `memfs mcp` (memfs/sync/events.py)
+        #: Requests in doubt (their `doubts` ids): when their answer was lost (wall time),
+        #: or None when the server answered once done with them (a 5xx but a gateway's
+        #: 504). A request the server shows no trace of may still land until
+        #: `lost_answer_wait` after its answer was lost (memfs/sync/doubts.py). In memory:
+        #: a doubt a previous daemon left counts from this one's start.
+        self.doubt_lost_at: dict[int, float | None] = {}
+        self.started_at = time.time()
         # Directories that remote changes empty or create: the kernel's entry follows.
         state.on_entry = lambda parent, name: self.invalidate(("entry", parent, name))
 

@@ -15,7 +15,11 @@ unlink the memory the create made becomes a pending delete preconditioned on
 what we wrote; after a rename, or a rename of a directory above, it is moved; after
 an edit, it is updated. A request with no trace on the server is forgotten
 (`State.push_not_applied`), and the file's state goes out as if it had never
-been sent.
+been sent, but only `SyncOptions.lost_answer_wait` after its answer was lost: a
+server may apply a request after its client gave up on the answer, and one applied
+after memfs forgot it would undo the local change made since (a deleted file back,
+a renamed one twice). Until then it is asked about again at every pass, and nothing
+is sent for its file, nor for a file at the path it wrote.
 
 What it costs: one `GET` per update in doubt (plus the memory's versions since it
 was sent when the memory no longer holds our write), and for all the creates in
@@ -27,6 +31,7 @@ clock). Doubts are rare: only a request that got no answer makes one.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -55,6 +60,8 @@ async def resolve(ctx: SyncContext) -> Resolved:
     doubt for the next pass."""
     st = ctx.state
     done = Resolved()
+    for gone in set(ctx.doubt_lost_at) - set(st.doubts):  # (a row id may be given again)
+        del ctx.doubt_lost_at[gone]
     if not st.doubts:
         return done
     tickets = list(st.doubts.values())
@@ -74,9 +81,36 @@ def _seen(v: Memory | MemoryVersion) -> decide.Seen:
     return decide.Seen(v.path, v.content_sha256, getattr(v, "operation", "modified"))
 
 
+def _young(ctx: SyncContext, ticket: PushTicket) -> bool:
+    """Whether the server may still apply the request: its answer was lost (no answer,
+    or a gateway's timeout) less than `SyncOptions.lost_answer_wait` ago. A request
+    whose send was cut short (cancelled) or that a previous daemon left counts from when
+    it was sent or this daemon started, whichever is later."""
+    lost = _lost_at(ctx, ticket)
+    return lost is not None and time.time() - lost < ctx.options.lost_answer_wait
+
+
+def _lost_at(ctx: SyncContext, ticket: PushTicket) -> float | None:
+    return ctx.doubt_lost_at.get(ticket.doubt, max(ticket.sent_at, ctx.started_at))
+
+
+def wait_left(ctx: SyncContext) -> float | None:
+    """Seconds until the first request in doubt that may still land no longer may (its
+    lost-answer wait over); None when none may."""
+    now, wait = time.time(), ctx.options.lost_answer_wait
+    lost = [_lost_at(ctx, t) for t in ctx.state.doubts.values()]
+    left = [wait - (now - at) for at in lost if at is not None and wait - (now - at) > 0]
+    return min(left) if left else None
+
+
 def _apply(ctx: SyncContext, ticket: PushTicket, row: decide.Doubt,
            remote: Remote | None, done: Resolved) -> None:
     st = ctx.state
+    if row is decide.Doubt.NOT_YET:
+        log.info("request in doubt for %s: no trace on the server yet; asked again until "
+                 "%g s after its answer was lost", ticket.path,
+                 ctx.options.lost_answer_wait)
+        return
     done.resolved += 1
     if row is decide.Doubt.SUPERSEDED:  # applied; a later version, taken since, stands
         log.info("request in doubt for %s: applied on the server, and written over since",
@@ -135,7 +169,8 @@ async def _resolve_update(ctx: SyncContext, ticket: PushTicket, done: Resolved) 
         return
     head, history = got
     row = decide.doubt_row(written, _seen(head) if head else None,
-                           [_seen(v) for v in history], base_moved=_base_moved(ctx, ticket))
+                           [_seen(v) for v in history], base_moved=_base_moved(ctx, ticket),
+                           young=_young(ctx, ticket))
     remote = None
     if row is decide.Doubt.APPLIED:
         assert head is not None
@@ -165,9 +200,10 @@ async def _resolve_creates(ctx: SyncContext, tickets: list[PushTicket],
         # of the same bytes at the same path, since deleted, is known as a tombstone).
         mine = [v for v in created if (v.path, v.content_sha256) == ticket.written
                 and v.memory_id not in st.by_memory and v.memory_id not in st.tombstones]
-        row = decide.doubt_row(ticket.written, None, [_seen(v) for v in mine])
+        row = decide.doubt_row(ticket.written, None, [_seen(v) for v in mine],
+                               young=_young(ctx, ticket))
         remote = None
-        if row is not decide.Doubt.NOT_APPLIED:
+        if row is decide.Doubt.APPLIED_BEFORE:  # (a create's: found among the versions)
             v = mine[0]  # the newest (newest first)
             remote = Remote(v.memory_id, *ticket.written, v.content_size_bytes or 0)
         _apply(ctx, ticket, row, remote, done)

@@ -220,12 +220,16 @@ class Pusher:
             def waiting(item: Node | Tombstone) -> bool:
                 return not retry_failed and item.retry_at is not None and item.retry_at > now
 
-            # A file (or memory) whose request is still in doubt sends nothing more.
+            # A file (or memory) whose request is still in doubt sends nothing more, nor
+            # does a file at the path it wrote (a create or a rename there may still
+            # land: a file made or moved there since would meet it).
             unsure = {t.ino for t in st.doubts.values()}
             unsure_ids = {t.memory_id for t in st.doubts.values() if t.memory_id}
+            unsure_paths = {t.path for t in st.doubts.values()}
             files = [n for n in self._dirty()
                      if (flush or self._due_at(n) <= now) and not waiting(n)
-                     and n.ino not in unsure and n.memory_id not in unsure_ids]
+                     and n.ino not in unsure and n.memory_id not in unsure_ids
+                     and st.path_of(n) not in unsure_paths]
             deletes = [t for t in self._due_deletes(now, flush)
                        if not waiting(t) and t.memory_id not in unsure_ids]
             limiter = trio.CapacityLimiter(self.ctx.options.push_concurrency)
@@ -363,6 +367,10 @@ class Pusher:
                         await trio.sleep(min(delay, max(0.0, deadline - trio.current_time())))
                         continue
                     if result.progress == 0:
+                        waits = doubts.wait_left(self.ctx)
+                        if waits is not None:  # a request that may still land: ask again
+                            await trio.sleep(min(1.0, waits))
+                            continue
                         break  # what is left waits on a refusal, a conflict or the user
         finally:
             self._flushing -= 1
@@ -460,6 +468,9 @@ class Pusher:
             return await request
         except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
             self.state.push_unanswered(ticket, maybe_applied=api_errors.may_have_applied(exc))
+            if ticket.doubt is not None and ticket.doubt in self.state.doubts:
+                self.ctx.doubt_lost_at[ticket.doubt] = (
+                    time.time() if api_errors.may_land_later(exc) else None)
             raise
         except api_errors.APIError as exc:
             # A refusal is an answer to the last attempt only: an earlier one whose

@@ -353,11 +353,13 @@ class Reconciler:
             m.path, m.content_sha256,
             decide.PendingDelete(tomb.base_sha, tomb.sent_sha) if tomb else None,
             local_of(st, at_path) if at_path is not None and not at_path.is_dir else None,
-            at_path is not None and at_path.is_dir)
+            at_path is not None and at_path.is_dir,
+            create_in_doubt=any(t.memory_id is None and t.path == m.path
+                                for t in st.doubts.values()))
         U = decide.Unknown
-        if row is U.WAIT:
+        if row in (U.WAIT, U.DOUBT):
             self._waited.add(m.id)
-        if row in (U.HIDDEN, U.DELETE_PENDING, U.WAIT):
+        if row in (U.HIDDEN, U.DELETE_PENDING, U.WAIT, U.DOUBT):
             return
         if row is U.REBASE_DELETE:
             st.tombstone_rebased(m.id, m.content_sha256)
