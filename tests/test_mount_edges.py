@@ -113,7 +113,8 @@ def test_serve_stop_refuses_under_live_mounts_and_they_follow_a_restart(tmp_path
     path = tmp_path / "mnt"
     path.mkdir()
     m = MountProc(path, "", embedded.env, ("--write-back-delay", "0.1",
-                                           "--poll-interval", "0.5"))
+                                           "--poll-interval", "0.5",
+                                           "--lost-answer-wait", "1"))  # a cut request
     try:
         m.store_id = m.memfs("stores", "create", "emb").stdout.split()[-1]
         first = embedded.info()
@@ -159,7 +160,7 @@ def test_a_server_started_again_on_its_port_is_seen_at_the_next_poll(server, mou
     """Nothing listening is probed at every poll, not after a growing backoff (up to
     10 s at --poll-interval 0.5): the mount is online again as soon as the server is."""
     store = mounts.new_store("Back")
-    m = mounts.mount(store, "--poll-interval", "0.5")
+    m = mounts.mount(store, "--poll-interval", "0.5", "--lost-answer-wait", "1")
     server.stop()
     _wait(lambda: m.live_status()["online"] is False, "offline status")
     (m.path / "while-down.md").write_text("queued\n")

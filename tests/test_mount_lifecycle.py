@@ -271,7 +271,8 @@ def test_fetched_content_reaches_the_disk_cache_once_quiet(mounts, server):
 
 def test_unmount_with_server_down_then_next_mount(mounts, server):
     store = mounts.new_store()
-    m = mounts.mount(store, "--write-back-delay", "30")
+    # (a create the flush sends as the server dies may be in doubt: --lost-answer-wait 1)
+    m = mounts.mount(store, "--write-back-delay", "30", "--lost-answer-wait", "1")
     (m.path / "x.md").write_text("x\n")
     (m.path / "d").mkdir()
     (m.path / "d" / "y.md").write_text("y\n")
@@ -287,7 +288,7 @@ def test_unmount_with_server_down_then_next_mount(mounts, server):
 
     server.start()
     assert server_memories(server, store) == {}
-    m = mounts.mount(store)
+    m = mounts.mount(store, "--lost-answer-wait", "1")
     assert (m.path / "d" / "y.md").read_text() == "y\n"
     m.wait_synced()
     assert server_memories(server, store) == {"/x.md": "x\n", "/d/y.md": "y\n"}

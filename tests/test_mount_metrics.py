@@ -233,7 +233,7 @@ def test_offline_and_back_in_metrics(mounts, server):
     """The server stops: the mount's metrics say offline, the push that cannot go out
     and its pending create, as `memfs status` does; then back online, pushed."""
     store = mounts.new_store()
-    m = mounts.mount(store, "--metrics-addr", "0")
+    m = mounts.mount(store, "--metrics-addr", "0", "--lost-answer-wait", "1")  # a cut request
     url = m.status()["metrics_url"]
     (m.path / "a.md").write_text("a\n")
     m.wait_synced()

@@ -35,6 +35,17 @@ class SyncOptions:
     lost_answer_wait: float = 30.0
     show_meta: bool = False  # list the virtual `.memfs` directory in the root's readdir
 
+    #: Options added after the JSON's first form: written only when not their default,
+    #: so that the JSON of a mount that does not set them is what an older memfs reads.
+    LATER = ("lost_answer_wait",)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for name in self.LATER:
+            if d[name] == getattr(SyncOptions, name):
+                del d[name]
+        return d
+
 
 @dataclass(kw_only=True)
 class MountSettings:
@@ -83,7 +94,7 @@ class MountConfig(MountSettings):
     store_name: str = ""
 
     def to_json(self) -> str:
-        return json.dumps({"kind": "store", **asdict(self)})
+        return json.dumps({"kind": "store", **asdict(self), "options": self.options.to_dict()})
 
     @classmethod
     def from_json(cls, text: str) -> MountConfig:
@@ -132,7 +143,8 @@ class GroupConfig(MountSettings):
             state_dir=store.state_dir, store_name=store.display_name, **settings)
 
     def to_json(self) -> str:
-        return json.dumps({**asdict(self), "kind": self.kind, "group": True})
+        return json.dumps({**asdict(self), "options": self.options.to_dict(),
+                           "kind": self.kind, "group": True})
 
     @classmethod
     def from_json(cls, text: str) -> GroupConfig:
