@@ -229,7 +229,7 @@ class Pusher:
             files = [n for n in self._dirty()
                      if (flush or self._due_at(n) <= now) and not waiting(n)
                      and n.ino not in unsure and n.memory_id not in unsure_ids
-                     and st.path_of(n) not in unsure_paths]
+                     and not (unsure_paths and st.path_of(n) in unsure_paths)]
             deletes = [t for t in self._due_deletes(now, flush)
                        if not waiting(t) and t.memory_id not in unsure_ids]
             limiter = trio.CapacityLimiter(self.ctx.options.push_concurrency)
