@@ -86,20 +86,19 @@ def _young(ctx: SyncContext, ticket: PushTicket) -> bool:
     or a gateway's timeout) less than `SyncOptions.lost_answer_wait` ago. A request
     whose send was cut short (cancelled) or that a previous daemon left counts from when
     it was sent or this daemon started, whichever is later."""
-    lost = _lost_at(ctx, ticket)
-    return lost is not None and time.time() - lost < ctx.options.lost_answer_wait
+    return _left(ctx, ticket) > 0
 
 
-def _lost_at(ctx: SyncContext, ticket: PushTicket) -> float | None:
-    return ctx.doubt_lost_at.get(ticket.doubt, max(ticket.sent_at, ctx.started_at))
+def _left(ctx: SyncContext, ticket: PushTicket) -> float:
+    """Seconds the request may still land in (<= 0: no longer)."""
+    lost = ctx.doubt_lost_at.get(ticket.doubt, max(ticket.sent_at, ctx.started_at))
+    return -1.0 if lost is None else ctx.options.lost_answer_wait - (time.time() - lost)
 
 
 def wait_left(ctx: SyncContext) -> float | None:
     """Seconds until the first request in doubt that may still land no longer may (its
     lost-answer wait over); None when none may."""
-    now, wait = time.time(), ctx.options.lost_answer_wait
-    lost = [_lost_at(ctx, t) for t in ctx.state.doubts.values()]
-    left = [wait - (now - at) for at in lost if at is not None and wait - (now - at) > 0]
+    left = [s for s in (_left(ctx, t) for t in ctx.state.doubts.values()) if s > 0]
     return min(left) if left else None
 
 
