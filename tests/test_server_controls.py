@@ -32,7 +32,7 @@ def test_respond_rule_refuses_one_request_without_applying_it(server):
 
 @pytest.mark.parametrize("body", [
     {"when": "after", "respond": 403},
-    {"when": "before", "respond": 500},
+    {"when": "before", "respond": 502},
     {"when": "before", "respond": "403"},
 ])
 def test_bad_respond_rules_are_400(server, body):

@@ -9,6 +9,7 @@ answer was lost is neither reported as failed nor applied twice.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -32,6 +33,9 @@ class Background:
 
     def _run(self, tool: Any, command: dict[str, Any]) -> None:
         self.result = outcome(tool, command)
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
 
     def join(self) -> tuple[str, Any]:
         self._thread.join(30)
@@ -334,3 +338,100 @@ def test_an_unanswered_edit_not_in_the_history_is_sent_again(server):
         result = Background(tool, dict(INSERT_MINE)).join()
     assert result == ("ok", "The file /memories/log.md has been edited.")
     assert store_files(server, store) == {"/log.md": "a\nmine\n"}
+
+
+# -- a write that lands late: not sent again while it still may ------------------------------
+#
+# The write is held before it applies, past the client's timeout: no answer came, and the
+# server may still apply it (api_errors.may_land_later). Sent again at once, the resend
+# lands, the agent (or anyone) undoes it, and then the original lands and undoes the undo:
+# a deleted file comes back, a file moved back is moved away again. So the tool reads the
+# history again (about once a second) until `lost_answer_wait` has passed, and sends the
+# write again only then. Before it did, both cases below ended with the original's effect.
+#
+# `memfs serve` never applies a request whose client left while the gate held it (it reads
+# the body after the gate), so the late landing is the same write made through the SDK:
+# to the tool, indistinguishable from its own.
+
+VERSIONS = r"/memory_versions$"
+
+
+def _lands(action: str):
+    """The held write landing late: the same change, from another client."""
+
+    def run(server, store: str) -> None:
+        if action == "create":
+            sdk_create(server, store, "/n.md", "mine\n")
+        else:
+            _their("rename", "/x.md", "/y.md")(server, store)
+
+    return run
+
+
+LATE = {  # name -> (command, its write's path, landing, answer, the undo, the store after)
+    "create": (CREATE_N, CREATE, _lands("create"), CREATED, _their("delete", "/n.md"), {}),
+    "rename": (RENAME_XY, UPDATE, _lands("rename"), RENAMED,
+               _their("rename", "/y.md", "/x.md"), {"/x.md": "v1\n"}),
+}
+
+
+def _next_look(gate: Gate, job: Background, seen: set[int]) -> dict | None:
+    """The tool's next history read once the gate holds it; None if the command finished
+    without one."""
+    while True:
+        looks = [h for h in gate.held() if h["method"] == "GET" and h["seq"] not in seen]
+        if looks:
+            return looks[0]
+        if job.done():
+            return None
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("name", LATE)
+def test_a_write_that_may_land_late_is_not_sent_again_meanwhile(server, name):
+    command, path, land, answer, undo, after = LATE[name]
+    store, _, _ = setup(server, {} if command is CREATE_N else {"/x.md": "v1\n"})
+    tool = with_engine(sync_tool(server, store), timeout=1.0, backoff_base=0.01,
+                       lost_answer_wait=30.0)
+    with Gate(server) as gate:
+        gate.hold("POST", path, when="before", count=1)
+        gate.hold("GET", VERSIONS, when="before", count=2)
+        job = Background(tool, dict(command))
+        [write] = gate.wait_held(1)
+        first = _next_look(gate, job, {write["seq"]})  # after the client's timeout
+        assert first is not None
+        gate.release(first["seq"])  # no trace of the write yet
+        second = _next_look(gate, job, {write["seq"], first["seq"]})
+        if second is not None:  # it looks again rather than sending the write again:
+            land(server, store)  # the original lands meanwhile, and is found
+            gate.release(second["seq"])
+        result = job.join()
+        undo(server, store)
+        if second is None:  # it was sent again at once: the original lands after the undo
+            land(server, store)
+    assert (result, store_files(server, store)) == (answer, after)
+
+
+def test_a_create_with_no_trace_once_the_wait_is_over_is_sent_again(server):
+    """The create stays held (never applied while the command runs): once
+    `lost_answer_wait` has passed with no trace of it, it is sent again, and created once
+    (the original, released at the end, meets the path taken and changes nothing)."""
+    store, _, _ = setup(server, {})
+    tool = with_engine(sync_tool(server, store), timeout=1.0, backoff_base=0.01,
+                       lost_answer_wait=1.5)
+    with Gate(server) as gate:
+        gate.hold("POST", CREATE, when="before", count=1)
+        result = Background(tool, dict(CREATE_N)).join()
+    assert (result, store_files(server, store)) == (CREATED, {"/n.md": "mine\n"})
+
+
+def test_a_lost_answer_the_server_gave_after_its_work_is_not_waited_on(server):
+    """A 500 comes once the server is done with the request: no trace of the create in the
+    history then means it was not applied, and it is sent again at once (the wait, an
+    hour here, would outlast the test's timeout)."""
+    store, _, _ = setup(server, {})
+    tool = with_engine(sync_tool(server, store), lost_answer_wait=3600.0)
+    with Gate(server) as gate:
+        gate.refuse("POST", CREATE, 500, count=1)
+        result = Background(tool, dict(CREATE_N)).join()
+    assert (result, store_files(server, store)) == (CREATED, {"/n.md": "mine\n"})

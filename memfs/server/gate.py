@@ -42,7 +42,8 @@ MAX_HOLD = 120.0
 WHEN = ("before", "after")
 #: Statuses a rule may answer with, and their error types.
 RESPONSES = {400: "invalid_request_error", 403: "permission_error", 404: "not_found_error",
-             409: "conflict_error", 413: "request_too_large", 422: "invalid_request_error"}
+             409: "conflict_error", 413: "request_too_large", 422: "invalid_request_error",
+             500: "api_error", 503: "api_error"}
 
 
 @dataclass

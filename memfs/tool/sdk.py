@@ -33,6 +33,7 @@ from anthropic.types.beta import (
     BetaMemoryTool20250818ViewCommand,
 )
 
+from memfs.core.mountconfig import SyncOptions
 from memfs.local.server_choice import choose_server
 from memfs.tool.store import StoreMemory
 from memfs.tool.text import ToolFailure
@@ -42,9 +43,10 @@ __all__ = ["MemoryStoreTool", "AsyncMemoryStoreTool"]
 T = TypeVar("T")
 
 
-def _engine(store_id: str, base_url: str | None, api_key: str | None) -> StoreMemory:
+def _engine(store_id: str, base_url: str | None, api_key: str | None,
+            lost_answer_wait: float) -> StoreMemory:
     url, key, _embedded = choose_server(base_url, api_key)
-    return StoreMemory(store_id, url, key)
+    return StoreMemory(store_id, url, key, lost_answer_wait=lost_answer_wait)
 
 
 def _in_event_loop() -> bool:
@@ -97,10 +99,13 @@ class _OnStore:
         base_url: str | None = None,
         api_key: str | None = None,
         cache_control: BetaCacheControlEphemeralParam | None = None,
+        lost_answer_wait: float = SyncOptions.lost_answer_wait,
     ) -> None:
+        """``lost_answer_wait``: how long a create or rename whose answer never came may
+        still land, and is waited for before it is sent again (docs/TOOL.md)."""
         super().__init__(cache_control=cache_control)  # type: ignore[call-arg]
         self.store_id = store_id
-        self._store = _engine(store_id, base_url, api_key)
+        self._store = _engine(store_id, base_url, api_key, lost_answer_wait)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.store_id!r}, base_url={self._store.base_url!r})"

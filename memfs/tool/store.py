@@ -22,7 +22,9 @@ precondition and are re-applied the same way. A write whose response was lost is
 recognised in the store's version history, so it is neither reported as failed nor
 applied twice; one that is not there was not applied and is sent again. What another
 writer did after it (an edit, a delete, a rename) stands: the client never re-sends a
-write blindly, which could undo it.
+write blindly, which could undo it. Nor too soon: a create or a rename whose answer never
+came may still be applied late by a server at work on it, so "not in the history" counts
+only ``lost_answer_wait`` after the loss (:meth:`StoreMemory._traced`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from memfs.api import tls
 from memfs.api.client import MemoryStoresClient
 from memfs.api.models import Memory, MemoryPrefix, content_sha256, versions_since
 from memfs.core import paths
+from memfs.core.mountconfig import SyncOptions
 from memfs.tool.text import (
     ROOT,
     ToolFailure,
@@ -125,15 +128,19 @@ class StoreMemory:
         backoff_max: float = 4.0,
         base: tuple[str, ...] = (),
         read_only: bool = False,
+        lost_answer_wait: float = SyncOptions.lost_answer_wait,
     ) -> None:
         """``base``: the store is ``/memories/<base...>`` (``memfs mcp`` with several
-        stores); ``read_only``: every change is refused, before anything is sent."""
+        stores); ``read_only``: every change is refused, before anything is sent;
+        ``lost_answer_wait``: seconds a write whose answer never came may still land
+        (a mount's ``--lost-answer-wait``, the same default)."""
         if not isinstance(store_id, str) or not store_id:
             raise ValueError("store_id must be a non-empty string")
         self.store_id = store_id
         self.base = base
         self.root = "/".join((ROOT, *base))
         self.read_only = read_only
+        self.lost_answer_wait = lost_answer_wait
         self.base_url = base_url
         self._api_key = api_key
         self._client_options: dict[str, Any] = {
@@ -405,7 +412,8 @@ class StoreMemory:
                 except api_errors.TRANSIENT as exc:
                     if not api_errors.may_have_applied(exc):
                         raise  # the client's own retries are spent: it was not sent
-                    ours = await _quietly(self._created(call, target, sha, sent_at))
+                    ours = await self._traced(
+                        lambda: self._created(call, target, sha, sent_at), exc)
                     if ours:
                         return done  # what happened to it since is another writer's
                     if ours is None or attempt == RESENDS:
@@ -441,6 +449,29 @@ class StoreMemory:
             if version.path == target.memory_path and version.content_sha256 == sha:
                 return True
         return False
+
+    async def _traced(self, landed: Callable[[], Awaitable[bool]],
+                      exc: api_errors.APIError) -> bool | None:
+        """After a lost answer: did the write land (True), not (False), or is it unknown
+        (None: the history cannot be read either)?
+
+        A request the server may still be at work on (:func:`api_errors.may_land_later`:
+        no answer came, or a gateway's 504) can be applied after a first look finds no
+        trace of it. Sent again then, the original could land after the resend and after
+        whatever the agent or another writer did next, and undo it: re-create a memory
+        they deleted, move back one they moved. So "no trace" counts only
+        ``lost_answer_wait`` seconds after the loss; until then the history is read again
+        about once a second. An edit needs no wait (its precondition stops a late original
+        once the resend has landed); a 5xx came once the server was done.
+        """
+        wait = self.lost_answer_wait if api_errors.may_land_later(exc) else 0.0
+        until = time.monotonic() + wait
+        while True:
+            ours = await _quietly(landed())
+            left = until - time.monotonic()
+            if ours is not False or left <= 0:
+                return ours
+            await anyio.sleep(min(1.0, left))
 
     async def _refused_create(
         self, call: _Call, target: ToolPath, exc: api_errors.BadRequestError
@@ -675,8 +706,9 @@ class StoreMemory:
             except api_errors.TRANSIENT as exc:
                 if not api_errors.may_have_applied(exc):
                     raise  # the client's own retries are spent: it was not sent
-                ours = await _quietly(self._landed(call, found, found.content_sha256,
-                                                   new.memory_path))
+                ours = await self._traced(
+                    lambda: self._landed(call, found, found.content_sha256, new.memory_path),
+                    exc)
                 if ours:
                     return done  # what happened to it since is another writer's
                 if ours is None:
