@@ -62,6 +62,7 @@ import shutil
 import sqlite3
 import stat
 import tempfile
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -125,13 +126,29 @@ class HarnessClock(IdleClock):
     """The mount's idle clock (`StoreEngine(clock=...)`), run by the harness: busy while a
     local operation goes through the handlers, quiet at every other moment. The blob
     writer waits for quiet, so it writes between steps, never inside one, and the harness
-    waits for it after every step (`Engine.quiet`): where it wrote replays exactly."""
+    waits for it after every step (`Engine.quiet`): where it wrote replays exactly.
 
-    __slots__ = ("requests",)
+    It also keeps the wall clock the lost-answer wait is counted on (`SyncContext.wall`):
+    a flush waiting for a request that may still land, or for the server to come back,
+    moves it on (`SyncContext.pause`) instead of sleeping, so a run whose request never
+    lands does not wait 30 s. What a
+    "late" request does is tied to requests, not time (`HeldTransport.apply_late`)."""
+
+    __slots__ = ("requests", "moved_on")
 
     def __init__(self) -> None:
         super().__init__()
         self.requests = 0  # local operations under way
+        self.moved_on = 0.0  # seconds the wall clock is ahead of time.time()
+
+    def wall(self) -> float:
+        return time.time() + self.moved_on
+
+    async def pause(self, seconds: float) -> None:
+        if self.moved_on > HOUR:  # a flush that never ends: its deadline (trio's clock) ends it
+            await trio.sleep(seconds)
+        self.moved_on += seconds
+        await trio.lowlevel.checkpoint()
 
     def idle_for(self) -> float:
         return 0.0 if self.requests else math.inf
@@ -172,6 +189,7 @@ def make_store(tmp_path: Path, transport: HeldTransport,
     clock = HarnessClock()
     store = StoreEngine(cfg, client, clock=clock)
     store.ctx.fetcher.quiet_poll = 0.001  # the clock turns quiet at the step's end
+    store.ctx.wall, store.ctx.pause = clock.wall, clock.pause
     return store, clock
 
 

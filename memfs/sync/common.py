@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -105,6 +106,11 @@ class SyncContext:
         #: a doubt a previous daemon left counts from this one's start.
         self.doubt_lost_at: dict[int, float | None] = {}
         self.started_at = time.time()
+        #: The wall clock that wait is counted on, and how a flush waits (for a request
+        #: that may still land, for the server to come back): the interleaving harness
+        #: moves the one on in the other rather than waiting 30 s.
+        self.wall: Callable[[], float] = time.time
+        self.pause: Callable[[float], Awaitable[None]] = trio.sleep
         # Directories that remote changes empty or create: the kernel's entry follows.
         state.on_entry = lambda parent, name: self.invalidate(("entry", parent, name))
 

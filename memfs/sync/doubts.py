@@ -31,7 +31,6 @@ clock). Doubts are rare: only a request that got no answer makes one.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -92,7 +91,7 @@ def _young(ctx: SyncContext, ticket: PushTicket) -> bool:
 def _left(ctx: SyncContext, ticket: PushTicket) -> float:
     """Seconds the request may still land in (<= 0: no longer)."""
     lost = ctx.doubt_lost_at.get(ticket.doubt, max(ticket.sent_at, ctx.started_at))
-    return -1.0 if lost is None else ctx.options.lost_answer_wait - (time.time() - lost)
+    return -1.0 if lost is None else ctx.options.lost_answer_wait - (ctx.wall() - lost)
 
 
 def wait_left(ctx: SyncContext) -> float | None:

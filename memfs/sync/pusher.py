@@ -68,6 +68,11 @@ QUIET_WINDOW = 0.3
 #: runs does not take in the pass's answers; a mount that stays busy longer still does,
 #: and its pass goes on (docs/BENCHMARKS.md, section 6).
 ANSWER_WAIT_MAX = 3.0
+#: A flush that waits on a request which may still land asks the server again after this
+#: long (seconds), then twice as long each time up to a second: a request held up briefly
+#: (the common case) is settled within a tenth of a second, one held long costs about one
+#: history read a second.
+DOUBT_RECHECK = 0.1
 
 
 def delete_cap(known: int) -> int:
@@ -351,6 +356,7 @@ class Pusher:
         total = PassResult()
         deadline = trio.current_time() + timeout
         first = True
+        recheck = DOUBT_RECHECK  # a request that may still land: asked again, then less often
         self._flushing += 1
         try:
             with trio.move_on_at(deadline):
@@ -364,14 +370,17 @@ class Pusher:
                         break
                     if result.offline is not None:
                         delay = self.ctx.went_offline(result.offline)
-                        await trio.sleep(min(delay, max(0.0, deadline - trio.current_time())))
+                        await self.ctx.pause(
+                            min(delay, max(0.0, deadline - trio.current_time())))
                         continue
                     if result.progress == 0:
                         waits = doubts.wait_left(self.ctx)
                         if waits is not None:  # a request that may still land: ask again
-                            await trio.sleep(min(1.0, waits))
+                            await self.ctx.pause(min(recheck, waits))
+                            recheck = min(1.0, recheck * 2)
                             continue
                         break  # what is left waits on a refusal, a conflict or the user
+                    recheck = DOUBT_RECHECK
         finally:
             self._flushing -= 1
         async with self.ctx.sync_lock:
@@ -470,7 +479,7 @@ class Pusher:
             self.state.push_unanswered(ticket, maybe_applied=api_errors.may_have_applied(exc))
             if ticket.doubt is not None and ticket.doubt in self.state.doubts:
                 self.ctx.doubt_lost_at[ticket.doubt] = (
-                    time.time() if api_errors.may_land_later(exc) else None)
+                    self.ctx.wall() if api_errors.may_land_later(exc) else None)
             raise
         except api_errors.APIError as exc:
             # A refusal is an answer to the last attempt only: an earlier one whose
