@@ -59,8 +59,10 @@ def async_tool(server: ServerProc, store_id: str) -> AsyncMemoryStoreTool:
 
 
 def with_engine(tool: Any, **options: Any) -> Any:
-    """The tool with its store engine rebuilt with other client options (retries, timeout)."""
+    """The tool with its store engine rebuilt with other client options (retries, timeout);
+    the tool's own `lost_answer_wait` kept unless given."""
     engine = tool._store
+    options.setdefault("lost_answer_wait", engine.lost_answer_wait)
     tool._store = StoreMemory(engine.store_id, engine.base_url, engine._api_key, **options)
     return tool
 
