@@ -501,3 +501,58 @@ async def test_a_flush_waits_out_the_lost_answer_wait_then_sends_again(tmp_path)
         result = await eng.pusher.flush(30.0)
         assert (result.pushed, result.left) == (1, 0) and not eng.state.doubts
         assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}
+
+
+def never_lands() -> list[FaultRule]:
+    """a.md's update gets no answer and the server never applies it while it matters."""
+    return [FaultRule(lambda r: r.method == "POST" and r.memory_id, kind="late",
+                      late_after=1000, origins=("setup",), times=1)]
+
+
+async def test_a_doubt_with_under_a_second_of_its_wait_left_still_waits(tmp_path):
+    """a.md's update got no answer and the server shows no trace of it. With half a second
+    of the lost-answer wait left the pass still only asks; once the wait is over it takes
+    the update as never applied and sends it again."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        eng.transport.rules = never_lands()
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        [ticket] = eng.state.doubts.values()
+        lost = eng.ctx.doubt_lost_at[ticket.doubt]
+        wait = eng.ctx.options.lost_answer_wait
+        eng.ctx.wall = lambda: lost + wait - 0.5
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions"]
+        assert eng.state.doubts
+        eng.ctx.wall = lambda: lost + wait + 0.01
+        await eng.pusher.push_pass()
+        assert not eng.state.doubts
+        assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}
+
+
+async def test_a_doubt_a_previous_daemon_left_waits_from_this_ones_start(tmp_path):
+    """A request in doubt of which this daemon never saw the answer lost (a previous
+    daemon left it in the journal: no loss time in memory) may still land until the
+    lost-answer wait after this daemon started: the pass asks and sends nothing; after
+    that it is taken as never applied and sent again."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        eng.transport.rules = never_lands()
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        assert eng.state.doubts
+        eng.ctx.doubt_lost_at.clear()  # as a daemon started on this journal has it
+        eng.ctx.started_at = eng.ctx.wall()
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions"]
+        assert eng.state.doubts
+        started = eng.ctx.started_at
+        eng.ctx.wall = lambda: started + eng.ctx.options.lost_answer_wait + 0.01
+        await eng.pusher.push_pass()
+        assert not eng.state.doubts
+        assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}
