@@ -556,3 +556,29 @@ async def test_a_doubt_a_previous_daemon_left_waits_from_this_ones_start(tmp_pat
         await eng.pusher.push_pass()
         assert not eng.state.doubts
         assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}
+
+
+
+async def test_a_flush_asks_again_after_a_tenth_of_a_second_then_twice_as_long_up_to_one(
+        tmp_path):
+    """a.md's update got no answer and never lands. A flush within the lost-answer wait (5 s
+    here, on the harness's clock) asks again after 0.1 s, then 0.2, 0.4, 0.8, then every
+    second until the wait is over; then it sends the update again."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        eng.ctx.options.lost_answer_wait = 5.0
+        eng.transport.rules = never_lands()
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        pauses: list[float] = []
+        moved_on = eng.ctx.pause
+
+        async def pause(seconds: float) -> None:
+            pauses.append(round(seconds, 6))
+            await moved_on(seconds)
+
+        eng.ctx.pause = pause
+        result = await eng.pusher.flush(60.0)
+        assert (result.pushed, result.left) == (1, 0) and not eng.state.doubts
+        assert pauses[:6] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0] and max(pauses) == 1.0
+        assert 4.5 < sum(pauses) <= 5.0

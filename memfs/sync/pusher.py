@@ -482,8 +482,10 @@ class Pusher:
                     self.ctx.wall() if api_errors.may_land_later(exc) else None)
             raise
         except api_errors.APIError as exc:
-            # A refusal is an answer to the last attempt only: an earlier one whose
-            # answer was lost may have been applied (a DELETE the client sent again).
+            # A refusal answers the last attempt only: had an earlier one whose answer
+            # was lost been sent again, it might have been applied. The client never
+            # sends a create or an update again once it may have been (the two this
+            # carries), so the guard holds the rule rather than a case that happens.
             if not api_errors.may_have_applied(exc):
                 self.state.push_answered(ticket)
             raise
