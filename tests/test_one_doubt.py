@@ -582,3 +582,46 @@ async def test_a_flush_asks_again_after_a_tenth_of_a_second_then_twice_as_long_u
         assert (result.pushed, result.left) == (1, 0) and not eng.state.doubts
         assert pauses[:6] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0] and max(pauses) == 1.0
         assert 4.5 < sum(pauses) <= 5.0
+
+
+async def test_a_listing_takes_another_writers_memory_while_an_unrelated_create_is_in_doubt(
+        tmp_path):
+    """b.md's create got no answer and may still land. A listing meets c.md, another
+    writer's new memory: only a memory at the path of a create in doubt waits for it, so
+    c.md comes into the tree at once."""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = late_create(after=1000)  # never lands while it matters
+        await eng.op_write("/b.md", "mine")
+        await eng.op_push()
+        assert eng.state.doubts
+        await eng.op_r_create("/c.md", "theirs")
+        await eng.op_reconcile()
+        assert eng.state.doubts
+        assert eng.user_tree() == {"/b.md": sha256(data("mine")),
+                                   "/c.md": sha256(data("theirs"))}
+
+
+async def test_a_create_landing_between_a_passs_question_and_its_listing_stays_deleted(
+        tmp_path):
+    """b.md's create got no answer; the user unlinks b.md. A full listing pass asks about
+    the create (no trace yet), then the create lands, then the listing meets its memory
+    at b.md: a memory at the path of a create in doubt waits for the doubt, as every
+    memory the listing does not know does, even where the path is free (the first
+    listing's fast way in). The next pass finds the create applied and deletes it. (The
+    fast way took it as a new memory of another writer's: b.md came back.)"""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = late_create(after=2)
+        await eng.op_write("/b.md", "mine")
+        await eng.op_push()
+        await eng.op_unlink("/b.md")
+        first = len(eng.transport.records)
+        await eng.op_reconcile()  # asks (1); the create lands; the listing (2 or 3) shows it
+        asked = sent(eng, first)  # (the listing and the feed's anchor go in either order)
+        assert asked[0] == "GET memory_versions" and "GET memories" in asked[1:3]
+        assert len(eng.server()) == 1 and eng.user_tree() == {} and eng.state.doubts
+        await eng.pusher.push_pass()  # the doubt: applied; its memory a pending delete
+        age_tombstones(eng)
+        await eng.pusher.push_pass()
+        await eng.op_reconcile()
+        assert eng.server() == {} and eng.user_tree() == {}
+        assert eng.state.conflicts() == [] and eng.pusher.pending_total() == 0

@@ -281,8 +281,14 @@ class Reconciler:
         st = self.state
         return (st.holder(m.id) is None and m.id not in st.tombstones
                 and st.lookup_path(m.path) is None
-                and decide.unknown_row(m.path, m.content_sha256, None, None, False)
+                and decide.unknown_row(m.path, m.content_sha256, None, None, False,
+                                       create_in_doubt=self._create_in_doubt(m.path))
                 is decide.Unknown.ADD)
+
+    def _create_in_doubt(self, path: str) -> bool:
+        """A create of ours whose answer was lost wrote `path`: a memory there may be
+        the one it made, landed late (`decide.Unknown.DOUBT`)."""
+        return any(t.memory_id is None and t.path == path for t in self.state.doubts.values())
 
     def _add_new(self, m: Memory) -> None:
         """`_unknown`'s ADD row (synchronous). A path under one of our files (a new
@@ -354,8 +360,7 @@ class Reconciler:
             decide.PendingDelete(tomb.base_sha, tomb.sent_sha) if tomb else None,
             local_of(st, at_path) if at_path is not None and not at_path.is_dir else None,
             at_path is not None and at_path.is_dir,
-            create_in_doubt=any(t.memory_id is None and t.path == m.path
-                                for t in st.doubts.values()))
+            create_in_doubt=self._create_in_doubt(m.path))
         U = decide.Unknown
         if row in (U.WAIT, U.DOUBT):
             self._waited.add(m.id)
