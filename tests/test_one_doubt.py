@@ -503,10 +503,17 @@ async def test_a_flush_waits_out_the_lost_answer_wait_then_sends_again(tmp_path)
         assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}
 
 
-def never_lands() -> list[FaultRule]:
-    """a.md's update gets no answer and the server never applies it while it matters."""
-    return [FaultRule(lambda r: r.method == "POST" and r.memory_id, kind="late",
-                      late_after=1000, origins=("setup",), times=1)]
+async def update_in_doubt(eng) -> str:
+    """a.md synced, then its update to v2 gets no answer, and the server never applies it
+    while it matters; returns its memory id."""
+    await synced(eng, a="v1")
+    eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                     kind="late", late_after=1000, origins=("setup",),
+                                     times=1)]
+    await eng.op_write("/a.md", "v2")
+    await eng.op_push()
+    assert eng.state.doubts
+    return eng.node("/a.md").memory_id
 
 
 async def test_a_doubt_with_under_a_second_of_its_wait_left_still_waits(tmp_path):
@@ -514,11 +521,7 @@ async def test_a_doubt_with_under_a_second_of_its_wait_left_still_waits(tmp_path
     of the lost-answer wait left the pass still only asks; once the wait is over it takes
     the update as never applied and sends it again."""
     async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
-        mid = eng.node("/a.md").memory_id
-        eng.transport.rules = never_lands()
-        await eng.op_write("/a.md", "v2")
-        await eng.op_push()
+        mid = await update_in_doubt(eng)
         [ticket] = eng.state.doubts.values()
         lost = eng.ctx.doubt_lost_at[ticket.doubt]
         wait = eng.ctx.options.lost_answer_wait
@@ -539,12 +542,7 @@ async def test_a_doubt_a_previous_daemon_left_waits_from_this_ones_start(tmp_pat
     lost-answer wait after this daemon started: the pass asks and sends nothing; after
     that it is taken as never applied and sent again."""
     async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
-        mid = eng.node("/a.md").memory_id
-        eng.transport.rules = never_lands()
-        await eng.op_write("/a.md", "v2")
-        await eng.op_push()
-        assert eng.state.doubts
+        mid = await update_in_doubt(eng)
         eng.ctx.doubt_lost_at.clear()  # as a daemon started on this journal has it
         eng.ctx.started_at = eng.ctx.wall()
         first = len(eng.transport.records)
@@ -565,11 +563,8 @@ async def test_a_flush_asks_again_after_a_tenth_of_a_second_then_twice_as_long_u
     here, on the harness's clock) asks again after 0.1 s, then 0.2, 0.4, 0.8, then every
     second until the wait is over; then it sends the update again."""
     async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
         eng.ctx.options.lost_answer_wait = 5.0
-        eng.transport.rules = never_lands()
-        await eng.op_write("/a.md", "v2")
-        await eng.op_push()
+        await update_in_doubt(eng)
         pauses: list[float] = []
         moved_on = eng.ctx.pause
 
