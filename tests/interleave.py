@@ -131,8 +131,8 @@ class HarnessClock(IdleClock):
     It also keeps the wall clock the lost-answer wait is counted on (`SyncContext.wall`):
     a flush waiting for a request that may still land, or for the server to come back,
     moves it on (`SyncContext.pause`) instead of sleeping, so a run whose request never
-    lands does not wait 30 s. What a
-    "late" request does is tied to requests, not time (`HeldTransport.apply_late`)."""
+    lands does not wait 30 s. What a "late" request does is tied to requests, not time
+    (`HeldTransport.apply_late`)."""
 
     __slots__ = ("requests", "moved_on")
 
