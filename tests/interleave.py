@@ -20,6 +20,12 @@ after the action, while memfs does not know what the server did:
                 request after it (a server still at work when its client gave up). The
                 mount's passes during its lost-answer wait (a push, a poll, a push) run
                 before settling; the wait ends (`wait_over`) once it has landed.
+    late_page<j>  the same, but the server applies it just before the j-th listing
+                request of a full listing pass: the passes during the wait are a push,
+                a full listing one memory a page, a push. That pass asks about the
+                request in doubt, then lists the root, then /d/ page by page: the
+                request lands after the question and before the listing (1), before
+                the file's directory (2), or between its pages (3).
 
 A `Scenario` is: setup steps, one *sync action* (a push pass, push passes in a row, a
 flush or a reconcile pass) run as a task, and an *interference* (a few local filesystem
@@ -96,8 +102,10 @@ POINTS = ("before", "after")
 FAULT_POINTS = ("before", "after", "lose", "fail")
 #: What the server does with one request whose outcome the mount then does not know;
 #: "late<j>": not applied when the answer is lost, but later, just before the j-th
-#: request after it (the mount's passes during its lost-answer wait run before settling).
-OUTCOMES = ("answered", "lost", "unapplied", "refused", "late2", "late3", "late5")
+#: request after it (the mount's passes during its lost-answer wait run before settling);
+#: "late_page<j>": just before the j-th listing request of a full listing pass then.
+OUTCOMES = ("answered", "lost", "unapplied", "refused", "late2", "late3", "late5",
+            "late_page1", "late_page2", "late_page3")
 #: The daemon killed with a request on the wire: (the server applied it first or not, the
 #: interference just before the kill or after the restart).
 CRASHES = tuple((point, when) for point in ("before", "after")
@@ -354,8 +362,12 @@ class HeldTransport(httpx.AsyncBaseTransport):
         self.counting = "action"
         self.outcome: tuple[int, str] | None = None  # (action request index, OUTCOMES)
         #: a "late<j>" outcome's request: applied just before the j-th request after it
-        #: (any origin), or when the run settles: (requests still to come, the record)
-        self.late: tuple[int, Record] | None = None
+        #: (any origin), or when the run settles: (requests still to come, the record,
+        #: whether only the pages of a full listing are counted: "late_page<j>")
+        self.late: tuple[int, Record, bool] | None = None
+        #: a full listing pass under way (its listing requests are what "late_page<j>"
+        #: counts)
+        self.full_listing = False
         self.reached = trio.Event()  # set when a hold point is reached (the harness renews it)
         self.action_count = 0
         self.in_flight: dict[str, Record] = {}
@@ -386,17 +398,23 @@ class HeldTransport(httpx.AsyncBaseTransport):
                 return rule
         return None
 
-    def apply_late(self, *, now: bool = False) -> None:
-        """The late request applied, when its turn has come (or `now`)."""
+    def apply_late(self, upcoming: Record | None = None, *, now: bool = False) -> None:
+        """The late request applied when its turn has come, just before `upcoming` is
+        (or `now`)."""
         if self.late is None:
             return
-        left, rec = self.late
-        if left > 1 and not now:
-            self.late = (left - 1, rec)
-            return
+        left, rec, pages = self.late
+        if not now:
+            if pages and not (upcoming is not None and upcoming.is_listing
+                              and self.full_listing):
+                return
+            if left > 1:
+                self.late = (left - 1, rec, pages)
+                return
         self.late = None
         status, payload = self.apply(rec)
-        rec.outcome = f"applied late ({status})"
+        rec.outcome = f"applied late ({status})" + (
+            "" if now or upcoming is None else f" before #{upcoming.seq}")
         self._applied(rec, status, payload)
 
     def _applied(self, rec: Record, status: int, payload: dict) -> None:
@@ -406,13 +424,13 @@ class HeldTransport(httpx.AsyncBaseTransport):
             self.wrote.add((payload["path"], payload["content_sha256"]))
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.apply_late()
         url = urlsplit(str(request.url))
         query = dict(parse_qsl(url.query, keep_blank_values=True))
         raw = request.content
         body = json.loads(raw) if raw else None
         origin = ORIGIN.get()
         rec = Record(len(self.records), origin, None, request.method, url.path, query, body)
+        self.apply_late(rec)
         if origin == self.counting:
             rec.index = self.action_count
             self.action_count += 1
@@ -446,7 +464,9 @@ class HeldTransport(httpx.AsyncBaseTransport):
                 fate = f"late{rule.late_after}"
             if fate is not None and fate.startswith("late"):  # the server applies it later
                 rec.outcome = "lost"
-                self.late = (int(fate[4:]), rec)
+                pages = fate.startswith("late_page")
+                self.late = (int(fate.removeprefix("late_page" if pages else "late")), rec,
+                             pages)
                 raise httpx.ReadError("no answer: the server applies it later (test)",
                                       request=request)
             if fate == "refused":
@@ -1111,6 +1131,15 @@ class Oracle:
         return out
 
     @staticmethod
+    def untouched(eng: Engine, mine: dict[str, str], when: str) -> list[str]:
+        """With no other writer, no pass changes the tree: a file the user deleted does
+        not come back, not even for a while (the end state alone would not show it)."""
+        tree = eng.user_tree()
+        return [f"{when}, the tree has {p} = {eng.label(tree.get(p))}, the user left "
+                f"{eng.label(mine.get(p))}"
+                for p in sorted(set(tree) | set(mine)) if tree.get(p) != mine.get(p)]
+
+    @staticmethod
     def applied_not_in_conflict(eng: Engine) -> list[str]:
         """A conflict keeps content the server never took there. Content one of this
         mount's own requests wrote at that path (answered, or applied with its answer
@@ -1353,6 +1382,27 @@ def _label(where: tuple) -> str:
     return f"k={where[1]} {where[2]}"
 
 
+async def _passes_in_the_wait(eng: Engine, outcome: str, sole_writer: bool,
+                              result: RunResult) -> None:
+    """The mount's passes while a "late" request may still land (its wait not over):
+    they ask, and send nothing for its file; it lands among their requests. A push, a
+    poll (for "late_page<j>", a full listing one memory a page), a push; with no other
+    writer, none of them changes the user's tree (`Oracle.untouched`)."""
+    mine = eng.user_tree()
+    for name in ("push", "listing" if outcome.startswith("late_page") else "poll", "push"):
+        if name == "listing":  # a "late_page<j>" request lands before its j-th listing request
+            transport, limit = eng.transport, eng.transport.list_limit
+            transport.list_limit, transport.full_listing = 1, True
+            try:
+                await eng.do(("reconcile",))
+            finally:
+                transport.list_limit, transport.full_listing = limit, False
+        else:
+            await eng.do((name,))
+        if sole_writer and not result.violations:
+            result.violations += Oracle.untouched(eng, mine, f"after the wait's {name} pass")
+
+
 async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
     """One interleaving. where: ("none",) | ("pre",) | ("post",) | ("hold", k, point) |
     ("holds", (k1, point1), (k2, point2)): the interference at k1's hold, the second at
@@ -1500,11 +1550,7 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
         for step in scenario.after:
             await eng.do(step)
         if where[0] == "outcome" and where[2].startswith("late"):
-            # The mount's passes while the request may still land (its wait not over):
-            # they ask, and send nothing for its file; it lands among their requests.
-            await eng.do(("push",))
-            await eng.do(("poll",))
-            await eng.do(("push",))
+            await _passes_in_the_wait(eng, where[2], scenario.sole_writer, result)
     finally:
         ORIGIN.reset(token)
     await eng.close_all()

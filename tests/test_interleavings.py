@@ -30,6 +30,7 @@ from interleave import (
     RESERVED_PREFIX,
     Engine,
     FaultRule,
+    HeldTransport,
     RunResult,
     Scenario,
     explore,
@@ -430,6 +431,44 @@ def test_a_second_crash_kills_the_restarted_daemon_in_its_first_pass(tmp_path: P
     _lose_the_journal_at(monkeypatch, kill=2)  # the second kill's copy only
     planted = run_one(scenario, tmp_path / "planted", where)
     assert "the tree has /d/x.md = 'v1', the user left nothing" in planted.violations
+
+
+def test_a_late_request_lands_among_a_full_listings_pages(tmp_path: Path,
+                                                        monkeypatch) -> None:
+    """The "late_page<j>" outcomes land the request inside the full listing pass the
+    mount runs while it waits: after that pass asked about it, before the listing (1)
+    and before the file's directory is read (2). And the oracle looks at the tree after
+    every pass of the wait, not only once the run has settled: planted, the defect
+    afe411a fixed (a full listing taking the memory a late create made for a new one of
+    another writer's, so the file the user removed comes back until the wait is over)
+    fails those runs, and no run of the exploration saw it before."""
+    from memfs.sync.reconciler import Reconciler
+
+    scenario = next(s for s in CROSS if s.name == "create_then_unlink")
+    transports: list[HeldTransport] = []
+    init = HeldTransport.__init__
+
+    def recorded(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        transports.append(self)
+
+    monkeypatch.setattr(HeldTransport, "__init__", recorded)
+    for j in (1, 2):
+        assert not run_one(scenario, tmp_path / f"page{j}",
+                           ("outcome", 0, f"late_page{j}")).violations
+        records = transports[-1].records
+        create = next(r for r in records if r.index == 0)  # "applied late (200) before #n"
+        landed = int(create.outcome.rsplit("#", 1)[1])
+        listings = [r.seq for r in records if r.origin == "after" and r.is_listing]
+        assert landed == listings[j - 1], (create.outcome, listings)
+        if j == 1:  # the pass asked about the create first
+            assert records[landed - 1].path.endswith("/memory_versions")
+
+    monkeypatch.setattr(Reconciler, "_create_in_doubt", lambda self, path: False)
+    for outcome in ("late_page1", "late_page2"):
+        planted = run_one(scenario, tmp_path / f"planted-{outcome}", ("outcome", 0, outcome))
+        assert "after the wait's listing pass, the tree has /d/x.md = 'v1', the user left " \
+               "nothing" in planted.violations, (outcome, planted.violations)
 
 
 def test_a_hold_past_a_varying_count_is_excused_only_then(monkeypatch, tmp_path: Path) -> None:
