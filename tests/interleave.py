@@ -110,6 +110,9 @@ OUTCOMES = ("answered", "lost", "unapplied", "refused", "late2", "late3", "late5
 #: interference just before the kill or after the restart).
 CRASHES = tuple((point, when) for point in ("before", "after")
                 for when in ("then_crash", "restarted"))
+#: ... or the server applies it later, just before the 3rd request after the kill: among
+#: the restarted daemon's passes within its lost-answer wait.
+LATE_CRASHES = (("late3", "then_crash"), ("late3", "restarted"))
 SETTLE_ROUNDS = 8
 #: Push passes the `pushes` action runs at most (one after another, as `Pusher.run` goes on).
 PUSH_PASSES = 3
@@ -1371,7 +1374,8 @@ def _label(where: tuple) -> str:
         (k1, p1), (k2, p2) = where[1:]
         return f"k={k1} {p1} answered after k={k2} {p2}"
     if where[0] == "crash":
-        applied = "applied" if where[2] == "after" else "not applied"
+        applied = {"after": "applied", "before": "not applied"}.get(
+            where[2], "applied after the kill (" + where[2] + ")")
         order = ("the operation, then the daemon killed" if where[3] == "then_crash"
                  else "the daemon killed, the operation after its restart")
         again = ""
@@ -1410,7 +1414,9 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
     k2 was released (both on the wire at once) | ("outcome", k, one of OUTCOMES):
     request k gets that outcome and the interference runs after the action, before memfs
     learns what the server did | ("crash", k, point, when): the daemon killed while
-    request k is held, before the server applies it or after ("before", "after"), the
+    request k is held, before the server applies it or after ("before", "after"), or
+    before, the server applying it later all the same ("late3": among the passes the
+    restarted daemon runs within its lost-answer wait, before its first pass), the
     interference just before that ("then_crash") or once a new daemon has started on
     what the killed one left ("restarted"), before its first pass | ("crash", k, point,
     when, j, point2): the same, then the restarted daemon killed too while request j of
@@ -1482,6 +1488,8 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
     transport.rules = [FaultRule(**vars(r)) for r in scenario.faults]
     holds = {"hold": [where[1:]], "holds": list(where[1:]),
              "nested": list(where[1:]), "crash": [where[1:3]]}.get(where[0], [])
+    if where[0] == "crash" and where[2].startswith("late"):  # killed before it is applied
+        holds = [(where[1], "before")]
     transport.holds = {k: Hold(k, point) for k, point in holds}
     if where[0] == "outcome":
         transport.outcome = (where[1], where[2])
@@ -1518,6 +1526,9 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
                 if where[3] == "then_crash":
                     await interfere(i)
                 crashed = _kill(eng, nursery)  # the action dies with it, unanswered
+                if where[2].startswith("late"):  # the server applies it after all, later
+                    hold.rec.outcome = "lost"
+                    transport.late = (int(where[2].removeprefix("late")), hold.rec, False)
                 break
             await interfere(i)
             if i == 0 and len(holds) > 1:
@@ -1549,7 +1560,7 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
     try:
         for step in scenario.after:
             await eng.do(step)
-        if where[0] == "outcome" and where[2].startswith("late"):
+        if where[0] in ("outcome", "crash") and where[2].startswith("late"):
             await _passes_in_the_wait(eng, where[2], scenario.sole_writer, result)
     finally:
         ORIGIN.reset(token)
@@ -1713,27 +1724,30 @@ class Exploration:
 
 
 def explore(scenario: Scenario, tmp: Path, *, outcomes: tuple[str, ...] = (),
-            crashes: bool = False, twice: bool = False) -> Exploration:
+            crashes: tuple[tuple[str, str], ...] = (), twice: bool = False) -> Exploration:
     """Every hold point of every request of the action, plus before and after it; and
     with `outcomes`, each of them for every request, the interference after the action
-    (while the mount does not know the outcome); with `crashes`, the daemon killed while
-    each request is on the wire (`CRASHES`), and with `twice`, each crash run's restarted
-    daemon killed again at every point of every request of its first pass (the crash
-    run counted them). With a `second` interference, also every
-    pair of holds: each hold run's own later requests, each at every point; where both
-    were on the wire at once, also with the later one answered first."""
+    (while the mount does not know the outcome); with `crashes` (`CRASHES`, and
+    `LATE_CRASHES`), the daemon killed while each request is on the wire in each of
+    those ways, and with `twice`, each crash run's restarted daemon killed again at every
+    point of every request of its first pass (the crash run counted them; not after a
+    "late3" kill, whose first pass is the one the other kinds have). With a `second`
+    interference, also every pair of holds: each hold run's own later requests, each at
+    every point; where both were on the wire at once, also with the later one answered
+    first."""
     base = run_one(scenario, tmp / "alone", ("none",))
     n = base.requests
     wheres: list[tuple] = [("pre",)]
     wheres += [("hold", k, p) for k in range(n) for p in scenario.points]
     wheres.append(("post",))
     wheres += [("outcome", k, o) for k in range(n) for o in outcomes]
-    wheres += [("crash", k, *c) for k in range(n) for c in CRASHES] if crashes else []
+    wheres += [("crash", k, *c) for k in range(n) for c in crashes]
     first = [run_one(scenario, tmp / f"run{i}", w) for i, w in enumerate(wheres)]
     runs = [base, *first]
     if twice:
         again = [(*w, j, p) for w, r in zip(wheres, first, strict=True)
-                 if w[0] == "crash" for j in range(r.recovery) for p in POINTS]
+                 if w[0] == "crash" and not w[2].startswith("late")
+                 for j in range(r.recovery) for p in POINTS]
         runs += [run_one(scenario, tmp / f"again{i}", w) for i, w in enumerate(again)]
     if scenario.second:
         # Two held requests: after request k1's hold (and the interference there), the

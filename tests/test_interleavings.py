@@ -25,6 +25,7 @@ from interleave import (
     CRASHES,
     EXPLORED,
     FAULT_POINTS,
+    LATE_CRASHES,
     OUTCOMES,
     POINTS,
     RESERVED_PREFIX,
@@ -392,7 +393,7 @@ def _lose_the_journal_at(monkeypatch, kill: int) -> None:
 
 
 def test_a_crash_run_restarts_the_daemon_from_disk_alone(tmp_path: Path, monkeypatch) -> None:
-    """The crash runs (`explore(crashes=True)`) kill the daemon with a request on the
+    """The crash runs (`explore(crashes=CRASHES)`) kill the daemon with a request on the
     wire and start a new one on what the old one committed: the restarted daemon knows
     of the request only from its journal. Planted, a restart whose journal lost the
     request (its `doubts` rows deleted from the copy) re-sends a create the server had
@@ -469,6 +470,39 @@ def test_a_late_request_lands_among_a_full_listings_pages(tmp_path: Path,
         planted = run_one(scenario, tmp_path / f"planted-{outcome}", ("outcome", 0, outcome))
         assert "after the wait's listing pass, the tree has /d/x.md = 'v1', the user left " \
                "nothing" in planted.violations, (outcome, planted.violations)
+
+
+def test_a_request_applied_after_the_kill_lands_among_the_restarted_daemons_passes(
+        tmp_path: Path, monkeypatch) -> None:
+    """A "late3" crash: the daemon killed before the server applied the request, which
+    the server then applies all the same, among the passes the restarted daemon runs
+    within its lost-answer wait; that daemon knows of it only from its journal. The
+    same plant as above fails it: the unlinked file comes back while the wait lasts."""
+    from memfs.sync.reconciler import Reconciler
+
+    scenario = next(s for s in CROSS if s.name == "create_then_unlink")
+    transports: list[HeldTransport] = []
+    init = HeldTransport.__init__
+
+    def recorded(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        transports.append(self)
+
+    monkeypatch.setattr(HeldTransport, "__init__", recorded)
+    seen = _watch_restarts(monkeypatch)
+    where = ("crash", 0, "late3", "restarted")
+    real = run_one(scenario, tmp_path / "real", where)
+    assert not real.violations and real.reached and real.crashed
+    assert seen == [(True, ["/d/x.md"])]  # a new engine, the request in doubt from disk
+    records = transports[-1].records
+    create = next(r for r in records if r.index == 0)
+    landed = int(create.outcome.rsplit("#", 1)[1])
+    assert [r.origin for r in records[create.seq + 1:landed + 1]] == ["after"] * 3
+
+    monkeypatch.setattr(Reconciler, "_create_in_doubt", lambda self, path: False)
+    planted = run_one(scenario, tmp_path / "planted", where)
+    assert "after the wait's poll pass, the tree has /d/x.md = 'v1', the user left " \
+           "nothing" in planted.violations, planted.violations
 
 
 def test_a_hold_past_a_varying_count_is_excused_only_then(monkeypatch, tmp_path: Path) -> None:
@@ -562,11 +596,13 @@ PARK = [Scenario(f"{kind}_then_{op}" + ("" if op == "none" else f"_{f[1]}"), set
 
 @pytest.mark.parametrize("scenario", [*CROSS, *PARK], ids=lambda s: s.name)
 def test_lost_answers(scenario: Scenario, harness_tmp: Path) -> None:
-    """Each scenario with every outcome and the daemon killed; the request kinds x local
+    """Each scenario with every outcome and the daemon killed (the request applied
+    before the kill, never, or after it: `LATE_CRASHES`); the request kinds x local
     operations (CROSS) also with the restarted daemon killed again in its first pass (the
     swaps too in the long run, docs/TESTING.md)."""
     twice = scenario in CROSS or LONG
-    result = explore(scenario, harness_tmp, outcomes=OUTCOMES, crashes=True, twice=twice)
+    result = explore(scenario, harness_tmp, outcomes=OUTCOMES,
+                     crashes=CRASHES + LATE_CRASHES, twice=twice)
     print(f"\n{scenario.name}: {len(result.runs)} interleavings")
     if result.failures:
         pytest.fail(result.summary(), pytrace=False)
@@ -574,7 +610,8 @@ def test_lost_answers(scenario: Scenario, harness_tmp: Path) -> None:
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_scenario(scenario: Scenario, harness_tmp: Path) -> None:
-    result = explore(scenario, harness_tmp, crashes=True, twice=LONG)
+    result = explore(scenario, harness_tmp, crashes=CRASHES + (LATE_CRASHES if LONG else ()),
+                     twice=LONG)
     pairs = ", and pairs of holds" if scenario.second else ""
     print(f"\n{scenario.name}: {len(result.runs)} interleavings ({result.n} action "
           f"requests x ({len(scenario.points)} points + 4 crashes) + 3{pairs})")
@@ -619,9 +656,9 @@ def cases(draw) -> tuple[Scenario, tuple]:
     where = draw(st.one_of(
         st.tuples(st.just("hold"), st.integers(0, 3), st.sampled_from(FAULT_POINTS)),
         st.tuples(st.just("outcome"), st.integers(0, 3), st.sampled_from(OUTCOMES)),
-        st.tuples(st.just("crash"), st.integers(0, 3), st.sampled_from(CRASHES)).map(
+        st.tuples(st.just("crash"), st.integers(0, 3), st.sampled_from(CRASHES + LATE_CRASHES)).map(
             lambda w: (w[0], w[1], *w[2])),
-        st.tuples(st.just("crash"), st.integers(0, 3), st.sampled_from(CRASHES),
+        st.tuples(st.just("crash"), st.integers(0, 3), st.sampled_from(CRASHES + LATE_CRASHES),
                   st.integers(0, 3), st.sampled_from(POINTS)).map(  # killed twice
             lambda w: (w[0], w[1], *w[2], w[3], w[4])),
         st.tuples(st.sampled_from(["holds", "nested"]), hold, hold).filter(

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 # ruff: noqa: F811  (the harness_tmp fixture imported below is redefined as an argument)
-from interleave import OUTCOMES, Scenario, explore
+from interleave import CRASHES, LATE_CRASHES, OUTCOMES, Scenario, explore
 from test_interleavings import (
     LOCAL_OPS,
     LONG,
@@ -127,8 +127,10 @@ LONG_RUN: list[Scenario] = [] if not LONG else (
 
 
 def _explore(scenario: Scenario, tmp: Path) -> None:
-    # The long run also kills the restarted daemon again (`twice`, docs/TESTING.md).
-    result = explore(scenario, tmp, outcomes=OUTCOMES, crashes=True, twice=LONG)
+    # The long run also kills the restarted daemon again (`twice`, docs/TESTING.md), and
+    # has the server apply the killed daemon's request after the kill (`LATE_CRASHES`).
+    result = explore(scenario, tmp, outcomes=OUTCOMES,
+                     crashes=CRASHES + (LATE_CRASHES if LONG else ()), twice=LONG)
     print(f"\n{scenario.name}: {len(result.runs)} interleavings")
     assert len(result.runs) >= 15  # alone, before, 4 hold points, after, 4 outcomes, 4 crashes
     if result.failures:
@@ -155,7 +157,8 @@ def test_lost_answers_with_another_writer(scenario: Scenario, harness_tmp: Path)
 @pytest.mark.skipif(not LONG, reason="the long run: MEMFS_INTERLEAVE_LONG=1")
 @pytest.mark.parametrize("scenario", LONG_RUN, ids=lambda s: s.name)
 def test_lost_answers_long_run(scenario: Scenario, harness_tmp: Path) -> None:
-    result = explore(scenario, harness_tmp, outcomes=OUTCOMES, crashes=True, twice=True)
+    result = explore(scenario, harness_tmp, outcomes=OUTCOMES,
+                     crashes=CRASHES + LATE_CRASHES, twice=True)
     print(f"\n{scenario.name}: {len(result.runs)} interleavings")
     if result.failures:
         pytest.fail(result.summary(), pytrace=False)

@@ -231,7 +231,7 @@ def test_daemon_killed_while_the_answer_is_held_then_local_change(mounts, server
     """The request applied on the server, the daemon killed (SIGKILL) before its answer
     came: the next daemon knows of it only from its journal. The user changes the file
     on the new mount; the store must end as they left it, with no conflict (the
-    interleaving harness's crash runs, `explore(crashes=True)`, through a real mount)."""
+    interleaving harness's crash runs, `explore(crashes=CRASHES)`, through a real mount)."""
     store, m, x, mid, rule = _start(mounts, kind)
     with Gate(server) as gate:
         current, mid = _applied_then_killed(gate, server, store, m, kind, x, mid, rule)
