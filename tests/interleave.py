@@ -145,12 +145,14 @@ class HarnessClock(IdleClock):
     lands does not wait 30 s. What a "late" request does is tied to requests, not time
     (`HeldTransport.apply_late`)."""
 
-    __slots__ = ("requests", "moved_on")
+    __slots__ = ("requests", "moved_on", "moved")
 
     def __init__(self) -> None:
         super().__init__()
         self.requests = 0  # local operations under way
         self.moved_on = 0.0  # seconds the wall clock is ahead of time.time()
+        #: told the new time whenever the clock is moved on (`HeldTransport.clock_moved`)
+        self.moved: Callable[[float], None] | None = None
 
     def wall(self) -> float:
         return time.time() + self.moved_on
@@ -159,6 +161,8 @@ class HarnessClock(IdleClock):
         if self.moved_on > HOUR:  # a flush that never ends: its deadline (trio's clock) ends it
             await trio.sleep(seconds)
         self.moved_on += seconds
+        if self.moved is not None:
+            self.moved(self.wall())
         await trio.lowlevel.checkpoint()
 
     def idle_for(self) -> float:
@@ -201,6 +205,8 @@ def make_store(tmp_path: Path, transport: HeldTransport,
     store = StoreEngine(cfg, client, clock=clock)
     store.ctx.fetcher.quiet_poll = 0.001  # the clock turns quiet at the step's end
     store.ctx.wall, store.ctx.pause = clock.wall, clock.pause
+    transport.wall, clock.moved = clock.wall, transport.clock_moved
+    transport.lost_answer_wait = options.lost_answer_wait
     return store, clock
 
 
@@ -371,6 +377,12 @@ class HeldTransport(httpx.AsyncBaseTransport):
         #: a full listing pass under way (its listing requests are what "late_page<j>"
         #: counts)
         self.full_listing = False
+        #: the mount's wall clock and lost-answer wait (`make_store`): a late request lands
+        #: at the latest when that wait ends (`late_deadline`), however far a flush has
+        #: moved the clock on; one applied after the wait is not what memfs guards against
+        self.wall: Callable[[], float] = time.time
+        self.lost_answer_wait = SyncOptions.lost_answer_wait
+        self.late_deadline = math.inf
         self.reached = trio.Event()  # set when a hold point is reached (the harness renews it)
         self.action_count = 0
         self.in_flight: dict[str, Record] = {}
@@ -403,11 +415,12 @@ class HeldTransport(httpx.AsyncBaseTransport):
 
     def apply_late(self, upcoming: Record | None = None, *, now: bool = False) -> None:
         """The late request applied when its turn has come, just before `upcoming` is
-        (or `now`)."""
+        (or `now`; or once the mount's lost-answer wait ends)."""
         if self.late is None:
             return
         left, rec, pages = self.late
-        if not now:
+        due = self.wall() >= self.late_deadline
+        if not now and not due:
             if pages and not (upcoming is not None and upcoming.is_listing
                               and self.full_listing):
                 return
@@ -416,9 +429,15 @@ class HeldTransport(httpx.AsyncBaseTransport):
                 return
         self.late = None
         status, payload = self.apply(rec)
-        rec.outcome = f"applied late ({status})" + (
-            "" if now or upcoming is None else f" before #{upcoming.seq}")
+        when = "" if now or upcoming is None else f" before #{upcoming.seq}"
+        rec.outcome = f"applied late ({status}){' as its wait ended' if due else ''}{when}"
         self._applied(rec, status, payload)
+
+    def clock_moved(self, wall: float) -> None:
+        """The mount's clock moved on (a flush's pause): a late request whose wait that
+        ends lands now, before the mount can see the wait over."""
+        if self.late is not None and wall >= self.late_deadline:
+            self.apply_late(now=True)
 
     def _applied(self, rec: Record, status: int, payload: dict) -> None:
         if status == 200 and rec.method == "POST" and rec.path.endswith("/memories"):
@@ -470,6 +489,7 @@ class HeldTransport(httpx.AsyncBaseTransport):
                 pages = fate.startswith("late_page")
                 self.late = (int(fate.removeprefix("late_page" if pages else "late")), rec,
                              pages)
+                self.late_deadline = self.wall() + self.lost_answer_wait
                 raise httpx.ReadError("no answer: the server applies it later (test)",
                                       request=request)
             if fate == "refused":
@@ -1529,6 +1549,7 @@ async def _interleave(eng: Engine, scenario: Scenario, where: tuple, result: Run
                 if where[2].startswith("late"):  # the server applies it after all, later
                     hold.rec.outcome = "lost"
                     transport.late = (int(where[2].removeprefix("late")), hold.rec, False)
+                    transport.late_deadline = transport.wall() + transport.lost_answer_wait
                 break
             await interfere(i)
             if i == 0 and len(holds) > 1:

@@ -167,6 +167,42 @@ def test_lost_answer_then_local_change(mounts, server, kind, op):
     _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
 
 
+# -- a request the server applies late ------------------------------------------------------
+
+LATE_CASES = [(kind, op) for kind in ("create", "update", "rename") for op in ("rm", "mv", "edit")]
+
+
+def _user_tree(m) -> dict[str, str]:
+    return {"/" + str(p.relative_to(m.path)): cat(p) for p in m.path.rglob("*.md")}
+
+
+@pytest.mark.parametrize(("kind", "op"), LATE_CASES, ids=[f"{k}-then-{o}" for k, o in LATE_CASES])
+def test_a_request_applied_late_then_local_change(mounts, server, kind, op):
+    """The mount's create, update or rename gets no answer, and the server applies it
+    only later (the gate's `late` rule: the connection reset at once, the request applied
+    when released). The mount's passes find no trace of it meanwhile and must not take
+    that for "never applied" (`--lost-answer-wait`); the user changes the file; then the
+    request lands. The mount never shows a tree the user did not leave (a removed file
+    does not come back, not even for a while), and the store ends as they left it."""
+    store, m, x, mid, rule = _start(mounts, kind)
+    versions = rf"/memory_stores/{store}/memory_versions$"
+    with Gate(server) as gate:
+        gate.hold("POST", rule, when="late", count=1)
+        current = _request(kind, x)
+        [late] = gate.wait_held(1)                    # its client got no answer
+        _change(op, current, x)                       # while the outcome is unknown
+        mine = _user_tree(m)
+        gate.hold("GET", versions, when="after", count=1)
+        looks = [h for h in gate.wait_held(2) if h["seq"] != late["seq"]]
+        gate.release(looks[0]["seq"])                 # a pass asked: no trace of it yet
+        assert _user_tree(m) == mine
+        gate.release(late["seq"])                     # it lands (applied on return)
+        for _ in range(8):                            # the mount's passes that find it
+            time.sleep(0.25)
+            assert _user_tree(m) == mine
+    _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
+
+
 # -- another writer after the lost answer ---------------------------------------------------
 
 THEIRS = [("create", "delete"), ("create", "rename"), ("rename", "rename"), ("update", "delete")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -90,6 +91,45 @@ def test_held_after_records_a_refusal(server, gate, pool):
     assert fut.result(timeout=10).status_code == 409
 
 
+def _raw_update(server, sid: str, mid: str, body: dict) -> httpx.Response:
+    """One POST, no retries (the SDK would send it again after a reset)."""
+    with httpx.Client(headers=server.headers, timeout=10) as c:
+        return c.post(f"{server.base_url}/v1/memory_stores/{sid}/memories/{mid}", json=body)
+
+
+def test_held_late_gets_no_answer_and_is_applied_once_released(server, gate, pool):
+    """A "late" rule: the client's connection is reset at once, nothing is applied
+    while the request is held, and the release answers once it has been applied."""
+    sid, ids = _store_with(server, a="old")
+    rule = gate.hold("POST", rf"/memories/{ids['a']}$", when="late")
+    fut = pool.submit(_raw_update, server, sid, ids["a"], {"content": "new"})
+    with pytest.raises(httpx.TransportError):  # no answer: the connection reset
+        fut.result(timeout=10)
+    [held] = gate.wait_held(1)
+    assert (held["method"], held["when"], held["rule"]) == ("POST", "late", rule["id"])
+    assert _content(server, sid, ids["a"]) == "old"
+    assert gate.release() == [held["seq"]]
+    assert _content(server, sid, ids["a"]) == "new"  # applied before the release answered
+    versions = server.sdk().beta.memory_stores.memory_versions.list(sid, memory_id=ids["a"])
+    assert [v.operation for v in versions] == ["modified", "created"]
+
+
+def test_held_late_applies_what_it_would_have_then(server, gate, pool):
+    """Applied late, a request meets the store as it is then: its precondition is
+    checked against what another client wrote meanwhile (a refusal goes to no one)."""
+    sid, ids = _store_with(server, a="old")
+    gate.hold("POST", rf"/memories/{ids['a']}$", when="late", count=1)
+    old_sha = hashlib.sha256(b"old").hexdigest()
+    fut = pool.submit(_raw_update, server, sid, ids["a"], {"content": "late", "precondition": {
+        "type": "content_sha256", "content_sha256": old_sha}})
+    with pytest.raises(httpx.TransportError):
+        fut.result(timeout=10)
+    gate.wait_held(1)
+    _update(server, sid, ids["a"], "theirs")
+    gate.release()
+    assert _content(server, sid, ids["a"]) == "theirs"
+
+
 def test_release_one_by_seq_then_clear_releases_the_rest(server, gate, pool):
     sid, ids = _store_with(server, a="a0", b="b0")
     gate.hold("POST", "/memories/mem_", when="before")
@@ -158,6 +198,8 @@ def test_wait_held_times_out_with_what_is_held(server, gate):
 
 @pytest.mark.parametrize("body", [
     {"when": "during"},
+    {"when": "late", "drop": True},
+    {"when": "late", "respond": 403},
     {"path": "(", "when": "before"},
     {"when": "before", "count": 0},
     {"when": "before", "count": True},

@@ -305,24 +305,22 @@ INSERT_MINE = {"command": "insert", "path": "/memories/log.md", "insert_line": 1
 
 
 def test_an_unanswered_edit_that_lands_late_is_not_applied_twice(server):
-    """The update is held before it applies, past the client's timeout: the history shows
-    nothing, so the tool reads the file again to send the edit once more -- and the same
-    edit lands just then (made through the SDK while the tool's lookup is held: to the
-    tool, its own first attempt landing late). The edit is in the file once, and
-    reported done."""
-    store, sdk, ids = setup(server, {"/log.md": "a\n"})
+    """The update gets no answer and is not applied yet (the gate's `late` rule): the
+    history shows nothing, so the tool reads the file again to send the edit once more
+    -- and its first attempt lands just then, while the tool's lookup is held. The edit
+    is in the file once, and reported done."""
+    store, _, _ = setup(server, {"/log.md": "a\n"})
     tool = with_engine(sync_tool(server, store), timeout=1.0, backoff_base=0.01)
     with Gate(server) as gate:
-        gate.hold("POST", UPDATE, when="before", count=1)
+        gate.hold("POST", UPDATE, when="late", count=1)
         gate.hold("GET", r"/memory_versions$", when="before", count=1)
         job = Background(tool, dict(INSERT_MINE))
-        [update] = gate.wait_held(1)
+        [update] = [h for h in gate.wait_held(1) if h["when"] == "late"]
         [history] = [h for h in gate.wait_held(2) if h["seq"] != update["seq"]]
         gate.hold("GET", r"/memories$", when="before", count=1)  # the next lookup
         gate.release(history["seq"])                              # "not applied"
         [lookup] = [h for h in gate.wait_held(2) if h["seq"] != update["seq"]]
-        sdk.beta.memory_stores.memories.update(ids["/log.md"], memory_store_id=store,
-                                               content="a\nmine\n")  # it lands now
+        gate.release(update["seq"])                               # it lands now
         gate.release(lookup["seq"])
         result = job.join()
     assert result == ("ok", "The file /memories/log.md has been edited.")
@@ -330,50 +328,36 @@ def test_an_unanswered_edit_that_lands_late_is_not_applied_twice(server):
 
 
 def test_an_unanswered_edit_not_in_the_history_is_sent_again(server):
-    """The update is held before it applies, past the client's timeout, and is never
-    applied (the server refuses it once released: its precondition no longer holds):
-    the history shows nothing, the tool sends the edit again, and it is there once."""
+    """The update gets no answer and is not applied while the command runs (the gate's
+    `late` rule): the history shows nothing, the tool sends the edit again (its
+    precondition makes that safe), and it is there once. The first attempt, applied
+    after, meets that precondition no longer holding and changes nothing."""
     store, _, _ = setup(server, {"/log.md": "a\n"})
     tool = with_engine(sync_tool(server, store), timeout=1.0, backoff_base=0.01)
     with Gate(server) as gate:
-        gate.hold("POST", UPDATE, when="before", count=1)
+        gate.hold("POST", UPDATE, when="late", count=1)
         result = Background(tool, dict(INSERT_MINE)).join()
+        assert len(gate.release()) == 1                           # the first one lands
     assert result == ("ok", "The file /memories/log.md has been edited.")
     assert store_files(server, store) == {"/log.md": "a\nmine\n"}
 
 
 # -- a write that lands late: not sent again while it still may ------------------------------
 #
-# The write is held before it applies, past the client's timeout: no answer came, and the
-# server may still apply it (api_errors.may_land_later). Sent again at once, the resend
-# lands, the agent (or anyone) undoes it, and then the original lands and undoes the undo:
-# a deleted file comes back, a file moved back is moved away again. So the tool reads the
-# history again (about once a second) until `lost_answer_wait` has passed, and sends the
-# write again only then. Before it did, both cases below ended with the original's effect.
-#
-# `memfs serve` never applies a request whose client left while the gate held it (it reads
-# the body after the gate), so the late landing is the same write made through the SDK:
-# to the tool, indistinguishable from its own.
+# The write gets no answer and is not applied yet (the gate's `late` rule: its connection
+# reset, the write applied when the test releases it): the server may still apply it
+# (api_errors.may_land_later). Sent again at once, the resend lands, the agent (or anyone)
+# undoes it, and then the original lands and undoes the undo: a deleted file comes back, a
+# file moved back is moved away again. So the tool reads the history again (about once a
+# second) until `lost_answer_wait` has passed, and sends the write again only then. Before
+# it did, both cases below ended with the original's effect.
 
 VERSIONS = r"/memory_versions$"
 
-
-def _lands(action: str):
-    """The held write landing late: the same change, from another client."""
-
-    def run(server, store: str) -> None:
-        if action == "create":
-            sdk_create(server, store, "/n.md", "mine\n")
-        else:
-            _their("rename", "/x.md", "/y.md")(server, store)
-
-    return run
-
-
-LATE = {  # name -> (command, its write's path, landing, answer, the undo, the store after)
-    "create": (CREATE_N, CREATE, _lands("create"), CREATED, _their("delete", "/n.md"), {}),
-    "rename": (RENAME_XY, UPDATE, _lands("rename"), RENAMED,
-               _their("rename", "/y.md", "/x.md"), {"/x.md": "v1\n"}),
+LATE = {  # name -> (command, its write's path, answer, the undo, the store after)
+    "create": (CREATE_N, CREATE, CREATED, _their("delete", "/n.md"), {}),
+    "rename": (RENAME_XY, UPDATE, RENAMED, _their("rename", "/y.md", "/x.md"),
+               {"/x.md": "v1\n"}),
 }
 
 
@@ -391,40 +375,41 @@ def _next_look(gate: Gate, job: Background, seen: set[int]) -> dict | None:
 
 @pytest.mark.parametrize("name", LATE)
 def test_a_write_that_may_land_late_is_not_sent_again_meanwhile(server, name):
-    command, path, land, answer, undo, after = LATE[name]
+    command, path, answer, undo, after = LATE[name]
     store, _, _ = setup(server, {} if command is CREATE_N else {"/x.md": "v1\n"})
     tool = with_engine(sync_tool(server, store), timeout=1.0, backoff_base=0.01,
                        lost_answer_wait=30.0)
     with Gate(server) as gate:
-        gate.hold("POST", path, when="before", count=1)
+        gate.hold("POST", path, when="late", count=1)
         gate.hold("GET", VERSIONS, when="before", count=2)
         job = Background(tool, dict(command))
-        [write] = gate.wait_held(1)
-        first = _next_look(gate, job, {write["seq"]})  # after the client's timeout
+        [write] = [h for h in gate.wait_held(1) if h["when"] == "late"]
+        first = _next_look(gate, job, {write["seq"]})  # its answer lost
         assert first is not None
         gate.release(first["seq"])  # no trace of the write yet
         second = _next_look(gate, job, {write["seq"], first["seq"]})
         if second is not None:  # it looks again rather than sending the write again:
-            land(server, store)  # the original lands meanwhile, and is found
+            gate.release(write["seq"])  # the original lands meanwhile, and is found
             gate.release(second["seq"])
         result = job.join()
         undo(server, store)
         if second is None:  # it was sent again at once: the original lands after the undo
-            land(server, store)
+            gate.release(write["seq"])
     assert (result, store_files(server, store)) == (answer, after)
 
 
 def test_a_create_with_no_trace_once_the_wait_is_over_is_sent_again(server):
-    """The create stays held (never applied while the command runs): once
-    `lost_answer_wait` has passed with no trace of it, it is sent again, and created once
-    (the original, released at the end, meets the path taken and changes nothing)."""
+    """The create gets no answer and stays held (never applied while the command runs):
+    once `lost_answer_wait` has passed with no trace of it, it is sent again, and created
+    once (the original, applied at the end, meets the path taken and changes nothing)."""
     store, _, _ = setup(server, {})
     tool = MemoryStoreTool(store, base_url=server.base_url, api_key=server.api_key,
                            lost_answer_wait=1.5)  # the public argument (30 s would time out)
     tool = with_engine(tool, timeout=1.0, backoff_base=0.01)
     with Gate(server) as gate:
-        gate.hold("POST", CREATE, when="before", count=1)
+        gate.hold("POST", CREATE, when="late", count=1)
         result = Background(tool, dict(CREATE_N)).join()
+        assert len(gate.release()) == 1  # the original lands now
     assert (result, store_files(server, store)) == (CREATED, {"/n.md": "mine\n"})
 
 

@@ -9,8 +9,9 @@ faults (latency, 429, 5xx) → auth (401: the API key, or a session token of the
 right shape and its grant) → route (404/405) → session token scope (404/403) →
 body (the route's bound: 413 while streaming, 408 when too slow) → beta header
 (400) → strict, bounded JSON (400; large bodies parsed in a worker thread) →
-shapes (400) → operation (in a worker thread) → gate "after" → response (or,
-for an injected drop, a connection reset after the commit).
+shapes (400) → gate "late" (the connection reset, the request held, then
+applied) → operation (in a worker thread) → gate "after" → response (or, for
+an injected drop, a connection reset after the commit).
 
 Authentication and routing happen before a single body byte is read, so a
 client without the key cannot make the server buffer anything, and one with it
@@ -24,6 +25,7 @@ without a trace.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -274,17 +276,23 @@ class _Exchange:
                         self.send_timeout)
             await self.abort()
 
+    def cut(self) -> bool:
+        """Reset the connection (RST) now, the request going on without it (a "late"
+        gate rule); False when not served by our uvicorn protocol."""
+        self.status = 0
+        abort = self.scope.get("extensions", {}).get("memfs.abort")
+        if abort is not None:
+            abort()
+        return abort is not None
+
     async def send_error(self, err: ApiError) -> None:
         body = {"type": "error", "error": err.error_object(), "request_id": self.rid}
         await self.send_json(err.status, body, err.headers)
 
     async def abort(self) -> None:
         """Reset the connection (RST) without (the rest of) a response."""
-        self.status = 0
-        abort = self.scope.get("extensions", {}).get("memfs.abort")
-        if abort is None:  # not under our uvicorn protocol (an in-process transport)
+        if not self.cut():  # not under our uvicorn protocol (an in-process transport)
             raise ConnectionResetError("memfs: injected drop after commit")
-        abort()
         for _ in range(3):  # let uvicorn see the connection lost: no 500 on a dead socket
             await asyncio.sleep(0)
         raise _Dropped
@@ -527,9 +535,20 @@ class MemfsApp:
                     actor = Actor("session_actor", session)
                     ex.attributed = session
                     self.metrics.attributed.inc()
-            return await self._db(op.__name__, op, self.db, Request(params, query, body, actor))
+            request = Request(params, query, body, actor)
+            if ex.path.startswith("/v1/") and await self.gate.hold_late(
+                    ex.method, ex.path, ex.cut,
+                    lambda: self._apply_late(op, request)):
+                raise _Dropped  # applied late; its client heard nothing
+            return await self._db(op.__name__, op, self.db, request)
         finally:
             self.inflight -= 1
+
+    async def _apply_late(self, op: Any, request: Request) -> None:
+        """A "late" gate rule's request, once released: applied like any other, its
+        answer (or refusal) sent to no one."""
+        with contextlib.suppress(ApiError):
+            await self._db(op.__name__, op, self.db, request)
 
     # -- /_memfs/ --------------------------------------------------------------------
 
@@ -631,7 +650,7 @@ class MemfsApp:
             if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int)):
                 raise invalid("seq must be an integer")
             try:
-                released = gate.release(seq)
+                released = await gate.release_applied(seq)
             except KeyError:
                 raise not_found(f"no held request with seq {seq}") from None
             await ex.send_json(200, {"released": released})

@@ -27,19 +27,29 @@ delete) while every other request goes through.
 An ``after`` rule with ``drop`` holds the committed request like any other, and
 when it is released resets the connection instead of answering: the request
 was applied and its answer is lost (a proxy timeout, a laptop going to sleep).
+
+* ``late``: the request is read and checked whole, its connection is reset (the
+  client gets no answer), and it is held; once released (by a test, its timeout
+  or the server's shutdown) it is applied: a server still at work when its
+  client gave up. The release answers once what it released has been applied,
+  so a test knows the landing happened.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 MAX_HOLD = 120.0
-WHEN = ("before", "after")
+WHEN = ("before", "after", "late")
+#: How long a release waits for the late requests it released to be applied.
+LATE_APPLY_WAIT = 30.0
 #: Statuses a rule may answer with, and their error types.
 RESPONSES = {400: "invalid_request_error", 403: "permission_error", 404: "not_found_error",
              409: "conflict_error", 413: "request_too_large", 422: "invalid_request_error",
@@ -84,6 +94,8 @@ class Held:
     status: int | None = None  # "after": the status of the response being held
     released: bool = False
     event: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    #: "late": set once the request has been applied (or refused) after its release
+    applied: asyncio.Event | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"seq": self.seq, "rule": self.rule, "method": self.method, "path": self.path,
@@ -127,7 +139,7 @@ class Gate:
             raise ValueError(f"path is not a valid regular expression: {exc}") from None
         when = spec.get("when")
         if when not in WHEN:
-            raise ValueError("when must be 'before' or 'after'")
+            raise ValueError("when must be 'before', 'after' or 'late'")
         count = spec.get("count")
         if count is not None and (isinstance(count, bool) or not isinstance(count, int)
                                   or count < 1):
@@ -174,6 +186,20 @@ class Gate:
     def release(self, seq: int | None = None) -> list[int]:
         """Release one held request (by seq) or all; returns the released seqs.
         KeyError when seq is not held."""
+        return sorted(h.seq for h in self._release(seq))
+
+    async def release_applied(self, seq: int | None = None) -> list[int]:
+        """`release`, then wait (at most `LATE_APPLY_WAIT` s) until the late requests
+        it released have been applied: the test's next look sees them landed."""
+        targets = self._release(seq)
+        late = [h.applied for h in targets if h.applied is not None]
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(LATE_APPLY_WAIT):
+                for applied in late:
+                    await applied.wait()
+        return sorted(h.seq for h in targets)
+
+    def _release(self, seq: int | None) -> list[Held]:
         if seq is None:
             targets = list(self._held.values())
         elif seq in self._held:
@@ -184,7 +210,7 @@ class Gate:
             h.released = True
             h.event.set()
             del self._held[h.seq]
-        return sorted(h.seq for h in targets)
+        return targets
 
     def clear(self) -> list[int]:
         """Drop every rule and release everything held."""
@@ -198,19 +224,47 @@ class Gate:
         """Wait while a rule holds the request; returns at once otherwise.
         Returns the rule that caught it: its `respond` status is the answer instead of
         applying it, its `drop` says to reset the connection instead of answering."""
+        rule = self._catch(method, path, when)
+        if rule is None or rule.respond is not None:
+            return rule
+        await self._wait(self._held_now(rule, method, path, when, status), rule)
+        return rule
+
+    async def hold_late(self, method: str, path: str, cut: Callable[[], None],
+                        apply: Callable[[], Awaitable[object]]) -> bool:
+        """A "late" rule's request: `cut` its connection, hold it, then `apply` it once
+        released. False (nothing done) when no rule catches it."""
+        rule = self._catch(method, path, "late")
+        if rule is None:
+            return False
+        cut()
+        h = self._held_now(rule, method, path, "late", None)
+        h.applied = asyncio.Event()
+        try:
+            await self._wait(h, rule)
+            await apply()
+        finally:
+            h.applied.set()
+        return True
+
+    def _catch(self, method: str, path: str, when: str) -> Rule | None:
         if not self._rules:  # fast path: no gate configured
             return None
         rule = next((r for r in self._rules if r.matches(method, path, when)), None)
-        if rule is None:
-            return None
-        rule.caught += 1
-        if rule.respond is not None:
-            return rule
+        if rule is not None:
+            rule.caught += 1
+        return rule
+
+    def _held_now(self, rule: Rule, method: str, path: str, when: str,
+                  status: int | None) -> Held:
         self.total_held += 1
         h = Held(next(self._seq), rule.id, method, path, when, time.time(),
                  time.monotonic(), status)
         self._held[h.seq] = h
         self._notify()  # wake wait_held()
+        return h
+
+    async def _wait(self, h: Held, rule: Rule) -> None:
         try:
             await asyncio.wait_for(h.event.wait(), rule.timeout)
         except TimeoutError:
@@ -223,4 +277,3 @@ class Gate:
             if not h.released:
                 h.released = True
                 self._held.pop(h.seq, None)
-        return rule
