@@ -19,7 +19,9 @@ after the action, while memfs does not know what the server did:
     late<j>     no answer, not applied yet: the server applies it just before the j-th
                 request after it (a server still at work when its client gave up). The
                 mount's passes during its lost-answer wait (a push, a poll, a push) run
-                before settling; the wait ends (`wait_over`) once it has landed.
+                before settling; the wait ends (`wait_over`) once it has landed. It
+                lands at the latest as that wait ends, however far a flush has moved
+                the mount's clock on (`HeldTransport.late_deadline`).
     late_page<j>  the same, but the server applies it just before the j-th listing
                 request of a full listing pass: the passes during the wait are a push,
                 a full listing one memory a page, a push. That pass asks about the

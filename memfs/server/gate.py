@@ -230,7 +230,7 @@ class Gate:
         await self._wait(self._held_now(rule, method, path, when, status), rule)
         return rule
 
-    async def hold_late(self, method: str, path: str, cut: Callable[[], None],
+    async def hold_late(self, method: str, path: str, cut: Callable[[], object],
                         apply: Callable[[], Awaitable[object]]) -> bool:
         """A "late" rule's request: `cut` its connection, hold it, then `apply` it once
         released. False (nothing done) when no rule catches it."""
