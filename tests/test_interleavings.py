@@ -434,6 +434,19 @@ def test_a_second_crash_kills_the_restarted_daemon_in_its_first_pass(tmp_path: P
     assert "the tree has /d/x.md = 'v1', the user left nothing" in planted.violations
 
 
+def _record_transports(monkeypatch) -> list[HeldTransport]:
+    """Every run's transport, as it is made (its records: what was sent, what landed)."""
+    transports: list[HeldTransport] = []
+    init = HeldTransport.__init__
+
+    def recorded(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        transports.append(self)
+
+    monkeypatch.setattr(HeldTransport, "__init__", recorded)
+    return transports
+
+
 def test_a_late_request_lands_among_a_full_listings_pages(tmp_path: Path,
                                                         monkeypatch) -> None:
     """The "late_page<j>" outcomes land the request inside the full listing pass the
@@ -446,14 +459,7 @@ def test_a_late_request_lands_among_a_full_listings_pages(tmp_path: Path,
     from memfs.sync.reconciler import Reconciler
 
     scenario = next(s for s in CROSS if s.name == "create_then_unlink")
-    transports: list[HeldTransport] = []
-    init = HeldTransport.__init__
-
-    def recorded(self, *args, **kwargs) -> None:
-        init(self, *args, **kwargs)
-        transports.append(self)
-
-    monkeypatch.setattr(HeldTransport, "__init__", recorded)
+    transports = _record_transports(monkeypatch)
     for j in (1, 2):
         assert not run_one(scenario, tmp_path / f"page{j}",
                            ("outcome", 0, f"late_page{j}")).violations
@@ -481,14 +487,7 @@ def test_a_request_applied_after_the_kill_lands_among_the_restarted_daemons_pass
     from memfs.sync.reconciler import Reconciler
 
     scenario = next(s for s in CROSS if s.name == "create_then_unlink")
-    transports: list[HeldTransport] = []
-    init = HeldTransport.__init__
-
-    def recorded(self, *args, **kwargs) -> None:
-        init(self, *args, **kwargs)
-        transports.append(self)
-
-    monkeypatch.setattr(HeldTransport, "__init__", recorded)
+    transports = _record_transports(monkeypatch)
     seen = _watch_restarts(monkeypatch)
     where = ("crash", 0, "late3", "restarted")
     real = run_one(scenario, tmp_path / "real", where)
