@@ -423,3 +423,52 @@ def test_a_lost_answer_the_server_gave_after_its_work_is_not_waited_on(server):
         gate.refuse("POST", CREATE, 500, count=1)
         result = Background(tool, dict(CREATE_N)).join()
     assert (result, store_files(server, store)) == (CREATED, {"/n.md": "mine\n"})
+
+
+# -- a directory rename that stops part way ----------------------------------------------------
+
+RENAME_D = {"command": "rename", "old_path": "/memories/d", "new_path": "/memories/n"}
+
+
+def test_a_directory_rename_that_stops_part_way_says_how_to_finish(server):
+    """One memory's move refused: the answer names what is still to move and how (the
+    command itself cannot be run again: its destination exists now), and following it
+    finishes the rename. (It used to say "run the command again", which then answered
+    "The destination /memories/n already exists".)"""
+    store, _, ids = setup(server, {"/d/a.md": "1", "/d/b.md": "2"})
+    tool = sync_tool(server, store)
+    with Gate(server) as gate:
+        gate.refuse("POST", ids["/d/b.md"], 403, count=1)
+        result = outcome(tool, dict(RENAME_D))
+    assert result[0] == "error" and result[1].startswith(
+        "/memories/d was only partly renamed: 1 file(s) moved to /memories/n, then it stopped")
+    assert result[1].endswith(
+        "Still below /memories/d: /memories/d/b.md. Rename each of them to the same place "
+        "below /memories/n to finish (renaming /memories/d again would stop at once: "
+        "/memories/n exists now).")
+    assert outcome(tool, dict(RENAME_D)) == (
+        "error", "The destination /memories/n already exists")
+    assert outcome(tool, {"command": "rename", "old_path": "/memories/d/b.md",
+                          "new_path": "/memories/n/b.md"})[0] == "ok"
+    assert store_files(server, store) == {"/n/a.md": "1", "/n/b.md": "2"}
+
+
+def test_a_directory_rename_waits_out_a_moves_lost_answer(server):
+    """One memory's move gets no answer and lands while the tool reads the history: the
+    rename is done, each memory moved once (it used to stop part way on the lost answer,
+    and the late move then landed anyway)."""
+    store, _, ids = setup(server, {"/d/a.md": "1", "/d/b.md": "2"})
+    tool = with_engine(sync_tool(server, store), timeout=1.0, backoff_base=0.01,
+                       lost_answer_wait=30.0)
+    with Gate(server) as gate:
+        gate.hold("POST", ids["/d/b.md"], when="late", count=1)
+        gate.hold("GET", VERSIONS, when="before", count=1)
+        job = Background(tool, dict(RENAME_D))
+        [write] = [h for h in gate.wait_held(1) if h["when"] == "late"]
+        look = _next_look(gate, job, {write["seq"]})
+        assert look is not None, job.join()
+        gate.release(write["seq"])  # the move lands while the tool looks
+        gate.release(look["seq"])
+        result = job.join()
+    assert result == ("ok", "Successfully renamed /memories/d to /memories/n")
+    assert store_files(server, store) == {"/n/a.md": "1", "/n/b.md": "2"}

@@ -83,6 +83,9 @@ RESENDS = 3
 #: Rounds of "list what is below the directory, act on it" for a directory delete or
 #: rename, so memories created below it meanwhile are caught too.
 MAX_DIRECTORY_ROUNDS = 5
+#: Files a directory rename that stopped part way names as still to move (the rest
+#: are counted).
+LEFT_NAMED = 10
 
 DIRECTORY = "directory"  # what lookup() returns for an implied directory
 
@@ -767,7 +770,7 @@ class StoreMemory:
         for _ in range(MAX_DIRECTORY_ROUNDS):
             if not below:
                 return
-            for memory in below:
+            for i, memory in enumerate(below):
                 moved = new_prefix + memory.path[len(old_prefix) :]
                 try:
                     await self._move_one(call, memory, moved)
@@ -776,15 +779,24 @@ class StoreMemory:
                     if done == 0 and isinstance(exc, api_errors.PathConflictError):
                         raise ToolFailure(self._rename_blocked(old, new, exc)) from None
                     raise ToolFailure(
-                        f"{old.raw} was only partly renamed: {done} file(s) moved to {new.raw}, "
-                        f"then the memory store failed ({why}). The rest are still below "
-                        f"{old.raw}; run the command again to move them."
-                    ) from None
+                        self._partly_renamed(old, new, done, why, below[i:])) from None
                 done += 1
             below = await self._below(call, old)
-        raise ToolFailure(
-            f"{old.raw} was only partly renamed: files kept appearing below it. "
-            "Run the command again."
+        raise ToolFailure(self._partly_renamed(old, new, done, "files kept appearing below "
+                                               f"{old.raw}", below))
+
+    def _partly_renamed(self, old: ToolPath, new: ToolPath, done: int, why: str,
+                        left: list[Memory]) -> str:
+        """What a directory rename that stopped part way did, and how to finish it: the
+        command itself cannot be run again (its destination now exists), so the files
+        still to move are named, each to be renamed on its own."""
+        names = [self.root + m.path for m in left[:LEFT_NAMED]]
+        more = f" and {len(left) - LEFT_NAMED} more" if len(left) > LEFT_NAMED else ""
+        return (
+            f"{old.raw} was only partly renamed: {done} file(s) moved to {new.raw}, then it "
+            f"stopped ({why}). Still below {old.raw}: {', '.join(names)}{more}. "
+            f"Rename each of them to the same place below {new.raw} to finish (renaming "
+            f"{old.raw} again would stop at once: {new.raw} exists now)."
         )
 
     async def _move_one(self, call: _Call, memory: Memory, moved: str) -> None:
@@ -803,6 +815,16 @@ class StoreMemory:
                     return None  # deleted or moved by someone else meanwhile
                 memory = fresh
                 return _Again.LATER
+            except api_errors.TRANSIENT as exc:
+                if not api_errors.may_have_applied(exc):
+                    raise  # the client's own retries are spent: it was not sent
+                # As a file's rename: not sent again while the original may still land.
+                moving = memory
+                ours = await self._traced(
+                    lambda: self._landed(call, moving, moving.content_sha256, moved), exc)
+                if ours is None:
+                    raise
+                return None if ours else _Again.NOW
 
         await _retrying(attempt, ToolFailure("the memory kept changing"))
 
