@@ -453,6 +453,23 @@ def test_a_directory_rename_that_stops_part_way_says_how_to_finish(server):
     assert store_files(server, store) == {"/n/a.md": "1", "/n/b.md": "2"}
 
 
+def test_a_directory_rename_that_stops_before_any_move_can_be_run_again(server):
+    """The first move refused: nothing moved, so the answer says so, and the command run
+    again renames the directory."""
+    store, _, ids = setup(server, {"/d/a.md": "1", "/d/b.md": "2"})
+    tool = sync_tool(server, store)
+    with Gate(server) as gate:
+        gate.refuse("POST", ids["/d/a.md"], 403, count=1)
+        result = outcome(tool, dict(RENAME_D))
+    assert result[0] == "error" and result[1].startswith(
+        "/memories/d was not renamed: it stopped (") and result[1].endswith(
+        ") before any file moved. Try the command again."), result
+    assert store_files(server, store) == {"/d/a.md": "1", "/d/b.md": "2"}
+    assert outcome(tool, dict(RENAME_D)) == (
+        "ok", "Successfully renamed /memories/d to /memories/n")
+    assert store_files(server, store) == {"/n/a.md": "1", "/n/b.md": "2"}
+
+
 def test_a_directory_rename_waits_out_a_moves_lost_answer(server):
     """One memory's move gets no answer and lands while the tool reads the history: the
     rename is done, each memory moved once (it used to stop part way on the lost answer,

@@ -778,8 +778,13 @@ class StoreMemory:
                     why = exc.message if isinstance(exc, ToolFailure) else _describe(exc)
                     if done == 0 and isinstance(exc, api_errors.PathConflictError):
                         raise ToolFailure(self._rename_blocked(old, new, exc)) from None
-                    raise ToolFailure(
-                        self._partly_renamed(old, new, done, why, below[i:])) from None
+                    if done == 0 and await _quietly(self._below(call, new)) == []:
+                        raise ToolFailure(f"{old.raw} was not renamed: it stopped ({why}) "
+                                          "before any file moved. Try the command again."
+                                          ) from None
+                    now = await _quietly(self._below(call, old))  # as it is now
+                    left = below[i:] if now is None else now
+                    raise ToolFailure(self._partly_renamed(old, new, done, why, left)) from None
                 done += 1
             below = await self._below(call, old)
         raise ToolFailure(self._partly_renamed(old, new, done, "files kept appearing below "
@@ -788,7 +793,7 @@ class StoreMemory:
     def _partly_renamed(self, old: ToolPath, new: ToolPath, done: int, why: str,
                         left: list[Memory]) -> str:
         """What a directory rename that stopped part way did, and how to finish it: the
-        command itself cannot be run again (its destination now exists), so the files
+        command itself cannot be run again (its destination exists now), so the files
         still to move are named, each to be renamed on its own."""
         names = [self.root + m.path for m in left[:LEFT_NAMED]]
         more = f" and {len(left) - LEFT_NAMED} more" if len(left) > LEFT_NAMED else ""
