@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -201,6 +202,33 @@ def test_a_request_applied_late_then_local_change(mounts, server, kind, op):
             time.sleep(0.25)
             assert _user_tree(m) == mine
     _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
+
+
+@pytest.mark.parametrize("op", ["keep", "rm"])
+def test_unmount_waits_for_a_request_that_may_still_land(mounts, server, op):
+    """A create gets no answer and is not applied yet when the user unmounts (after
+    removing the file, or not): the unmount's flush neither sends it again nor takes "no
+    trace" for "never applied" while the server may still apply it; it lands, the flush
+    finds it and finishes what the user left (the removed file's memory deleted), and
+    the report is exact: 0 left, the store as the user left it."""
+    store, m, x, _mid, rule = _start(mounts, "create")
+    with Gate(server) as gate:
+        gate.hold("POST", rule, when="late", count=1)
+        x.write_text("version one\n")
+        [late] = gate.wait_held(1)
+        if op == "rm":
+            x.unlink()
+        gate.hold("GET", rf"/memory_stores/{store}/memory_versions$", when="after", count=1)
+        with ThreadPoolExecutor(1) as pool:
+            unmount = pool.submit(m.unmount)
+            looks = [h for h in gate.wait_held(2) if h["seq"] != late["seq"]]
+            gate.release(looks[0]["seq"])             # the flush asked: no trace yet
+            assert not unmount.done()                 # and it waits rather than resend
+            gate.release(late["seq"])                 # it lands
+            out = unmount.result(timeout=60)
+    assert re.search(r"pushed \d+ change\(s\), 0 left", out), out
+    assert server_memories(server, store) == ({} if op == "rm" else
+                                              {"/d/x.md": "version one\n"})
 
 
 # -- another writer after the lost answer ---------------------------------------------------
