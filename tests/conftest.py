@@ -26,6 +26,8 @@ import httpx
 import pytest
 from pg import PgCluster, pg_bin
 
+from memfs.local.pids import wait_gone
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 LISTEN_PREFIX = "memfs serve: listening on "
 START_TIMEOUT = 20.0
@@ -119,12 +121,11 @@ class ServerProc:
         if proc is not None and proc.poll() is None:
             try:
                 os.kill(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+                if not wait_gone(proc.pid, 10):  # Popen.wait(timeout) polls every 50 ms
+                    os.kill(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            proc.wait(timeout=10)
         self._close_log()
 
     def kill(self) -> None:

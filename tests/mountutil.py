@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from memfs.local.pids import wait_gone
+
 needs_fuse = pytest.mark.skipif(
     not os.path.exists("/dev/fuse") or os.geteuid() != 0,
     reason="real mounts need /dev/fuse and root",
@@ -137,21 +139,8 @@ class MountProc:
             self._wait_pid()
 
     def _wait_pid(self, timeout: float = 20.0) -> None:
-        if not self.pid:
-            return
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                os.kill(self.pid, 0)
-            except ProcessLookupError:
-                return
-            try:  # a zombie waiting for init to reap it has exited
-                with open(f"/proc/{self.pid}/stat") as f:
-                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                        return
-            except (OSError, IndexError):
-                pass
-            time.sleep(0.05)
+        if self.pid:
+            wait_gone(self.pid, timeout)
 
     def cleanup(self) -> None:
         if is_mounted(self.path):

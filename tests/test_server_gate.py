@@ -238,3 +238,22 @@ def test_sigterm_with_held_requests_exits_promptly(server, pool):
     assert time.monotonic() - t0 < 5
     assert server.proc.returncode == 0
     fut.exception(timeout=10)  # answered or cut off, but not hanging
+
+
+def test_sigterm_lets_a_request_in_flight_finish_and_answer(server, pool):
+    """Shutdown is graceful: a request the server is still working on when SIGTERM
+    arrives (half a second of injected latency) is applied and answered before the
+    process exits, and the next start has it."""
+    sid, ids = _store_with(server, a="old")
+    gate = Gate(server)
+    gate.hold("POST", rf"/memories/{ids['a']}$", when="before")
+    fut = pool.submit(_update, server, sid, ids["a"], "new")
+    gate.wait_held(1)
+    server.set_faults(latency=0.5)  # from here on, a request sleeps before its work
+    gate.release()
+    time.sleep(0.1)
+    server.stop()
+    assert server.proc.returncode == 0
+    assert fut.result(timeout=10) == ids["a"]  # its answer came, not a reset
+    server.start()
+    assert _content(server, sid, ids["a"]) == "new"

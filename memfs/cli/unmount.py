@@ -2,34 +2,17 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import click
 
 from memfs.cli import progress
 from memfs.cli.completion import complete_mountpoints
+from memfs.local.pids import alive, wait_gone
 from memfs.local.registry import is_mounted, read_registry, registry_file
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError as exc:
-        return exc.errno == errno.EPERM
-    # The daemon is reparented to init when `memfs mount` returns; a zombie
-    # waiting for a slow (or non-reaping, in containers) init has exited.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-    except (OSError, IndexError):
-        return True
 
 
 @click.command()
@@ -60,16 +43,13 @@ def unmount(mountpoint, timeout):
             reply = control.request(state_dir, {"cmd": "unmount", "timeout": timeout},
                                     timeout=timeout + 30)
     except (OSError, ValueError) as exc:
-        if _pid_alive(pid):
+        if alive(pid):
             raise click.ClickException(f"the daemon (pid {pid}) does not answer: {exc}") from None
         subprocess.run(["fusermount3", "-uz", mountpoint], check=False)
         registry_file(mountpoint).unlink(missing_ok=True)
         click.echo(f"the daemon was gone; cleared the stale mount at {mountpoint}")
         return
-    deadline = time.monotonic() + 30
-    while _pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if _pid_alive(pid):
+    if not wait_gone(pid, 30):
         raise click.ClickException(f"the daemon (pid {pid}) did not exit")
     if is_mounted(mountpoint):
         subprocess.run(["fusermount3", "-uz", mountpoint], check=False)

@@ -45,6 +45,7 @@ from typing import Any
 import httpx
 
 from memfs.api import tls
+from memfs.local.pids import alive, wait_gone
 
 START_TIMEOUT = 30.0
 LOG_MAX_BYTES = 5 * 1024 * 1024
@@ -193,24 +194,9 @@ def ensure_local_server() -> tuple[str, str]:
         # database: end it first. Only a `memfs serve` on our own database qualifies.
         info = _read_info() or {}
         pid = info.get("pid")
-        if isinstance(pid, int) and _alive(pid) and _is_our_server(pid):
+        if isinstance(pid, int) and alive(pid) and _is_our_server(pid):
             _terminate(pid, 10.0)
         return _start(key), key
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped by its parent) counts as gone.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def _is_our_server(pid: int) -> bool:
@@ -228,10 +214,7 @@ def _terminate(pid: int, timeout: float) -> bool:
     """SIGTERM, wait up to ``timeout``, then SIGKILL; True if it stopped by itself."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if _alive(pid):
+    if not wait_gone(pid, timeout):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         return False
@@ -258,7 +241,7 @@ def mounts_using(url: str) -> list[str]:
             pid, point = int(entry["pid"]), str(entry["mountpoint"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if (entry.get("embedded") or entry.get("base_url") == url) and _alive(pid):
+        if (entry.get("embedded") or entry.get("base_url") == url) and alive(pid):
             out.append(point)
     return out
 
@@ -272,7 +255,7 @@ def stop(timeout: float = 10.0, *, force: bool = False) -> str:
             return "not running"
         pid = info.get("pid")
         path = data_dir() / "local-server.json"
-        if not isinstance(pid, int) or not _alive(pid) or not _is_our_server(pid):
+        if not isinstance(pid, int) or not alive(pid) or not _is_our_server(pid):
             path.unlink(missing_ok=True)
             return "not running (removed a stale record)"
         users = mounts_using(info["url"])
