@@ -277,7 +277,7 @@ def test_unmount_with_server_down_then_next_mount(mounts, server):
     (m.path / "d").mkdir()
     (m.path / "d" / "y.md").write_text("y\n")
     server.kill()
-    out = m.unmount("--timeout", "10", kept=True)
+    out = m.unmount("--timeout", "3", kept=True)
     assert "pushed 0 change(s), 2 left" in out, out
     assert "next mount" in out, out
     assert not is_mounted(m.path)

@@ -198,8 +198,8 @@ def test_a_request_applied_late_then_local_change(mounts, server, kind, op):
         gate.release(looks[0]["seq"])                 # a pass asked: no trace of it yet
         assert _user_tree(m) == mine
         gate.release(late["seq"])                     # it lands (applied on return)
-        for _ in range(8):                            # the mount's passes that find it
-            time.sleep(0.25)
+        for full in (False, True, False):             # passes that find it: the feed's,
+            m.sync_now(full=full)                     # a full listing's, the feed's again
             assert _user_tree(m) == mine
     _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
 
