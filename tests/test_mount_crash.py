@@ -29,7 +29,6 @@ def test_kill9_mid_push_rounds(mounts, server):
     sdk = server.sdk()
     kept_ids: dict[str, str] = {}  # path now -> memory id it had before a rename
     for round_no in range(4):
-        on_server = {x.path: x.id for x in sdk.beta.memory_stores.memories.list(store, limit=100)}
         m = mounts.mount(store, "--write-back-delay", "0", "--delete-delay", "0")
         root = m.path
         # Everything written here is fsync'd before the kill: it must survive.
@@ -45,7 +44,14 @@ def test_kill9_mid_push_rounds(mounts, server):
             os.unlink(root / victim.lstrip("/"))
             del expected[victim]
             kept_ids.pop(victim, None)
-            src = rng.choice(sorted(p for p in expected if not p.startswith(f"/r{round_no}/")))
+            # Listed now, after this mount began pushing what the last one left: a
+            # file the server already holds is renamed whenever there is one, so the
+            # memory id check below always has something to hold (an answer still
+            # on its way when the rename lands is part of what is tested).
+            on_server = {x.path: x.id
+                         for x in sdk.beta.memory_stores.memories.list(store, limit=100)}
+            older = sorted(p for p in expected if not p.startswith(f"/r{round_no}/"))
+            src = rng.choice([p for p in older if p in on_server] or older)
             dst = src.replace(".md", ".moved.md")
             os.rename(root / src.lstrip("/"), root / dst.lstrip("/"))
             expected[dst] = expected.pop(src)
