@@ -21,9 +21,13 @@ copy, `cpu_seconds`), which other load disturbs far less than wall time.
 3. An idle mount (--poll-interval 1) right after --changes creates made through it (default
    1,000): each poll's requests and response bytes, as the mount itself counts them (`memfs
    status --json`, feed.polls), for --watch seconds after its push pass ended (default 40:
-   through the moment the burst settles, and after).
-4. A quiet store, its newest write alone in its lookback window: requests and bytes per poll
-   of a fresh mount (--poll-interval 1).
+   through the moment the burst settles, and after). With --polls N (--quick: 8) the
+   benchmark asks for N polls at once instead (the mount's `sync` control request, as
+   `memfs mcp` sends it): a poll inside the lookback costs the same whenever it runs, so
+   there is no interval to sit through; only the settling, 30 s of the feed's own clock,
+   needs the watch.
+4. A quiet store, its newest write alone in its lookback window: requests and bytes of 6
+   polls of a fresh mount (--poll-interval 1), asked for at once.
 5. What one push costs the daemon and the server (CPU per file over a pass, nothing else
    running), in each repetition: what a copy meets while a pass runs.
 6. How many push answers the daemon takes in during a copy begun while its pass runs (its
@@ -31,7 +35,7 @@ copy, `cpu_seconds`), which other load disturbs far less than wall time.
    repetition (and for --baseline).
 
     .venv/bin/python benchmarks/bench_feed.py                  # ~9 min on 2 cores
-    .venv/bin/python benchmarks/bench_feed.py --quick          # smoke-test sizes (~1 min)
+    .venv/bin/python benchmarks/bench_feed.py --quick          # smoke-test sizes (~30 s)
 """
 
 from __future__ import annotations
@@ -80,6 +84,9 @@ def parse_args() -> argparse.Namespace:
                    help="creates made through the idle mount of 3. (default 1000)")
     p.add_argument("--watch", type=float, default=None,
                    help="seconds of polls watched after 3.'s push pass (default 40)")
+    p.add_argument("--polls", type=int, default=None,
+                   help="instead of --watch, this many polls asked for at once after 3.'s "
+                        "push pass (default: watch; 8 with --quick and no --watch)")
     p.add_argument("--burst-watch", type=float, default=None,
                    help="seconds after the burst the first burst store's mount is kept, its "
                         "CPU and polls counted (default 32: the feed's lookback and 2 s)")
@@ -92,9 +99,11 @@ def parse_args() -> argparse.Namespace:
                         "interleaved; the benchmark then runs from its temp directory")
     p.add_argument("--keep-tmp", action="store_true")
     a = p.parse_args()
+    if a.polls is None and a.watch is not None:
+        a.polls = 0  # a --watch asked for is watched, --quick too
     for name, full, quick in (("creates", 400, 60), ("burst", 1500, 150), ("at", "2,12,24", "2"),
                               ("changes", 1000, 100), ("watch", 40.0, 8.0), ("repeat", 5, 1),
-                              ("burst_watch", LOOKBACK_S + 2, 4.0)):
+                              ("burst_watch", LOOKBACK_S + 2, 4.0), ("polls", 0, 8)):
         if getattr(a, name) is None:
             setattr(a, name, quick if a.quick else full)
     a.at_list = [float(x) for x in str(a.at).split(",") if x.strip()]
@@ -162,6 +171,15 @@ def polls_of(m, seen: dict[float, dict]) -> None:
     """Collect the mount's last polls (it keeps ten) into `seen`, by time."""
     for p in m.status()["feed"].get("polls") or []:
         seen[p["at"]] = p
+
+
+def polls_asked(m, n: int, seen: dict[float, dict]) -> None:
+    """n feed polls, each asked for as the last ends (the `sync` control request) and
+    collected at once (the mount keeps its last ten). What a poll costs is its requests
+    and bytes, not the interval between two: waiting out --poll-interval measured nothing."""
+    for _ in range(n):
+        m.sync_now(full=False)
+        polls_of(m, seen)
 
 
 def wait_pushed(m, timeout: float = 600) -> float:
@@ -349,14 +367,19 @@ def idle_after_changes(b, server, a, s: Samples, src_changes,
     started = time.time()
     cp(src_changes, m)
     pushed = wait_pushed(m)
-    say(f"  {a.changes} creates pushed {pushed - started:.1f} s after the cp began; watching "
-        f"polls for {a.watch:g} s")
     seen: dict[float, dict] = {}
-    end = time.monotonic() + a.watch
-    while time.monotonic() < end:
+    if a.polls:
+        say(f"  {a.changes} creates pushed {pushed - started:.1f} s after the cp began; "
+            f"{a.polls} polls asked for")
+        polls_asked(m, a.polls, seen)
+    else:
+        say(f"  {a.changes} creates pushed {pushed - started:.1f} s after the cp began; "
+            f"watching polls for {a.watch:g} s")
+        end = time.monotonic() + a.watch
+        while time.monotonic() < end:
+            polls_of(m, seen)
+            time.sleep(3)
         polls_of(m, seen)
-        time.sleep(3)
-    polls_of(m, seen)
     finished(m, _Problems(s), "idle mount after the changes")
     polls = [dict(p, since=p["at"] - started) for t, p in sorted(seen.items()) if t > pushed]
     return polls
@@ -371,8 +394,7 @@ def quiet_store(b, server, s: Samples, code: pathlib.Path | None) -> list[dict]:
         client.close()
     m = mount(b, server, store, "--no-prefetch", "--poll-interval", "1", code=code)
     seen: dict[float, dict] = {}
-    time.sleep(6)
-    polls_of(m, seen)
+    polls_asked(m, 6, seen)
     finished(m, _Problems(s), "quiet store")
     return [p for _t, p in sorted(seen.items())]
 
@@ -392,7 +414,8 @@ def main() -> int:
     a = parse_args()
     started = time.perf_counter()
     say(f"bench_feed: {a.creates} creates per cp, burst {a.burst}, at {a.at} s, "
-        f"{a.changes} changes, watch {a.watch:g} s, {a.repeat} repetitions, {a.latency:g} ms")
+        f"{a.changes} changes, " + (f"{a.polls} polls" if a.polls else f"watch {a.watch:g} s")
+        + f", {a.repeat} repetitions, {a.latency:g} ms")
     machine, load0 = machine_line(), loadavg()
     s = Samples()
     with Bench("feed", keep_tmp=a.keep_tmp) as b:

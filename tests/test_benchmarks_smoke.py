@@ -1,8 +1,9 @@
 """Smoke test for benchmarks/: each one runs in --quick mode and prints its ratio lines.
 
 Never asserts on timings: the benchmarks report numbers, they do not judge them. They
-run at once (73 s in all on 3 December, bench_feed.py the longest: 51 s alone) since each
-mostly waits on mounts, polls and the server's injected latency.
+run at once (45 s in all on 4 December, 56 s before bench_feed.py asked for its polls
+instead of waiting for them) since each mostly waits on mounts, polls and the server's
+injected latency.
 """
 
 from __future__ import annotations
