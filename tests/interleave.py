@@ -785,9 +785,12 @@ class Engine:
         key = self._handle(path)
         await self._put(path, data)
         self._wrote(sha256(data), replaced, f"local write to {path}")
-        if key is not None:  # one inode, one buffer: the open handle now holds data
+        if key is not None:
+            # One inode, one buffer: the open handle now holds data, made durable by this
+            # close; its own close writes nothing more (as after op_read's close). A later
+            # change (the server's) may replace data without anything lost.
             fh, ino, _seen, _old = self.handles[key]
-            self.handles[key] = (fh, ino, sha256(data), data)
+            self.handles[key] = (fh, ino, sha256(data), None)
 
     async def op_save_as(self, path: str, content: str | None = None) -> None:
         """An editor's atomic save: write path.tmp, rename it over path."""
@@ -1123,11 +1126,13 @@ class Oracle:
         for mid in sorted(eng.known_at_start - known):
             if mid not in server:
                 continue
-            if mid in eng.tombstones_at_start and st.lookup_path(server[mid]) is not None:
+            if mid in eng.tombstones_at_start and (st.lookup_path(server[mid]) is not None
+                                                   or mid in eng.reconciler.feed.rechecks):
                 # Deleted here, changed there, onto a path a local file or directory holds:
                 # the delete no longer applies, and the memory is what any memory colliding
                 # with a local file is, not shown until the path frees (docs/SYNC.md, the
-                # merge table: "its path held here").
+                # merge table: "its path held here"); held by another memory of ours when
+                # the pass met it (freed since by an interference), the next poll names it.
                 continue
             out.append(f"the reconcile pass dropped {eng.mname(mid)} (now at {server[mid]}), "
                        "which the server still holds")

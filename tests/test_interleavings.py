@@ -185,6 +185,48 @@ SCENARIOS = [
             "names the memory again so that it comes back (before: absent until the next "
             "full listing)"),
     Scenario(
+        "renamed_there_onto_a_new_file_with_unsaved_writes",
+        [("write", "/a.md"), ("push",), ("write", "/c.md"), ("r_rename", "/a.md", "/c.md")],
+        "reconcile", [("open_write", "/c.md")],
+        doc="found by the long Hypothesis run (4 December): another writer renames our "
+            "/a.md onto the path of our new, unpushed /c.md while /c.md has unsaved writes; "
+            "the listing cannot move /a.md there (the writes win the place), and once they "
+            "were saved the feed, which had shown that rename already, never named it "
+            "again: our create of /c.md met our own memory there (409) on every pass until "
+            "the next full listing. Now the feed names the memory again while a file has "
+            "unsaved writes; saved, /c.md yields to the server's rename and its content "
+            "is a conflict"),
+    Scenario(
+        "their_rename_then_our_lost_edit_answer_then_edited_again",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md"),
+         ("r_rename", "/a.md", "/c.md")], "push", [("write", "/a.md")],
+        doc="found by the long Hypothesis run (4 December): another writer renames /a.md "
+            "to /c.md, then our content-only update of it lands with its answer lost, and "
+            "the file is edited again. The doubt looked for our write at /a.md, the path "
+            "the update never sent: not found, the next edit went out against the old "
+            "base and was filed as a conflict with our own write. A content-only update "
+            "is now found by its content, wherever the memory is"),
+    Scenario(
+        "deleted_there_kept_here_open_then_their_rename_onto_it",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_delete", "/a.md")],
+        "reconcile", [("open_write", "/a.md")], second=[("r_rename", "/b.md", "/a.md")],
+        doc="found by the long Hypothesis run (4 December), the same hole from the other "
+            "side: /a.md deleted there while it has unsaved writes here (re-created from "
+            "the file), and another writer renames /b.md onto /a.md; the listing cannot "
+            "follow that rename while the writes hold the place, and the feed never "
+            "showed it again"),
+    Scenario(
+        "deleted_here_changed_there_path_held_by_our_rename_then_freed",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("unlink", "/a.md"),
+         ("r_edit", "/a.md"), ("rename", "/b.md", "/a.md")],
+        "reconcile", [("write", "/a.md")], second=[("unlink", "/a.md")],
+        doc="found by the long Hypothesis run (4 December): /a.md deleted here and edited "
+            "there (the server's edit wins) while our /b.md, renamed to /a.md, holds the "
+            "path; the listing cannot show /a.md's memory there (a collision), then "
+            "/a.md (our /b.md) is deleted too. The feed had shown the edit already: the "
+            "memory stayed away until the next full listing. Now the feed names a memory "
+            "that collided with another memory of ours on the next poll"),
+    Scenario(
         "renamed_into_a_chain_and_edited_there",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_rename", "/a.md", "/c.md"),
          ("r_rename", "/b.md", "/a.md")], "push", [("r_edit", "/a.md")],

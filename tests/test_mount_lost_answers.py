@@ -64,11 +64,12 @@ def _expected(kind: str, op: str) -> dict[str, str]:
     return {"/d/x.md": "again\n"}  # delete, then the file is made again
 
 
-def _start(mounts, kind: str):
-    """A new store and its mount with /d; /d/x.md synced (v1) unless the request is its
-    create: (store, mount, x, x's memory id, the gate's path rule for the request)."""
+def _start(mounts, kind: str, *extra: str):
+    """A new store and its mount with /d (`extra`: more mount options); /d/x.md synced
+    (v1) unless the request is its create: (store, mount, x, x's memory id, the gate's
+    path rule for the request)."""
     store = mounts.new_store()
-    m = mounts.mount(store, *MOUNT_ARGS)
+    m = mounts.mount(store, *MOUNT_ARGS, *extra)
     x = m.path / "d" / "x.md"
     x.parent.mkdir()
     mid = None
@@ -263,6 +264,45 @@ def test_another_writer_after_the_lost_answer(mounts, server, kind, theirs):
             mems.update(memory.id, memory_store_id=store, path="/d/z.md")
         gate.release(first["seq"])                    # and the mount's answer lost
     _ends_as_left(m, server, store, {} if theirs == "delete" else {"/d/z.md": "v1\n"})
+
+
+def test_their_rename_then_our_lost_update_then_an_edit(mounts, server):
+    """The mount's update of /d/x.md's content is on its way when another writer moves
+    it to /d/z.md; the update is applied there, its answer lost, and the file is edited
+    again. The update sent no path: the memory holding our content at /d/z.md is its
+    answer. Their move stands, our edit follows our update, no conflict is made (before:
+    looked for at /d/x.md, our write was not found; the edit went out against the old
+    base and was filed as a conflict with our own write; found by the long Hypothesis
+    run of the interleaving harness, 4 December). The lost-answer wait is an hour: the
+    answer must be found, not waited out (waited out, the 409 of the edit finds our
+    write as the update sent before, and the test could not tell)."""
+    store, m, x, mid, rule = _start(mounts, "update", "--lost-answer-wait", "3600")
+    mems = server.sdk().beta.memory_stores.memories
+
+    def held_post() -> dict:
+        deadline = time.monotonic() + 30
+        while not (posts := [h for h in gate.held() if h["method"] == "POST"]):
+            assert time.monotonic() < deadline, gate.held()
+            time.sleep(0.05)
+        return posts[0]
+
+    with Gate(server) as gate:
+        gate.hold("POST", rule, when="before", count=1)
+        x.write_text("v2\n")                                     # our content-only update
+        ours = held_post()                                       # on its way, not applied
+        # The mount's polls and reads wait from now: it learns nothing until the end.
+        gate.hold("GET", rf"/memory_stores/{store}/(memory_versions|memories/)")
+        mems.update(mid, memory_store_id=store, path="/d/z.md")   # their move
+        gate.hold("POST", rule, when="after", count=1, drop=True)
+        gate.release(ours["seq"])
+        applied = held_post()
+        assert applied["status"] == 200, applied                 # applied at /d/z.md...
+        assert server_memories(server, store) == {"/d/z.md": "v2\n"}
+        gate.release(applied["seq"])                             # ...its answer lost
+        assert xattr(x, "user.memfs.state") == "pending"
+        x.write_text("edited\n")                                 # while the outcome is unknown
+        gate.clear()
+    _ends_as_left(m, server, store, {"/d/z.md": "edited\n"}, mid)
 
 
 # -- the daemon killed while the answer is held ----------------------------------------------

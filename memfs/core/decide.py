@@ -320,7 +320,14 @@ class Seen:
     operation: str = "modified"  # a version's operation ("created", "modified", "deleted")
 
 
-def doubt_row(written: tuple[str, str], head: Seen | None, since_sent: list[Seen], *,
+def holds(written: tuple[str | None, str], path: str | None, sha: str | None) -> bool:
+    """Whether a memory at path holding sha shows a write of `written` (its path None:
+    content only, any path will do)."""
+    want_path, want_sha = written
+    return sha == want_sha and want_path in (None, path)
+
+
+def doubt_row(written: tuple[str | None, str], head: Seen | None, since_sent: list[Seen], *,
               base_moved: bool = False, young: bool = False) -> Doubt:
     """A request in doubt wrote `written` (path, sha). `head`: the memory now (None: it
     is gone, or a create, whose memory we cannot name); `since_sent`: the versions
@@ -339,9 +346,9 @@ def doubt_row(written: tuple[str, str], head: Seen | None, since_sent: list[Seen
     it). Sent again, or forgotten under a local change, it would land later and undo that
     change (a deleted file back, a renamed one twice), so it is asked about again until
     the wait is over."""
-    if head is not None and (head.path, head.sha) == written:
+    if head is not None and holds(written, head.path, head.sha):
         return Doubt.APPLIED
     for v in since_sent:
-        if v.operation != "deleted" and (v.path, v.sha) == written:
+        if v.operation != "deleted" and holds(written, v.path, v.sha):
             return Doubt.SUPERSEDED if base_moved else Doubt.APPLIED_BEFORE
     return Doubt.NOT_YET if young else Doubt.NOT_APPLIED

@@ -103,9 +103,12 @@ class PushTicket:
     doubt: int | None = None   # its row in `doubts` until its answer is applied
 
     @property
-    def written(self) -> tuple[str, str]:
-        """(path, sha) the memory holds if this request was applied."""
-        return self.path, self.sha if self.content_sent else (self.base_sha or self.sha)
+    def written(self) -> tuple[str | None, str]:
+        """(path, sha) the memory holds if this request was applied; path None for a
+        content-only update, which leaves the memory wherever the server has it (another
+        writer may have moved it before or after)."""
+        return (self.path if self.path_sent else None,
+                self.sha if self.content_sent else (self.base_sha or self.sha))
 
     def expected(self, sha: str) -> bool:
         """Whether an answer holding `sha` is what this request (or an earlier one of

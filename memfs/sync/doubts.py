@@ -157,7 +157,7 @@ async def _resolve_update(ctx: SyncContext, ticket: PushTicket, done: Resolved) 
             head = await client.get_memory(store, ticket.memory_id, view="basic")
         except api_errors.NotFoundError:
             head = None
-        if head is not None and (head.path, head.content_sha256) == written:
+        if head is not None and decide.holds(written, head.path, head.content_sha256):
             return head, []
         return head, [v async for v in client.list_versions(
             store, memory_id=ticket.memory_id, created_gte=versions_since(ticket.sent_at))]
@@ -174,9 +174,9 @@ async def _resolve_update(ctx: SyncContext, ticket: PushTicket, done: Resolved) 
         assert head is not None
         remote = Remote(head.id, head.path, head.content_sha256, head.content_size_bytes)
     elif row is decide.Doubt.APPLIED_BEFORE:
-        size = next((v.content_size_bytes or 0 for v in history
-                     if (v.path, v.content_sha256) == written), 0)
-        remote = Remote(ticket.memory_id, *written, size)
+        v = next(v for v in history if v.operation != "deleted"
+                 and decide.holds(written, v.path, v.content_sha256))
+        remote = Remote(ticket.memory_id, v.path, v.content_sha256, v.content_size_bytes or 0)
     _apply(ctx, ticket, row, remote, done)
 
 
@@ -196,12 +196,12 @@ async def _resolve_creates(ctx: SyncContext, tickets: list[PushTicket],
     for ticket in tickets:
         # A memory this mount knows is not the one a lost create made (an earlier create
         # of the same bytes at the same path, since deleted, is known as a tombstone).
-        mine = [v for v in created if (v.path, v.content_sha256) == ticket.written
+        mine = [v for v in created if decide.holds(ticket.written, v.path, v.content_sha256)
                 and v.memory_id not in st.by_memory and v.memory_id not in st.tombstones]
         row = decide.doubt_row(ticket.written, None, [_seen(v) for v in mine],
                                young=_young(ctx, ticket))
         remote = None
         if row is decide.Doubt.APPLIED_BEFORE:  # (a create's: found among the versions)
             v = mine[0]  # the newest (newest first)
-            remote = Remote(v.memory_id, *ticket.written, v.content_size_bytes or 0)
+            remote = Remote(v.memory_id, v.path, v.content_sha256, v.content_size_bytes or 0)
         _apply(ctx, ticket, row, remote, done)

@@ -384,6 +384,11 @@ class Reconciler:
                 return
             ctx.status.note(f"the server's {m.path} ({m.id}) collides with a local "
                             f"{'directory' if at_path and at_path.is_dir else 'file'}; not shown")
+            if at_path is not None and not at_path.is_dir:
+                # Another memory of ours holds the path here: its push meets this one
+                # (409) and shows it, but if it is moved away or deleted first, the feed
+                # will not show this memory again. The next poll names it.
+                self._waited.add(m.id)
             return
         assert at_path is not None
         if row is U.ADOPT:  # same bytes, or our own create whose answer was lost
@@ -436,6 +441,12 @@ class Reconciler:
             else:
                 ctx.status.note(f"cannot move {local.path} to {m.path} (renamed on the "
                                 "server): the place is taken locally")
+                if st.open_dirty:
+                    # Perhaps by a file with unsaved writes, which the server's rename
+                    # may not take from (`_claim`): once saved, it yields. The feed will
+                    # not show this rename again, and our create of that path would wait
+                    # for it (409, our memory holds it) until the next full listing.
+                    self._waited.add(m.id)
         elif place in (P.KEEP_OURS, P.SAME):
             st.remote_base_path(node, m.path)
 
