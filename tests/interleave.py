@@ -814,6 +814,11 @@ class Engine:
         gone = None
         if target is not None and not target.is_dir:
             gone = node.memory_id if target.memory_id is not None else target.memory_id
+        # A file moved onto the path of a pending delete, holding exactly what that
+        # memory held, takes that memory back (a round trip): its own memory goes.
+        st = self.state
+        before = {n.ino: n.memory_id for n in st.walk(node) if not n.is_dir}
+        pending = {(t.base_path, t.base_sha): t.memory_id for t in st.tombstones.values()}
         sp, sn = _split(src)
         dst_parent = await self._parent(dst)
         await self.ops.rename(self.node(sp).ino, sn.encode(), dst_parent,
@@ -822,6 +827,16 @@ class Engine:
             self._supersede(target.sha)
             self.removed.add(target.ino)
         self._alive_drop(gone)
+        for ino, mid in before.items():
+            moved = st.nodes.get(ino)
+            if mid is None or moved is None or moved.memory_id == mid or (
+                    ino == node.ino and gone is not None):
+                continue  # (over a file: the save's rule above)
+            back = pending.get((st.path_of(moved), moved.sha))
+            assert moved.memory_id == back, f"{st.path_of(moved)}: {mid} -> {moved.memory_id}"
+            self._alive_drop(mid)
+            if self.alive is not None:
+                self.alive[back] = st.path_of(moved)
 
     async def op_unlink(self, path: str) -> None:
         node = self.node(path)

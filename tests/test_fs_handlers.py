@@ -638,6 +638,58 @@ async def test_rename_file_into_tombstoned_path_revives(env):
     assert not env.state.tombstones
 
 
+async def test_a_file_with_a_memory_moved_onto_a_pending_delete_keeps_its_own(env):
+    await env.create(ROOT, "a", b"A")
+    env.state.adopt_own_write(env.node("/a"), Remote("mem_a", "/a", sha256(b"A")))
+    await env.create(ROOT, "y", b"Y")
+    env.state.adopt_own_write(env.node("/y"), Remote("mem_y", "/y", sha256(b"Y")))
+    await env.ops.unlink(ROOT, b"a", ctx())
+    await env.ops.rename(ROOT, b"y", ROOT, b"a", 0, ctx())
+    assert env.node("/a").memory_id == "mem_y"
+    assert set(env.state.tombstones) == {"mem_a"}
+
+
+async def test_a_round_trip_over_another_file_takes_the_first_memory_back(env):
+    """mv a c (over c: c's memory takes a's bytes, a's is to be deleted), then mv c a:
+    the file at /a holds exactly what a's memory held, so it is a's memory again and
+    c's memory is the one deleted; a's history goes on, and a change another writer
+    made to a meanwhile is a plain update, not a conflict with a's own bytes."""
+    await env.create(ROOT, "a", b"A")
+    env.state.adopt_own_write(env.node("/a"), Remote("mem_a", "/a", sha256(b"A")))
+    await env.create(ROOT, "c", b"C")
+    env.state.adopt_own_write(env.node("/c"), Remote("mem_c", "/c", sha256(b"C")))
+    await env.ops.rename(ROOT, b"a", ROOT, b"c", 0, ctx())
+    assert env.node("/c").memory_id == "mem_c" and set(env.state.tombstones) == {"mem_a"}
+    await env.ops.rename(ROOT, b"c", ROOT, b"a", 0, ctx())
+    node = env.node("/a")
+    assert (node.memory_id, node.base_path, node.base_sha) == ("mem_a", "/a", sha256(b"A"))
+    assert not env.state.is_dirty(node)
+    assert env.state.by_memory == {"mem_a": node.ino}
+    tomb = env.state.tombstones["mem_c"]
+    assert set(env.state.tombstones) == {"mem_c"}
+    assert (tomb.base_path, tomb.base_sha) == ("/c", sha256(b"C"))
+    fresh = env.reopen_state()
+    assert fresh.lookup_path("/a").memory_id == "mem_a" and set(fresh.tombstones) == {"mem_c"}
+
+
+async def test_a_copy_moved_onto_the_deleted_original_takes_its_memory_back(env):
+    """cp a c; rm a; mv c a: the same bytes back at a's path are a's memory, unchanged;
+    the copy's memory (pushed meanwhile) is deleted. Other bytes keep their own memory
+    (above); a temp name takes nothing back."""
+    await env.create(ROOT, "a", b"A")
+    env.state.adopt_own_write(env.node("/a"), Remote("mem_a", "/a", sha256(b"A")))
+    await env.create(ROOT, "c", b"A")
+    env.state.adopt_own_write(env.node("/c"), Remote("mem_c", "/c", sha256(b"A")))
+    await env.ops.unlink(ROOT, b"a", ctx())
+    await env.ops.rename(ROOT, b"c", ROOT, b"a", 0, ctx())
+    assert env.node("/a").memory_id == "mem_a" and not env.state.is_dirty(env.node("/a"))
+    assert set(env.state.tombstones) == {"mem_c"}
+    await env.ops.rename(ROOT, b"a", ROOT, b"a~", 0, ctx())  # a temp name: a's memory goes
+    await env.ops.rename(ROOT, b"a~", ROOT, b"c", 0, ctx())  # no memory: it revives c's
+    assert env.node("/c").memory_id == "mem_c"
+    assert set(env.state.tombstones) == {"mem_a"}
+
+
 # -- unlink / rmdir / mkdir ------------------------------------------------------------------
 
 

@@ -207,6 +207,25 @@ SCENARIOS = [
             "base and was filed as a conflict with our own write. A content-only update "
             "is now found by its content, wherever the memory is"),
     Scenario(
+        "moved_over_their_file_and_back_while_they_edit_it",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_create", "/c.md"),
+         ("reconcile",), ("rename", "/a.md", "/c.md"), ("write", "/b.md")], "push",
+        [("r_edit", "/a.md")], second=[("rename", "/c.md", "/a.md")],
+        doc="found by the long Hypothesis run (4 December): /a.md moved over /c.md (c's "
+            "memory takes a's bytes, a's is to be deleted) and back while another writer "
+            "edits /a.md. The file at /a.md kept c's memory: a's delete met the edit "
+            "(restored), c's rename to /a.md met a's memory there, and a's bytes, which "
+            "the server had, were filed as a conflict. A file moved onto the path of a "
+            "pending delete, holding exactly what that memory held, now takes it back. "
+            "The push sends c's new bytes and b's; the move back comes after either"),
+    Scenario(
+        "moved_over_their_file_and_back_as_the_long_run_shrank_it",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_create", "/c.md"),
+         ("reconcile",)], "push", [("rename", "/a.md", "/c.md")],
+        second=[("r_edit", "/a.md"), ("rename", "/c.md", "/a.md")],
+        doc="the same round trip as Hypothesis shrank it: all of it before anything is "
+            "pushed (the action finds nothing to send)"),
+    Scenario(
         "deleted_there_kept_here_open_then_their_rename_onto_it",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_delete", "/a.md")],
         "reconcile", [("open_write", "/a.md")], second=[("r_rename", "/b.md", "/a.md")],

@@ -280,6 +280,22 @@ class State(StateView, SyncTransitions):
                 self._drop_tombstone(tomb.memory_id)
                 return
 
+    def _take_back(self, node: Node) -> None:
+        """A file of one memory moved onto the path of another's pending delete, holding
+        exactly what that memory held, is that memory back (a round trip: `mv a c` over
+        c, then `mv c a`; or `cp a c; rm a; mv c a`): it takes it back, and its own
+        memory is deleted instead. Keeping its own would delete a's memory and move c's
+        onto a's path with a's bytes: a's history cut, and a change another writer made
+        to a meanwhile met as a conflict with content the server already had."""
+        if self.is_local_only_name(node) or node.sha is None:
+            return
+        path = self.path_of(node)
+        tomb = next((t for t in self._tombstones.values() if t.base_path == path), None)
+        if tomb is None or tomb.base_sha != node.sha:
+            return
+        self._tombstone(node)
+        self._revive(node)
+
     def set_content(self, node: Node, sha: str, size: int) -> None:
         """A durable content change (close, fsync or truncate)."""
         now = time.time_ns()
@@ -382,6 +398,8 @@ class State(StateView, SyncTransitions):
                     self._tombstone(sub)
                 elif sub.memory_id is None:
                     self._revive(sub)
+                else:
+                    self._take_back(sub)
                 self._touch(sub)
                 self._save(sub)
             self._save(node)
