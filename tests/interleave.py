@@ -63,6 +63,7 @@ import contextlib
 import contextvars
 import errno
 import json
+import logging
 import math
 import os
 import re
@@ -1471,6 +1472,8 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
     store = db.create_store(name="interleave")["id"]
     transport = HeldTransport(db, store, list_limit=scenario.list_limit)
     eng = make_engine(tmp, transport, retries=CLIENT_RETRIES)
+    errors = _ErrorLog()
+    logging.getLogger("memfs").addHandler(errors)
     try:
         async with trio.open_nursery() as background:
             await background.start(eng.serve_content)
@@ -1478,7 +1481,9 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
             background.cancel_scope.cancel()
         if eng.store.failure:
             result.violations.append(f"a background task failed: {eng.store.failure}")
+        result.violations.extend(errors.seen)
     finally:
+        logging.getLogger("memfs").removeHandler(errors)
         trace = [*eng.log, *(r.short() for r in transport.records if r.origin != "setup")]
         if len(trace) > 60:
             trace = [*trace[:50], f"… {len(trace) - 60} more …", *trace[-10:]]
@@ -1486,6 +1491,22 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
         await eng.store.client.aclose()
         eng.store.close()
     return result
+
+
+class _ErrorLog(logging.Handler):
+    """memfs logs an error where a bug is caught so that one file's failure does not stop
+    the rest (`push of … failed`, a handler's EIO): the run goes on and may still satisfy
+    the oracle, so each such record is a violation of its own, with its traceback."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info:
+            text += "\n" + "".join(traceback.format_exception(*record.exc_info))
+        self.seen.append(f"memfs logged an error ({record.name}): {text}")
 
 
 async def _until_held(transport: HeldTransport, hold: Hold, done: trio.Event) -> None:

@@ -286,9 +286,8 @@ class State(StateView, SyncTransitions):
         c, then `mv c a`; or `cp a c; rm a; mv c a`): it takes it back, and its own
         memory is deleted instead. Keeping its own would delete a's memory and move c's
         onto a's path with a's bytes: a's history cut, and a change another writer made
-        to a meanwhile met as a conflict with content the server already had."""
-        if self.is_local_only_name(node) or node.sha is None:
-            return
+        to a meanwhile met as a conflict with content the server already had. (Called
+        for a file that keeps a memory of its own, so never for a temp name.)"""
         path = self.path_of(node)
         tomb = next((t for t in self._tombstones.values() if t.base_path == path), None)
         if tomb is None or tomb.base_sha != node.sha:
