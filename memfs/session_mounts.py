@@ -240,6 +240,11 @@ class SessionMounts:
         if kept:
             log.warning("%d memory file(s) stay local, NOT on the server: %s", len(kept),
                         "; ".join(f"{i['path']}: {i['reason']}" for i in kept))
+        waiting = reply.get("waiting", [])
+        if waiting:
+            log.warning("%d memory change(s) the server turned down last time stay "
+                        "journaled: %s", len(waiting),
+                        "; ".join(f"{i['path']}: {i['reason']}" for i in waiting))
 
 
 def _rmdir_quietly(path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 # ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
 from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
-from synchelpers import cat, conflicts, flush, sdk_by_path, sdk_update, wait_for
+from synchelpers import cat, conflicts, flush, sdk_by_path, sdk_create, sdk_update, wait_for
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 
@@ -76,3 +76,33 @@ def test_deleted_here_edited_there_comes_back_when_our_rename_there_goes(mounts,
     flush(m)
     assert server_memories(server, store) == {"/a.md": "a, edited there\n"}
     assert sdk_by_path(server, store)["/a.md"].id == ids["/a.md"]
+
+
+def test_a_file_where_their_directory_is_waits_reported_until_moved(mounts, server):
+    """Our new file /d and another writer's /d/e.md cannot both be shown: the server's
+    memory stays hidden and our create waits (docs/SYNC.md), both named by `memfs
+    status`, and `memfs unmount` names the file and the server's reason (before, it
+    said only "1 left"). Mounted again and the file moved, both go through."""
+    store = mounts.new_store()
+    m = mounts.mount(store, *QUIET)
+    (m.path / "d").write_text("mine\n")  # stays local: the write-back delay
+    sdk_create(server, store, "/d/e.md", "theirs\n")
+    reply = flush(m)
+    assert reply["left"] == 1 and [w["path"] for w in reply["waiting"]] == ["/d"], reply
+    assert "is a directory of existing memory '/d/e.md'" in reply["waiting"][0]["reason"]
+    m.sync_now(full=True)
+    status = m.status()
+    assert [c["path"] for c in status["pending"]["creates"]] == ["/d"], status
+    assert any("/d/e.md overlaps a local" in w for w in status["warnings"]), status
+    assert cat(m.path / "d") == "mine\n" and not (m.path / "d.md").exists()
+    out = m.unmount(kept=True)
+    assert "pushed 0 change(s), 1 left" in out, out
+    assert ("  1 change(s) the server turned down last time stay journaled, tried again "
+            "on the next mount:\n    /d: PathConflictError: ") in out, out
+    again = mounts.mount(store, *QUIET, name="again")
+    (again.path / "d").rename(again.path / "d.md")
+    flush(again)
+    again.sync_now(full=True)
+    wait_for(lambda: (again.path / "d" / "e.md").exists(), what="their /d/e.md shown")
+    assert cat(again.path / "d" / "e.md") == "theirs\n"
+    assert server_memories(server, store) == {"/d.md": "mine\n", "/d/e.md": "theirs\n"}

@@ -79,6 +79,12 @@ def report_kept(reply: dict) -> bool:
         click.echo(f"  {len(not_pushed)} file(s) stay here only, NOT on the server:")
         for item in not_pushed:
             click.echo(f"    {item['path']}: {item['reason']}")
+    waiting = reply.get("waiting", [])
+    if waiting:
+        click.echo(f"  {len(waiting)} change(s) the server turned down last time stay "
+                   "journaled, tried again on the next mount:")
+        for item in waiting:
+            click.echo(f"    {item['path']}: {item['reason']}")
     if temp:
         click.echo(f"  {len(temp)} editor/tool temp file(s) stay local by design: "
                    + ", ".join(i["path"] for i in temp[:5]) + (", ..." if len(temp) > 5 else ""))

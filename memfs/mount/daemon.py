@@ -152,6 +152,11 @@ class MountDaemon:
             if kept:  # a SIGTERM (systemctl stop) has no `memfs unmount` to tell it
                 log.warning("%d file(s) stay here only, NOT on the server: %s", len(kept),
                             "; ".join(f"{i['path']}: {i['reason']}" for i in kept))
+            waiting = self.flush_result.get("waiting", [])
+            if waiting:
+                log.warning("%d change(s) the server turned down last time stay journaled: "
+                            "%s", len(waiting),
+                            "; ".join(f"{i['path']}: {i['reason']}" for i in waiting))
             self.flush_done.set()
             if not unmounted_outside:
                 await trio.sleep(0.05)  # let the control reply go out
@@ -421,7 +426,7 @@ def _kept(stores: list[dict]) -> dict:
         return {**item, "path": f"/{s['name']}{item['path']}"} if s.get("name") else item
 
     return {kind: [under(s, i) for s in stores for i in s.get(kind, [])]
-            for kind in ("not_pushed", "local_only")}
+            for kind in ("not_pushed", "waiting", "local_only")}
 
 
 def left_out(cfg: GroupConfig, skipped: list[dict], *, mounted: int) -> str:

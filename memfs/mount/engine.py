@@ -186,12 +186,22 @@ class StoreEngine:
 
     def kept_local(self) -> dict:
         """What a flush cannot push, by path and why: files the server refused (not
-        UTF-8, too large, ...) and edits a read-only mount keeps (`not_pushed`), and
-        editor/tool temp files, local by design (`local_only`)."""
+        UTF-8, too large, ...) and edits a read-only mount keeps (`not_pushed`),
+        changes the server turned down last time for another reason (a path another
+        memory holds, a 403), journaled and tried again (`waiting`), and editor/tool
+        temp files, local by design (`local_only`). The first three are what an
+        unmount names: a count of changes left alone does not say which, nor that the
+        next mount will not send them through on its own."""
 
         p = pending(self.state, read_only=self.cfg.options.read_only)
         temp = [i for i in p["local_only"] if i["reason"] == "editor/tool temp file"]
+        waiting: dict[str, str] = {}
+        for kind in ("creates", "updates", "renames", "deletes"):
+            for item in p[kind]:
+                if item.get("error"):
+                    waiting.setdefault(item.get("to", item.get("path")), item["error"])
         return {"not_pushed": p["refused"] + [i for i in p["local_only"] if i not in temp],
+                "waiting": [{"path": path, "reason": why} for path, why in waiting.items()],
                 "local_only": temp}
 
     def set_read_only(self, read_only: bool) -> None:
