@@ -570,6 +570,7 @@ class Engine:
         self.writes: set[tuple[str, str]] = set()
         self.remote_writes: set[tuple[str, str]] = set()
         self.alive: dict[str, str] | None = None  # memory id -> path (from action start)
+        self.alive_ino: dict[str, int] = {}  # memory id -> its file's ino, at action start
         self.excused: set[str] = set()  # ids another client deleted
         #: contents of ours whose versions another client redacted (`op_r_redact`)
         self.redacted: set[str] = set()
@@ -688,6 +689,7 @@ class Engine:
     def start_action(self) -> None:
         st = self.state
         self.alive = {mid: st.path_of(st.nodes[ino]) for mid, ino in st.by_memory.items()}
+        self.alive_ino = dict(st.by_memory)
         self.named = {f"@{p}": mid for mid, p in self.alive.items()}
         self.known_at_start = set(st.by_memory) | set(st.tombstones)
         self.tombstones_at_start = set(st.tombstones)
@@ -812,14 +814,16 @@ class Engine:
         target = self.node(dst)
         # Over a file: the target keeps its memory (an editor's save) and the source's
         # memory goes; over a file that has none yet, the source keeps its own.
-        gone = None
+        gone = taken = None
         if target is not None and not target.is_dir:
             gone = node.memory_id if target.memory_id is not None else target.memory_id
+            taken = target.memory_id
         # A file moved onto the path of a pending delete, holding exactly what that
-        # memory held, takes that memory back (a round trip): its own memory goes.
+        # memory held (or what our request in doubt wrote to it), takes that memory back
+        # (a round trip): its own memory goes.
         st = self.state
         before = {n.ino: n.memory_id for n in st.walk(node) if not n.is_dir}
-        pending = {(t.base_path, t.base_sha): t.memory_id for t in st.tombstones.values()}
+        pending = set(st.tombstones)
         sp, sn = _split(src)
         dst_parent = await self._parent(dst)
         await self.ops.rename(self.node(sp).ino, sn.encode(), dst_parent,
@@ -828,16 +832,19 @@ class Engine:
             self._supersede(target.sha)
             self.removed.add(target.ino)
         self._alive_drop(gone)
+        if taken is not None and node.memory_id == taken:
+            self.alive_ino[taken] = node.ino  # the file that holds it now
         for ino, mid in before.items():
             moved = st.nodes.get(ino)
             if mid is None or moved is None or moved.memory_id == mid or (
                     ino == node.ino and gone is not None):
                 continue  # (over a file: the save's rule above)
-            back = pending.get((st.path_of(moved), moved.sha))
-            assert moved.memory_id == back, f"{st.path_of(moved)}: {mid} -> {moved.memory_id}"
+            back = moved.memory_id
+            assert back in pending, f"{st.path_of(moved)}: {mid} -> {back}, not a pending delete"
             self._alive_drop(mid)
             if self.alive is not None:
                 self.alive[back] = st.path_of(moved)
+                self.alive_ino[back] = ino
 
     async def op_unlink(self, path: str) -> None:
         node = self.node(path)
@@ -1285,6 +1292,10 @@ class Oracle:
             if mid in st.by_memory or mid in excused or p in conflict_paths \
                     or eng.held.get(mid, set()) & conflict_shas:
                 continue
+            took = st.nodes.get(eng.alive_ino.get(mid))
+            if took is not None and took.memory_id is not None \
+                    and took.memory_id not in eng.alive_ino:
+                continue  # its file took back a memory our create made (SEMANTICS, rename)
             now = st.lookup_path(p)
             now_id = None if now is None or now.is_dir else now.memory_id
             out.append(f"memory id of {p} changed: {eng.mname(mid)} -> {eng.mname(now_id)} "

@@ -226,6 +226,24 @@ SCENARIOS = [
         doc="the same round trip as Hypothesis shrank it: all of it before anything is "
             "pushed (the action finds nothing to send)"),
     Scenario(
+        "never_read_moved_over_a_file_while_its_memory_changes_there",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_create", "/c.md"),
+         ("reconcile",), ("r_edit", "/c.md")], "reconcile", [("rename", "/c.md", "/a.md")],
+        doc="found by the long Hypothesis run (4 December afternoon): /c.md, taken from "
+            "the server and never read, moved over /a.md while another writer edits it: "
+            "c's memory comes back with the edit, and nothing remembered where the moved "
+            "file's bytes were (it read EIO and was never pushed). A pending delete, once "
+            "dropped, is remembered as a source of what it held (its versions keep it)"),
+    Scenario(
+        "their_swap_meets_our_pending_rename_into_it",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("rename", "/a.md", "/c.md"),
+         ("r_rename", "/b.md", "/c.md"), ("r_rename", "/a.md", "/b.md")], "push",
+        [("write", "/a.md")],
+        doc="found by the long Hypothesis run (4 December afternoon): our a→c not pushed, "
+            "their b→c and a→b: the server put b's memory where our a's file is and a's "
+            "where b's file is. Each waited on the other for ever; now they swap places "
+            "(our rename yields to the server's, as it does onto a free place)"),
+    Scenario(
         "deleted_there_kept_here_open_then_their_rename_onto_it",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_delete", "/a.md")],
         "reconcile", [("open_write", "/a.md")], second=[("r_rename", "/b.md", "/a.md")],

@@ -73,6 +73,10 @@ REMOTE_OPS = {  # another client, alone or with a local operation
     "their_edit_my_write": lambda f: [("r_edit", f, "theirs"), ("write", f, "mine")],
     "their_delete_my_write": lambda f: [("r_delete", f), ("write", f, "mine")],
     "their_rename_my_rename": lambda f: [("r_rename", f, "/d/r.md"), ("rename", f, "/d/z.md")],
+    # our file moved over the sibling and back while they edit it (docs/SEMANTICS.md,
+    # rename: it takes its own memory back, and the sibling's goes)
+    "their_edit_in_my_round_trip": lambda f: [("rename", f, "/d/k.md"), ("r_edit", f, "theirs"),
+                                              ("rename", "/d/k.md", f)],
     # ... and the versions our requests wrote redacted after it (what a lost answer's
     # doubt then finds: tests/test_doubt_history_gone.py, one run each)
     "their_edit_redact": lambda f: [("r_edit", f, "theirs"), ("r_redact", f)],
@@ -88,9 +92,11 @@ def applies(kind: str, op: str) -> bool:
     steps must run in some interleaving; `_explore` checks that they do)."""
     if kind == "delete":  # the file is gone: only a file made at its path is an operation
         return op in ("sibling_onto", "write_then_unlink") or (
-            op.startswith("their_") and op != "their_rename_my_rename")
+            op.startswith("their_") and op not in ("their_rename_my_rename",
+                                                   "their_edit_in_my_round_trip"))
     if kind == "rename_over_sibling":  # the sibling is the file now, its memory at f
-        return op not in ("onto_sibling", "sibling_onto", "swap_with_sibling", "their_create")
+        return op not in ("onto_sibling", "sibling_onto", "swap_with_sibling", "their_create",
+                          "their_edit_in_my_round_trip")
     if op == "their_create":  # another client's create needs the path free on the server
         return kind not in ("update", "editor_save")
     return True

@@ -795,6 +795,26 @@ def test_remote_moved_sends_a_local_rename_there_back_home(st, caplog):
     assert other.memory_id == "mem_t" and st.conflicts() == []
 
 
+def test_remote_moved_swaps_with_our_rename_whose_place_it_held(st, caplog, tmp_path):
+    """Our a→y not pushed; the server moved x to /y and a to /x (a swap of places with
+    the node the server moves): both move at once, nothing else changes."""
+    node = _mem(st, "/x.md", b"x", MID)
+    a = _mem(st, "/a.md", b"a", "mem_a")
+    st.rename(a, st.nodes[ROOT_INO], "y.md", None)
+    st.remote_base_path(a, "/x.md")  # the listing's row for a: renamed on both sides
+    assert st.remote_moved(node, "/y.md")
+    assert st.lookup_path("/y.md") is node and st.lookup_path("/x.md") is a
+    assert sorted(st.path_of(n) for n in st.files()) == ["/x.md", "/y.md"]
+    assert node.base_path == "/y.md" and a.base_path == "/x.md" and st.conflicts() == []
+    assert caplog.messages == ["/y.md: renamed here, but the server gave that path to "
+                               "another memory, whose place was /x.md; the two swapped, "
+                               "moved back"]
+    fresh = _reopened(st, tmp_path)
+    assert fresh.lookup_path("/y.md").memory_id == MID
+    assert fresh.lookup_path("/x.md").memory_id == "mem_a"
+    fresh.close()
+
+
 @pytest.mark.parametrize("blocker", ["dir", "open", "local-only", "synced", "no-dir",
                                      "back-taken", "cycle"])
 def test_remote_moved_yields_to_what_it_must_not_take(st, blocker):

@@ -498,6 +498,45 @@ async def test_rename_over_with_content_never_read_recovers_it(eng):
     assert mid_a not in eng.state.tombstones
 
 
+async def test_content_never_read_renamed_over_then_its_memory_changed_there(eng):
+    """A file taken from the server and never read is renamed over another; its own
+    memory, to be deleted, is changed on the server meanwhile (so it comes back, with
+    the change): the renamed file's content is still found, in that memory's versions.
+    Before, nothing remembered where it came from: the file read EIO, never pushed."""
+    await eng.write("/a.md", b"a1\n")
+    await eng.push()
+    mid_a = eng.fs.node("/a.md").memory_id
+    created = await eng.other.create_memory(eng.store_id, path="/c.md", content="c1\n")
+    await eng.reconcile()                             # /c.md taken lazily: not cached
+    assert not eng.cache.has(eng.fs.node("/c.md").sha)
+    await eng.other.update_memory(eng.store_id, created.id, content="c2\n")
+    await eng.rename("/c.md", "/a.md")                # a's memory takes c's bytes
+    await eng.reconcile()                             # c's memory comes back with c2
+    assert await eng.read("/a.md") == b"c1\n"
+    await settle(eng)
+    assert await eng.remote() == {"/a.md": (mid_a, "c1\n"), "/c.md": (created.id, "c2\n")}
+
+
+async def test_their_swap_meets_our_pending_rename_into_it(eng):
+    """We renamed a→c (not pushed); they renamed b→c and a→b. The server decided both
+    places: b's memory holds /c, a's holds /b, which b's file holds here. The two files
+    swap places (our rename yields, as above); before, each waited on the other for
+    ever and the pass never settled."""
+    await eng.write("/a.md", b"a1\n")
+    await eng.write("/b.md", b"b1\n")
+    await eng.push()
+    mid_a = eng.fs.node("/a.md").memory_id
+    mid_b = eng.fs.node("/b.md").memory_id
+    await eng.rename("/a.md", "/c.md")
+    await eng.other.update_memory(eng.store_id, mid_b, path="/c.md")
+    await eng.other.update_memory(eng.store_id, mid_a, path="/b.md")
+    await eng.push()
+    await settle(eng)
+    assert await eng.remote() == {"/b.md": (mid_a, "a1\n"), "/c.md": (mid_b, "b1\n")}
+    assert await eng.read("/b.md") == b"a1\n" and await eng.read("/c.md") == b"b1\n"
+    assert eng.state.conflicts() == []
+
+
 async def test_their_rename_wins_over_our_pending_rename_and_new_file(eng):
     """We renamed a→c (not pushed) and created a new a; they renamed b→c. The server
     decided /c: b's memory takes it, our a goes back to /a (its memory's path), and

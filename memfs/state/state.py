@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
-from memfs.core import paths
+from memfs.core import decide, paths
 from memfs.core.mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS
 from memfs.core.nodes import (
     EMPTY_SHA,
@@ -273,27 +273,43 @@ class State(StateView, SyncTransitions):
         path = self.path_of(node)
         for tomb in list(self._tombstones.values()):
             if tomb.base_path == path:
-                node.memory_id, node.base_path, node.base_sha = (
-                    tomb.memory_id, tomb.base_path, tomb.base_sha)
-                node.sent_sha = tomb.sent_sha
-                self._by_memory[tomb.memory_id] = node.ino
-                self._drop_tombstone(tomb.memory_id)
+                self._give(node, tomb)
                 return
 
+    def _give(self, node: Node, tomb: Tombstone) -> None:
+        """The pending delete is cancelled: node is that memory's file again."""
+        node.memory_id, node.base_path, node.base_sha = (
+            tomb.memory_id, tomb.base_path, tomb.base_sha)
+        node.sent_sha = tomb.sent_sha
+        self._by_memory[tomb.memory_id] = node.ino
+        self._drop_tombstone(tomb.memory_id)
+
     def _take_back(self, node: Node) -> None:
-        """A file of one memory moved onto the path of another's pending delete, holding
-        exactly what that memory held, is that memory back (a round trip: `mv a c` over
-        c, then `mv c a`; or `cp a c; rm a; mv c a`): it takes it back, and its own
-        memory is deleted instead. Keeping its own would delete a's memory and move c's
-        onto a's path with a's bytes: a's history cut, and a change another writer made
-        to a meanwhile met as a conflict with content the server already had. (Called
-        for a file that keeps a memory of its own, so never for a temp name.)"""
+        """A file of one memory moved to where another's pending delete is, holding
+        exactly what that memory holds there (or will, once our request in flight for it
+        lands), is that memory back: a round trip (`mv a c` over c, then `mv c a`; or
+        `cp a c; rm a; mv c a`). It takes it back, and its own memory is deleted
+        instead. Keeping its own would delete a's memory and move c's onto a's path
+        with a's bytes: a's history cut, and a change another writer made to a
+        meanwhile met as a conflict with content the server already had. (Called for a
+        file that keeps a memory of its own, so never for a temp name.)"""
         path = self.path_of(node)
-        tomb = next((t for t in self._tombstones.values() if t.base_path == path), None)
-        if tomb is None or tomb.base_sha != node.sha:
-            return
-        self._tombstone(node)
-        self._revive(node)
+        tomb = next((t for t in self._tombstones.values()
+                     if self._would_hold(t, path, node.sha)), None)
+        if tomb is not None:
+            self._tombstone(node)
+            self._give(node, tomb)
+
+    def _would_hold(self, tomb: Tombstone, path: str, sha: str | None) -> bool:
+        """Whether tomb's memory holds sha at path on the server, as far as we know: its
+        base, or what one of our requests for it wrote (its answer not heard yet)."""
+        if sha is None:
+            return False
+        if path == tomb.base_path and sha in (tomb.base_sha, tomb.sent_sha):
+            return True
+        return any(t.memory_id == tomb.memory_id and decide.holds(t.written, path, sha)
+                   and (t.path_sent or path == tomb.base_path)
+                   for t in self._doubts.values())
 
     def set_content(self, node: Node, sha: str, size: int) -> None:
         """A durable content change (close, fsync or truncate)."""
@@ -356,7 +372,12 @@ class State(StateView, SyncTransitions):
         node.memory_id = node.base_path = node.base_sha = node.sent_sha = None
 
     def _drop_tombstone(self, memory_id: str) -> None:
-        self._tombstones.pop(memory_id, None)
+        tomb = self._tombstones.pop(memory_id, None)
+        if tomb is not None and tomb.base_sha:
+            # Revived, restored with another writer's change, or deleted: its versions
+            # still hold what it held, which a file renamed over with content never read
+            # may need (fetcher.recover).
+            self._note_source(tomb.base_sha, memory_id)
         self.db.execute("DELETE FROM tombstones WHERE memory_id=?", (memory_id,))
 
     def rename(self, node: Node, new_parent: Node, new_name: str, target: Node | None) -> None:

@@ -234,6 +234,12 @@ class SyncTransitions:
                 self._save(again)
                 return again
             self._add_tombstone(remote)
+            if again is not None and not again.is_dir and again.memory_id is not None:
+                # The file that made it, moved over another file (taking that one's
+                # memory) and back: if it holds what it created, it is that memory
+                # again (docs/SEMANTICS.md, rename), as had the answer come first.
+                self._take_back(again)
+                self._save(again)
             return None
 
     def _landed_on(self, holder: Node, ticket: PushTicket, remote: Remote) -> Node:
@@ -434,9 +440,12 @@ class SyncTransitions:
         if taker.is_dir or taker.ino in self._open_dirty or self.is_local_only_name(taker) \
                 or taker.ino in seen:
             return False
+        server_placed = not seen  # winner is where the server put it, not one sent back
         seen.add(taker.ino)
         if taker.memory_id is not None:
             back = taker.base_path
+            if server_placed and back and back != path and self.lookup_path(back) is winner:
+                return self._swap(winner, taker, path, back)
             if not back or back == path or not self._claim(back, taker, seen) \
                     or not self._move(taker, back):
                 return False
@@ -447,6 +456,22 @@ class SyncTransitions:
             self._add_conflict(path, winner.memory_id, taker.sha, winner.base_sha,
                                "the server gave this path to another memory")
         self._drop(taker)
+        return True
+
+    def _swap(self, winner: Node, taker: Node, path: str, back: str) -> bool:
+        """A swap of places (our a→c not pushed; their b→c and a→b): winner, which the
+        server put at `path` where taker is, stands at `back`, where taker's memory
+        belongs. Winner steps aside, taker goes back; the caller then puts winner at
+        path. No await runs between the steps: no one sees the name aside."""
+        dir_path, _name = paths.split(back)
+        aside = f"{dir_path.rstrip('/')}/.memfs-swap-{winner.ino}"
+        if not self._move(winner, aside):
+            return False
+        if not self._move(taker, back):
+            self._move(winner, back)
+            return False
+        log.warning("%s: renamed here, but the server gave that path to another memory, "
+                    "whose place was %s; the two swapped, moved back", path, back)
         return True
 
     def _move(self, node: Node, path: str) -> bool:
