@@ -305,6 +305,32 @@ def test_their_rename_then_our_lost_update_then_an_edit(mounts, server):
     _ends_as_left(m, server, store, {"/d/z.md": "edited\n"}, mid)
 
 
+@pytest.mark.parametrize("kind", ["create", "update", "rename"])
+def test_lost_answer_then_their_edit_during_our_round_trip_over_a_sibling(mounts, server,
+                                                                          kind):
+    """The request is applied, its answer lost; meanwhile the file is moved over its
+    sibling /d/k.md (taking k's memory) and back while another writer edits the file's
+    memory. The file holds what our request wrote: it takes its own memory back, their
+    edit is a plain update, and k's memory is the one deleted (before: a conflict with
+    our own write; found by `their_edit_in_my_round_trip` of the widened product,
+    4 December). The lost-answer wait is an hour: the answer must be found."""
+    store, m, x, mid, rule = _start(mounts, kind, "--lost-answer-wait", "3600")
+    (x.parent / "k.md").write_text("k\n")
+    m.wait_synced()
+    mems = server.sdk().beta.memory_stores.memories
+    with Gate(server) as gate:
+        gate.hold("POST", rule, when="after", count=1, drop=True)
+        current = _request(kind, x)
+        [first] = gate.wait_held(1)
+        assert first["status"] == 200, first                    # applied and committed...
+        mid = mid or sdk_by_path(server, store)["/d/x.md"].id
+        os.rename(current, x.parent / "k.md")                    # over the sibling
+        mems.update(mid, memory_store_id=store, content="theirs\n")
+        os.rename(x.parent / "k.md", current)                    # and back
+        gate.release(first["seq"])                               # ...its answer lost
+    _ends_as_left(m, server, store, {f"/d/{current.name}": "theirs\n"}, mid)
+
+
 # -- the daemon killed while the answer is held ----------------------------------------------
 
 CRASH_CASES = [("create", "rm"), ("update", "edit"), ("rename", "mv"), ("delete", "recreate")]

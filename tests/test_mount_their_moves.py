@@ -1,0 +1,65 @@
+"""Another writer's moves meeting ours, through a real mount (found by the long
+Hypothesis runs of the interleaving harness, 4 December afternoon; both failed before).
+
+Background polls, the write-back delay and the delete delay are an hour: nothing moves
+but what each test asks for (`flush`, `sync_now`).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
+from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
+from synchelpers import cat, conflicts, flush, sdk_by_path, sdk_create, sdk_update, wait_for
+
+pytestmark = [pytest.mark.mount, needs_fuse]
+
+QUIET = ("--poll-interval", "3600", "--write-back-delay", "3600", "--delete-delay", "3600")
+
+
+def test_their_swap_meets_our_pending_rename_into_it(mounts, server):
+    """Our `mv a.md c.md` not pushed yet; another writer moves b.md to c.md and a.md to
+    b.md. The server decided both places: the files change places here (before, each
+    waited on the other for ever and the mount never settled)."""
+    store = mounts.new_store()
+    m = mounts.mount(store, *QUIET)
+    (m.path / "a.md").write_text("a\n")
+    (m.path / "b.md").write_text("b\n")
+    flush(m)
+    ids = {p: x.id for p, x in sdk_by_path(server, store).items()}
+    (m.path / "a.md").rename(m.path / "c.md")
+    sdk_update(server, store, ids["/b.md"], path="/c.md")
+    sdk_update(server, store, ids["/a.md"], path="/b.md")
+    m.sync_now(full=True)
+    wait_for(lambda: cat(m.path / "c.md") == "b\n", what="b's memory at /c.md")
+    assert cat(m.path / "b.md") == "a\n" and not (m.path / "a.md").exists()
+    flush(m)
+    assert m.status()["pending"]["renames"] == []
+    assert server_memories(server, store) == {"/b.md": "a\n", "/c.md": "b\n"}
+    assert {p: x.id for p, x in sdk_by_path(server, store).items()} == {
+        "/b.md": ids["/a.md"], "/c.md": ids["/b.md"]}
+    assert conflicts(m) == []
+
+
+def test_never_read_moved_over_a_file_while_its_memory_changes_there(mounts, server):
+    """/c.md, another writer's, is in the tree but was never read (no prefetch), and is
+    moved over /a.md while that writer edits c.md: c's memory comes back with the edit,
+    and /a.md still reads what it was moved with (before: EIO, never pushed)."""
+    store = mounts.new_store()
+    m = mounts.mount(store, *QUIET, "--no-prefetch")
+    (m.path / "a.md").write_text("a\n")
+    flush(m)
+    created = sdk_create(server, store, "/c.md", "c, first\n")
+    m.sync_now(full=True)
+    wait_for(lambda: (m.path / "c.md").exists(), what="/c.md shown")
+    sdk_update(server, store, created.id, content="c, edited there\n")
+    (m.path / "c.md").rename(m.path / "a.md")
+    m.sync_now(full=True)
+    wait_for(lambda: (m.path / "c.md").exists(), what="/c.md back with the edit")
+    assert cat(m.path / "a.md") == "c, first\n"
+    assert cat(m.path / "c.md") == "c, edited there\n"
+    flush(m)
+    assert server_memories(server, store) == {"/a.md": "c, first\n",
+                                              "/c.md": "c, edited there\n"}
+    assert conflicts(m) == []
