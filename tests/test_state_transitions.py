@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from memfs.core.nodes import Remote
+from memfs.core.nodes import Node, Remote
 from memfs.state import transitions
 from memfs.state.blobs import sha256
 from memfs.state.state import PARK_NAME, ROOT_INO, State
@@ -793,6 +793,62 @@ def test_remote_moved_sends_a_local_rename_there_back_home(st, caplog):
                                "another memory first; moved back to /t.md"]
     assert st.lookup_path("/y.md") is node and st.lookup_path("/t.md") is other
     assert other.memory_id == "mem_t" and st.conflicts() == []
+
+
+# -- a round trip takes a pending delete's memory back (docs/SEMANTICS.md, rename) ----------
+
+
+def _over_k_and_back(st: State, node: Node) -> None:
+    """mv node k.md (over the synced k.md: node takes k's memory), then back."""
+    name = node.name
+    k = st.lookup_path("/k.md")
+    st.rename(node, st.nodes[ROOT_INO], "k.md", k)
+    st.rename(node, st.nodes[ROOT_INO], name, None)
+
+
+@pytest.mark.parametrize("request_", ["none", "update", "rename", "other-bytes"])
+def test_a_round_trip_takes_back_what_the_server_holds_or_will(st, request_):
+    """The file at its own memory's path again holds what that memory holds there, as
+    its base, or as our request in flight wrote it (the answer not back): it is that
+    memory again and k's is deleted. Other bytes keep k's memory (a plain rename over)."""
+    _mem(st, "/k.md", b"k", "mem_k")
+    node = _mem(st, "/x.md", b"v1", MID)
+    if request_ in ("update", "other-bytes"):
+        st.set_content(node, sha256(b"v2"), 2)
+        st.begin_push(node)                      # content v2 sent, its answer not back
+    elif request_ == "rename":
+        st.rename(node, st.nodes[ROOT_INO], "y.md", None)
+        st.begin_push(node, content=False)       # the path /y.md sent, not answered
+    if request_ == "other-bytes":
+        st.set_content(node, sha256(b"v3"), 2)
+    _over_k_and_back(st, node)
+    if request_ == "other-bytes":
+        assert node.memory_id == "mem_k" and set(st.tombstones) == {MID}
+        return
+    assert node.memory_id == MID and set(st.tombstones) == {"mem_k"}
+    assert st.holder(MID) is node and st.tombstones["mem_k"].base_path == "/k.md"
+
+
+@pytest.mark.parametrize("since", ["nothing", "changed"])
+def test_a_create_answered_after_the_round_trip_takes_its_memory(st, since):
+    """A new file's create is in flight; the file is moved over k.md (taking k's
+    memory) and back; then the create's answer comes: the file holds what it created,
+    at its path, so it takes the new memory and k's is deleted. Changed since, the file
+    keeps k's memory and the new one is deleted (as for any create whose file took
+    another memory meanwhile)."""
+    _mem(st, "/k.md", b"k", "mem_k")
+    node = _file(st, "x.md", b"v1", memory_id=None)
+    ticket = st.begin_push(node)
+    _over_k_and_back(st, node)
+    assert node.memory_id == "mem_k" and not st.tombstones
+    if since == "changed":
+        st.set_content(node, sha256(b"v2"), 2)
+    st.push_landed(ticket, Remote("mem_new", "/x.md", sha256(b"v1")))
+    if since == "changed":
+        assert node.memory_id == "mem_k" and set(st.tombstones) == {"mem_new"}
+        return
+    assert node.memory_id == "mem_new" and set(st.tombstones) == {"mem_k"}
+    assert not st.is_dirty(node) and st.holder("mem_new") is node
 
 
 def test_remote_moved_swaps_with_our_rename_whose_place_it_held(st, caplog, tmp_path):
