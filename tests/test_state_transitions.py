@@ -827,6 +827,9 @@ def test_a_round_trip_takes_back_what_the_server_holds_or_will(st, request_):
         return
     assert node.memory_id == MID and set(st.tombstones) == {"mem_k"}
     assert st.holder(MID) is node and st.tombstones["mem_k"].base_path == "/k.md"
+    # what it sent is still its own (a lost answer found later is ours)
+    assert node.sent_sha == {"none": None, "update": sha256(b"v2"), "rename": sha256(b"v1")}[
+        request_]
 
 
 @pytest.mark.parametrize("since", ["nothing", "changed"])
@@ -851,23 +854,26 @@ def test_a_create_answered_after_the_round_trip_takes_its_memory(st, since):
     assert not st.is_dirty(node) and st.holder("mem_new") is node
 
 
-def test_remote_moved_swaps_with_our_rename_whose_place_it_held(st, caplog, tmp_path):
+@pytest.mark.parametrize("d", ["", "/d"])
+def test_remote_moved_swaps_with_our_rename_whose_place_it_held(st, caplog, tmp_path, d):
     """Our a→y not pushed; the server moved x to /y and a to /x (a swap of places with
     the node the server moves): both move at once, nothing else changes."""
-    node = _mem(st, "/x.md", b"x", MID)
-    a = _mem(st, "/a.md", b"a", "mem_a")
-    st.rename(a, st.nodes[ROOT_INO], "y.md", None)
-    st.remote_base_path(a, "/x.md")  # the listing's row for a: renamed on both sides
-    assert st.remote_moved(node, "/y.md")
-    assert st.lookup_path("/y.md") is node and st.lookup_path("/x.md") is a
-    assert sorted(st.path_of(n) for n in st.files()) == ["/x.md", "/y.md"]
-    assert node.base_path == "/y.md" and a.base_path == "/x.md" and st.conflicts() == []
-    assert caplog.messages == ["/y.md: renamed here, but the server gave that path to "
-                               "another memory, whose place was /x.md; the two swapped, "
-                               "moved back"]
+    node = _mem(st, f"{d}/x.md", b"x", MID)
+    a = _mem(st, f"{d}/a.md", b"a", "mem_a")
+    st.rename(a, st.nodes[a.parent], "y.md", None)
+    st.remote_base_path(a, f"{d}/x.md")  # the listing's row for a: renamed on both sides
+    assert st.remote_moved(node, f"{d}/y.md")
+    assert st.lookup_path(f"{d}/y.md") is node and st.lookup_path(f"{d}/x.md") is a
+    assert sorted(st.path_of(n) for n in st.files()) == [f"{d}/x.md", f"{d}/y.md"]
+    assert node.base_path == f"{d}/y.md" and a.base_path == f"{d}/x.md"
+    assert st.conflicts() == []
+    assert caplog.messages == [f"{d}/y.md: renamed here, but the server gave that path to "
+                               f"another memory, whose place was {d}/x.md; the two "
+                               "swapped, moved back"]
     fresh = _reopened(st, tmp_path)
-    assert fresh.lookup_path("/y.md").memory_id == MID
-    assert fresh.lookup_path("/x.md").memory_id == "mem_a"
+    assert fresh.lookup_path(f"{d}/y.md").memory_id == MID
+    assert fresh.lookup_path(f"{d}/x.md").memory_id == "mem_a"
+    assert sorted(fresh.path_of(n) for n in fresh.files()) == [f"{d}/x.md", f"{d}/y.md"]
     fresh.close()
 
 

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
-from memfs.core import decide, paths
+from memfs.core import paths
 from memfs.core.mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS
 from memfs.core.nodes import (
     EMPTY_SHA,
@@ -302,14 +302,11 @@ class State(StateView, SyncTransitions):
 
     def _would_hold(self, tomb: Tombstone, path: str, sha: str | None) -> bool:
         """Whether tomb's memory holds sha at path on the server, as far as we know: its
-        base, or what one of our requests for it wrote (its answer not heard yet)."""
-        if sha is None:
-            return False
-        if path == tomb.base_path and sha in (tomb.base_sha, tomb.sent_sha):
-            return True
-        return any(t.memory_id == tomb.memory_id and decide.holds(t.written, path, sha)
-                   and (t.path_sent or path == tomb.base_path)
-                   for t in self._doubts.values())
+        base, or what one of our requests for it wrote (its answer not heard yet; a
+        content-only update's is the sent sha: one request at a time per file)."""
+        held = {(tomb.base_path, s) for s in (tomb.base_sha, tomb.sent_sha) if s}
+        held |= {t.written for t in self._doubts.values() if t.memory_id == tomb.memory_id}
+        return (path, sha) in held
 
     def set_content(self, node: Node, sha: str, size: int) -> None:
         """A durable content change (close, fsync or truncate)."""

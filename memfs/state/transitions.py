@@ -461,15 +461,11 @@ class SyncTransitions:
     def _swap(self, winner: Node, taker: Node, path: str, back: str) -> bool:
         """A swap of places (our a→c not pushed; their b→c and a→b): winner, which the
         server put at `path` where taker is, stands at `back`, where taker's memory
-        belongs. Winner steps aside, taker goes back; the caller then puts winner at
-        path. No await runs between the steps: no one sees the name aside."""
-        dir_path, _name = paths.split(back)
-        aside = f"{dir_path.rstrip('/')}/.memfs-swap-{winner.ino}"
-        if not self._move(winner, aside):
-            return False
-        if not self._move(taker, back):
-            self._move(winner, back)
-            return False
+        belongs. Winner steps aside (a fresh name in its own directory), taker goes back
+        to the place winner left; the caller then puts winner at path. Neither move can
+        fail, and no await runs between them: no one sees the name aside."""
+        self._move(winner, back.rsplit("/", 1)[0] + f"/.memfs-swap-{winner.ino}")
+        self._move(taker, back)
         log.warning("%s: renamed here, but the server gave that path to another memory, "
                     "whose place was %s; the two swapped, moved back", path, back)
         return True
