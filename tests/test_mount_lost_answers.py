@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -115,7 +116,10 @@ def _ends_as_left(m, server, store: str, want: dict[str, str], mid: str | None =
     flush(m)
     m.wait_synced()
     for _ in range(40):
-        tree = {"/" + str(p.relative_to(m.path)): cat(p) for p in m.path.rglob("*.md")}
+        try:
+            tree = {"/" + str(p.relative_to(m.path)): cat(p) for p in m.path.rglob("*.md")}
+        except (OSError, subprocess.CalledProcessError):
+            tree = None  # a file or directory went while it was listed: look again
         if tree == want:
             break
         time.sleep(0.25)
