@@ -1275,7 +1275,7 @@ class Oracle:
         for p, (mid, sha) in visible.items():
             if p not in exempt:
                 heads.setdefault(sha, set()).add(mid)
-        for new, old in sorted(eng.writes):
+        for new, old in sorted(eng.writes, key=lambda w: (w[0] or "", w[1] or "")):
             if old in heads and new in heads and old not in eng.obligations \
                     and old != EMPTY_SHA and heads[old] - heads[new]:
                 for mid in sorted(heads[old] - heads[new]):
