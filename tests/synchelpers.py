@@ -79,5 +79,14 @@ def flush(m, timeout: float = 30.0) -> dict:
     return reply
 
 
+def pushed(m, server, store: str, files: dict[str, str]) -> dict[str, str]:
+    """Write each file (name: content) into the mount and flush: the memory id of each
+    path on the server."""
+    for name, content in files.items():
+        (m.path / name).write_text(content)
+    flush(m)
+    return {p: x.id for p, x in sdk_by_path(server, store).items()}
+
+
 def conflicts(m, *extra: str) -> list[dict]:
     return json.loads(m.memfs("conflicts", str(m.path), "--json", *extra).stdout)

@@ -638,11 +638,15 @@ async def test_rename_file_into_tombstoned_path_revives(env):
     assert not env.state.tombstones
 
 
+async def _synced(env, name: str, data: bytes, memory_id: str) -> None:
+    """A file at the root as a push leaves it: written, and pushed as memory_id."""
+    await env.create(ROOT, name, data)
+    env.state.adopt_own_write(env.node(f"/{name}"), Remote(memory_id, f"/{name}", sha256(data)))
+
+
 async def test_a_file_with_a_memory_moved_onto_a_pending_delete_keeps_its_own(env):
-    await env.create(ROOT, "a", b"A")
-    env.state.adopt_own_write(env.node("/a"), Remote("mem_a", "/a", sha256(b"A")))
-    await env.create(ROOT, "y", b"Y")
-    env.state.adopt_own_write(env.node("/y"), Remote("mem_y", "/y", sha256(b"Y")))
+    await _synced(env, "a", b"A", "mem_a")
+    await _synced(env, "y", b"Y", "mem_y")
     await env.ops.unlink(ROOT, b"a", ctx())
     await env.ops.rename(ROOT, b"y", ROOT, b"a", 0, ctx())
     assert env.node("/a").memory_id == "mem_y"
@@ -654,10 +658,8 @@ async def test_a_round_trip_over_another_file_takes_the_first_memory_back(env):
     the file at /a holds exactly what a's memory held, so it is a's memory again and
     c's memory is the one deleted; a's history goes on, and a change another writer
     made to a meanwhile is a plain update, not a conflict with a's own bytes."""
-    await env.create(ROOT, "a", b"A")
-    env.state.adopt_own_write(env.node("/a"), Remote("mem_a", "/a", sha256(b"A")))
-    await env.create(ROOT, "c", b"C")
-    env.state.adopt_own_write(env.node("/c"), Remote("mem_c", "/c", sha256(b"C")))
+    await _synced(env, "a", b"A", "mem_a")
+    await _synced(env, "c", b"C", "mem_c")
     await env.ops.rename(ROOT, b"a", ROOT, b"c", 0, ctx())
     assert env.node("/c").memory_id == "mem_c" and set(env.state.tombstones) == {"mem_a"}
     await env.ops.rename(ROOT, b"c", ROOT, b"a", 0, ctx())
@@ -676,10 +678,8 @@ async def test_a_copy_moved_onto_the_deleted_original_takes_its_memory_back(env)
     """cp a c; rm a; mv c a: the same bytes back at a's path are a's memory, unchanged;
     the copy's memory (pushed meanwhile) is deleted. Other bytes keep their own memory
     (above); a temp name takes nothing back."""
-    await env.create(ROOT, "a", b"A")
-    env.state.adopt_own_write(env.node("/a"), Remote("mem_a", "/a", sha256(b"A")))
-    await env.create(ROOT, "c", b"A")
-    env.state.adopt_own_write(env.node("/c"), Remote("mem_c", "/c", sha256(b"A")))
+    await _synced(env, "a", b"A", "mem_a")
+    await _synced(env, "c", b"A", "mem_c")
     await env.ops.unlink(ROOT, b"a", ctx())
     await env.ops.rename(ROOT, b"c", ROOT, b"a", 0, ctx())
     assert env.node("/a").memory_id == "mem_a" and not env.state.is_dirty(env.node("/a"))

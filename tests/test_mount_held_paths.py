@@ -16,7 +16,16 @@ import pytest
 
 # ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
 from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
-from synchelpers import cat, conflicts, flush, sdk_by_path, sdk_create, sdk_update, wait_for
+from synchelpers import (
+    cat,
+    conflicts,
+    flush,
+    pushed,
+    sdk_by_path,
+    sdk_create,
+    sdk_update,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 
@@ -60,10 +69,7 @@ def test_deleted_here_edited_there_comes_back_when_our_rename_there_goes(mounts,
     with the server's edit."""
     store = mounts.new_store()
     m = mounts.mount(store, *QUIET)
-    (m.path / "a.md").write_text("a\n")
-    (m.path / "b.md").write_text("b\n")
-    flush(m)
-    ids = {p: x.id for p, x in sdk_by_path(server, store).items()}
+    ids = pushed(m, server, store, {"a.md": "a\n", "b.md": "b\n"})
     (m.path / "a.md").unlink()  # a pending delete: the delete delay
     sdk_update(server, store, ids["/a.md"], content="a, edited there\n")
     (m.path / "b.md").rename(m.path / "a.md")  # a pending rename: the write-back delay

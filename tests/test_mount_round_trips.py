@@ -20,7 +20,7 @@ import pytest
 
 # ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
 from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
-from synchelpers import cat, conflicts, flush, sdk_by_path, sdk_update, wait_for
+from synchelpers import cat, conflicts, flush, pushed, sdk_by_path, sdk_update, wait_for
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 
@@ -30,10 +30,7 @@ QUIET = ("--poll-interval", "3600", "--write-back-delay", "3600", "--delete-dela
 def _two_files(mounts, server, c_content: str):
     store = mounts.new_store()
     m = mounts.mount(store, *QUIET)
-    (m.path / "a.md").write_text("a\n")
-    (m.path / "c.md").write_text(c_content)
-    flush(m)
-    return store, m, {p: x.id for p, x in sdk_by_path(server, store).items()}
+    return store, m, pushed(m, server, store, {"a.md": "a\n", "c.md": c_content})
 
 
 def _settled(m, server, store, ids) -> None:

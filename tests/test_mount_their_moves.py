@@ -11,7 +11,16 @@ import pytest
 
 # ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
 from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
-from synchelpers import cat, conflicts, flush, sdk_by_path, sdk_create, sdk_update, wait_for
+from synchelpers import (
+    cat,
+    conflicts,
+    flush,
+    pushed,
+    sdk_by_path,
+    sdk_create,
+    sdk_update,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 
@@ -24,10 +33,7 @@ def test_their_swap_meets_our_pending_rename_into_it(mounts, server):
     waited on the other for ever and the mount never settled)."""
     store = mounts.new_store()
     m = mounts.mount(store, *QUIET)
-    (m.path / "a.md").write_text("a\n")
-    (m.path / "b.md").write_text("b\n")
-    flush(m)
-    ids = {p: x.id for p, x in sdk_by_path(server, store).items()}
+    ids = pushed(m, server, store, {"a.md": "a\n", "b.md": "b\n"})
     (m.path / "a.md").rename(m.path / "c.md")
     sdk_update(server, store, ids["/b.md"], path="/c.md")
     sdk_update(server, store, ids["/a.md"], path="/b.md")

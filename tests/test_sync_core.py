@@ -517,17 +517,22 @@ async def test_content_never_read_renamed_over_then_its_memory_changed_there(eng
     assert await eng.remote() == {"/a.md": (mid_a, "c1\n"), "/c.md": (created.id, "c2\n")}
 
 
+async def _pushed_then_a_renamed_to_c(eng) -> tuple[str, str]:
+    """/a.md and /b.md pushed, then a renamed to /c.md here (not pushed): their ids."""
+    await eng.write("/a.md", b"a1\n")
+    await eng.write("/b.md", b"b1\n")
+    await eng.push()
+    ids = eng.fs.node("/a.md").memory_id, eng.fs.node("/b.md").memory_id
+    await eng.rename("/a.md", "/c.md")
+    return ids
+
+
 async def test_their_swap_meets_our_pending_rename_into_it(eng):
     """We renamed a→c (not pushed); they renamed b→c and a→b. The server decided both
     places: b's memory holds /c, a's holds /b, which b's file holds here. The two files
     swap places (our rename yields, as above); before, each waited on the other for
     ever and the pass never settled."""
-    await eng.write("/a.md", b"a1\n")
-    await eng.write("/b.md", b"b1\n")
-    await eng.push()
-    mid_a = eng.fs.node("/a.md").memory_id
-    mid_b = eng.fs.node("/b.md").memory_id
-    await eng.rename("/a.md", "/c.md")
+    mid_a, mid_b = await _pushed_then_a_renamed_to_c(eng)
     await eng.other.update_memory(eng.store_id, mid_b, path="/c.md")
     await eng.other.update_memory(eng.store_id, mid_a, path="/b.md")
     await eng.push()
@@ -541,12 +546,7 @@ async def test_their_rename_wins_over_our_pending_rename_and_new_file(eng):
     """We renamed a→c (not pushed) and created a new a; they renamed b→c. The server
     decided /c: b's memory takes it, our a goes back to /a (its memory's path), and
     the new local /a, which never reached the server, is kept as a conflict."""
-    await eng.write("/a.md", b"a1\n")
-    await eng.write("/b.md", b"b1\n")
-    await eng.push()
-    mid_a = eng.fs.node("/a.md").memory_id
-    mid_b = eng.fs.node("/b.md").memory_id
-    await eng.rename("/a.md", "/c.md")
+    mid_a, mid_b = await _pushed_then_a_renamed_to_c(eng)
     await eng.other.update_memory(eng.store_id, mid_b, path="/c.md")
     await eng.write("/a.md", b"new a\n")
     await eng.push()
