@@ -967,7 +967,9 @@ class Engine:
             raise Skip(f"no conflict at {path}")
         row = rows[-1]
         node = self.node(path)
-        clean = node is not None and not node.is_dir and not self.state.is_dirty(node) \
+        # (By content: a file whose content is the server's but whose rename is pending
+        # holds no edit of its own; memfs keeps only such an edit, as a conflict.)
+        clean = node is not None and not node.is_dir and node.sha == node.base_sha \
             and not is_open_dirty(self, node.ino)
         replaced = node.sha if node is not None and not node.is_dir else None
         try:
