@@ -9,6 +9,10 @@ import time
 
 from memfs.local import control
 
+#: Mount options under which nothing moves but what a test asks for (`flush`, `sync_now`):
+#: background polls, the write-back delay and the delete delay are an hour.
+QUIET = ("--poll-interval", "3600", "--write-back-delay", "3600", "--delete-delay", "3600")
+
 
 def wait_for(pred, timeout: float = 30.0, what: str = "condition", interval: float = 0.1):
     """Poll pred() until it returns a truthy value (returned); never asserts on time."""

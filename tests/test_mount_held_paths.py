@@ -17,6 +17,7 @@ import pytest
 # ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
 from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
 from synchelpers import (
+    QUIET,
     cat,
     conflicts,
     flush,
@@ -28,9 +29,6 @@ from synchelpers import (
 )
 
 pytestmark = [pytest.mark.mount, needs_fuse]
-
-QUIET = ("--poll-interval", "3600", "--write-back-delay", "3600", "--delete-delay", "3600")
-
 
 def test_their_rename_onto_a_file_with_unsaved_writes_lands_once_saved(mounts, server):
     """Another writer renames our /a.md to /c.md, where our new, unpushed /c.md has

@@ -20,12 +20,9 @@ import pytest
 
 # ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
 from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
-from synchelpers import cat, conflicts, flush, pushed, sdk_by_path, sdk_update, wait_for
+from synchelpers import QUIET, cat, conflicts, flush, pushed, sdk_by_path, sdk_update, wait_for
 
 pytestmark = [pytest.mark.mount, needs_fuse]
-
-QUIET = ("--poll-interval", "3600", "--write-back-delay", "3600", "--delete-delay", "3600")
-
 
 def _two_files(mounts, server, c_content: str):
     store = mounts.new_store()

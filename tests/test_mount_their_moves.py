@@ -12,6 +12,7 @@ import pytest
 # ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
 from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
 from synchelpers import (
+    QUIET,
     cat,
     conflicts,
     flush,
@@ -23,9 +24,6 @@ from synchelpers import (
 )
 
 pytestmark = [pytest.mark.mount, needs_fuse]
-
-QUIET = ("--poll-interval", "3600", "--write-back-delay", "3600", "--delete-delay", "3600")
-
 
 def test_their_swap_meets_our_pending_rename_into_it(mounts, server):
     """Our `mv a.md c.md` not pushed yet; another writer moves b.md to c.md and a.md to
