@@ -294,8 +294,12 @@ class State(StateView, SyncTransitions):
         meanwhile met as a conflict with content the server already had. (Called for a
         file that keeps a memory of its own, so never for a temp name.)"""
         path = self.path_of(node)
+        # Only a pending delete at this path, or one a request of ours moves here, can
+        # hold it (a directory's rename asks this for every file below it).
+        moved_here = {t.memory_id for t in self._doubts.values() if t.written[0] == path}
         tomb = next((t for t in self._tombstones.values()
-                     if self._would_hold(t, path, node.sha)), None)
+                     if (t.base_path == path or t.memory_id in moved_here)
+                     and self._would_hold(t, path, node.sha)), None)
         if tomb is not None:
             self._tombstone(node)
             self._give(node, tomb)
