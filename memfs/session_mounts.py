@@ -233,18 +233,20 @@ class SessionMounts:
                                     FLUSH_TIMEOUT + 10)
         if reply is None:
             return
+        from memfs.state.report import listed
+
         if reply.get("left"):
             log.warning("memory flush cut off: %d change(s) not pushed yet; they stay "
                         "journaled and go out when the server answers", reply["left"])
         kept = reply.get("not_pushed", [])
         if kept:
             log.warning("%d memory file(s) stay local, NOT on the server: %s", len(kept),
-                        "; ".join(f"{i['path']}: {i['reason']}" for i in kept))
+                        listed(kept))
         waiting = reply.get("waiting", [])
         if waiting:
             log.warning("%d memory change(s) the server turned down last time stay "
                         "journaled: %s", len(waiting),
-                        "; ".join(f"{i['path']}: {i['reason']}" for i in waiting))
+                        listed(waiting))
 
 
 def _rmdir_quietly(path: Path) -> None:

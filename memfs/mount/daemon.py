@@ -40,6 +40,7 @@ from memfs.mount import control_server, titles
 from memfs.mount.engine import StoreEngine, StoreLocked
 from memfs.mount.marker import marker_content
 from memfs.mount.router import Router
+from memfs.state.report import listed
 
 log = logging.getLogger("memfs.mount.daemon")
 #: Retries of the daemon's API client (a write that may have been applied is never
@@ -151,12 +152,12 @@ class MountDaemon:
             kept = self.flush_result.get("not_pushed", [])
             if kept:  # a SIGTERM (systemctl stop) has no `memfs unmount` to tell it
                 log.warning("%d file(s) stay here only, NOT on the server: %s", len(kept),
-                            "; ".join(f"{i['path']}: {i['reason']}" for i in kept))
+                            listed(kept))
             waiting = self.flush_result.get("waiting", [])
             if waiting:
                 log.warning("%d change(s) the server turned down last time stay journaled: "
                             "%s", len(waiting),
-                            "; ".join(f"{i['path']}: {i['reason']}" for i in waiting))
+                            listed(waiting))
             self.flush_done.set()
             if not unmounted_outside:
                 await trio.sleep(0.05)  # let the control reply go out

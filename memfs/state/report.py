@@ -78,3 +78,8 @@ def tree_summary(state: StateView, cache) -> dict:
             cached += 1
             cached_bytes += node.size
     return {"files": files, "bytes": total, "cached_files": cached, "cached_bytes": cached_bytes}
+
+
+def listed(items: list[dict]) -> str:
+    """Kept or waiting files as one log line: "path: reason; path: reason"."""
+    return "; ".join(f"{i['path']}: {i['reason']}" for i in items)
