@@ -275,7 +275,8 @@ def state_snapshot(state: State) -> dict[str, Any]:
     tombs = {mid: (t.base_path, t.base_sha) for mid, t in state.tombstones.items()}
     conflicted = dict(getattr(state, "conflicted", {}))
     return {"nodes": nodes, "by_memory": dict(state.by_memory), "tombstones": tombs,
-            "conflicts": state.conflicts(), "conflicted": conflicted}
+            "conflicts": state.conflicts(), "conflicted": conflicted,
+            "former_sources": list(state.former_sources.items())}
 
 
 # ======================================================================================

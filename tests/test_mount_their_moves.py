@@ -67,3 +67,28 @@ def test_never_read_moved_over_a_file_while_its_memory_changes_there(mounts, ser
     assert server_memories(server, store) == {"/a.md": "c, first\n",
                                               "/c.md": "c, edited there\n"}
     assert conflicts(m) == []
+
+
+def test_never_read_moved_over_a_file_then_the_daemon_killed(mounts, server):
+    """As above, the daemon killed (kill -9) once c's memory is back and before the moved
+    content was ever read: the restarted mount still finds it (the memory that held it
+    is noted in state.db) and pushes it. Before, it read EIO and was never pushed."""
+    store = mounts.new_store()
+    args = (*QUIET, "--no-prefetch")
+    m = mounts.mount(store, *args)
+    (m.path / "a.md").write_text("a\n")
+    flush(m)
+    created = sdk_create(server, store, "/c.md", "c, first\n")
+    m.sync_now(full=True)
+    wait_for(lambda: (m.path / "c.md").exists(), what="/c.md shown")
+    sdk_update(server, store, created.id, content="c, edited there\n")
+    (m.path / "c.md").rename(m.path / "a.md")
+    m.sync_now(full=True)
+    wait_for(lambda: (m.path / "c.md").exists(), what="/c.md back with the edit")
+    m.kill9()
+    m = mounts.mount(store, *args)
+    assert cat(m.path / "a.md") == "c, first\n"
+    flush(m)
+    assert server_memories(server, store) == {"/a.md": "c, first\n",
+                                              "/c.md": "c, edited there\n"}
+    assert conflicts(m) == []

@@ -219,7 +219,8 @@ def test_every_persisted_field_and_table_is_covered():
     the day it is added."""
     assert {"sha", "size", "parent", "name", "error", "refused_reason", "memory_id",
             "base_sha", "gen", "deleted_at", "sent_sha", "retry_at"} <= FIELDS
-    assert {"nodes", "tombstones", "conflicts", "parks", "doubts", "meta", "staged"} <= TABLES
+    assert {"nodes", "tombstones", "conflicts", "parks", "doubts", "meta", "sources",
+            "staged"} <= TABLES
     assert {f.name for f in dataclasses.fields(PushTicket)} >= set(DOUBT_COLUMNS) - {"id"}
     assert all(f.name in FIELDS for f in dataclasses.fields(Tombstone))
     assert {f.name for f in dataclasses.fields(Node)} >= set(NODE_COLUMNS)

@@ -660,10 +660,10 @@ def test_forget_memory_turns_the_file_into_a_create(st, tmp_path):
     again.close()
 
 
-def test_a_forgotten_memory_stays_a_source_of_its_content(st, monkeypatch):
+def test_a_forgotten_memory_stays_a_source_of_its_content(st, tmp_path, monkeypatch):
     """fetcher.recover asks a memory that once held a sha (its versions keep it): forgetting
     a memory remembers it as its content's source, the newest FORMER_SOURCES_KEPT of them,
-    a sha noted again counting as the newest."""
+    a sha noted again counting as the newest; state.db keeps the same (a restart)."""
     monkeypatch.setattr(transitions, "FORMER_SOURCES_KEPT", 2)
     a, b, again, d = (_file(st, f"{n}.md", data, memory_id=f"mem_{n}")
                       for n, data in (("a", b"A"), ("b", b"B"), ("c", b"A"), ("d", b"D")))
@@ -673,6 +673,9 @@ def test_a_forgotten_memory_stays_a_source_of_its_content(st, monkeypatch):
     st.forget_memory(again)  # A's source is now mem_c, and the newest
     st.forget_memory(d)  # one too many: the oldest (B) goes
     assert dict(st.former_sources) == {sha256(b"A"): "mem_c", sha256(b"D"): "mem_d"}
+    again = _reopened(st, tmp_path)
+    assert list(again.former_sources.items()) == list(st.former_sources.items())
+    again.close()
 
 
 def test_a_file_given_another_memory_no_longer_holds_the_first(st, tmp_path):

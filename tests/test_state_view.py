@@ -9,6 +9,7 @@ import sqlite3
 import stat
 
 import pytest
+from test_state_transitions import _file
 
 from memfs.cli.status import offline_status
 from memfs.core.mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS
@@ -395,3 +396,30 @@ def test_tree_shas_maps_every_file_with_content_to_its_sha(tmp_path):
             "/new.md": empty, "/scratch.tmp": empty}
     finally:
         view.close()
+
+
+def test_a_state_db_of_schema_version_1_gains_the_sources_table(tmp_path):
+    """Version 1 had every table but `sources` (where content never read is found after
+    a restart): opening it adds the table, so the first note is kept."""
+    db = tmp_path / "state.db"
+    State(db).close()
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE sources")
+    conn.execute("PRAGMA user_version=1")
+    conn.commit()
+    conn.close()
+    view = StateView(db)  # an offline reader of the older file: nothing noted, no error
+    try:
+        assert view.former_sources == {}
+    finally:
+        view.close()
+    st = State(db)
+    try:
+        st.forget_memory(_file(st, "a.md", b"A", memory_id="mem_a"))
+    finally:
+        st.close()
+    again = StateView(db)
+    try:
+        assert dict(again.former_sources) == {hashlib.sha256(b"A").hexdigest(): "mem_a"}
+    finally:
+        again.close()

@@ -517,6 +517,25 @@ async def test_content_never_read_renamed_over_then_its_memory_changed_there(eng
     assert await eng.remote() == {"/a.md": (mid_a, "c1\n"), "/c.md": (created.id, "c2\n")}
 
 
+async def test_content_never_read_renamed_over_its_memory_changed_then_a_restart(eng):
+    """As above, with the daemon restarted before the content is read: where it can be
+    found (a memory that held it once) is in state.db, not only in memory. Before, the
+    restarted mount read EIO and never pushed the file."""
+    await eng.write("/a.md", b"a1\n")
+    await eng.push()
+    mid_a = eng.fs.node("/a.md").memory_id
+    created = await eng.other.create_memory(eng.store_id, path="/c.md", content="c1\n")
+    await eng.reconcile()
+    await eng.other.update_memory(eng.store_id, created.id, content="c2\n")
+    await eng.rename("/c.md", "/a.md")
+    await eng.reconcile()                             # c's memory comes back with c2
+    await eng.restart()
+    assert not eng.cache.has(eng.fs.node("/a.md").sha)
+    assert await eng.read("/a.md") == b"c1\n"
+    await settle(eng)
+    assert await eng.remote() == {"/a.md": (mid_a, "c1\n"), "/c.md": (created.id, "c2\n")}
+
+
 async def _pushed_then_a_renamed_to_c(eng) -> tuple[str, str]:
     """/a.md and /b.md pushed, then a renamed to /c.md here (not pushed): their ids."""
     await eng.write("/a.md", b"a1\n")

@@ -39,6 +39,7 @@ class Engine:
     and the background loops."""
 
     def __init__(self, tmp, server, store_id: str, **options) -> None:
+        self._made_with = (tmp, options)
         opts = {"write_back_delay": 0.0, "delete_delay": HOUR, "poll_interval": 1.0,
                 "prefetch": False, **options}
         self.server = server
@@ -136,6 +137,13 @@ class Engine:
         await self.client.aclose()
         await self.other.aclose()
         self.engine.close()
+
+    async def restart(self) -> None:
+        """The daemon stopped and started again: everything in memory gone, a new
+        engine over the state directory as it was left (state.db, the blob cache)."""
+        await self.close()
+        tmp, options = self._made_with
+        self.__init__(tmp, self.server, self.store_id, **options)
 
 
 @pytest.fixture

@@ -77,6 +77,16 @@ CREATE TABLE IF NOT EXISTS parks (
     started_at REAL NOT NULL
 );
 
+-- Contents that memories held once and hold no more (changed or deleted since;
+-- their versions keep them): where content taken from the server and never read
+-- is found once no memory holds it (memfs/sync/fetcher.py, recover), across
+-- restarts. A hint, not a promise: the newest few thousand (FORMER_SOURCES_KEPT in
+-- memfs/state/transitions.py; by rowid, which each note renews), the oldest dropped.
+CREATE TABLE IF NOT EXISTS sources (
+    sha        TEXT PRIMARY KEY,
+    memory_id  TEXT NOT NULL
+);
+
 -- Requests whose outcome is unknown: the answer never came (a connection reset
 -- after the server committed, a proxy timeout, a crash while waiting). A row is
 -- written in the transaction that records the request, before it goes out, and
@@ -161,8 +171,9 @@ CONFLICT_COLUMNS = ("id", "path", "memory_id", "local_sha", "remote_sha", "reaso
 #: The schema's version, kept in ``PRAGMA user_version``: a state.db already at it is
 #: opened without re-running the schema (every State open: the daemon's start, each
 #: offline command, the interleaving harness's checks after every step). Bump it with
-#: every change to SCHEMA or _ADDED; older memfs releases left it at 0.
-SCHEMA_VERSION = 1
+#: every change to SCHEMA or _ADDED; older memfs releases left it at 0 (1: before
+#: the sources table).
+SCHEMA_VERSION = 2
 
 
 def create_or_migrate(db: sqlite3.Connection) -> None:

@@ -35,9 +35,8 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from types import MappingProxyType
 
 from memfs.core import paths
 from memfs.core.mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS
@@ -69,10 +68,6 @@ class State(StateView, SyncTransitions):
     def __init__(self, db_path: Path, *, local_only_patterns: Sequence[str] | None = None):
         """local_only_patterns: the mount's (recorded in state.db for offline readers);
         None: those recorded, else the defaults."""
-        #: sha -> a memory that held it once (changed or deleted since; its versions
-        #: keep it): the source of content taken from the server and never read, once
-        #: no memory holds it any more (memory only; see SyncTransitions._note_source).
-        self._former_sources: dict[str, str] = {}
         #: Inodes whose open buffer holds writes not yet closed (set by the open files,
         #: memfs/mount/open_files.py). A remote change never replaces such a file's
         #: content; it waits for the close.
@@ -120,10 +115,6 @@ class State(StateView, SyncTransitions):
     @property
     def open_dirty(self) -> SetView[int]:
         return SetView(self._open_dirty)
-
-    @property
-    def former_sources(self) -> Mapping[str, str]:
-        return MappingProxyType(self._former_sources)
 
     # -- loading and persistence ------------------------------------------
 

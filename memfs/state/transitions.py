@@ -316,11 +316,14 @@ class SyncTransitions:
     def _note_source(self, sha: str, memory_id: str) -> None:
         """memory_id held sha once (its versions keep it): a source for a file whose
         content was taken from the server and never read, after that memory moved on
-        or went (fetcher.recover). Memory only, the newest few thousand."""
+        or went (fetcher.recover). The newest few thousand, kept across restarts."""
         self._former_sources.pop(sha, None)
         self._former_sources[sha] = memory_id
+        self.db.execute("INSERT OR REPLACE INTO sources VALUES (?, ?)", (sha, memory_id))
         if len(self._former_sources) > FORMER_SOURCES_KEPT:
-            del self._former_sources[next(iter(self._former_sources))]
+            oldest = next(iter(self._former_sources))
+            del self._former_sources[oldest]
+            self.db.execute("DELETE FROM sources WHERE sha=?", (oldest,))
 
     def begin_park(self, memory_id: str, path: str) -> None:
         """Journal a park before its request goes out (see the parks table)."""

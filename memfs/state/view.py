@@ -119,6 +119,8 @@ class StateView:
             self._by_memory: dict[str, int] = {}
             self._conflicted: dict[str, int] = {}  # memory_id -> unresolved conflict rows
             self._parks: dict[str, str] = {}  # memory_id -> park path we sent it to
+            #: sha -> a memory that held it once (the `sources` table, oldest first).
+            self._former_sources: dict[str, str] = {}
             #: Requests whose outcome is unknown, by their `doubts` row id (see schema).
             self._doubts: dict[int, PushTicket] = {}
             #: Inodes of files saved since the pusher last saw them clean: the pusher's
@@ -159,6 +161,10 @@ class StateView:
     @property
     def doubts(self) -> Mapping[int, PushTicket]:
         return MappingProxyType(self._doubts)
+
+    @property
+    def former_sources(self) -> Mapping[str, str]:
+        return MappingProxyType(self._former_sources)
 
     # -- loading -------------------------------------------------------------------
 
@@ -206,6 +212,9 @@ class StateView:
             self._tombstones[tomb.memory_id] = tomb
         if self._columns("parks", ("memory_id", "path")):
             self._parks = dict(self.db.execute("SELECT memory_id, path FROM parks"))
+        if self._columns("sources", ("sha", "memory_id")):
+            self._former_sources = dict(self.db.execute(
+                "SELECT sha, memory_id FROM sources ORDER BY rowid"))
         self._doubts = {}
         if self._columns("doubts", DOUBT_COLUMNS) == DOUBT_COLUMNS:
             for row in self.db.execute(f"SELECT {', '.join(DOUBT_COLUMNS)} FROM doubts"):
