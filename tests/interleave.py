@@ -967,7 +967,11 @@ class Engine:
         if not rows:
             raise Skip(f"no conflict at {path}")
         row = rows[-1]
-        node = self.node(path)
+        # The file restored is the one that holds the memory now (moved since, too), else
+        # whatever stands at the row's path (docs/SYNC.md).
+        node = self.state.holder(row["memory_id"]) if row["memory_id"] else None
+        if node is None:
+            node = self.node(path)
         # (By content: a file whose content is the server's but whose rename is pending
         # holds no edit of its own; memfs keeps only such an edit, as a conflict.)
         clean = node is not None and not node.is_dir and node.sha == node.base_sha \

@@ -346,6 +346,16 @@ SCENARIOS = [
         "push", [("restore", "/a.md")],
         doc="defect 3: `conflicts restore` over a closed, unpushed (or in-flight) edit"),
     Scenario(
+        "restore_after_the_conflicted_file_moved",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md"),
+         ("r_edit", "/a.md")], "push", [("rename", "/a.md", "/c.md")],
+        second=[("restore", "/a.md")],
+        doc="found by the long Hypothesis run (4 December evening), a fault of the oracle: "
+            "the push's conflict keeps ours, the server's edit in the tree; the file moved "
+            "to /c.md, then the conflict restored: ours goes into the memory's file at "
+            "/c.md (docs/SYNC.md), over the server's edit (kept in its versions), not to "
+            "/a.md"),
+    Scenario(
         "dirty_buffer_vs_precondition_failure",
         [("write", "/a.md", "base"), ("push",), ("r_edit", "/a.md", "theirs"),
          ("write", "/a.md", "mine")],
