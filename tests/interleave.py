@@ -276,7 +276,7 @@ def state_snapshot(state: State) -> dict[str, Any]:
     conflicted = dict(getattr(state, "conflicted", {}))
     return {"nodes": nodes, "by_memory": dict(state.by_memory), "tombstones": tombs,
             "conflicts": state.conflicts(), "conflicted": conflicted,
-            "former_sources": list(state.former_sources.items())}
+            "former_sources": list(state.former_sources.items()), "known": list(state.known)}
 
 
 # ======================================================================================
@@ -1087,8 +1087,13 @@ class Engine:
         await self.reconciler.reconcile_pass()
 
     async def op_age(self) -> None:
+        """Hours pass: every pending delete is due, and the lost-answer wait of every
+        request in doubt is over (a late one lands first). Not of a request sent later:
+        it has its own wait, which a late outcome of it relies on."""
         age_tombstones(self)
-        wait_over(self)
+        self.transport.apply_late(now=True)
+        for doubt in self.state.doubts:
+            self.ctx.doubt_lost_at[doubt] = None  # (None: it can no longer land)
 
     # -- checks ---------------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ the ones it was not (docs/TESTING.md, "Lost answers"):
 * 8 more local operations in the window: unlink and re-create, rename away and back,
   rename onto the sibling, the sibling renamed onto the file, an open file's unsaved
   writes, a write then an unlink, a swap with the sibling through a temporary name, a
-  move out of the directory;
+  move out of the directory; and for the 4 first kinds, 3 that make the file again
+  holding exactly what its memory holds (`same_bytes`);
 * another writer in the window (10 remote operations, alone or with a local one; three
   end with the versions our requests wrote redacted, the lost answer's own among them):
   the oracle then checks that nothing is lost instead of the sole writer's exact tree, and
@@ -85,6 +86,21 @@ REMOTE_OPS = {  # another client, alone or with a local operation
                                         ("write", f, "mine")],
 }
 ALL_KINDS = {**REQUEST_KINDS, **MORE_KINDS}
+#: What the memory holds when each kind's request goes out (the file's bytes).
+HELD = {"create": "v1", "update": "v2", "rename": "v1", "delete": "v1"}
+
+
+def same_bytes(kind: str, f: str) -> dict[str, list]:
+    """The file made again at its path holding exactly what its memory holds: the
+    operations an unchanged-bytes shortcut (revive, take back) could get wrong."""
+    c = HELD[kind]
+    if kind == "delete":  # `git checkout x`, `cp` from elsewhere, the sibling renamed over
+        return {"write_same": [("write", f, c)],
+                "copy_back": [("write", "/d/q.md", c), ("rename", "/d/q.md", f)],
+                "sibling_same": [("write", "/d/k.md", c), ("rename", "/d/k.md", f)]}
+    return {"recreate_same": [("unlink", f), ("write", f, c)],
+            "cp_rm_mv": [("write", "/d/q.md", c), ("unlink", f), ("rename", "/d/q.md", f)],
+            "mv_away_cp_back": [("rename", f, "/d/z.md"), ("write", f, c)]}
 
 
 def applies(kind: str, op: str) -> bool:
@@ -109,6 +125,11 @@ SOLE = (
     + [Scenario(f"{kind}_then_{op}", setup, "push", steps(path), sole_writer=True)
        for kind, (setup, path) in MORE_KINDS.items()
        for op, steps in {**LOCAL_OPS, **MORE_OPS}.items() if applies(kind, op)])
+# The same bytes again (4 December evening: a file made again with what its memory held
+# while that memory's DELETE was out took the memory back, and was removed with it).
+SOLE += [Scenario(f"{kind}_then_{op}", setup, "push", steps, sole_writer=True)
+         for kind, (setup, path) in REQUEST_KINDS.items()
+         for op, steps in same_bytes(kind, path).items()]
 SHARED = [Scenario(f"{kind}_then_{op}", setup, "push", steps(path))
           for kind, (setup, path) in ALL_KINDS.items() for op, steps in REMOTE_OPS.items()
           if applies(kind, op)]

@@ -7,9 +7,9 @@ instead of answering. A create or an update is then in doubt (the client never s
 again), and the test holds every read a pass could settle it with; a delete is sent again
 by the client, and each retry's answer is lost too. While that is held the mount still
 does not know what happened: the test checks that, changes the file (unlink, rename,
-edit; or re-creates a deleted one), releases everything, and checks the
-store ends exactly as the user left the mount: nothing deleted comes back, nothing is
-duplicated, no conflict, and unmount reports 0 left.
+edit; or re-creates a deleted one, with new content or the same), releases everything,
+and checks the store ends exactly as the user left the mount: nothing deleted comes
+back, nothing is duplicated, no conflict, and unmount reports 0 left.
 
 `test_daemon_killed_while_the_answer_is_held_then_local_change` kills the daemon
 (SIGKILL) while the applied request's answer is held instead, and makes the change on the
@@ -48,7 +48,7 @@ CASES = [
     ("create", "rm"), ("create", "mv"), ("create", "edit"),
     ("update", "rm"), ("update", "mv"), ("update", "edit"),
     ("rename", "rm"), ("rename", "mv"), ("rename", "edit"),
-    ("delete", "recreate"),
+    ("delete", "recreate"), ("delete", "recreate_same"),
 ]
 
 
@@ -62,6 +62,8 @@ def _expected(kind: str, op: str) -> dict[str, str]:
         return {"/d/z.md": content}
     if op == "edit":
         return {where: "edited\n"}
+    if op == "recreate_same":  # delete, then the file made again with what it held
+        return {"/d/x.md": "v1\n"}
     return {"/d/x.md": "again\n"}  # delete, then the file is made again
 
 
@@ -105,6 +107,8 @@ def _change(op: str, current: Path, x: Path) -> None:
         os.rename(current, x.parent / "z.md")
     elif op == "edit":
         current.write_text("edited\n")
+    elif op == "recreate_same":  # what the deleted memory holds: nothing to push if it
+        x.write_text("v1\n")    # were that memory still (its DELETE is out)
     else:
         x.write_text("again\n")
 
@@ -207,6 +211,32 @@ def test_a_request_applied_late_then_local_change(mounts, server, kind, op):
             m.sync_now(full=full)                     # a full listing's, the feed's again
             assert _user_tree(m) == mine
     _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
+
+
+def test_a_file_made_again_with_its_deleted_bytes_whose_create_lands_late(mounts, server):
+    """`rm x.md` (its delete applied), then x.md made again with the same bytes (`git
+    checkout x.md`); the create gets no answer, and the server applies it only later.
+    The passes meanwhile find the deleted memory's creation among the versions (same
+    path, same bytes): not the create's, this mount held that memory. x.md never leaves
+    the tree, and the store ends with it. Before, the deleted memory was taken for the
+    create's and the next listing removed x.md (for good, had the create never landed)."""
+    store, m, x, _mid, _rule = _start(mounts, "delete")
+    x.unlink()
+    m.wait_synced()                                   # the delete applied, and heard
+    assert server_memories(server, store) == {}
+    mine = {"/d/x.md": "v1\n"}
+    with Gate(server) as gate:
+        gate.hold("POST", rf"/memory_stores/{store}/memories$", when="late", count=1)
+        x.write_text("v1\n")
+        [late] = gate.wait_held(1)                    # its client got no answer
+        for full in (False, True, False):             # passes that look for it
+            m.sync_now(full=full)
+            assert _user_tree(m) == mine
+        gate.release(late["seq"])                     # it lands
+        for full in (False, True, False):
+            m.sync_now(full=full)
+            assert _user_tree(m) == mine
+    _ends_as_left(m, server, store, mine)
 
 
 @pytest.mark.parametrize("op", ["keep", "rm"])

@@ -68,7 +68,7 @@ TABLE_WRITE = re.compile(
 #: State's in-memory mirrors of state.db (and its bookkeeping of them), and a node's
 #: children (the tree's links, derived from the persisted `parent` and `name`)...
 _STATE_CONTAINERS = ("nodes", "tombstones", "by_memory", "parks", "open_dirty", "doubts",
-                     "replaced", "conflicted", "former_sources", "maybe_dirty")
+                     "replaced", "conflicted", "former_sources", "known", "maybe_dirty")
 #: ... by their public names (read-only views from outside) and their private ones.
 CONTAINERS = frozenset(_STATE_CONTAINERS) | {f"_{c}" for c in _STATE_CONTAINERS} | {"children"}
 MUTATORS = frozenset({"pop", "popitem", "clear", "add", "discard", "remove", "update",
@@ -220,7 +220,7 @@ def test_every_persisted_field_and_table_is_covered():
     assert {"sha", "size", "parent", "name", "error", "refused_reason", "memory_id",
             "base_sha", "gen", "deleted_at", "sent_sha", "retry_at"} <= FIELDS
     assert {"nodes", "tombstones", "conflicts", "parks", "doubts", "meta", "sources",
-            "staged"} <= TABLES
+            "known", "staged"} <= TABLES
     assert {f.name for f in dataclasses.fields(PushTicket)} >= set(DOUBT_COLUMNS) - {"id"}
     assert all(f.name in FIELDS for f in dataclasses.fields(Tombstone))
     assert {f.name for f in dataclasses.fields(Node)} >= set(NODE_COLUMNS)
@@ -238,7 +238,8 @@ def test_state_data_is_read_only_from_outside(tmp_path):
         mutable = (dict, set, list, bytearray)
         public = {name: getattr(state, name) for name in dir(state) if not name.startswith("_")}
         assert [n for n, v in public.items() if isinstance(v, mutable)] == []
-        for name in ("nodes", "tombstones", "by_memory", "parks", "doubts", "former_sources"):
+        for name in ("nodes", "tombstones", "by_memory", "parks", "doubts", "former_sources",
+                     "known"):
             view = getattr(state, name)
             with pytest.raises(TypeError):
                 view[1] = None

@@ -678,6 +678,22 @@ def test_a_forgotten_memory_stays_a_source_of_its_content(st, tmp_path, monkeypa
     again.close()
 
 
+def test_every_memory_held_stays_known(st, tmp_path, monkeypatch):
+    """A lost create is never taken for a memory this mount held (doubts._resolve_creates):
+    every memory id a file takes is known, kept in state.db, after its memory is gone
+    too; the newest KNOWN_KEPT of them."""
+    monkeypatch.setattr(transitions, "KNOWN_KEPT", 2)
+    a = _file(st, "a.md", b"A", memory_id="mem_a")
+    st.forget_memory(a)
+    assert list(st.known) == ["mem_a"] and st.holder("mem_a") is None
+    _file(st, "b.md", b"B", memory_id="mem_b")
+    st.adopt_own_write(a, Remote("mem_a2", "/a.md", sha256(b"A")))
+    assert list(st.known) == ["mem_b", "mem_a2"]      # one too many: the oldest went
+    again = _reopened(st, tmp_path)
+    assert list(again.known) == ["mem_b", "mem_a2"]
+    again.close()
+
+
 def test_a_file_given_another_memory_no_longer_holds_the_first(st, tmp_path):
     """`by_memory` stays the inverse of the files' memory ids (what `holder` answers
     and the harness's check_state asserts) when a file's base becomes another memory."""
@@ -833,6 +849,51 @@ def test_a_round_trip_takes_back_what_the_server_holds_or_will(st, request_):
     # what it sent is still its own (a lost answer found later is ours)
     assert node.sent_sha == {"none": None, "update": sha256(b"v2"), "rename": sha256(b"v1")}[
         request_]
+
+
+@pytest.mark.parametrize("how", ["create", "copy_back", "round_trip"])
+def test_a_memory_whose_delete_went_out_is_never_given_back(st, tmp_path, how):
+    """Once a pending delete's DELETE is out, the memory may be gone with the answer lost:
+    a file made at its path (`create`), a copy of its bytes moved there (`copy_back`), the
+    file moved over k.md and back (`round_trip`) stays a file of its own (or of k's
+    memory). Refused (the server deleted nothing), the memory goes to a file made at its
+    path without one, as it would have before; else it is revivable again."""
+    k = _mem(st, "/k.md", b"k", "mem_k")
+    node = _mem(st, "/x.md", b"v1", MID)
+    if how == "round_trip":
+        st.rename(node, st.nodes[ROOT_INO], "k.md", k)   # x takes k's memory; x's pending
+    else:
+        st.remove(node)
+
+    def again() -> Node:
+        """/x.md made again, holding what x's memory holds."""
+        if how == "create":
+            made = st.new_node(st.nodes[ROOT_INO], "x.md", is_dir=False, mode=0o100644,
+                               uid=0, gid=0)
+        else:
+            made = node if how == "round_trip" else _file(st, "q.md", b"v1", memory_id=None)
+            st.rename(made, st.nodes[ROOT_INO], "x.md", None)
+        st.set_content(made, sha256(b"v1"), 2)
+        return made
+
+    st.tombstone_sending(MID)
+    reopened = _reopened(st, tmp_path)
+    assert reopened.tombstones[MID].delete_sent_at is not None  # journaled before it goes
+    reopened.close()
+    made = again()
+    assert st.path_of(made) == "/x.md" and MID in st.tombstones and st.is_dirty(made)
+    assert made.memory_id == ("mem_k" if how == "round_trip" else None)
+    st.tombstone_failed(MID, "PermissionDeniedError: no delete scope (test)")
+    if how != "round_trip":                        # taken by the file made meanwhile
+        assert made.memory_id == MID and MID not in st.tombstones
+        again_db = _reopened(st, tmp_path)
+        assert again_db.lookup_path("/x.md").memory_id == MID
+        again_db.close()
+        return
+    assert st.tombstones[MID].delete_sent_at is None and made.memory_id == "mem_k"
+    st.rename(made, st.nodes[ROOT_INO], "k.md", None)
+    made = again()                                 # the round trip takes it back now
+    assert made.memory_id == MID and MID not in st.tombstones
 
 
 @pytest.mark.parametrize("since", ["nothing", "changed"])

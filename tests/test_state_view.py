@@ -398,28 +398,40 @@ def test_tree_shas_maps_every_file_with_content_to_its_sha(tmp_path):
         view.close()
 
 
-def test_a_state_db_of_schema_version_1_gains_the_sources_table(tmp_path):
-    """Version 1 had every table but `sources` (where content never read is found after
-    a restart): opening it adds the table, so the first note is kept."""
+def test_a_state_db_of_schema_version_1_gains_what_version_2_added(tmp_path):
+    """Version 1 had neither the `sources` and `known` tables nor the tombstones'
+    `delete_sent_at`: an offline reader reads it as it is; opening it with `State` adds
+    them, so what is noted from then on is kept."""
     db = tmp_path / "state.db"
     State(db).close()
     conn = sqlite3.connect(db)
     conn.execute("DROP TABLE sources")
+    conn.execute("DROP TABLE known")
+    conn.execute("DROP TABLE tombstones")  # as version 1 made it
+    conn.execute("CREATE TABLE tombstones (memory_id TEXT PRIMARY KEY, base_path TEXT NOT"
+                 " NULL, base_sha TEXT NOT NULL, deleted_at REAL NOT NULL, sent_sha TEXT,"
+                 " fail_count INTEGER NOT NULL DEFAULT 0, retry_at REAL, error TEXT)")
+    conn.execute("INSERT INTO tombstones (memory_id, base_path, base_sha, deleted_at)"
+                 " VALUES ('mem_b', '/b.md', ?, 1.5)", ("3" * 64,))
     conn.execute("PRAGMA user_version=1")
     conn.commit()
     conn.close()
-    view = StateView(db)  # an offline reader of the older file: nothing noted, no error
+    view = StateView(db)
     try:
-        assert view.former_sources == {}
+        assert view.former_sources == {} and list(view.known) == []
+        assert view.tombstones["mem_b"].delete_sent_at is None
     finally:
         view.close()
     st = State(db)
     try:
         st.forget_memory(_file(st, "a.md", b"A", memory_id="mem_a"))
+        st.tombstone_sending("mem_b")
     finally:
         st.close()
     again = StateView(db)
     try:
         assert dict(again.former_sources) == {hashlib.sha256(b"A").hexdigest(): "mem_a"}
+        assert list(again.known) == ["mem_a"]
+        assert again.tombstones["mem_b"].delete_sent_at is not None
     finally:
         again.close()

@@ -536,6 +536,75 @@ async def test_content_never_read_renamed_over_its_memory_changed_then_a_restart
     assert await eng.remote() == {"/a.md": (mid_a, "c1\n"), "/c.md": (created.id, "c2\n")}
 
 
+@pytest.mark.parametrize("answer", ["answered", "lost"])
+async def test_a_file_made_again_with_its_bytes_while_its_delete_is_out_stays(eng, answer):
+    """`rm x.md`, and its DELETE goes out; meanwhile x.md is made again with the very bytes
+    the memory holds (`git checkout x.md`). The DELETE is applied (its answer heard or
+    lost): the new file is a new memory. Before, it revived the memory being deleted,
+    held it clean, and the next listing took it for another writer's delete: the file
+    was removed, on the server and here."""
+    await eng.write("/x.md", b"v1\n")
+    await eng.push()
+    mid = eng.fs.node("/x.md").memory_id
+    await eng.unlink("/x.md")
+    eng.age()
+    orig = eng.client.delete_memory
+
+    async def made_again_meanwhile(store, memory_id, **kw):
+        if answer == "answered":
+            await eng.write("/x.md", b"v1\n")     # before the server applies it
+        result = await orig(store, memory_id, **kw)
+        if answer == "lost":
+            await eng.write("/x.md", b"v1\n")     # applied; the answer never comes
+            raise api_errors.APIConnectionError("reset after the delete (test)")
+        return result
+
+    eng.client.delete_memory = made_again_meanwhile
+    await eng.push()
+    eng.client.delete_memory = orig
+    assert eng.fs.node("/x.md").memory_id is None     # a file of its own
+    await settle(eng)
+    assert await eng.read("/x.md") == b"v1\n"
+    [(path, (new_id, content))] = (await eng.remote()).items()
+    assert (path, content) == ("/x.md", "v1\n") and new_id != mid
+    assert eng.state.conflicts() == []
+
+
+async def test_a_lost_create_is_not_taken_for_the_memory_deleted_before_it(eng):
+    """`rm x.md` (its delete goes out: the memory is gone), then x.md made again with the
+    same bytes (`git checkout x.md`), and that create gets no answer (it never reached
+    the server). The versions created since shortly before it was sent list the deleted
+    memory's creation, at /x.md with those bytes; this mount held that memory, so it is
+    not what the create made: the create waits out the lost-answer wait, then goes
+    again. Before, the deleted memory was taken as the create's, the next listing found
+    it gone, and the file was removed: here and on the server."""
+    await eng.write("/x.md", b"v1\n")
+    await eng.push()
+    mid = eng.fs.node("/x.md").memory_id
+    await eng.unlink("/x.md")
+    eng.age()
+    await eng.push()
+    assert await eng.remote() == {} and not eng.state.tombstones and mid in eng.state.known
+    await eng.write("/x.md", b"v1\n")
+    orig = eng.client.create_memory
+
+    async def no_answer(*args, **kw):
+        raise api_errors.APIConnectionError("reset before the server read it (test)")
+
+    eng.client.create_memory = no_answer
+    await eng.push()
+    eng.client.create_memory = orig
+    assert eng.state.doubts
+    await eng.push()                               # asked: no trace of it, nothing sent
+    await eng.reconcile()
+    assert eng.state.doubts and eng.fs.node("/x.md").memory_id is None
+    eng.ctx.options.lost_answer_wait = 0.0
+    await settle(eng)                              # not applied after all: created now
+    assert await eng.read("/x.md") == b"v1\n"
+    [(path, (new_id, content))] = (await eng.remote()).items()
+    assert (path, content) == ("/x.md", "v1\n") and new_id not in (None, mid)
+
+
 async def _pushed_then_a_renamed_to_c(eng) -> tuple[str, str]:
     """/a.md and /b.md pushed, then a renamed to /c.md here (not pushed): their ids."""
     await eng.write("/a.md", b"a1\n")

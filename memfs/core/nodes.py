@@ -80,6 +80,8 @@ class Tombstone:
     fail_count: int = 0
     retry_at: float | None = None
     error: str | None = None
+    #: When its DELETE went out, while the answer is not known (see the schema).
+    delete_sent_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,11 @@ CREATE TABLE IF NOT EXISTS tombstones (
     sent_sha   TEXT,                 -- an update of this memory whose answer was lost
     fail_count INTEGER NOT NULL DEFAULT 0,
     retry_at   REAL,
-    error      TEXT
+    error      TEXT,
+    -- When its DELETE went out (written before it does); NULL again only if the
+    -- server refused it. The server may have deleted the memory already, its answer
+    -- lost: such a memory is never revived (a new file at its path is a new memory).
+    delete_sent_at REAL
 );
 
 -- Memories this mount moved (or is moving) to a private park path to break a
@@ -85,6 +89,15 @@ CREATE TABLE IF NOT EXISTS parks (
 CREATE TABLE IF NOT EXISTS sources (
     sha        TEXT PRIMARY KEY,
     memory_id  TEXT NOT NULL
+);
+
+-- Memory ids this mount has held (the newest few thousand: KNOWN_KEPT in
+-- memfs/state/transitions.py). A create whose answer was lost is looked for among the
+-- versions created since shortly before it was sent (memfs/sync/doubts.py); a memory
+-- found there that this mount knew already is not the one that create made, even
+-- once it is gone (deleted since, its creation is still listed).
+CREATE TABLE IF NOT EXISTS known (
+    memory_id  TEXT PRIMARY KEY
 );
 
 -- Requests whose outcome is unknown: the answer never came (a connection reset
@@ -145,6 +158,7 @@ _ADDED = (
     ("tombstones", "fail_count", "INTEGER NOT NULL DEFAULT 0"),
     ("tombstones", "retry_at", "REAL"),
     ("tombstones", "error", "TEXT"),
+    ("tombstones", "delete_sent_at", "REAL"),
 )
 
 NODE_COLUMNS = (
@@ -156,7 +170,7 @@ NODE_COLUMNS = (
 
 TOMBSTONE_COLUMNS = (
     "memory_id", "base_path", "base_sha", "deleted_at", "sent_sha",
-    "fail_count", "retry_at", "error",
+    "fail_count", "retry_at", "error", "delete_sent_at",
 )
 
 #: A `doubts` row, in `PushTicket` field order (memfs/core/nodes.py).
@@ -172,7 +186,7 @@ CONFLICT_COLUMNS = ("id", "path", "memory_id", "local_sha", "remote_sha", "reaso
 #: opened without re-running the schema (every State open: the daemon's start, each
 #: offline command, the interleaving harness's checks after every step). Bump it with
 #: every change to SCHEMA or _ADDED; older memfs releases left it at 0 (1: before
-#: the sources table).
+#: the sources and known tables and tombstones.delete_sent_at).
 SCHEMA_VERSION = 2
 
 

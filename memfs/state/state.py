@@ -258,12 +258,13 @@ class State(StateView, SyncTransitions):
         return node
 
     def _revive(self, node: Node) -> None:
-        """Give a new file the memory of a pending delete at the same path."""
+        """Give a new file the memory of a pending delete at the same path (not one
+        whose DELETE went out: the memory may be gone already, the answer lost)."""
         if self.is_local_only_name(node):
             return
         path = self.path_of(node)
         for tomb in list(self._tombstones.values()):
-            if tomb.base_path == path:
+            if tomb.base_path == path and tomb.delete_sent_at is None:
                 self._give(node, tomb)
                 return
 
@@ -290,7 +291,8 @@ class State(StateView, SyncTransitions):
         moved_here = {t.memory_id for t in self._doubts.values() if t.written[0] == path}
         tomb = next((t for t in self._tombstones.values()
                      if (t.base_path == path or t.memory_id in moved_here)
-                     and self._would_hold(t, path, node.sha)), None)
+                     and t.delete_sent_at is None and self._would_hold(t, path, node.sha)),
+                    None)
         if tomb is not None:
             self._tombstone(node)
             self._give(node, tomb)

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 #: How many earlier contents of memories `State.former_sources` remembers.
 FORMER_SOURCES_KEPT = 4096
+#: How many memory ids `State.known` remembers (a store holds at most 2,000 memories;
+#: what matters is every one known in the last minutes, see the `known` table).
+KNOWN_KEPT = 8192
 
 #: Per-file retry after a refusal that is neither transient nor about content
 #: (403, 404 of the store, 422...): doubling from 2 s, at most this long.
@@ -49,6 +52,7 @@ class SyncTransitions:
             self._note_source(node.base_sha, remote.id)  # its versions still hold it
         node.memory_id, node.base_path, node.base_sha = remote.id, remote.path, remote.sha
         self._by_memory[remote.id] = node.ino
+        self._note_known(remote.id)
         self.epoch += 1
         node.base_epoch = self.epoch
         if node.sha == remote.sha and node.dirty_since is not None \
@@ -325,6 +329,17 @@ class SyncTransitions:
             del self._former_sources[oldest]
             self.db.execute("DELETE FROM sources WHERE sha=?", (oldest,))
 
+    def _note_known(self, memory_id: str) -> None:
+        """This mount holds memory_id: never taken for what a lost create made."""
+        if memory_id in self._known:
+            return
+        self._known[memory_id] = None
+        self.db.execute("INSERT OR IGNORE INTO known VALUES (?)", (memory_id,))
+        if len(self._known) > KNOWN_KEPT:
+            oldest = next(iter(self._known))
+            del self._known[oldest]
+            self.db.execute("DELETE FROM known WHERE memory_id=?", (oldest,))
+
     def begin_park(self, memory_id: str, path: str) -> None:
         """Journal a park before its request goes out (see the parks table)."""
         with self.transaction():
@@ -340,7 +355,16 @@ class SyncTransitions:
         with self.transaction():
             self._drop_tombstone(memory_id)
 
+    def tombstone_sending(self, memory_id: str) -> None:
+        """Its DELETE goes out now: from here the memory may be gone before we hear so
+        (a lost answer), and a file made at its path no longer revives it."""
+        with self.transaction():
+            tomb = self._tombstones[memory_id]
+            tomb.delete_sent_at = time.time()
+            self._save_tombstone(tomb)
+
     def tombstone_failed(self, memory_id: str, message: str) -> None:
+        """The server refused the DELETE (it deleted nothing): retried after a backoff."""
         with self.transaction():
             tomb = self._tombstones.get(memory_id)
             if tomb is None:
@@ -348,15 +372,28 @@ class SyncTransitions:
             tomb.fail_count += 1
             tomb.retry_at = time.time() + min(MAX_FILE_BACKOFF, 2.0 ** tomb.fail_count)
             tomb.error = message
-            self._save_tombstone(tomb)
+            self._not_deleted(tomb)
 
     def tombstone_rebased(self, memory_id: str, sha: str) -> None:
-        """The memory holds `sha`, which we wrote ourselves (a lost answer)."""
+        """The DELETE met `sha`, which we wrote ourselves (a lost answer): not deleted."""
         with self.transaction():
             tomb = self._tombstones.get(memory_id)
             if tomb is not None:
                 tomb.base_sha, tomb.sent_sha = sha, None
-                self._save_tombstone(tomb)
+                self._not_deleted(tomb)
+
+    def _not_deleted(self, tomb: Tombstone) -> None:
+        """The server kept tomb's memory (it refused the DELETE): revivable again. A file
+        made at its path while the DELETE was out (so without a memory of its own) takes
+        it now, as it would have had the DELETE not gone out yet."""
+        tomb.delete_sent_at = None
+        node = self.lookup_path(tomb.base_path)
+        if node is not None and not node.is_dir and node.memory_id is None \
+                and not self.is_local_only_name(node):
+            self._give(node, tomb)
+            self._save(node)
+        else:
+            self._save_tombstone(tomb)
 
     # -- what the server says ----------------------------------------------------------
 

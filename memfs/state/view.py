@@ -51,7 +51,7 @@ class SetView(collections.abc.Set[T]):
 
     __slots__ = ("_items",)
 
-    def __init__(self, items: set[T]) -> None:
+    def __init__(self, items: collections.abc.Collection[T]) -> None:
         self._items = items
 
     def __contains__(self, item: object) -> bool:
@@ -121,6 +121,8 @@ class StateView:
             self._parks: dict[str, str] = {}  # memory_id -> park path we sent it to
             #: sha -> a memory that held it once (the `sources` table, oldest first).
             self._former_sources: dict[str, str] = {}
+            #: Memory ids this mount has held (the `known` table, oldest first).
+            self._known: dict[str, None] = {}
             #: Requests whose outcome is unknown, by their `doubts` row id (see schema).
             self._doubts: dict[int, PushTicket] = {}
             #: Inodes of files saved since the pusher last saw them clean: the pusher's
@@ -165,6 +167,10 @@ class StateView:
     @property
     def former_sources(self) -> Mapping[str, str]:
         return MappingProxyType(self._former_sources)
+
+    @property
+    def known(self) -> SetView[str]:
+        return SetView(self._known)
 
     # -- loading -------------------------------------------------------------------
 
@@ -215,6 +221,9 @@ class StateView:
         if self._columns("sources", ("sha", "memory_id")):
             self._former_sources = dict(self.db.execute(
                 "SELECT sha, memory_id FROM sources ORDER BY rowid"))
+        if self._columns("known", ("memory_id",)):
+            self._known = dict.fromkeys(
+                mid for (mid,) in self.db.execute("SELECT memory_id FROM known ORDER BY rowid"))
         self._doubts = {}
         if self._columns("doubts", DOUBT_COLUMNS) == DOUBT_COLUMNS:
             for row in self.db.execute(f"SELECT {', '.join(DOUBT_COLUMNS)} FROM doubts"):

@@ -194,10 +194,12 @@ async def _resolve_creates(ctx: SyncContext, tickets: list[PushTicket],
         return
     st = ctx.state
     for ticket in tickets:
-        # A memory this mount knows is not the one a lost create made (an earlier create
-        # of the same bytes at the same path, since deleted, is known as a tombstone).
+        # A memory this mount knows, or knew, is not the one a lost create made (an
+        # earlier create of the same bytes at the same path, deleted since: a pending
+        # delete, or gone, its creation still listed: `rm x; git checkout x`).
         mine = [v for v in created if decide.holds(ticket.written, v.path, v.content_sha256)
-                and v.memory_id not in st.by_memory and v.memory_id not in st.tombstones]
+                and v.memory_id not in st.by_memory and v.memory_id not in st.tombstones
+                and v.memory_id not in st.known]
         row = decide.doubt_row(ticket.written, None, [_seen(v) for v in mine],
                                young=_young(ctx, ticket))
         remote = None

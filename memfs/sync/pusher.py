@@ -710,6 +710,7 @@ class Pusher:
         does, and so does the feed's next poll, told to name the memory again."""
         ctx, st = self.ctx, self.state
         mid = tomb.memory_id
+        st.tombstone_sending(mid)
         try:
             await ctx.client.delete_memory(ctx.store_id, mid, expected_sha=tomb.base_sha or None)
         except api_errors.NotFoundError:
