@@ -346,6 +346,16 @@ SCENARIOS = [
         "push", [("restore", "/a.md")],
         doc="defect 3: `conflicts restore` over a closed, unpushed (or in-flight) edit"),
     Scenario(
+        "made_again_with_the_bytes_of_a_memory_deleted_before",
+        [("write", "/a.md", "v1"), ("push",), ("unlink", "/a.md"), ("age",), ("push",),
+         ("write", "/a.md", "v1")], "push", [("write", "/b.md", "b")],
+        doc="found by the widened product (4 December evening): `rm a; git checkout a`, "
+            "the delete gone out and settled, and the create of the same bytes at the same "
+            "path gets no answer: the deleted memory's creation, listed among the versions "
+            "since, was taken for the create's (a.md then held a deleted memory, and the "
+            "next listing removed it). A memory this mount held is never the one a lost "
+            "create made (the `known` table)"),
+    Scenario(
         "restore_after_the_conflicted_file_moved",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md"),
          ("r_edit", "/a.md")], "push", [("rename", "/a.md", "/c.md")],
