@@ -569,6 +569,11 @@ class Engine:
         # (new sha, the sha it replaced) for every write that saw what it replaced: local
         # writes (the file held what they replaced) and other clients' writes
         self.writes: set[tuple[str, str]] = set()
+        #: Contents written here more than once (`("write", path, "same")`): a conflict
+        #: that keeps one may keep an earlier write of them, which the false-conflict
+        #: checks, knowing writes by content only, cannot tell apart.
+        self.written: set[str] = set()
+        self.rewritten: set[str] = set()
         self.remote_writes: set[tuple[str, str]] = set()
         self.alive: dict[str, str] | None = None  # memory id -> path (from action start)
         self.alive_ino: dict[str, int] = {}  # memory id -> its file's ino, at action start
@@ -673,14 +678,26 @@ class Engine:
         return data
 
     def _wrote(self, sha: str, replaced: str | None, who: str, *, local: bool = True) -> None:
+        if local:
+            if sha in self.written:
+                self.rewritten.add(sha)
+            self.written.add(sha)
         if replaced is not None:
-            self._supersede(replaced)
+            self._supersede(replaced, local=local)
             (self.writes if local else self.remote_writes).add((sha, replaced))
         self.obligations[sha] = who
 
-    def _supersede(self, sha: str | None) -> None:
-        if sha is not None:
-            self.obligations.pop(sha, None)
+    def _supersede(self, sha: str | None, *, local: bool = True) -> None:
+        """Content no longer has to stay visible (written over, removed here, or by
+        another writer). After a local operation (run by then), a file of the tree that
+        still holds the same bytes keeps it: two files written alike are two writes of
+        one content. (Not after another writer's: which file here stands for the memory
+        they changed is the sync's to find out.)"""
+        st = self.state
+        if sha is None or local and any(n.sha == sha and not st.is_local_only_name(n)
+                                        for n in st.files()):
+            return
+        self.obligations.pop(sha, None)
 
     def _alive_drop(self, mid: str | None) -> None:
         """The user removed the file holding memory mid: it may go."""
@@ -1044,7 +1061,7 @@ class Engine:
     async def op_r_delete(self, target: str) -> None:
         mid, path, old = self._memory(target)
         self.db.delete_memory(self.store_id, mid, actor=None)
-        self._supersede(old)
+        self._supersede(old, local=False)
         if self.alive is not None:
             self.alive.pop(mid, None)
         self.excused.add(mid)
@@ -1227,7 +1244,8 @@ class Oracle:
                 f"{eng.label(c['local_sha'])}, which this mount's request wrote there"
                 for c in eng.state.conflicts()
                 if (c["path"], c["local_sha"]) in eng.transport.wrote
-                and c["local_sha"] not in eng.redacted]  # the server no longer shows it
+                and c["local_sha"] not in eng.redacted  # the server no longer shows it
+                and c["local_sha"] not in eng.rewritten]
 
     @staticmethod
     def tree(eng: Engine) -> list[str]:
@@ -1276,7 +1294,8 @@ class Oracle:
                            "server or in a conflict")
         # A conflict must be real: not a local write filed against what it replaced.
         for c in conflicts:
-            if (c["local_sha"], c["remote_sha"]) in eng.writes:
+            if (c["local_sha"], c["remote_sha"]) in eng.writes \
+                    and c["local_sha"] not in eng.rewritten:
                 out.append(f"false conflict #{c['id']} at {c['path']}: "
                            f"{eng.label(c['local_sha'])} was written over "
                            f"{eng.label(c['remote_sha'])}, yet filed as losing to it")

@@ -356,6 +356,15 @@ SCENARIOS = [
             "next listing removed it). A memory this mount held is never the one a lost "
             "create made (the `known` table)"),
     Scenario(
+        "their_swap_seen_at_once",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_rename", "/a.md", "/t.md"),
+         ("r_rename", "/b.md", "/a.md"), ("r_rename", "/t.md", "/b.md")], "reconcile",
+        [("write", "/a.md")],
+        doc="found by the long Hypothesis run (4 December evening): another writer swapped "
+            "a and b through a third name, and a listing saw only the end. Each file's new "
+            "place was held by the other: neither followed, for ever. The ring moves at "
+            "once now (Reconciler._follow_rings)"),
+    Scenario(
         "restore_after_the_conflicted_file_moved",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md"),
          ("r_edit", "/a.md")], "push", [("rename", "/a.md", "/c.md")],
@@ -729,6 +738,9 @@ _to = st.sampled_from((*PATHS, "/e/e.md"))
 _dirs = st.sampled_from(("/d", "/e"))
 LOCAL = st.one_of(
     st.tuples(st.just("write"), _path),
+    # the same bytes again, in any file (`git checkout`, `cp`): identity shortcuts on
+    # identical content (a revive, a take-back, a lost create named by path and sha)
+    st.tuples(st.just("write"), _path, st.just("same")),
     st.tuples(st.just("save_as"), _path),
     st.tuples(st.just("rename"), _to, _to),
     st.tuples(st.just("rename"), _dirs, st.sampled_from(("/d", "/e", "/e/d"))),

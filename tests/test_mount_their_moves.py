@@ -46,33 +46,36 @@ def test_their_swap_meets_our_pending_rename_into_it(mounts, server):
     assert conflicts(m) == []
 
 
-def test_never_read_moved_over_a_file_while_its_memory_changes_there(mounts, server):
-    """/c.md, another writer's, is in the tree but was never read (no prefetch), and is
-    moved over /a.md while that writer edits c.md: c's memory comes back with the edit,
-    and /a.md still reads what it was moved with (before: EIO, never pushed)."""
+def test_their_swap_seen_at_once(mounts, server):
+    """Another writer swaps a.md and b.md through t.md between two listings: the mount
+    shows the swap (each file at the other's place, its memory with it), an edit of a.md
+    not pushed yet moving with its file. Before, each waited on the other for ever
+    ("the place is taken locally") and the mount never showed the swap."""
     store = mounts.new_store()
-    m = mounts.mount(store, *QUIET, "--no-prefetch")
-    (m.path / "a.md").write_text("a\n")
-    flush(m)
-    created = sdk_create(server, store, "/c.md", "c, first\n")
+    m = mounts.mount(store, *QUIET)
+    ids = pushed(m, server, store, {"a.md": "a\n", "b.md": "b\n"})
+    (m.path / "a.md").write_text("a, edited here\n")
+    for mid, path in ((ids["/a.md"], "/t.md"), (ids["/b.md"], "/a.md"),
+                      (ids["/a.md"], "/b.md")):
+        sdk_update(server, store, mid, path=path)
     m.sync_now(full=True)
-    wait_for(lambda: (m.path / "c.md").exists(), what="/c.md shown")
-    sdk_update(server, store, created.id, content="c, edited there\n")
-    (m.path / "c.md").rename(m.path / "a.md")
-    m.sync_now(full=True)
-    wait_for(lambda: (m.path / "c.md").exists(), what="/c.md back with the edit")
-    assert cat(m.path / "a.md") == "c, first\n"
-    assert cat(m.path / "c.md") == "c, edited there\n"
+    wait_for(lambda: cat(m.path / "b.md") == "a, edited here\n", what="the swap followed")
+    assert cat(m.path / "a.md") == "b\n" and not (m.path / "t.md").exists()
+    assert sorted(p.name for p in m.path.iterdir()) == ["a.md", "b.md"]
     flush(m)
-    assert server_memories(server, store) == {"/a.md": "c, first\n",
-                                              "/c.md": "c, edited there\n"}
+    assert server_memories(server, store) == {"/a.md": "b\n", "/b.md": "a, edited here\n"}
+    assert {p: x.id for p, x in sdk_by_path(server, store).items()} == {
+        "/a.md": ids["/b.md"], "/b.md": ids["/a.md"]}
     assert conflicts(m) == []
 
 
-def test_never_read_moved_over_a_file_then_the_daemon_killed(mounts, server):
-    """As above, the daemon killed (kill -9) once c's memory is back and before the moved
-    content was ever read: the restarted mount still finds it (the memory that held it
-    is noted in state.db) and pushes it. Before, it read EIO and was never pushed."""
+@pytest.mark.parametrize("then", ["read", "killed"])
+def test_never_read_moved_over_a_file_while_its_memory_changes_there(mounts, server, then):
+    """/c.md, another writer's, is in the tree but was never read (no prefetch), and is
+    moved over /a.md while that writer edits c.md: c's memory comes back with the edit,
+    and /a.md still reads what it was moved with (before: EIO, never pushed). `killed`:
+    the daemon killed (kill -9) first, before the moved content was ever read: the
+    restarted mount still finds it (the memory that held it is noted in state.db)."""
     store = mounts.new_store()
     args = (*QUIET, "--no-prefetch")
     m = mounts.mount(store, *args)
@@ -85,9 +88,11 @@ def test_never_read_moved_over_a_file_then_the_daemon_killed(mounts, server):
     (m.path / "c.md").rename(m.path / "a.md")
     m.sync_now(full=True)
     wait_for(lambda: (m.path / "c.md").exists(), what="/c.md back with the edit")
-    m.kill9()
-    m = mounts.mount(store, *args)
+    if then == "killed":
+        m.kill9()
+        m = mounts.mount(store, *args)
     assert cat(m.path / "a.md") == "c, first\n"
+    assert cat(m.path / "c.md") == "c, edited there\n"
     flush(m)
     assert server_memories(server, store) == {"/a.md": "c, first\n",
                                               "/c.md": "c, edited there\n"}

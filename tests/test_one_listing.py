@@ -1485,3 +1485,38 @@ async def test_a_listing_leaves_a_memory_changed_exactly_a_lookback_before_the_h
         polls = [r for r in eng.transport.records[first:]
                  if r.path.endswith("memory_versions")]
         assert [r.query.get("limit") for r in polls] == [str(feed_mod.MERGE + 1)]
+
+
+async def test_their_swap_seen_at_once_is_followed_as_one_move(tmp_path):
+    """Another writer swapped /a.md and /b.md through /t.md, and this listing sees only
+    the end: each file's new place is held by the other, so neither rename can follow
+    alone. They move together (an edit not pushed yet goes with its file), `memfs watch`
+    hears both, and nothing is left waiting. Before, both waited for ever ("the place is
+    taken locally") and the mount never showed the swap. Three in a ring too."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B", c="C")
+        ids = {p: eng.node(p).memory_id for p in ("/a.md", "/b.md", "/c.md")}
+        await eng.op_write("/a.md", "A2")                  # not pushed
+        for src, dst in (("/a.md", "/t.md"), ("/b.md", "/a.md"), ("/t.md", "/b.md")):
+            await eng.op_r_rename(src, dst)
+        sub = Subscriber()
+        eng.ctx.events.attach(sub)
+        await eng.op_reconcile()
+        assert {p: eng.node(p).memory_id for p in ("/a.md", "/b.md")} == {
+            "/a.md": ids["/b.md"], "/b.md": ids["/a.md"]}
+        assert (eng.tree_sha("/a.md"), eng.tree_sha("/b.md")) == \
+            (sha256(data("B")), sha256(data("A2")))
+        heard = {(e.path, e.old_path) for e in
+                 (sub.receive.receive_nowait(), sub.receive.receive_nowait())}
+        assert heard == {("/a.md", "/b.md"), ("/b.md", "/a.md")}
+        assert not any("taken locally" in w for w in eng.ctx.status.warnings)
+        for src, dst in (("/a.md", "/t.md"), ("/b.md", "/a.md"), ("/c.md", "/b.md"),
+                         ("/t.md", "/c.md")):
+            await eng.op_r_rename(src, dst)                # a→b→c→a, by their ids
+        await eng.op_reconcile()
+        assert {p: eng.node(p).memory_id for p in ("/a.md", "/b.md", "/c.md")} == {
+            "/a.md": ids["/a.md"], "/b.md": ids["/c.md"], "/c.md": ids["/b.md"]}
+        await eng.op_push()
+        assert {p: mid for p, (mid, _sha) in eng.server().items()} == {
+            p: eng.node(p).memory_id for p in ("/a.md", "/b.md", "/c.md")}
+        assert eng.server()["/a.md"] == (ids["/a.md"], sha256(data("A2")))  # the edit too

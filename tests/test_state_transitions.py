@@ -814,6 +814,23 @@ def test_remote_moved_sends_a_local_rename_there_back_home(st, caplog):
     assert other.memory_id == "mem_t" and st.conflicts() == []
 
 
+def test_a_ring_of_the_servers_renames_moves_at_once_or_not_at_all(st, tmp_path):
+    """a.md and b.md, each moved by the server to the other's place, move in one
+    transaction; when a place is not free even so (here a name it would step aside to),
+    nothing moves, memory or state.db."""
+    a, b = _mem(st, "/a.md", b"A", "mem_a"), _mem(st, "/b.md", b"B", "mem_b")
+    assert st.remote_moved_in_a_ring([(a, "/b.md"), (b, "/a.md")])
+    assert (st.path_of(a), st.path_of(b)) == ("/b.md", "/a.md")
+    assert (a.base_path, b.base_path) == ("/b.md", "/a.md")
+    assert sorted(n.name for n in st.files()) == ["a.md", "b.md"]   # nothing left aside
+    _file(st, f".memfs-swap-{b.ino}", b"in the way", memory_id=None)
+    assert not st.remote_moved_in_a_ring([(a, "/a.md"), (b, "/b.md")])
+    assert (st.path_of(a), st.path_of(b), a.base_path) == ("/b.md", "/a.md", "/b.md")
+    again = _reopened(st, tmp_path)
+    assert again.holder("mem_a").name == "b.md" and again.holder("mem_b").name == "a.md"
+    again.close()
+
+
 # -- a round trip takes a pending delete's memory back (docs/SEMANTICS.md, rename) ----------
 
 

@@ -42,6 +42,10 @@ class Deferred(Exception):
     made: nothing was applied; the next pass decides again."""
 
 
+class _NotFree(Exception):
+    """A ring of moves met a place that is not free: undo them all."""
+
+
 class SyncTransitions:
     # -- helpers (inside a transaction) --------------------------------------------
 
@@ -468,6 +472,29 @@ class SyncTransitions:
             self._save(node)
             return True
 
+    def remote_moved_in_a_ring(self, moves: list[tuple[Node, str]]) -> bool:
+        """Follow the server's renames of files that each hold the next one's new place
+        (a ring: another writer's swap a↔b, through a third name, seen at once), all in
+        one transaction: each first to a name aside in its own directory, then to its
+        place. False, and nothing moved, when a place is not free even so."""
+        try:
+            with self.transaction():
+                for node, _path in moves:
+                    if not self._move(node, self._aside(node)):
+                        raise _NotFree
+                for node, path in moves:
+                    if not self._move(node, path):
+                        raise _NotFree
+                    node.base_path = path
+                    self._save(node)
+        except _NotFree:
+            return False  # (the transaction undid every move)
+        return True
+
+    def _aside(self, node: Node) -> str:
+        """A name beside node no one else uses, for the instant of a swap."""
+        return self.path_of(node).rsplit("/", 1)[0] + f"/.memfs-swap-{node.ino}"
+
     def _claim(self, path: str, winner: Node, seen: set[int]) -> bool:
         """Free `path` for winner's memory, which the server placed there."""
         dir_path, name = paths.split(path)
@@ -504,7 +531,7 @@ class SyncTransitions:
         belongs. Winner steps aside (a fresh name in its own directory), taker goes back
         to the place winner left; the caller then puts winner at path. Neither move can
         fail, and no await runs between them: no one sees the name aside."""
-        self._move(winner, back.rsplit("/", 1)[0] + f"/.memfs-swap-{winner.ino}")
+        self._move(winner, self._aside(winner))
         self._move(taker, back)
         log.warning("%s: renamed here, but the server gave that path to another memory, "
                     "whose place was %s; the two swapped, moved back", path, back)
