@@ -570,8 +570,9 @@ class Engine:
         # writes (the file held what they replaced) and other clients' writes
         self.writes: set[tuple[str, str]] = set()
         #: Contents written here more than once (`("write", path, "same")`): a conflict
-        #: that keeps one may keep an earlier write of them, which the false-conflict
-        #: checks, knowing writes by content only, cannot tell apart.
+        #: that keeps one may keep an earlier write of them, and a memory that holds one
+        #: another write of them, which the false-conflict and duplicate checks, knowing
+        #: writes by content only, cannot tell apart.
         self.written: set[str] = set()
         self.rewritten: set[str] = set()
         self.remote_writes: set[tuple[str, str]] = set()
@@ -1308,7 +1309,7 @@ class Oracle:
                 heads.setdefault(sha, set()).add(mid)
         for new, old in sorted(eng.writes, key=lambda w: (w[0] or "", w[1] or "")):
             if old in heads and new in heads and old not in eng.obligations \
-                    and old != EMPTY_SHA and heads[old] - heads[new]:
+                    and old not in eng.rewritten and old != EMPTY_SHA and heads[old] - heads[new]:
                 for mid in sorted(heads[old] - heads[new]):
                     path = next(p for p, (m, _s) in visible.items() if m == mid)
                     out.append(f"duplicate: {path} ({eng.mname(mid)}) still holds "

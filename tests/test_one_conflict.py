@@ -291,6 +291,27 @@ async def test_a_delete_of_a_memory_changed_there_is_dropped_and_said_so(tmp_pat
             ["/a.md was deleted here but changed on the server; restoring the server's version"]
 
 
+async def test_a_delete_that_meets_a_change_whose_read_is_refused_waits(tmp_path, caplog):
+    """As above, but the read of the memory that follows the 409 is refused (403). Nothing
+    was deleted (the 409 said so): the pending delete waits with the reason (revivable
+    again), and no error is logged as a bug. Before, the refusal escaped the delete
+    ("push of Tombstone(...) failed", found by Hypothesis on 4 December evening)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_r_edit("/a.md", "v2")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id == mid,
+                                         origins=("setup",), times=1)]
+        caplog.set_level(logging.ERROR, logger="memfs")
+        await eng.pusher.push_pass(flush=True)
+        assert [r.getMessage() for r in caplog.records] == []
+        tomb = eng.state.tombstones[mid]
+        assert tomb.delete_sent_at is None and "PermissionDeniedError" in tomb.error
+        assert eng.ctx.status.warnings[-1].split(" ", 1)[1].startswith("cannot delete /a.md")
+        assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}
+
+
 async def test_a_delete_sent_early_for_a_rename_says_so_in_the_log(tmp_path, caplog):
     """The log names the memory deleted before its delay was out, its path, and the path
     that needed its place."""

@@ -720,6 +720,10 @@ class Pusher:
                 remote = await ctx.client.get_memory(ctx.store_id, mid, view="basic")
             except api_errors.NotFoundError:
                 remote = None
+            except (*api_errors.TRANSIENT, api_errors.AuthenticationError):
+                raise
+            except api_errors.APIError as exc:  # the read refused: nothing was deleted
+                return self._delete_refused(tomb, exc)
             # The same table as an update's precondition failure, for what we last sent.
             answer = decide.precondition_row(remote.content_sha256 if remote else None,
                                              tomb.sent_sha, None)
@@ -739,13 +743,18 @@ class Pusher:
         except (*api_errors.TRANSIENT, api_errors.AuthenticationError):
             raise
         except api_errors.APIError as exc:  # 403, an unexpected 409...
-            st.tombstone_failed(mid, f"{type(exc).__name__}: {exc}")
-            ctx.status.note(f"cannot delete {tomb.base_path}: {exc}; it waits, the rest goes on")
-            return False
+            return self._delete_refused(tomb, exc)
         if mid in st.tombstones:
             st.tombstone_settled(mid)
         ctx.events.pushed(tomb.base_path, memory_id=mid)
         return True
+
+    def _delete_refused(self, tomb: Tombstone, exc: api_errors.APIError) -> bool:
+        """The server deleted nothing and said why: the delete waits, the rest goes on."""
+        self.state.tombstone_failed(tomb.memory_id, f"{type(exc).__name__}: {exc}")
+        self.ctx.status.note(f"cannot delete {tomb.base_path}: {exc}; it waits, the rest goes "
+                             "on")
+        return False
 
 
 def _store_full(exc: api_errors.APIError) -> bool:
