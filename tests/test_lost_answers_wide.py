@@ -22,8 +22,9 @@ Every scenario is explored as `test_lost_answers` explores its own: every hold p
 every outcome (answered, lost, unapplied, refused) of every request of its action, and the
 daemon killed while each request is on the wire (the server applied it or not; the
 operation before the kill or after the restart).
-`MEMFS_INTERLEAVE_LONG=1` adds 225 more (`LONG_RUN`): a second request in the pass, the
-unmount's flush, the operations on the sibling. This file is separate so that
+`MEMFS_INTERLEAVE_LONG=1` adds 248 more (`LONG_RUN`): a second request in the pass, the
+unmount's flush, the operations on the sibling, a delete sent early for a rename onto
+its path. This file is separate so that
 pytest-xdist (`--dist loadfile`) runs it beside tests/test_interleavings.py rather than
 after it.
 """
@@ -134,10 +135,21 @@ SHARED = [Scenario(f"{kind}_then_{op}", setup, "push", steps(path))
           for kind, (setup, path) in ALL_KINDS.items() for op, steps in REMOTE_OPS.items()
           if applies(kind, op)]
 
-# With MEMFS_INTERLEAVE_LONG (the developers' long run, docs/TESTING.md), three more
-# families, 225 scenarios: each kind's pass carrying a second request (the sibling
+#: One more kind, for the long run: the sibling (a memory of its own) moved onto the path
+#: of x's pending delete, its delay not over: the push's rename meets x's memory (409),
+#: sends x's DELETE at once, then moves the sibling (3 requests).
+EARLY = ([*SIBLING, ("write", "/d/x.md", "v1"), ("push",), ("unlink", "/d/x.md"),
+          ("rename", "/d/k.md", "/d/x.md")], "/d/x.md")
+EARLY_OPS = {**{op: steps for op, steps in {**LOCAL_OPS, **MORE_OPS}.items()
+                if op not in ("onto_sibling", "sibling_onto", "swap_with_sibling")},
+             "write_deleted_bytes": lambda f: [("write", f, "v1")],
+             "away_then_deleted_bytes": lambda f: [("rename", f, "/d/z.md"), ("write", f, "v1")]}
+
+# With MEMFS_INTERLEAVE_LONG (the developers' long run, docs/TESTING.md), four more
+# families, 248 scenarios: each kind's pass carrying a second request (the sibling
 # edited too: `pushes`, outcomes for either request), each kind under the unmount's
-# `flush`, and every operation on the sibling instead of the file.
+# `flush`, every operation on the sibling instead of the file, and the early delete
+# above under every operation.
 LONG_RUN: list[Scenario] = [] if not LONG else (
     [Scenario(f"two_requests_{kind}_then_{op}", [*setup, ("write", "/d/k.md", "k2")],
               "pushes", steps(path), sole_writer=True)
@@ -150,7 +162,12 @@ LONG_RUN: list[Scenario] = [] if not LONG else (
                 sole_writer=True)
        for kind, (setup, _path) in ALL_KINDS.items() if kind != "rename_over_sibling"
        for op, steps in {**LOCAL_OPS, **MORE_OPS}.items()
-       if op not in ("onto_sibling", "sibling_onto", "swap_with_sibling")])
+       if op not in ("onto_sibling", "sibling_onto", "swap_with_sibling")]
+    + [Scenario(f"early_delete_then_{op}", EARLY[0], "push", steps(EARLY[1]),
+                sole_writer=True) for op, steps in EARLY_OPS.items()]
+    + [Scenario(f"early_delete_then_{op}", EARLY[0], "push", steps(EARLY[1]))
+       for op, steps in REMOTE_OPS.items()
+       if op not in ("their_create", "their_edit_in_my_round_trip")])
 
 
 def _explore(scenario: Scenario, tmp: Path) -> None:
