@@ -304,11 +304,14 @@ async def test_a_delete_that_meets_a_change_whose_read_is_refused_waits(tmp_path
         eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id == mid,
                                          origins=("setup",), times=1)]
         caplog.set_level(logging.ERROR, logger="memfs")
-        await eng.pusher.push_pass(flush=True)
+        result = await eng.pusher.push_pass(flush=True)
         assert [r.getMessage() for r in caplog.records] == []
+        assert result.pushed == 0                          # nothing was deleted
         tomb = eng.state.tombstones[mid]
         assert tomb.delete_sent_at is None and "PermissionDeniedError" in tomb.error
-        assert eng.ctx.status.warnings[-1].split(" ", 1)[1].startswith("cannot delete /a.md")
+        assert eng.ctx.status.warnings[-1].split(" ", 1)[1] == (
+            "cannot delete /a.md: refused by the test (HTTP 403, permission_error); it waits, "
+            "the rest goes on")
         assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}
 
 

@@ -1501,14 +1501,18 @@ async def test_their_swap_seen_at_once_is_followed_as_one_move(tmp_path):
             await eng.op_r_rename(src, dst)
         sub = Subscriber()
         eng.ctx.events.attach(sub)
+        eng.ctx.take_invalidations()
         await eng.op_reconcile()
+        root = eng.node("/").ino                           # both names, cached by the kernel
+        assert sorted(set(eng.ctx.take_invalidations())) == [("entry", root, "a.md"),
+                                                              ("entry", root, "b.md")]
         assert {p: eng.node(p).memory_id for p in ("/a.md", "/b.md")} == {
             "/a.md": ids["/b.md"], "/b.md": ids["/a.md"]}
         assert (eng.tree_sha("/a.md"), eng.tree_sha("/b.md")) == \
             (sha256(data("B")), sha256(data("A2")))
-        heard = {(e.path, e.old_path) for e in
+        heard = {(e.kind, e.path, e.old_path) for e in
                  (sub.receive.receive_nowait(), sub.receive.receive_nowait())}
-        assert heard == {("/a.md", "/b.md"), ("/b.md", "/a.md")}
+        assert heard == {("renamed", "/a.md", "/b.md"), ("renamed", "/b.md", "/a.md")}
         assert not any("taken locally" in w for w in eng.ctx.status.warnings)
         for src, dst in (("/a.md", "/t.md"), ("/b.md", "/a.md"), ("/c.md", "/b.md"),
                          ("/t.md", "/c.md")):
@@ -1520,3 +1524,26 @@ async def test_their_swap_seen_at_once_is_followed_as_one_move(tmp_path):
         assert {p: mid for p, (mid, _sha) in eng.server().items()} == {
             p: eng.node(p).memory_id for p in ("/a.md", "/b.md", "/c.md")}
         assert eng.server()["/a.md"] == (ids["/a.md"], sha256(data("A2")))  # the edit too
+
+
+async def test_a_ring_waits_for_a_file_with_unsaved_writes_and_past_a_rename_blocked(tmp_path):
+    """A ring of the server's renames moves only when none of its files holds unsaved
+    writes (no rename of the server's takes a place from one): it waits for the close.
+    A rename blocked for good earlier in the same listing (/c.md onto a new file open
+    with unsaved writes) neither stops the ring nor keeps the pass going round."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B", c="C")
+        ids = {p: eng.node(p).memory_id for p in ("/a.md", "/b.md", "/c.md")}
+        await eng.op_write("/0.md", "new here")               # not pushed
+        await eng.op_open_write("/0.md", "more here")
+        await eng.op_r_rename("/c.md", "/0.md")            # listed first; it must wait
+        for src, dst in (("/a.md", "/t.md"), ("/b.md", "/a.md"), ("/t.md", "/b.md")):
+            await eng.op_r_rename(src, dst)
+        await eng.op_open_write("/b.md", "unsaved")
+        await eng.op_reconcile()
+        assert eng.node("/a.md").memory_id == ids["/a.md"]  # the ring waits for b's close
+        await eng.op_close("/b.md")
+        await eng.op_reconcile()
+        assert {p: eng.node(p).memory_id for p in ("/a.md", "/b.md", "/c.md")} == {
+            "/a.md": ids["/b.md"], "/b.md": ids["/a.md"], "/c.md": ids["/c.md"]}
+        assert eng.tree_sha("/a.md") == sha256(data("unsaved"))  # b's file, saved, moved

@@ -816,13 +816,18 @@ def test_remote_moved_sends_a_local_rename_there_back_home(st, caplog):
 
 def test_a_ring_of_the_servers_renames_moves_at_once_or_not_at_all(st, tmp_path):
     """a.md and b.md, each moved by the server to the other's place, move in one
-    transaction; when a place is not free even so (here a name it would step aside to),
+    transaction (stepping aside in their own directory, which stays: no inode of it
+    changes); when a place is not free even so (here a name it would step aside to),
     nothing moves, memory or state.db."""
+    x, y = _mem(st, "/d/x.md", b"X", "mem_x"), _mem(st, "/d/y.md", b"Y", "mem_y")
+    d = st.lookup_path("/d")
+    assert st.remote_moved_in_a_ring([(x, "/d/y.md"), (y, "/d/x.md")])
+    assert st.lookup_path("/d") is d and (st.path_of(x), st.path_of(y)) == ("/d/y.md", "/d/x.md")
     a, b = _mem(st, "/a.md", b"A", "mem_a"), _mem(st, "/b.md", b"B", "mem_b")
     assert st.remote_moved_in_a_ring([(a, "/b.md"), (b, "/a.md")])
     assert (st.path_of(a), st.path_of(b)) == ("/b.md", "/a.md")
     assert (a.base_path, b.base_path) == ("/b.md", "/a.md")
-    assert sorted(n.name for n in st.files()) == ["a.md", "b.md"]   # nothing left aside
+    assert sorted(n.name for n in st.files()) == ["a.md", "b.md", "x.md", "y.md"]  # none aside
     _file(st, f".memfs-swap-{b.ino}", b"in the way", memory_id=None)
     assert not st.remote_moved_in_a_ring([(a, "/a.md"), (b, "/b.md")])
     assert (st.path_of(a), st.path_of(b), a.base_path) == ("/b.md", "/a.md", "/b.md")
