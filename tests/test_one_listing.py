@@ -1492,7 +1492,8 @@ async def test_their_swap_seen_at_once_is_followed_as_one_move(tmp_path):
     the end: each file's new place is held by the other, so neither rename can follow
     alone. They move together (an edit not pushed yet goes with its file), `memfs watch`
     hears both, and nothing is left waiting. Before, both waited for ever ("the place is
-    taken locally") and the mount never showed the swap. Three in a ring too."""
+    taken locally") and the mount never showed the swap. Three in a ring too, seen by a
+    poll of the feed."""
     async with harness(tmp_path) as eng:
         await synced(eng, a="A", b="B", c="C")
         ids = {p: eng.node(p).memory_id for p in ("/a.md", "/b.md", "/c.md")}
@@ -1517,7 +1518,7 @@ async def test_their_swap_seen_at_once_is_followed_as_one_move(tmp_path):
         for src, dst in (("/a.md", "/t.md"), ("/b.md", "/a.md"), ("/c.md", "/b.md"),
                          ("/t.md", "/c.md")):
             await eng.op_r_rename(src, dst)                # a→b→c→a, by their ids
-        await eng.op_reconcile()
+        await eng.op_poll()                                # the feed sees the end too
         assert {p: eng.node(p).memory_id for p in ("/a.md", "/b.md", "/c.md")} == {
             "/a.md": ids["/a.md"], "/b.md": ids["/c.md"], "/c.md": ids["/b.md"]}
         await eng.op_push()
