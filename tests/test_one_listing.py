@@ -1530,14 +1530,17 @@ async def test_their_swap_seen_at_once_is_followed_as_one_move(tmp_path):
 async def test_a_ring_waits_for_a_file_with_unsaved_writes_and_past_a_rename_blocked(tmp_path):
     """A ring of the server's renames moves only when none of its files holds unsaved
     writes (no rename of the server's takes a place from one): it waits for the close.
-    A rename blocked for good earlier in the same listing (/c.md onto a new file open
-    with unsaved writes) neither stops the ring nor keeps the pass going round."""
+    Renames blocked for good in the same listing (/c.md onto a new file open with unsaved
+    writes, listed first; /e.md into a directory where a new file stands) neither stop
+    the ring nor keep the pass going round."""
     async with harness(tmp_path) as eng:
-        await synced(eng, a="A", b="B", c="C")
+        await synced(eng, a="A", b="B", c="C", e="E")
         ids = {p: eng.node(p).memory_id for p in ("/a.md", "/b.md", "/c.md")}
         await eng.op_write("/0.md", "new here")               # not pushed
         await eng.op_open_write("/0.md", "more here")
         await eng.op_r_rename("/c.md", "/0.md")            # listed first; it must wait
+        await eng.op_write("/f.md", "a file here")            # not pushed either
+        await eng.op_r_rename("/e.md", "/f.md/e.md")       # no directory can be made
         for src, dst in (("/a.md", "/t.md"), ("/b.md", "/a.md"), ("/t.md", "/b.md")):
             await eng.op_r_rename(src, dst)
         await eng.op_open_write("/b.md", "unsaved")
@@ -1548,3 +1551,4 @@ async def test_a_ring_waits_for_a_file_with_unsaved_writes_and_past_a_rename_blo
         assert {p: eng.node(p).memory_id for p in ("/a.md", "/b.md", "/c.md")} == {
             "/a.md": ids["/b.md"], "/b.md": ids["/a.md"], "/c.md": ids["/c.md"]}
         assert eng.tree_sha("/a.md") == sha256(data("unsaved"))  # b's file, saved, moved
+        assert eng.node("/e.md") is not None                     # still waiting

@@ -463,24 +463,25 @@ class Reconciler:
             blocked, self._blocked = self._blocked, []
             for m in blocked:
                 await self._row(m, None)
-            if len(self._blocked) >= len(blocked) and not self._follow_rings(self._blocked):
+            if len(self._blocked) >= len(blocked):
+                self._follow_rings(self._blocked)  # what waits on itself, all at once
                 break
         left, self._blocked = self._blocked or [], None
         for m in left:
             await self._row(m, None)
 
-    def _follow_rings(self, blocked: list[Memory]) -> bool:
+    def _follow_rings(self, blocked: list[Memory]) -> None:
         """Renames that wait on each other in a ring (another writer swapped a and b
         through a third name, and this pass sees only the end: each file's new place is
-        held by the next) can never follow one by one: each ring moves at once. True when
-        one did (the rest are tried again)."""
+        held by the next) can never follow one by one: each ring moves at once. (Nothing
+        else waited on a ring's places: each is taken again by the next file.)"""
         st, ctx = self.state, self.ctx
         wants: dict[int, tuple[Node, Memory]] = {}
         for m in blocked:
             node = st.holder(m.id)
             if node is not None and node.ino not in st.open_dirty:
                 wants[node.ino] = (node, m)
-        moved, done = False, set()
+        done: set[int] = set()
         for start in wants:
             ring, ino = [], start
             while ino in wants and ino not in ring and ino not in done:
@@ -494,7 +495,6 @@ class Reconciler:
             if not st.remote_moved_in_a_ring([(wants[i][0], wants[i][1].path) for i in ring]):
                 continue
             done.update(ring)
-            moved = True
             for i in ring:
                 node, m = wants[i]
                 parent, name, old_path = olds[i]
@@ -503,7 +503,6 @@ class Reconciler:
                 ctx.events.remote("renamed", m, old_path=old_path)
             log.info("followed the server's renames of %s at once (they held each "
                      "other's places)", ", ".join(olds[i][2] for i in ring))
-        return moved
 
     def _abandoned_park(self, m: Memory) -> bool:
         """Another client's park that never landed: after PARK_PATIENCE, ours wins."""
