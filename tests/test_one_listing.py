@@ -9,6 +9,7 @@ listing; a new memory under a file the same listing moved away was not shown).
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
@@ -1487,7 +1488,7 @@ async def test_a_listing_leaves_a_memory_changed_exactly_a_lookback_before_the_h
         assert [r.query.get("limit") for r in polls] == [str(feed_mod.MERGE + 1)]
 
 
-async def test_their_swap_seen_at_once_is_followed_as_one_move(tmp_path):
+async def test_their_swap_seen_at_once_is_followed_as_one_move(tmp_path, caplog):
     """Another writer swapped /a.md and /b.md through /t.md, and this listing sees only
     the end: each file's new place is held by the other, so neither rename can follow
     alone. They move together (an edit not pushed yet goes with its file), `memfs watch`
@@ -1503,7 +1504,11 @@ async def test_their_swap_seen_at_once_is_followed_as_one_move(tmp_path):
         sub = Subscriber()
         eng.ctx.events.attach(sub)
         eng.ctx.take_invalidations()
+        caplog.set_level(logging.INFO, logger="memfs.sync.reconciler")
         await eng.op_reconcile()
+        said = "followed the server's renames of {} at once (they held each other's places)"
+        assert said.format("/b.md, /a.md") in caplog.messages or \
+            said.format("/a.md, /b.md") in caplog.messages
         root = eng.node("/").ino                           # both names, cached by the kernel
         assert sorted(set(eng.ctx.take_invalidations())) == [("entry", root, "a.md"),
                                                               ("entry", root, "b.md")]
