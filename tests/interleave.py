@@ -1296,7 +1296,7 @@ class Oracle:
         # A conflict must be real: not a local write filed against what it replaced.
         for c in conflicts:
             if (c["local_sha"], c["remote_sha"]) in eng.writes \
-                    and c["local_sha"] not in eng.rewritten:
+                    and not {c["local_sha"], c["remote_sha"]} & eng.rewritten:
                 out.append(f"false conflict #{c['id']} at {c['path']}: "
                            f"{eng.label(c['local_sha'])} was written over "
                            f"{eng.label(c['remote_sha'])}, yet filed as losing to it")
