@@ -679,6 +679,10 @@ class Engine:
         return data
 
     def _wrote(self, sha: str, replaced: str | None, who: str, *, local: bool = True) -> None:
+        if local and replaced == sha:
+            # The file's bytes again: no change to sync (memfs, like the API, knows content
+            # by its sha), so no write of theirs made since and not seen yet is answered by it.
+            return
         if local:
             if sha in self.written:
                 self.rewritten.add(sha)
