@@ -678,10 +678,15 @@ class Engine:
         self.labels[sha256(data)] = repr(content)
         return data
 
-    def _wrote(self, sha: str, replaced: str | None, who: str, *, local: bool = True) -> None:
-        if local and replaced == sha:
-            # The file's bytes again: no change to sync (memfs, like the API, knows content
-            # by its sha), so no write of theirs made since and not seen yet is answered by it.
+    def _wrote(self, sha: str, replaced: str | None, who: str, *, local: bool = True,
+               synced: str | None = None) -> None:
+        if local and sha in (replaced, synced):
+            # The file's bytes again, or back to what memfs last synced (`synced`, its
+            # base): no change to sync. memfs, like the API, knows content by its sha, and
+            # a three-way merge takes "ours = base" for unchanged, so a write of theirs made
+            # since and not seen yet wins over it. What it replaced goes all the same.
+            if replaced != sha:
+                self._supersede(replaced)
             return
         if local:
             if sha in self.written:
@@ -808,9 +813,11 @@ class Engine:
         """Open (create or truncate), write, close."""
         data = self._content(content, "w")
         replaced = self.tree_sha(path)
+        node = self.node(path)
+        synced = node.base_sha if node is not None and not node.is_dir else None
         key = self._handle(path)
         await self._put(path, data)
-        self._wrote(sha256(data), replaced, f"local write to {path}")
+        self._wrote(sha256(data), replaced, f"local write to {path}", synced=synced)
         if key is not None:
             # One inode, one buffer: the open handle now holds data, made durable by this
             # close; its own close writes nothing more (as after op_read's close). A later
