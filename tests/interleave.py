@@ -395,13 +395,28 @@ class HeldTransport(httpx.AsyncBaseTransport):
         #: (path, sha) of every version our creates and updates made (the server applied
         #: them: answered, or the answer lost)
         self.wrote: set[tuple[str, str]] = set()
+        #: ... of those, the ones whose memory has not moved away from that path since (or
+        #: gone) by a request of ours: a file brought back there finds whatever came since,
+        #: and a conflict it meets there is real
+        self.standing: set[tuple[str, str]] = set()
 
     def apply(self, rec: Record) -> tuple[int, dict]:
         try:
             op, params = resolve(rec.method, rec.path)
-            return 200, op(self.db, Request(params, rec.query, rec.body, None))
+            left = self._path_of(rec.memory_id) if rec.memory_id and rec.method in (
+                "POST", "DELETE") else None
+            payload = op(self.db, Request(params, rec.query, rec.body, None))
+            if left is not None and payload.get("path") != left:
+                self.standing = {w for w in self.standing if w[0] != left}
+            return 200, payload
         except ApiError as exc:
             return exc.status, {"type": "error", "error": exc.error_object()}
+
+    def _path_of(self, memory_id: str) -> str | None:
+        try:
+            return self.db.get_memory(self.store_id, memory_id, full=False)["path"]
+        except ApiError:
+            return None
 
     async def _park(self, rec: Record, hold: Hold) -> None:
         hold.rec = rec
@@ -448,6 +463,7 @@ class HeldTransport(httpx.AsyncBaseTransport):
             self.created.add(payload["id"])
         if status == 200 and rec.method == "POST":
             self.wrote.add((payload["path"], payload["content_sha256"]))
+            self.standing.add((payload["path"], payload["content_sha256"]))
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = urlsplit(str(request.url))
@@ -569,7 +585,8 @@ class Engine:
         # (new sha, the sha it replaced) for every write that saw what it replaced: local
         # writes (the file held what they replaced) and other clients' writes
         self.writes: set[tuple[str, str]] = set()
-        #: Contents written here more than once (`("write", path, "same")`): a conflict
+        #: Contents written more than once, here or by another writer (`("write", path,
+        #: "same")`, `("r_edit", path, "same")`, `("r_create", path, "same")`): a conflict
         #: that keeps one may keep an earlier write of them, and a memory that holds one
         #: another write of them, which the false-conflict and duplicate checks, knowing
         #: writes by content only, cannot tell apart.
@@ -579,6 +596,7 @@ class Engine:
         self.alive: dict[str, str] | None = None  # memory id -> path (from action start)
         self.alive_ino: dict[str, int] = {}  # memory id -> its file's ino, at action start
         self.excused: set[str] = set()  # ids another client deleted
+        self.overtaken: set[str] = set()  # ids another client edited or deleted
         #: contents of ours whose versions another client redacted (`op_r_redact`)
         self.redacted: set[str] = set()
         #: Conflict rows `conflicts restore` consumed: they still explain what they explained.
@@ -688,10 +706,9 @@ class Engine:
             if replaced != sha:
                 self._supersede(replaced)
             return
-        if local:
-            if sha in self.written:
-                self.rewritten.add(sha)
-            self.written.add(sha)
+        if sha in self.written:
+            self.rewritten.add(sha)
+        self.written.add(sha)
         if replaced is not None:
             self._supersede(replaced, local=local)
             (self.writes if local else self.remote_writes).add((sha, replaced))
@@ -1051,10 +1068,13 @@ class Engine:
     async def op_r_edit(self, target: str, content: str | None = None) -> None:
         mid, path, old = self._memory(target)
         data = self._content(content, "r")
+        if sha256(data) == old:  # the server makes no version: nothing was written
+            raise Skip(f"{path} holds those bytes already")
         try:
             self.db.update_memory(self.store_id, mid, content=data.decode(), actor=None)
         except ApiError as exc:
             raise Skip(exc.message) from None
+        self.overtaken.add(mid)
         self._wrote(sha256(data), old, f"remote edit of {path}", local=False)
 
     async def op_r_create(self, path: str, content: str | None = None) -> None:
@@ -1073,6 +1093,7 @@ class Engine:
     async def op_r_delete(self, target: str) -> None:
         mid, path, old = self._memory(target)
         self.db.delete_memory(self.store_id, mid, actor=None)
+        self.overtaken.add(mid)
         self._supersede(old, local=False)
         if self.alive is not None:
             self.alive.pop(mid, None)
@@ -1237,7 +1258,8 @@ class Oracle:
     def applied_not_in_conflict(eng: Engine) -> list[str]:
         """A conflict keeps content the server never took there. Content one of this
         mount's own requests wrote at that path (answered, or applied with its answer
-        lost) is not in conflict: another writer who came after it came later (docs/
+        lost; its memory not moved away from there by a request of ours since) is not
+        in conflict: another writer who came after it came later (docs/
         SYNC.md, the doubts table: "was applied first"). Filing it as a conflict is the
         false conflict a lost answer judged not applied leaves, which `settled`'s false
         conflict check cannot see when the content it lost to is another writer's. Not checked where
@@ -1251,13 +1273,24 @@ class Oracle:
         `test_a_lost_update_written_over_after_a_listing_took_theirs_is_not_sent_again`).
         Nor is content whose version another client redacted (`op_r_redact`): as far as
         the server shows, our request never wrote it, and keeping it is what nothing
-        lost asks."""
+        lost asks. Nor a create in doubt whose memory another client edited or deleted
+        before memfs heard (`decide.created_row`, OVERTAKEN): the server cannot tell
+        that creation from another writer's of the same bytes at the same path, and
+        memfs keeps the bytes rather than lose a stranger's case."""
         return [f"false conflict #{c['id']} at {c['path']}: it keeps "
                 f"{eng.label(c['local_sha'])}, which this mount's request wrote there"
                 for c in eng.state.conflicts()
-                if (c["path"], c["local_sha"]) in eng.transport.wrote
+                if (c["path"], c["local_sha"]) in eng.transport.standing
                 and c["local_sha"] not in eng.redacted  # the server no longer shows it
-                and c["local_sha"] not in eng.rewritten]
+                and c["local_sha"] not in eng.rewritten
+                and not Oracle.overtaken(eng, c)]
+
+    @staticmethod
+    def overtaken(eng: Engine, c: dict) -> bool:
+        """A conflict memfs files for a create in doubt whose memory another client
+        changed or deleted since (`decide.created_row`, OVERTAKEN): kept on purpose,
+        though the create may have been ours."""
+        return c["memory_id"] in eng.overtaken and "cannot tell whether it was ours" in c["reason"]
 
     @staticmethod
     def tree(eng: Engine) -> list[str]:
@@ -1307,7 +1340,8 @@ class Oracle:
         # A conflict must be real: not a local write filed against what it replaced.
         for c in conflicts:
             if (c["local_sha"], c["remote_sha"]) in eng.writes \
-                    and not {c["local_sha"], c["remote_sha"]} & eng.rewritten:
+                    and not {c["local_sha"], c["remote_sha"]} & eng.rewritten \
+                    and not Oracle.overtaken(eng, c):
                 out.append(f"false conflict #{c['id']} at {c['path']}: "
                            f"{eng.label(c['local_sha'])} was written over "
                            f"{eng.label(c['remote_sha'])}, yet filed as losing to it")

@@ -277,6 +277,33 @@ def test_doubt_row_while_the_request_may_still_land(head, since, expected):
     assert decide.doubt_row(WROTE, head, since, young=True) is want
 
 
+CREATED_ROWS = [
+    # (a creation of our bytes at our path, its memory now) -> what the create did
+    (None, None, decide.Doubt.NOT_APPLIED),                        # no such creation
+    (seen(operation="created"), seen(), decide.Doubt.APPLIED),     # it holds our write
+    (seen(operation="created"), seen("/b", MINE), decide.Doubt.APPLIED_BEFORE),  # moved since
+    # changed or deleted since: ours, or another writer's create alike? kept as a conflict
+    (seen(operation="created"), seen("/a", THEIRS), decide.Doubt.OVERTAKEN),
+    (seen(operation="created"), seen("/b", THEIRS), decide.Doubt.OVERTAKEN),
+    (seen(operation="created"), None, decide.Doubt.OVERTAKEN),
+]
+
+
+@pytest.mark.parametrize("created,now,expected", CREATED_ROWS)
+def test_created_row(created, now, expected):
+    assert decide.created_row(WROTE, created, now) is expected
+
+
+@pytest.mark.parametrize("created,now,expected", CREATED_ROWS)
+def test_created_row_while_the_create_may_still_land(created, now, expected):
+    """Within the lost-answer wait a creation that no longer holds our bytes may be a
+    stranger's, and our own create may still land: asked again (`NOT_YET`), like no
+    trace at all; one that holds our bytes decides at once."""
+    want = decide.Doubt.NOT_YET if expected in (decide.Doubt.NOT_APPLIED,
+                                                decide.Doubt.OVERTAKEN) else expected
+    assert decide.created_row(WROTE, created, now, young=True) is want
+
+
 def test_doubt_row_needs_path_and_sha_both():
     """Every combination of a right/wrong path and sha, now and in the history: only the
     exact (path, sha) of our write is ours."""

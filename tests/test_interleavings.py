@@ -373,6 +373,33 @@ SCENARIOS = [
             "edit (409), and the read of the memory that follows is refused (403): the "
             "refusal escaped the delete, logged as a bug. Now the delete waits, refused"),
     Scenario(
+        "made_with_the_bytes_of_their_create_deleted_since",
+        [("write", "/a.md"), ("push",), ("r_create", "/c.md", "same"), ("r_delete", "/c.md"),
+         ("write", "/c.md", "same")], "push", [("write", "/a.md")],
+        doc="found by Hypothesis drawing another writer's writes of bytes a file holds "
+            "(5 December): they create c.md and delete it, the user makes c.md with the "
+            "same bytes, and its create gets no answer (not applied): their creation, listed "
+            "among the versions since, was taken for ours, and the file went with their "
+            "delete. The server cannot tell the two creations apart; once the memory "
+            "changed or went, the file's bytes are kept as a conflict "
+            "(`decide.created_row`, OVERTAKEN)"),
+    Scenario(
+        "made_with_the_bytes_of_their_create_edited_since",
+        [("write", "/a.md"), ("push",), ("r_create", "/c.md", "same"), ("r_edit", "/c.md"),
+         ("write", "/c.md", "same")], "push", [("write", "/a.md")],
+        doc="as above, their memory edited since: their edit replaced the user's file, "
+            "with no conflict (the answered 409 keeps ours as one)"),
+    Scenario(
+        "their_create_meets_my_new_file_moved_away_while_read",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/c.md"),
+         ("r_create", "/c.md"), ("r_delete", "/a.md")], "reconcile",
+        [("rename", "/c.md", "/a.md")],
+        doc="found by Hypothesis (4 December, late): their new c.md meets our c.md not "
+            "pushed yet, and while their memory is read for the conflict our c.md moves "
+            "away: the conflict is deferred, and nothing showed their c.md again (the feed "
+            "had shown it) until the next full listing, minutes later. Now the next poll "
+            "reads it again (`Reconciler._waited`)"),
+    Scenario(
         "restore_after_the_conflicted_file_moved",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md"),
          ("r_edit", "/a.md")], "push", [("rename", "/a.md", "/c.md")],
@@ -762,6 +789,9 @@ LOCAL = st.one_of(
 REMOTE = st.one_of(
     st.tuples(st.just("r_edit"), _path),
     st.tuples(st.just("r_create"), _path),
+    # bytes a file already holds (a copy, an edit both sides made alike)
+    st.tuples(st.just("r_edit"), _path, st.just("same")),
+    st.tuples(st.just("r_create"), _path, st.just("same")),
     st.tuples(st.just("r_delete"), _path),
     st.tuples(st.just("r_rename"), _path, _to),
     st.tuples(st.just("r_redact"), _path),

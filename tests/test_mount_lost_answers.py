@@ -277,7 +277,9 @@ def test_another_writer_after_the_lost_answer(mounts, server, kind, theirs):
     writer deletes or moves what it wrote. Their change stands: the mount follows it, and
     nothing comes back or is duplicated. (While the client re-sent such a request blindly,
     the create came back after their delete, or stayed at its path beside their moved
-    copy, and the rename moved theirs back.)"""
+    copy, and the rename moved theirs back.) A create whose memory they deleted leaves
+    the file's bytes as a conflict too: the server cannot tell that creation from another
+    writer's of the same bytes at the same path (`decide.created_row`; the next test)."""
     store, m, x, mid, rule = _start(mounts, kind)
     d = x.parent
     mems = server.sdk().beta.memory_stores.memories
@@ -297,7 +299,57 @@ def test_another_writer_after_the_lost_answer(mounts, server, kind, theirs):
         else:
             mems.update(memory.id, memory_store_id=store, path="/d/z.md")
         gate.release(first["seq"])                    # and the mount's answer lost
+    if (kind, theirs) == ("create", "delete"):
+        _kept_as_a_conflict(m, server, store, "v1\n")
+        return
     _ends_as_left(m, server, store, {} if theirs == "delete" else {"/d/z.md": "v1\n"})
+
+
+def _kept_as_a_conflict(m, server, store: str, content: str) -> None:
+    """The memory /d/x.md's create made, or that another writer made alike, is gone: so
+    is the file; its bytes are one conflict (said so in the log), which `memfs conflicts
+    restore` puts back, and the store ends with it."""
+    flush(m)
+    for _ in range(40):
+        if not (m.path / "d" / "x.md").exists():
+            break
+        time.sleep(0.25)
+    assert server_memories(server, store) == {}
+    assert not (m.path / "d" / "x.md").exists()
+    [row] = conflicts(m)
+    assert (row["path"], row["local_content"]) == ("/d/x.md", content), row
+    assert "cannot tell whether it was ours" in row["reason"]
+    assert "could not tell whether its create made the memory" in (
+        m.state_dir / "daemon.log").read_text()
+    m.memfs("conflicts", "restore", str(row["id"]), "--mountpoint", str(m.path))
+    assert cat(m.path / "d" / "x.md") == content
+    flush(m)
+    m.wait_synced()
+    assert server_memories(server, store) == {"/d/x.md": content}
+    assert conflicts(m) == []
+    out = m.unmount()
+    assert re.search(r"pushed \d+ change\(s\), 0 left", out), out
+
+
+def test_a_create_refused_beside_a_like_creation_deleted_since_keeps_the_file(mounts,
+                                                                              server):
+    """Another writer created /d/x.md holding v1 and deleted it; then x.md is written v1
+    through the mount, and its create meets a 503 (not applied, but it may have been, for
+    all the mount knows). Among the versions created since, their creation holds the same
+    bytes at the same path: ours or theirs, the server cannot say, and it is gone. Before,
+    it was taken for ours and the file went with their delete: nothing was left of what
+    the user wrote. Now its bytes are kept as a conflict, and restored they reach the
+    server."""
+    store = mounts.new_store()
+    mems = server.sdk().beta.memory_stores.memories
+    theirs = mems.create(memory_store_id=store, path="/d/x.md", content="v1\n")
+    mems.delete(theirs.id, memory_store_id=store)
+    m = mounts.mount(store, *MOUNT_ARGS)             # (its listing: nothing of theirs)
+    with Gate(server) as gate:
+        gate.refuse("POST", rf"/memory_stores/{store}/memories$", 503, count=1)
+        (m.path / "d").mkdir()
+        (m.path / "d" / "x.md").write_text("v1\n")
+        _kept_as_a_conflict(m, server, store, "v1\n")
 
 
 def test_their_rename_then_our_lost_update_then_an_edit(mounts, server):

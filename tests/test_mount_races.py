@@ -261,6 +261,38 @@ def test_rename_between_listing_pages_is_not_a_delete(mounts, server, dirty):
     assert server_memories(server, store)["/a.md"] == expected
 
 
+def test_their_new_file_read_for_a_conflict_while_ours_moves_away_shows_at_the_next_poll(
+        mounts, server):
+    """Our c.md is not pushed yet when another writer creates c.md. A full listing meets
+    theirs and reads it for the conflict; while that read is held, our c.md is renamed to
+    x.md, so the conflict no longer applies (deferred). Their c.md still reaches the tree
+    at the next poll, which reads it again (before, only the next full listing showed it,
+    10 minutes on: the feed had shown it already)."""
+    store = mounts.new_store()
+    m = mounts.mount(store, "--poll-interval", "3600", "--no-prefetch",
+                     "--write-back-delay", "3600")
+    (m.path / "c.md").write_text("ours\n")
+    theirs = server.sdk().beta.memory_stores.memories.create(store, path="/c.md",
+                                                             content="theirs\n")
+    with Gate(server) as gate:
+        gate.hold("GET", rf"/memory_stores/{store}/memories/{theirs.id}$", count=1)
+        syncing = threading.Thread(target=lambda: m.sync_now(full=True))
+        syncing.start()
+        try:
+            gate.wait_held(1)                       # their c.md read for the conflict
+            os.rename(m.path / "c.md", m.path / "x.md")
+            gate.release()
+        finally:
+            syncing.join(60)
+    assert not syncing.is_alive()
+    m.sync_now()                                    # a poll of the feed
+    assert cat(m.path / "c.md") == "theirs\n"
+    assert cat(m.path / "x.md") == "ours\n"
+    assert conflicts(m) == []
+    flush(m)
+    assert server_memories(server, store) == {"/c.md": "theirs\n", "/x.md": "ours\n"}
+
+
 # -- defects 10 and 11: the unmount flush keeps going, and reports exactly ------------------------
 
 

@@ -620,3 +620,122 @@ async def test_a_create_landing_between_a_passs_question_and_its_listing_stays_d
         await eng.op_reconcile()
         assert eng.server() == {} and eng.user_tree() == {}
         assert eng.state.conflicts() == [] and eng.pusher.pending_total() == 0
+
+
+# -- a creation the server cannot tell from ours (decide.created_row) --
+
+
+async def _create_in_doubt_beside_theirs(eng, change, *, before=None, kind="fail") -> str:
+    """Another writer created /c.md holding v1 and then changed, moved or deleted it
+    (`change`), this mount listing none of it (nor what `before` did); then c.md is
+    written v1 here and its create meets a 503 (not applied; it may have been, for all
+    the mount knows), or gets no answer and lands only when the test says
+    (`kind="late"`). Returns their id."""
+    await eng.op_reconcile()
+    if before is not None:
+        await before()
+    await eng.op_r_create("/c.md", "v1")
+    theirs = eng.server()["/c.md"][0]
+    await change()
+    eng.transport.rules = [FaultRule(lambda r: r.method == "POST", kind=kind, late_after=1000,
+                                     origins=("setup",), times=1)]
+    await eng.op_write("/c.md", "v1")
+    await eng.op_push()
+    assert eng.state.doubts
+    eng.transport.rules = []
+    return theirs
+
+
+async def test_a_create_in_doubt_whose_like_memory_was_deleted_since_keeps_the_file(tmp_path):
+    """Their creation of c.md (v1) is listed among the versions since the create was
+    sent: ours or theirs, the server cannot say, and that memory is gone. The file's
+    bytes are kept as a conflict, the memory's state stands (the file goes with it, as
+    their delete asks if the create was ours) and nothing is sent again."""
+    async with harness(tmp_path) as eng:
+        theirs = await _create_in_doubt_beside_theirs(
+            eng, lambda: eng.op_r_delete("/c.md"))
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert sent(eng, first) == ["GET memory_versions", f"GET {theirs}"]
+        assert not eng.state.doubts
+        [row] = eng.state.conflicts()
+        assert (row["path"], row["memory_id"], row["local_sha"], row["remote_sha"]) == (
+            "/c.md", theirs, sha256(data("v1")), None)
+        assert "cannot tell whether it was ours" in row["reason"]
+        assert theirs in eng.reconciler.feed.rechecks  # the next poll reads it again
+        await eng.op_reconcile()
+        assert eng.tree_sha("/c.md") is None and eng.server() == {}
+        await eng.op_restore("/c.md")
+        await eng.op_push()
+        [(mid, sha)] = eng.server().values()
+        assert mid != theirs and sha == sha256(data("v1")) == eng.tree_sha("/c.md")
+
+
+async def test_a_create_in_doubt_whose_like_memory_was_edited_since_keeps_the_file(tmp_path):
+    """The same, their memory edited since: it stands in the tree, the file's v1 is kept
+    as a conflict against their edit."""
+    async with harness(tmp_path) as eng:
+        theirs = await _create_in_doubt_beside_theirs(
+            eng, lambda: eng.op_r_edit("/c.md", "theirs"))
+        await eng.op_age()
+        await eng.pusher.push_pass()
+        [row] = eng.state.conflicts()
+        assert (row["path"], row["memory_id"], row["local_sha"], row["remote_sha"]) == (
+            "/c.md", theirs, sha256(data("v1")), sha256(data("theirs")))
+        await eng.op_reconcile()
+        assert eng.server() == {"/c.md": (theirs, sha256(data("theirs")))}
+        assert eng.tree_sha("/c.md") == sha256(data("theirs"))
+        assert eng.node("/c.md").memory_id == theirs and not eng.state.doubts
+
+
+async def test_a_create_in_doubt_whose_like_memory_holds_its_bytes_is_adopted(tmp_path):
+    """Their creation of c.md (v1) still holds v1, moved to d.md: ours or theirs makes no
+    difference (adopting loses nothing), and the file follows it at once, young or not:
+    no conflict, nothing sent again."""
+    async with harness(tmp_path) as eng:
+        theirs = await _create_in_doubt_beside_theirs(
+            eng, lambda: eng.op_r_rename("/c.md", "/d.md"))
+        await eng.pusher.push_pass()
+        assert not eng.state.doubts and not eng.state.conflicts()
+        await eng.op_reconcile()
+        assert eng.server() == {"/d.md": (theirs, sha256(data("v1")))}
+        assert eng.node("/d.md").memory_id == theirs and eng.tree_sha("/c.md") is None
+
+
+async def test_a_create_in_doubt_prefers_the_creation_that_still_holds_its_bytes(tmp_path):
+    """Two creations of c.md holding v1 are listed: theirs, deleted since (newest), and
+    another still holding v1 (moved to d.md). The one that holds our bytes is taken, with
+    no conflict."""
+    async with harness(tmp_path) as eng:
+        async def moved_away():
+            await eng.op_r_create("/c.md", "v1")
+            await eng.op_r_rename("/c.md", "/d.md")
+
+        await _create_in_doubt_beside_theirs(eng, lambda: eng.op_r_delete("/c.md"),
+                                             before=moved_away)
+        await eng.op_age()
+        await eng.pusher.push_pass()
+        assert not eng.state.doubts and not eng.state.conflicts()
+        await eng.op_reconcile()
+        kept = eng.server()["/d.md"][0]
+        assert eng.node("/d.md").memory_id == kept and eng.tree_sha("/c.md") is None
+
+
+async def test_a_young_create_in_doubt_beside_a_like_memory_deleted_since_waits_for_its_own(
+        tmp_path):
+    """As above, but the create got no answer at all (it may still land): the pass only
+    asks, nothing is kept or sent. Then it lands, and the next pass finds it: the newest
+    creation holding our bytes, taken as ours, with no conflict."""
+    async with harness(tmp_path) as eng:
+        theirs = await _create_in_doubt_beside_theirs(
+            eng, lambda: eng.op_r_delete("/c.md"), kind="late")
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert sent(eng, first) == ["GET memory_versions", f"GET {theirs}"]
+        assert eng.state.doubts and not eng.state.conflicts()
+        await eng.op_age()  # it lands now
+        await eng.pusher.push_pass()
+        assert not eng.state.doubts and not eng.state.conflicts()
+        [(mid, sha)] = eng.server().values()
+        assert mid != theirs and eng.node("/c.md").memory_id == mid
+        assert sha == sha256(data("v1")) == eng.tree_sha("/c.md")

@@ -309,6 +309,9 @@ class Doubt(Enum):
     #                                ask again (nothing more is sent for its file meanwhile)
     SUPERSEDED = "superseded"      # applied before, but the base was set since from a
     #                                later read (a conflict settled on it): that stands
+    OVERTAKEN = "overtaken"        # a create's: a memory created with its bytes at its
+    #                                path, since changed or deleted by another writer
+    #                                (`created_row`): its state stands, ours is kept
 
 
 @dataclass(frozen=True)
@@ -352,3 +355,26 @@ def doubt_row(written: tuple[str | None, str], head: Seen | None, since_sent: li
         if v.operation != "deleted" and holds(written, v.path, v.sha):
             return Doubt.SUPERSEDED if base_moved else Doubt.APPLIED_BEFORE
     return Doubt.NOT_YET if young else Doubt.NOT_APPLIED
+
+
+def created_row(written: tuple[str | None, str], created: Seen | None, now: Seen | None, *,
+                young: bool = False) -> Doubt:
+    """A create in doubt wrote `written`; `created`: a memory this mount never knew,
+    created since the request went out with those bytes at that path (None: none);
+    `now`: that memory as the server holds it now (None: deleted).
+
+    Its creation is our create's, or another writer's of the same bytes at the same
+    path a little earlier (`models.SKEW`): the server cannot tell the two apart. While
+    the memory holds those bytes it makes no difference (adopting it loses nothing).
+    Once another writer changed or deleted it, it does: taken as ours, their change
+    wins over the file (an edit replaces it, a delete removes it), which for a
+    stranger's create silently loses what the user wrote; taken as theirs, our create
+    is sent again, and for our own create that brings back what another writer
+    deleted. Neither is safe, so the memory's state stands in the tree and the file's
+    bytes are kept as a conflict (OVERTAKEN). While the request is young, our own
+    create may still land: it is asked about again."""
+    if created is None:
+        return Doubt.NOT_YET if young else Doubt.NOT_APPLIED
+    if now is not None and now.sha == written[1]:  # holds our bytes (where it went, too)
+        return Doubt.APPLIED if holds(written, now.path, now.sha) else Doubt.APPLIED_BEFORE
+    return Doubt.NOT_YET if young else Doubt.OVERTAKEN

@@ -176,6 +176,26 @@ class SyncTransitions:
             return
         self.push_not_applied(ticket)
 
+    def push_overtaken(self, ticket: PushTicket, remote: Remote, remote_sha: str | None,
+                       reason: str) -> tuple[int, str] | None:
+        """ticket's create is taken as having made `remote` (as created), which another
+        writer has changed since (to remote_sha) or deleted (None): whether it was ours,
+        the server cannot tell (`decide.created_row`). Its answer is applied, so the
+        memory's state stands and nothing deleted comes back; the file, if it still holds
+        what the create wrote, first has those bytes kept as a conflict, so that what the
+        user wrote survives a stranger's create taken for ours. (conflict id, path) or
+        None when nothing needed keeping."""
+        kept = None
+        with self.batch():
+            node = self.ticket_node(ticket)
+            if node is not None and node.memory_id is None and self.in_tree(node) \
+                    and node.sha == ticket.sha:
+                path = self.path_of(node)
+                kept = (self._add_conflict(path, remote.id, ticket.sha, remote_sha, reason),
+                        path)
+            self.push_landed(ticket, remote)
+        return kept
+
     def push_not_applied(self, ticket: PushTicket) -> None:
         """The request of ticket never took effect (the server shows no trace of it):
         forget it; whatever its file holds now goes out as if it had never been sent."""

@@ -25,14 +25,18 @@ What it costs: one `GET` per update in doubt (plus the memory's versions since i
 was sent when the memory no longer holds our write), and for all the creates in
 doubt together one listing of the versions created since the oldest was sent
 (`operation=created`, newest first, `models.SKEW` earlier to allow for the server's
-clock). Doubts are rare: only a request that got no answer makes one.
+clock), plus one `GET` of the memory each such creation of a create's bytes at its
+path made: another writer's create of the same bytes there a little earlier looks
+the same, which matters only once that memory changed or went (`decide.created_row`).
+Doubts are rare: only a request that got no answer makes one.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from memfs.api import errors as api_errors
@@ -51,6 +55,9 @@ class Resolved:
 
     resolved: int = 0
     applied: int = 0
+    #: Memories whose state the next poll must read again, whatever the feed has shown:
+    #: a creation taken as ours once another writer had changed or deleted it (OVERTAKEN).
+    reread: list[str] = field(default_factory=list)
 
 
 async def resolve(ctx: SyncContext) -> Resolved:
@@ -102,7 +109,7 @@ def wait_left(ctx: SyncContext) -> float | None:
 
 
 def _apply(ctx: SyncContext, ticket: PushTicket, row: decide.Doubt,
-           remote: Remote | None, done: Resolved) -> None:
+           remote: Remote | None, done: Resolved, *, now: Memory | None = None) -> None:
     st = ctx.state
     if row is decide.Doubt.NOT_YET:
         log.info("request in doubt for %s: no trace on the server yet; asked again until "
@@ -118,6 +125,19 @@ def _apply(ctx: SyncContext, ticket: PushTicket, row: decide.Doubt,
     if row is decide.Doubt.NOT_APPLIED or remote is None:
         log.info("request in doubt for %s: not applied on the server", ticket.path)
         st.push_not_applied(ticket)
+        return
+    if row is decide.Doubt.OVERTAKEN:
+        what = "deleted" if now is None else "changed"
+        kept = st.push_overtaken(ticket, remote, None if now is None else now.content_sha256,
+                                 f"created here, its answer lost; a memory created with the "
+                                 f"same bytes at that path was {what} by another writer "
+                                 "since, and the server cannot tell whether it was ours")
+        if kept is not None:
+            ctx.status.note(f"conflict #{kept[0]} at {kept[1]}: could not tell whether its "
+                            f"create made the memory another writer has {what} since; the "
+                            "server's state is in the tree, yours is kept (memfs conflicts)")
+        done.reread.append(remote.id)
+        ctx.kick_reconcile()
         return
     log.info("request in doubt for %s: applied on the server (%s); its lost answer is "
              "applied now", ticket.path, remote.id)
@@ -182,7 +202,8 @@ async def _resolve_update(ctx: SyncContext, ticket: PushTicket, done: Resolved) 
 
 async def _resolve_creates(ctx: SyncContext, tickets: list[PushTicket],
                            done: Resolved) -> None:
-    """One read of the versions created since the oldest create in doubt was sent."""
+    """One read of the versions created since the oldest create in doubt was sent, and
+    of each memory found there, its head (`decide.created_row`)."""
     since = versions_since(min(t.sent_at for t in tickets))
 
     async def read() -> list[MemoryVersion]:
@@ -200,10 +221,32 @@ async def _resolve_creates(ctx: SyncContext, tickets: list[PushTicket],
         mine = [v for v in created if decide.holds(ticket.written, v.path, v.content_sha256)
                 and v.memory_id not in st.by_memory and v.memory_id not in st.tombstones
                 and v.memory_id not in st.known]
-        row = decide.doubt_row(ticket.written, None, [_seen(v) for v in mine],
-                               young=_young(ctx, ticket))
+        found = await _ask(ctx, f"the create of {ticket.path}", functools.partial(
+            _first_holding, ctx, mine, ticket.sha)) if mine else (None, None)
+        if found is None:
+            continue
+        version, head = found
+        row = decide.created_row(ticket.written, _seen(version) if version else None,
+                                 _seen(head) if head else None, young=_young(ctx, ticket))
         remote = None
-        if row is decide.Doubt.APPLIED_BEFORE:  # (a create's: found among the versions)
-            v = mine[0]  # the newest (newest first)
-            remote = Remote(v.memory_id, v.path, v.content_sha256, v.content_size_bytes or 0)
-        _apply(ctx, ticket, row, remote, done)
+        if version is not None:
+            remote = Remote(version.memory_id, version.path, version.content_sha256,
+                            version.content_size_bytes or 0)
+        _apply(ctx, ticket, row, remote, done, now=head)
+
+
+async def _first_holding(ctx: SyncContext, versions: list[MemoryVersion], sha: str,
+                         ) -> tuple[MemoryVersion | None, Memory | None]:
+    """The first (newest) creation whose memory still holds sha, with that memory;
+    else the newest, with its memory now (None: deleted)."""
+    first: tuple[MemoryVersion | None, Memory | None] = (None, None)
+    for v in versions:
+        try:
+            head = await ctx.client.get_memory(ctx.store_id, v.memory_id, view="basic")
+        except api_errors.NotFoundError:
+            head = None
+        if head is not None and head.content_sha256 == sha:
+            return v, head
+        if first[0] is None:
+            first = (v, head)
+    return first

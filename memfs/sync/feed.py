@@ -193,11 +193,13 @@ class Feed:
 
     def recheck(self, memory_id: str) -> None:
         """A memory whose server side this mount could not take when the feed showed it:
-        its row waited for a file's unsaved writes (the reconciler), or a delete of it
-        was refused because another writer changed it, whose version wins (the pusher).
-        The feed will not show that version again: the next poll names the memory,
-        whatever the versions say (one GET), and the reconciler applies its row (while
-        the file stays open with unsaved writes, one GET a poll)."""
+        its row waited for a file's unsaved writes (the reconciler), a delete of it
+        was refused because another writer changed it, whose version wins (the pusher),
+        or a create in doubt was found to have made it after another writer changed or
+        deleted it (`decide.created_row`, OVERTAKEN). The feed will not show that
+        version again: the next poll names the memory, whatever the versions say (one
+        GET), and the reconciler applies its row (while the file stays open with unsaved
+        writes, one GET a poll)."""
         self.rechecks.add(memory_id)
 
     def ours(self, version_id: str) -> None:

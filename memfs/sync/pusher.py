@@ -216,6 +216,9 @@ class Pusher:
                     done = await doubts.resolve(self.ctx)
                     result.progress += done.resolved
                     result.pushed += done.applied  # the change did reach the server
+                    if self.feed is not None:
+                        for mid in done.reread:
+                            self.feed.recheck(mid)
                 except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
                     result.offline = exc
                     result.left = self.pending_total()

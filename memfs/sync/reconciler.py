@@ -138,7 +138,10 @@ class Reconciler:
                 return
             # A request whose answer was lost: what the server did is ours, not a
             # stranger's change (a memory our lost create made is not "new").
-            ctx.status.pushed += (await doubts.resolve(ctx)).applied
+            done = await doubts.resolve(ctx)
+            ctx.status.pushed += done.applied
+            for mid in done.reread:
+                self.feed.recheck(mid)
             started = time.time()
             since = self.state.epoch
             self._blocked = []
@@ -398,7 +401,9 @@ class Reconciler:
             await ctx.settle_conflict(at_path, m.id, "another writer created the same path",
                                       gen=at_path.gen)
         except Deferred:
-            pass  # changed meanwhile: the next pass decides again
+            # Changed meanwhile (written, or moved away while the memory was read): the
+            # next pass decides again, and the feed will not show this memory again.
+            self._waited.add(m.id)
 
     async def _known(self, node: Node, m: Memory, since: int | None) -> None:
         st, ctx = self.state, self.ctx
