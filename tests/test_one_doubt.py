@@ -655,9 +655,13 @@ async def test_a_create_in_doubt_whose_like_memory_was_deleted_since_keeps_the_f
         theirs = await _create_in_doubt_beside_theirs(
             eng, lambda: eng.op_r_delete("/c.md"))
         first = len(eng.transport.records)
+        sub = Subscriber()
+        eng.ctx.events.attach(sub)
         await eng.pusher.push_pass()
         assert sent(eng, first) == ["GET memory_versions", f"GET {theirs}"]
         assert not eng.state.doubts
+        event = sub.receive.receive_nowait()  # `memfs watch` hears the conflict
+        assert (event.kind, event.path, event.memory_id) == ("conflict", "/c.md", theirs)
         [row] = eng.state.conflicts()
         assert (row["path"], row["memory_id"], row["local_sha"], row["remote_sha"]) == (
             "/c.md", theirs, sha256(data("v1")), None)
@@ -677,8 +681,12 @@ async def test_a_create_in_doubt_whose_like_memory_was_edited_since_keeps_the_fi
     async with harness(tmp_path) as eng:
         theirs = await _create_in_doubt_beside_theirs(
             eng, lambda: eng.op_r_edit("/c.md", "theirs"))
-        await eng.op_age()
+        sub = Subscriber()
+        eng.ctx.events.attach(sub)
         await eng.pusher.push_pass()
+        event = sub.receive.receive_nowait()
+        assert (event.kind, event.path, event.memory_id) == ("conflict", "/c.md", theirs)
+        assert event.version_id == eng.db.get_memory(eng.store_id, theirs)["memory_version_id"]
         [row] = eng.state.conflicts()
         assert (row["path"], row["memory_id"], row["local_sha"], row["remote_sha"]) == (
             "/c.md", theirs, sha256(data("v1")), sha256(data("theirs")))
@@ -713,7 +721,6 @@ async def test_a_create_in_doubt_prefers_the_creation_that_still_holds_its_bytes
 
         await _create_in_doubt_beside_theirs(eng, lambda: eng.op_r_delete("/c.md"),
                                              before=moved_away)
-        await eng.op_age()
         await eng.pusher.push_pass()
         assert not eng.state.doubts and not eng.state.conflicts()
         await eng.op_reconcile()

@@ -181,7 +181,7 @@ class SyncContext:
                                      gen=gen, tombstone_own=tombstone_own)
         path = self.state.path_of(node)
         if cid is not None:
-            self.events.conflict(path, full)
+            self.events.conflict(path, full.id, full.memory_version_id or None)
             self.status.note(f"conflict #{cid} at {path}: {reason}; the server's version is in "
                              f"the tree, yours is kept (memfs conflicts)")
         self.invalidate(("inode", node.ino))

@@ -133,6 +133,7 @@ def _apply(ctx: SyncContext, ticket: PushTicket, row: decide.Doubt,
                                  f"same bytes at that path was {what} by another writer "
                                  "since, and the server cannot tell whether it was ours")
         if kept is not None:
+            ctx.events.conflict(kept[1], remote.id, now.memory_version_id if now else None)
             ctx.status.note(f"conflict #{kept[0]} at {kept[1]}: could not tell whether its "
                             f"create made the memory another writer has {what} since; the "
                             "server's state is in the tree, yours is kept (memfs conflicts)")

@@ -137,11 +137,11 @@ class EventBus:
             self._emit("pushed", path, memory_id=memory.id if memory else memory_id,
                        version_id=memory.memory_version_id if memory else None)
 
-    def conflict(self, path: str, memory: Memory) -> None:
-        """The server's version won a conflict at `path`; the local one was kept aside."""
+    def conflict(self, path: str, memory_id: str, version_id: str | None) -> None:
+        """The server's version (`version_id`; None: the memory was deleted) won a
+        conflict at `path`; the local one was kept aside."""
         if self.subscribers:
-            self._emit("conflict", path, memory_id=memory.id,
-                       version_id=memory.memory_version_id or None)
+            self._emit("conflict", path, memory_id=memory_id, version_id=version_id)
 
     # -- readers -------------------------------------------------------------------------
 
