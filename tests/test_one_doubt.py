@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 import trio
 from interleave import FaultRule, age_tombstones
 from onepass import data, harness, lost_update, sent, synced
@@ -220,6 +221,7 @@ async def test_a_create_in_doubt_skips_a_like_memory_created_before_it_was_sent(
         assert sent(eng, first) == ["GET memory_versions", "POST memories"]
         assert eng.transport.records[first].query["created_at[gte]"] == models.versions_since(
             ticket.sent_at)
+        assert eng.transport.records[first].query["operation"] == "created"
         assert result.pushed == 1 and not eng.state.doubts
         mid = eng.node("/a.md").memory_id
         assert mid != theirs
@@ -659,13 +661,19 @@ async def test_a_create_in_doubt_whose_like_memory_was_deleted_since_keeps_the_f
         eng.ctx.events.attach(sub)
         await eng.pusher.push_pass()
         assert sent(eng, first) == ["GET memory_versions", f"GET {theirs}"]
+        assert eng.transport.records[first + 1].query["view"] == "basic"  # no content
         assert not eng.state.doubts
         event = sub.receive.receive_nowait()  # `memfs watch` hears the conflict
         assert (event.kind, event.path, event.memory_id) == ("conflict", "/c.md", theirs)
         [row] = eng.state.conflicts()
         assert (row["path"], row["memory_id"], row["local_sha"], row["remote_sha"]) == (
             "/c.md", theirs, sha256(data("v1")), None)
-        assert "cannot tell whether it was ours" in row["reason"]
+        assert row["reason"].endswith("was deleted by another writer since, and the server "
+                                      "cannot tell whether it was ours")
+        assert any(n.endswith(f"conflict #{row['id']} at /c.md: could not tell whether its "
+                              "create made the memory another writer has deleted since; the "
+                              "server's state is in the tree, yours is kept (memfs conflicts)")
+                   for n in eng.ctx.status.warnings)
         assert theirs in eng.reconciler.feed.rechecks  # the next poll reads it again
         await eng.op_reconcile()
         assert eng.tree_sha("/c.md") is None and eng.server() == {}
@@ -690,6 +698,7 @@ async def test_a_create_in_doubt_whose_like_memory_was_edited_since_keeps_the_fi
         [row] = eng.state.conflicts()
         assert (row["path"], row["memory_id"], row["local_sha"], row["remote_sha"]) == (
             "/c.md", theirs, sha256(data("v1")), sha256(data("theirs")))
+        assert "was changed by another writer since" in row["reason"]
         await eng.op_reconcile()
         assert eng.server() == {"/c.md": (theirs, sha256(data("theirs")))}
         assert eng.tree_sha("/c.md") == sha256(data("theirs"))
@@ -746,3 +755,87 @@ async def test_a_young_create_in_doubt_beside_a_like_memory_deleted_since_waits_
         [(mid, sha)] = eng.server().values()
         assert mid != theirs and eng.node("/c.md").memory_id == mid
         assert sha == sha256(data("v1")) == eng.tree_sha("/c.md")
+
+
+async def test_a_create_in_doubt_reads_no_memory_created_since_elsewhere(tmp_path):
+    """c.md's create met a 503; meanwhile another writer created z.md (this mount has not
+    listed it). The versions created since show z.md only: no memory of our path and
+    bytes, nothing read, and the create goes out again."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", kind="fail",
+                                         origins=("setup",), times=1)]
+        await eng.op_write("/c.md", "v1")
+        await eng.op_push()
+        await eng.op_r_create("/z.md", "v1")
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert sent(eng, first) == ["GET memory_versions", "POST memories"]
+        assert not eng.state.doubts and not eng.state.conflicts()
+        assert eng.node("/c.md").memory_id not in (None, eng.server()["/z.md"][0])
+
+
+async def test_a_create_in_doubt_whose_like_memory_cannot_be_read_waits_alone(tmp_path):
+    """Two creates in doubt: c.md's, with another writer's creation of the same bytes
+    there (deleted since), and e.md's, with none. Reading their memory is refused (403):
+    c.md's doubt waits, said so, and e.md's is settled all the same (sent again)."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_r_create("/c.md", "v1")
+        theirs = eng.server()["/c.md"][0]
+        await eng.op_r_delete("/c.md")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", kind="fail",
+                                         origins=("setup",), times=2)]
+        await eng.op_write("/c.md", "v1")
+        await eng.op_write("/e.md", "v2")
+        await eng.op_push()
+        assert len(eng.state.doubts) == 2
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id == theirs,
+                                         origins=("setup",), times=1)]
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert sent(eng, first) == ["GET memory_versions", f"GET {theirs}", "POST memories"]
+        [ticket] = eng.state.doubts.values()
+        assert ticket.path == "/c.md" and not eng.state.conflicts()
+        assert eng.server()["/e.md"][1] == sha256(data("v2"))
+        [note] = [n.split(" ", 1)[1] for n in eng.ctx.status.warnings if "cannot tell" in n]
+        assert note.startswith("cannot tell whether the create of /c.md reached the server (")
+
+
+async def test_a_create_in_doubt_among_like_memories_all_changed_keeps_the_newests(tmp_path):
+    """Two creations of c.md holding v1, neither holding it now: the older edited, the
+    newer deleted. The conflict names the newest (the likeliest to be ours)."""
+    async with harness(tmp_path) as eng:
+        async def edited_away():
+            await eng.op_r_create("/c.md", "v1")
+            await eng.op_r_rename("/c.md", "/d.md")
+            await eng.op_r_edit("/d.md", "theirs")
+
+        theirs = await _create_in_doubt_beside_theirs(
+            eng, lambda: eng.op_r_delete("/c.md"), before=edited_away)
+        await eng.pusher.push_pass()
+        [row] = eng.state.conflicts()
+        assert (row["memory_id"], row["remote_sha"]) == (theirs, None)
+
+
+@pytest.mark.parametrize("change", ["edit", "unlink"])
+async def test_a_create_in_doubt_overtaken_after_the_file_changed_keeps_nothing_more(
+        tmp_path, change):
+    """The same as the first of these, but c.md was edited (v2) or removed here after its
+    create went out: what the create wrote is no longer the user's latest, so nothing is
+    kept of it. The memory's deletion stands; an edited c.md goes out as a new file, a
+    removed one stays removed."""
+    async with harness(tmp_path) as eng:
+        await _create_in_doubt_beside_theirs(eng, lambda: eng.op_r_delete("/c.md"))
+        if change == "edit":
+            await eng.op_write("/c.md", "v2")
+        else:
+            await eng.op_unlink("/c.md")
+        await eng.pusher.push_pass()
+        assert not eng.state.doubts and not eng.state.conflicts()
+        await eng.op_reconcile()
+        await eng.op_push()
+        await eng.op_reconcile()
+        want = {"/c.md": sha256(data("v2"))} if change == "edit" else {}
+        assert {p: sha for p, (_mid, sha) in eng.server().items()} == want
+        assert eng.tree_sha("/c.md") == want.get("/c.md") and not eng.state.conflicts()
