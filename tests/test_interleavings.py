@@ -400,6 +400,16 @@ SCENARIOS = [
             "had shown it) until the next full listing, minutes later. Now the next poll "
             "reads it again (`Reconciler._waited`)"),
     Scenario(
+        "their_edit_alike_while_mine_is_out_then_mine_again",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md", "same")],
+        "push", [("write", "/a.md")], second=[("r_edit", "/a.md"), ("r_edit", "/a.md", "same")],
+        doc="found by Hypothesis (4 December, night), a fault of the oracle: our update to "
+            "'same' is out, the user writes again, another writer edits the memory and then "
+            "writes 'same' too; ours meets bytes equal to its own (200 whatever its "
+            "precondition, no version: the API's no-op) and the user's next edit goes over "
+            "them without conflict, as over ours. By content their 'same' is ours: not "
+            "lost"),
+    Scenario(
         "restore_after_the_conflicted_file_moved",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md"),
          ("r_edit", "/a.md")], "push", [("rename", "/a.md", "/c.md")],
