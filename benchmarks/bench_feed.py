@@ -9,9 +9,15 @@ Side by side in one run, against one `memfs serve` (--latency ms added per reque
    again ("idle again": the same mount, the same size of state, nothing running). The same
    with `--no-feed` as a reference (A/B, interleaved).
 2. creates/s into a store of --burst memories (default 1,500) written through the SDK just
-   before the mount, at each of --at seconds after the burst's end (default 2,12,24: inside
-   the feed's 30 s lookback; the last one where the burst's versions start to settle), a fresh
-   store each time. The empty store of 1. is the baseline, measured in the same repetition.
+   before the mount, at each of --at seconds after the burst's end (default 0.1, 0.4 and
+   0.8 of the lookback: inside it; the last one where the burst's versions start to settle),
+   a fresh store each time. The empty store of 1. is the baseline, measured in the same
+   repetition.
+
+The feed's lookback is --lookback (default 10 s; a mount's default is 30, `--feed-lookback`),
+so that a burst settles in 10 s of the feed's clock rather than 30: what a poll costs, and
+what a copy meets, depend on where in the window the burst lies, not on how long the window
+is, as long as the burst fits inside it (the script says when one did not).
 
 Creates/s on a shared 2-core machine moves 2-fold between repetitions: every ratio is taken
 within one repetition (the copy and its reference a few seconds apart, the order of the
@@ -20,12 +26,12 @@ variants alternating), and the report gives the median of those ratios with thei
 copy, `cpu_seconds`), which other load disturbs far less than wall time.
 3. An idle mount (--poll-interval 1) right after --changes creates made through it (default
    1,000): each poll's requests and response bytes, as the mount itself counts them (`memfs
-   status --json`, feed.polls), for --watch seconds after its push pass ended (default 40:
-   through the moment the burst settles, and after). With --polls N (--quick: 8) the
-   benchmark asks for N polls at once instead (the mount's `sync` control request, as
-   `memfs mcp` sends it): a poll inside the lookback costs the same whenever it runs, so
-   there is no interval to sit through; only the settling, 30 s of the feed's own clock,
-   needs the watch.
+   status --json`, feed.polls), for --watch seconds after its push pass ended (default the
+   lookback and 10 s: through the moment the burst settles, and after). With --polls N
+   (--quick: 8) the benchmark asks for N polls at once instead (the mount's `sync` control
+   request, as `memfs mcp` sends it): a poll inside the lookback costs the same whenever it
+   runs, so there is no interval to sit through; only the settling, the lookback of the
+   feed's own clock, needs the watch.
 4. A quiet store, its newest write alone in its lookback window: requests and bytes of 6
    polls of a fresh mount (--poll-interval 1), asked for at once.
 5. What one push costs the daemon and the server (CPU per file over a pass, nothing else
@@ -67,8 +73,9 @@ from common import (
 
 KIB = 1024
 TARGET_RATIO = 0.9
-LOOKBACK_S = 30.0  # the feed's (memfs/sync/feed.py); not imported: --baseline has none
 IDLE_AGAIN_S = 2.0  # after a push pass ended, before the "idle again" copy
+#: The feed's lookback of this code's mounts (--lookback; main sets it).
+LOOKBACK_S = 10.0
 
 
 def parse_args() -> argparse.Namespace:
@@ -79,17 +86,22 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--burst", type=int, default=None,
                    help="memories written just before the mount in 2. (default 1500)")
     p.add_argument("--at", default=None,
-                   help="seconds after the burst's end of each cp in 2. (default 2,12,24)")
+                   help="seconds after the burst's end of each cp in 2. (default 0.1, 0.4 "
+                        "and 0.8 of the lookback)")
     p.add_argument("--changes", type=int, default=None,
                    help="creates made through the idle mount of 3. (default 1000)")
     p.add_argument("--watch", type=float, default=None,
-                   help="seconds of polls watched after 3.'s push pass (default 40)")
+                   help="seconds of polls watched after 3.'s push pass (default: the "
+                        "lookback and 10 s)")
     p.add_argument("--polls", type=int, default=None,
                    help="instead of --watch, this many polls asked for at once after 3.'s "
                         "push pass (default: watch; 8 with --quick and no --watch)")
     p.add_argument("--burst-watch", type=float, default=None,
                    help="seconds after the burst the first burst store's mount is kept, its "
-                        "CPU and polls counted (default 32: the feed's lookback and 2 s)")
+                        "CPU and polls counted (default: the lookback and 2 s)")
+    p.add_argument("--lookback", type=float, default=10.0,
+                   help="the feed's lookback in this code's mounts (`--feed-lookback`; a "
+                        "mount's default is 30 s; default 10)")
     p.add_argument("--repeat", type=int, default=None, help="repetitions of 1. and 2. "
                    "(default 5, 1 with --quick)")
     p.add_argument("--latency", type=float, default=0.0, help="ms added to every request")
@@ -101,9 +113,12 @@ def parse_args() -> argparse.Namespace:
     a = p.parse_args()
     if a.polls is None and a.watch is not None:
         a.polls = 0  # a --watch asked for is watched, --quick too
-    for name, full, quick in (("creates", 400, 60), ("burst", 1500, 150), ("at", "2,12,24", "2"),
-                              ("changes", 1000, 100), ("watch", 40.0, 8.0), ("repeat", 5, 1),
-                              ("burst_watch", LOOKBACK_S + 2, 4.0), ("polls", 0, 8)):
+    at = ",".join(f"{a.lookback * f:g}" for f in (0.1, 0.4, 0.8))
+    for name, full, quick in (("creates", 400, 60), ("burst", 1500, 150),
+                              ("at", at, f"{a.lookback * 0.1:g}"),
+                              ("changes", 1000, 100), ("watch", a.lookback + 10, 8.0),
+                              ("repeat", 5, 1), ("burst_watch", a.lookback + 2, 4.0),
+                              ("polls", 0, 8)):
         if getattr(a, name) is None:
             setattr(a, name, quick if a.quick else full)
     a.at_list = [float(x) for x in str(a.at).split(",") if x.strip()]
@@ -206,6 +221,8 @@ def mount(b, server, store: str, *args: str, code: pathlib.Path | None = None) -
     env["MEMFS_LOG_LEVEL"] = "INFO"
     if code is not None:
         env["PYTHONPATH"] = str(code)
+    else:  # a baseline checkout may not know the option (and, before issue 22, no feed)
+        args = (*args, "--feed-lookback", f"{LOOKBACK_S:g}")
     m = MountProc(mnt, store, env, tuple(args))
     b.callback(m.cleanup)
     m.mount()
@@ -294,8 +311,13 @@ def creates_after_burst(b, server, a, s: Samples, src, rep: int, at: float, vari
                  "--no-prefetch", code=code)
     store = new_store(server, f"feed-burst-{rep}-{at:g}-{variant}")
     burst = make_tree(a.burst, 0, seed=20 + rep, size_range=(500, 3500), name="burst")
+    began = time.monotonic()
     seed_store(server, store, burst)
     ended = time.monotonic()
+    if ended - began > a.lookback:
+        _Problems(s).problem(f"the burst took {ended - began:.1f} s, longer than the "
+                             f"{a.lookback:g} s lookback: part of it had settled (a longer "
+                             "--lookback measures it whole)")
     m = mount(b, server, store, "--no-prefetch", code=code)
     wait = ended + at - time.monotonic()
     if wait > 0:
@@ -411,9 +433,12 @@ def verdict(ok: bool) -> str:
 
 
 def main() -> int:
+    global LOOKBACK_S
     a = parse_args()
+    LOOKBACK_S = a.lookback
     started = time.perf_counter()
-    say(f"bench_feed: {a.creates} creates per cp, burst {a.burst}, at {a.at} s, "
+    say(f"bench_feed: {a.creates} creates per cp, burst {a.burst}, at {a.at} s of a "
+        f"{a.lookback:g} s lookback, "
         f"{a.changes} changes, " + (f"{a.polls} polls" if a.polls else f"watch {a.watch:g} s")
         + f", {a.repeat} repetitions, {a.latency:g} ms")
     machine, load0 = machine_line(), loadavg()
@@ -564,8 +589,8 @@ def main() -> int:
               "each poll after its push pass ended (s: since the copy began):", "",
               "| polls | requests/poll | bytes/poll (max) | versions read | target |",
               "|---|---|---|---|---|"]
-    inside = [p for p in after if p["since"] < 30]
-    outside = [p for p in after if p["since"] >= 30]
+    inside = [p for p in after if p["since"] < a.lookback]
+    outside = [p for p in after if p["since"] >= a.lookback]
     if inside:
         first, rest = inside[0], inside[1:]
         lines.append(f"| first (at {first['since']:.0f} s) | {first['requests']} | "
@@ -573,7 +598,7 @@ def main() -> int:
         if rest:
             worst = max(p["bytes"] for p in rest)
             values.append(("idle-after-burst bytes/poll max (2nd poll on)", worst))
-            lines.append(f"| 2nd to {len(inside)}th, within 30 s of the burst | "
+            lines.append(f"| 2nd to {len(inside)}th, within {a.lookback:g} s of the burst | "
                          f"{statistics.median(p['requests'] for p in rest):g} | {worst:,} | "
                          f"{max(p['versions'] for p in rest)} | <= 1 KiB: "
                          f"{verdict(worst <= KIB)} |")

@@ -11,15 +11,19 @@ server's own fault, `POST /_memfs/faults {"latency": s}`), on one store of 2,000
    (`reconcile_pass(full=True)`: the safety net every `--full-resync`), and of the SDK's
    reference folder sync (`SessionMemoryStores`: an idle sync pass, and its download).
    The idle feed poll is measured twice: right after the seeding (2,000 writes in a few
-   seconds, all within the feed's 30 s lookback: the head and the settling slice, two
+   seconds, all within the feed's lookback: the head and the settling slice, two
    requests; issue 22, see also bench_feed.py) and, after the store was left unwritten for
    --settle seconds, after one isolated SDK edit (the newest write alone in its window: the
-   usual idle store, one request).
+   usual idle store, one request). The feed's lookback is --lookback (default 10 s, where a
+   mount's default is 30: `--feed-lookback`), in process and in the mounts of 2., so that
+   the store settles in 11 s rather than 31; the seeding must fit inside it (the script
+   says when it did not). What a poll costs does not depend on the lookback's length.
 2. Requests per hour of an idle real mount (`memfs mount` with the defaults: feed mode,
-   --poll-interval 2), counted in the server's request log (`memfs serve --verbose`) over
-   `--window` seconds after the start-up listing and prefetch, extrapolated to an hour, plus
-   the full-resync contribution (a full listing every 600 s: 6 an hour, each costing the
-   requests measured in 1.); and the same for `--no-feed --poll-interval 2`.
+   --poll-interval 2; --feed-lookback as above), counted in the server's request log
+   (`memfs serve --verbose`) over `--window` seconds after the start-up listing and
+   prefetch, extrapolated to an hour, plus the full-resync contribution (a full listing
+   every 600 s: 6 an hour, each costing the requests measured in 1.); and the same for
+   `--no-feed --poll-interval 2`.
 3. Remote edit -> visible in the mount: SDK update of one memory, then `cat` of the file every
    5 ms until the new content shows, in both of those mounts; --samples edits each (default
    10), spread evenly over the poll cycle (stratified random pauses of 0-2 s before each).
@@ -83,7 +87,7 @@ def delta(client, before: dict, t0: float) -> dict:
 
 
 def memfs_idle(server, store_id: str, workdir: pathlib.Path, *, feed: bool, passes: int,
-               warmup: int = 0, full_passes: int = 0) -> dict:
+               lookback: float, warmup: int = 0, full_passes: int = 0) -> dict:
     """A first `reconcile_pass()` (a full listing that learns the tree and, in feed mode,
     anchors the feed), `warmup` uncounted passes, then `passes` idle passes; in feed mode also
     `full_passes` of `reconcile_pass(full=True)` (the periodic safety-net listing)."""
@@ -98,7 +102,7 @@ def memfs_idle(server, store_id: str, workdir: pathlib.Path, *, feed: bool, pass
         cache = BlobCache(workdir / "objects")
         client = MemoryStoresClient(server.base_url, server.api_key, max_retries=2)
         try:
-            opts = SyncOptions(feed=feed)
+            opts = SyncOptions(feed=feed, feed_lookback=lookback)
             rec = Reconciler(SyncContext(state, cache, client, store_id, opts))
             before, t0 = dict(client.stats), time.perf_counter()
             await rec.reconcile_pass()
@@ -339,21 +343,24 @@ def main() -> int:
                    help="seconds an idle mount is watched at the server (default 20, 3 quick)")
     p.add_argument("--settle", type=float, default=None,
                    help="seconds the store stays unwritten before the isolated edit and the "
-                        "idle feed polls (default the feed's lookback + 1 = 31; 0 with --quick)")
+                        "idle feed polls (default --lookback + 1 = 11; 0 with --quick)")
+    p.add_argument("--lookback", type=float, default=10.0,
+                   help="the feed's lookback, in process and in the mounts (`--feed-lookback`; "
+                        "a mount's default is 30 s; default 10)")
     p.add_argument("--samples", type=int, default=None,
                    help="remote edits per mount and latency (default 10, 1 with --quick)")
     p.add_argument("--markdown", type=pathlib.Path, help="write the tables to FILE (for "
                    "docs/BENCHMARKS.md)")
     args = finish_args(p.parse_args())
-    from memfs.sync.feed import LOOKBACK, MAX_VERSIONS
+    from memfs.sync.feed import MAX_VERSIONS
 
-    lookback = LOOKBACK.total_seconds()
+    lookback = args.lookback
     if args.samples is None:
         args.samples = 1 if args.quick else 10
     if args.window is None:
         args.window = 3.0 if args.quick else 20.0
     if args.settle is None:
-        args.settle = 0.0 if args.quick else lookback + 1
+        args.settle = 0.0 if args.quick else args.lookback + 1
     latencies = [float(x) for x in args.latency.split(",") if x.strip()]
     logging.basicConfig(level=logging.ERROR)  # the SDK sync logs a line per store at INFO
     started = time.perf_counter()
@@ -374,6 +381,10 @@ def main() -> int:
         seed_store(server, store, tree)
         quiet_since = time.perf_counter()  # the last write to the store
         say(f"seeded {len(tree)} memories in {fmt_s(quiet_since - t0)}")
+        if quiet_since - t0 > lookback:
+            rep.text(f"WARNING: the seeding took {quiet_since - t0:.1f} s, longer than the "
+                     f"{lookback:g} s lookback: the poll 'right after a burst' had only its last "
+                     "part unsettled (a longer --lookback measures it whole)")
         ids = memory_ids(server, store)
 
         # 1. idle poll, in process -------------------------------------------------------------
@@ -387,8 +398,9 @@ def main() -> int:
             say(f"idle poll at {ms:g} ms: SDK ({sdk_reps} runs), full listing, feed after the "
                 "seeding burst")
             sdk_runs = [sdk_idle_pass(server, store, b.path("sdk")) for _ in range(sdk_reps)]
-            full = memfs_idle(server, store, b.path("rec-full"), feed=False, passes=args.repeat)
-            burst = memfs_idle(server, store, b.path("rec-burst"), feed=True,
+            full = memfs_idle(server, store, b.path("rec-full"), feed=False, lookback=lookback,
+                              passes=args.repeat)
+            burst = memfs_idle(server, store, b.path("rec-burst"), feed=True, lookback=lookback,
                                passes=min(args.repeat, 3))
             idle[ms] = {"sdk": [r["idle"] for r in sdk_runs],
                         "sdk_dl": [r["download"] for r in sdk_runs],
@@ -410,7 +422,8 @@ def main() -> int:
             server.set_faults(latency=ms / 1000)
             say(f"idle poll at {ms:g} ms: feed, the newest write alone in its lookback window")
             idle[ms]["feed"] = memfs_idle(server, store, b.path("rec-feed"), feed=True,
-                                          passes=args.repeat, full_passes=min(args.repeat, 3))
+                                          lookback=lookback, passes=args.repeat,
+                                          full_passes=min(args.repeat, 3))
         for ms in latencies:
             d = idle[ms]
             fi, fu, ff, si = d["feed"]["idle"], d["full"]["idle"], d["feed"]["full"], d["sdk"]
@@ -474,11 +487,12 @@ def main() -> int:
             server.set_faults(latency=ms / 1000)
             full_cost = med(idle[ms]["feed"]["full"], "requests")
             for mode, margs in (("feed", ()), ("no-feed", ("--no-feed", "--poll-interval", "2"))):
-                label = ("feed, defaults (--poll-interval 2)" if mode == "feed"
+                label = (f"feed, defaults (--poll-interval 2; --feed-lookback {lookback:g})"
+                         if mode == "feed"
                          else "--no-feed --poll-interval 2")
                 say(f"mount ({label}) at {ms:g} ms: idle window {args.window:g} s, then "
                     f"{args.samples} remote edits")
-                m = b.mount(server, store, *margs)
+                m = b.mount(server, store, *margs, "--feed-lookback", f"{lookback:g}")
                 got = idle_window(server, m, args.window, 60.0)
                 secs = got.pop("_seconds")
                 n = sum(got.values())

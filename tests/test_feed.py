@@ -357,6 +357,30 @@ async def test_an_idle_poll_after_a_burst_stays_small(eng):
     assert len(eng.state.lookup_path("/burst").children) == 150
 
 
+async def test_a_shorter_lookback_settles_a_burst_that_much_sooner(make_engine):
+    """`--feed-lookback 2` (SyncOptions.feed_lookback, which a benchmark sets so as not to
+    sit through 30 s of the feed's clock): a burst is read once more, and the polls are
+    back to one request, 2 s after it by the server's clock, not 30; before that, it is
+    not."""
+    eng = await make_engine(feed_lookback=2.0)
+    assert eng.reconciler.feed.lookback == timedelta(seconds=2)
+    clock = fake_clock(eng)
+    await anchored(eng)
+    for i in range(20):
+        await eng.other.create_memory(eng.store_id, f"/burst/n{i:02}.md", f"{i}\n")
+    await eng.reconcile()                     # applies the burst
+    assert last_cost(eng).versions == 20
+    clock.skip(1.0)
+    await eng.reconcile()                     # 1 s on: still unsettled
+    assert last_cost(eng).versions < 20
+    clock.skip(2.0)
+    await eng.reconcile()                     # 3 s on: the burst settles, read once more
+    assert last_cost(eng).versions >= 20 and last_cost(eng).late == 0
+    await eng.reconcile()
+    assert last_cost(eng).requests == 1 and last_cost(eng).versions == 0
+    assert len(eng.state.lookup_path("/burst").children) == 20
+
+
 async def test_the_first_poll_after_a_listing_does_not_relist_a_recent_burst(eng,
                                                                               monkeypatch):
     """Writes made just before the full listing are in the listing. The polls after it
@@ -552,14 +576,14 @@ async def test_our_own_writes_are_known_by_their_version_ids(eng, monkeypatch):
     assert last_cost(eng).own == 20 and last_cost(eng).late == 0
 
 
-async def test_feed_catches_out_of_order_commits_under_random_edits(eng, monkeypatch):
+async def test_feed_catches_out_of_order_commits_under_random_edits(eng):
     """Another client keeps creating, editing, renaming and deleting, and some of its
     writes commit out of order (created up to the lookback before the newest version
     already committed). Once the lookback has passed, the tree equals a full listing;
     the safety net, run now and then, never finds anything the feed missed; and the
     late versions were read by the feed."""
     lookback = 0.6
-    monkeypatch.setattr(feed_module, "LOOKBACK", feed_module.timedelta(seconds=lookback))
+    eng.reconciler.feed.lookback = feed_module.timedelta(seconds=lookback)
     rng = random.Random(2222)
     eng.ctx.options.full_resync = 1.5
     await anchored(eng)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from memfs.core.mountconfig import (
     GroupConfig,
     GroupStore,
@@ -66,13 +68,14 @@ def test_the_json_keeps_its_old_keys_and_values():
         assert config_from_json(cfg.to_json()) == cfg
 
 
-def test_an_option_added_since_is_written_only_when_set():
-    """`--lost-answer-wait` came after that form: at its default it is left out (the JSON
-    an older memfs reads), set it goes across."""
+@pytest.mark.parametrize("name", SyncOptions.LATER)
+def test_an_option_added_since_is_written_only_when_set(name):
+    """`--lost-answer-wait` and `--feed-lookback` came after that form: at its default
+    each is left out (the JSON an older memfs reads), set it goes across."""
     cfg = store_config()
-    assert "lost_answer_wait" not in json.loads(cfg.to_json())["options"]
-    cfg.options.lost_answer_wait = 5.0
-    assert json.loads(cfg.to_json())["options"]["lost_answer_wait"] == 5.0
+    assert name not in json.loads(cfg.to_json())["options"]
+    setattr(cfg.options, name, 5.0)
+    assert json.loads(cfg.to_json())["options"][name] == 5.0
     assert config_from_json(cfg.to_json()) == cfg
 
 

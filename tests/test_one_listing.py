@@ -1462,7 +1462,7 @@ async def test_a_first_listing_does_not_show_another_clients_park_after_new_file
 
 
 async def test_a_listing_leaves_a_memory_changed_exactly_a_lookback_before_the_head_unread(
-        tmp_path, monkeypatch):
+        tmp_path):
     """Three memories written just before a full listing, the first exactly one lookback
     before the newest (the feed's head): the window the listing leaves unread starts
     after that write, so the listing counts two of them changed in it, not three. Two
@@ -1475,8 +1475,7 @@ async def test_a_listing_leaves_a_memory_changed_exactly_a_lookback_before_the_h
                  async for m in eng.ctx.client.list_memories(eng.store_id)}
         assert times["/a.md"] < times["/b.md"] < times["/c.md"]
         lookback = times["/c.md"] - times["/a.md"]  # the head is c.md's write
-        monkeypatch.setattr(feed_mod, "LOOKBACK", lookback)
-        monkeypatch.setattr(reconciler_mod, "LOOKBACK", lookback)
+        eng.reconciler.feed.lookback = lookback
         await eng.op_reconcile()
         feed = eng.reconciler.feed
         assert feed.position is not None and feed.unread_until == times["/c.md"]

@@ -145,6 +145,12 @@ def _metrics_addr(ctx, param, value: str | None) -> str | None:
               "before the change, if the server shows no trace of it, is taken as not "
               "applied and sent again (the server may still be at work on it; meanwhile "
               "nothing more is sent for that file or its path).")
+@click.option("--feed-lookback", type=click.FloatRange(0), default=30.0, show_default=True,
+              help="Seconds the server may take to commit a write after newer ones: the "
+              "change feed reads each stretch of time once more when it is this old. Lower "
+              "it only for a server that commits in order (`memfs serve` does); a "
+              "write committed later than this is found by the next full listing "
+              "(--full-resync).")
 @click.option("--show-meta", is_flag=True, help="List the read-only .memfs directory "
               "(version history) in the root; it is always reachable by name.")
 @click.option("--allow-non-empty", is_flag=True, help="Mount over a directory that holds "
@@ -161,7 +167,7 @@ def _metrics_addr(ctx, param, value: str | None) -> str | None:
 def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, base_url,
           api_key_file, read_only, foreground, cache_dir, write_back_delay, max_push_delay,
           delete_delay, poll_interval, full_resync, no_feed, deletes, no_prefetch, flush_timeout,
-          lost_answer_wait, show_meta, allow_non_empty, allow_partial, local_only,
+          lost_answer_wait, feed_lookback, show_meta, allow_non_empty, allow_partial, local_only,
           metrics_addr):
     """Mount STORE (an id, a name or a name's slug) at MOUNTPOINT; returns once the
     mount is live.
@@ -172,7 +178,8 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
                           poll_interval=poll_interval, deletes=deletes,
                           feed=not no_feed, full_resync=full_resync,
                           prefetch=not no_prefetch, read_only=read_only,
-                          show_meta=show_meta, lost_answer_wait=lost_answer_wait)
+                          show_meta=show_meta, lost_answer_wait=lost_answer_wait,
+                          feed_lookback=feed_lookback)
     owner = _owner(uid, gid)
     common = dict(flush_timeout=flush_timeout, allow_other=allow_other, owner=owner,
                   local_only_patterns=[*DEFAULT_LOCAL_ONLY_PATTERNS, *local_only],

@@ -33,11 +33,16 @@ class SyncOptions:
     #: be applied (a server that has not finished it yet): it is taken as never applied
     #: only this many seconds after its answer was lost (docs/SYNC.md, "Lost answers").
     lost_answer_wait: float = 30.0
+    #: How late (in `created_at` terms) the server may commit a version after newer ones:
+    #: the change feed reads each stretch of time once more when it is this old
+    #: (memfs/sync/feed.py). 30 s for the hosted API; shorter only for a server known to
+    #: commit sooner (a benchmark that must not sit through 30 s of the feed's clock).
+    feed_lookback: float = 30.0
     show_meta: bool = False  # list the virtual `.memfs` directory in the root's readdir
 
     #: Options added after the JSON's first form: written only when not their default,
     #: so that the JSON of a mount that does not set them is what an older memfs reads.
-    LATER = ("lost_answer_wait",)
+    LATER = ("lost_answer_wait", "feed_lookback")
 
     def to_dict(self) -> dict:
         d = asdict(self)

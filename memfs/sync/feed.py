@@ -3,21 +3,21 @@
 `GET /memory_versions` lists every write to the store (created, modified,
 deleted) newest first, filtered by `created_at[gte]` / `created_at[lte]`. A
 distributed service may commit a write out of timestamp order: a version may
-appear whose `created_at` is older than one already read, by up to LOOKBACK.
-Reading the whole lookback window again on every poll catches those, but costs
-every version of the last 30 s on every poll (issue 22). The feed instead keeps
-two cursors (docs/SYNC.md, "Reconciling", says why this is sound and what it
-costs):
+appear whose `created_at` is older than one already read, by up to the lookback
+(LOOKBACK, 30 s, unless the mount sets `--feed-lookback`). Reading the whole
+lookback window again on every poll catches those, but costs every version of the
+window on every poll (issue 22). The feed instead keeps two cursors (docs/SYNC.md,
+"Reconciling", says why this is sound and what it costs):
 
 - the **head** (`position`): every poll reads `created_at >= position`, the
   versions new since the last poll (and the one at `position` itself);
 - the **settled edge** (`confirmed`): every version created at or before it
-  has been read. A time becomes final once the server's clock is LOOKBACK past
+  has been read. A time becomes final once the server's clock is the lookback past
   it (nothing can still commit there); the server's clock is known from below
   by the newest version read and the local monotonic time since (`anchor`).
   Each poll also reads the slice that became final since the last one,
   `confirmed <= created_at <= min(final, position)`, once: a version committed
-  out of order is found there, at most LOOKBACK plus one poll interval after it
+  out of order is found there, at most the lookback plus one poll interval after it
   became visible, never later.
 
 Each version is thus read at most twice (when new, and when its time becomes
@@ -49,7 +49,8 @@ from memfs.api.client import MemoryStoresClient, tally
 from memfs.api.models import MemoryVersion, format_time, parse_time
 from memfs.sync.common import gather_bounded
 
-#: How late (in `created_at` terms) a version may commit after newer ones.
+#: How late (in `created_at` terms) a version may commit after newer ones: the default
+#: of `Feed.lookback` (a mount's `--feed-lookback`).
 LOOKBACK = timedelta(seconds=30)
 #: The hosted API keeps versions 30 days: a longer gap cannot be bridged by the feed.
 RETENTION = timedelta(days=30)
@@ -104,8 +105,12 @@ class PollCost:
 class Feed:
     client: MemoryStoresClient
     store_id: str
-    #: The local monotonic clock (replaceable in tests, to pass LOOKBACK without waiting).
+    #: The local monotonic clock (replaceable in tests, to pass the lookback without
+    #: waiting).
     clock: Callable[[], float] = time.monotonic
+    #: How late a version may commit after newer ones (`SyncOptions.feed_lookback`): a
+    #: time is final, and read once more, this long after it by the server's clock.
+    lookback: timedelta = LOOKBACK
     position: datetime | None = None            # the head; None: unknown, a listing is due
     confirmed: datetime = EPOCH                 # every version created at or before: read
     #: After a listing, the versions in (confirmed, unread_until] were never read: the
@@ -147,7 +152,7 @@ class Feed:
     def final(self, at: float | None = None) -> datetime | None:
         """Every version created at or before this time is visible now (None: unknown)."""
         now = self._server_now(self.clock() if at is None else at)
-        return None if now is None else now - LOOKBACK
+        return None if now is None else now - self.lookback
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -186,7 +191,7 @@ class Feed:
             start = min(position, then)
         self.position = start
         # What was final when the listing began was visible to it: settled.
-        settled = (start if then is None else then) - LOOKBACK
+        settled = (start if then is None else then) - self.lookback
         self.confirmed = max(EPOCH, settled) if position > EPOCH else EPOCH
         self.unread_until = position if position > EPOCH else None
         self.last_poll = self.clock()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import trio
 
@@ -32,7 +32,7 @@ from memfs.core.nodes import Node, Remote, is_parked
 from memfs.state.transitions import Deferred
 from memfs.sync import doubts
 from memfs.sync.common import SyncContext, gather_bounded
-from memfs.sync.feed import EPOCH, LOOKBACK, Change, Feed
+from memfs.sync.feed import EPOCH, Change, Feed
 from memfs.sync.pusher import local_of, remote_of
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,8 @@ class Reconciler:
         self.ctx = ctx
         self.state = ctx.state
         self._parked_since: dict[str, float] = {}
-        self.feed = Feed(ctx.client, ctx.store_id, learn=ctx.events.learn)
+        self.feed = Feed(ctx.client, ctx.store_id, learn=ctx.events.learn,
+                         lookback=timedelta(seconds=ctx.options.feed_lookback))
         self.last_full: float | None = None  # monotonic time of the last full listing
         #: During a pass: the server's renames that could not follow yet (their place is
         #: held by a file another row of the pass moves away: a chain, a→c then b→a).
@@ -203,7 +204,7 @@ class Reconciler:
         ctx.came_online()
         horizon = confirmed if safety_net and confirmed > EPOCH else None
         await self._apply(remote, since, horizon=horizon)
-        window = None if position is None else position - LOOKBACK
+        window = None if position is None else position - self.feed.lookback
         recent = {} if window is None else {
             m.id: when for m in remote if m.updated_at
             and (when := parse_time(m.updated_at)) > window}
