@@ -40,7 +40,7 @@ copy, `cpu_seconds`), which other load disturbs far less than wall time.
    `pushed` events inside the copy's window, through `memfs watch --json`), in each
    repetition (and for --baseline).
 
-    .venv/bin/python benchmarks/bench_feed.py                  # ~9 min on 2 cores
+    .venv/bin/python benchmarks/bench_feed.py                  # ~5 min on 2 cores
     .venv/bin/python benchmarks/bench_feed.py --quick          # smoke-test sizes (~30 s)
 """
 

@@ -30,7 +30,7 @@ server's own fault, `POST /_memfs/faults {"latency": s}`), on one store of 2,000
 4. Local close in the mount -> on the server (at 0 ms only): --write-back-delay 1 (the default)
    and 0.1.
 
-    .venv/bin/python benchmarks/bench_sync.py                 # full: ~4 min on 2 cores
+    .venv/bin/python benchmarks/bench_sync.py                 # full: ~3-4 min on 2 cores
     .venv/bin/python benchmarks/bench_sync.py --quick         # smoke-test sizes (~1 min)
     .venv/bin/python benchmarks/bench_sync.py --markdown /tmp/sync.md --latency 0,50
 """
