@@ -108,7 +108,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--baseline", type=pathlib.Path, default=None, metavar="CHECKOUT",
                    help="also measure the creates of 1. and 2. with the memfs of another "
                         "checkout (e.g. `git archive` of the code before issue 22), "
-                        "interleaved; the benchmark then runs from its temp directory")
+                        "interleaved; the benchmark then runs from its temp directory. Its "
+                        "mounts keep their own lookback (30 s: the option may be unknown "
+                        "there), so its copies after a burst lie earlier in their window; "
+                        "give --lookback 30 to compare those")
     p.add_argument("--keep-tmp", action="store_true")
     a = p.parse_args()
     if a.polls is None and a.watch is not None:
