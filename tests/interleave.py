@@ -92,6 +92,7 @@ from memfs.mount.daemon import CLIENT_RETRIES
 from memfs.mount.engine import StoreEngine
 from memfs.mount.router import Router
 from memfs.server.db import ApiError, Database
+from memfs.server.db_common import Actor
 from memfs.server.http import Request, resolve
 from memfs.state.blobs import BlobCache, sha256
 from memfs.state.report import pending
@@ -117,6 +118,10 @@ CRASHES = tuple((point, when) for point in ("before", "after")
 #: the restarted daemon's passes within its lost-answer wait.
 LATE_CRASHES = (("late3", "then_crash"), ("late3", "restarted"))
 SETTLE_ROUNDS = 8
+#: Who writes, as the server records it: memfs's requests and the other writer's (two
+#: keys: memfs tells them apart once it knows its own, `decide.by_another_writer`).
+MEMFS = Actor("api_actor", "apikey_memfs")
+OTHER = Actor("api_actor", "apikey_other")
 #: Push passes the `pushes` action runs at most (one after another, as `Pusher.run` goes on).
 PUSH_PASSES = 3
 #: How long the blob writer may take to write what waits (a guard against a hang only).
@@ -405,7 +410,7 @@ class HeldTransport(httpx.AsyncBaseTransport):
             op, params = resolve(rec.method, rec.path)
             left = self._path_of(rec.memory_id) if rec.memory_id and rec.method in (
                 "POST", "DELETE") else None
-            payload = op(self.db, Request(params, rec.query, rec.body, None))
+            payload = op(self.db, Request(params, rec.query, rec.body, MEMFS))
             if left is not None and payload.get("path") != left:
                 self.standing = {w for w in self.standing if w[0] != left}
             return 200, payload
@@ -1075,7 +1080,7 @@ class Engine:
         if sha256(data) == old:  # the server makes no version: nothing was written
             raise Skip(f"{path} holds those bytes already")
         try:
-            self.db.update_memory(self.store_id, mid, content=data.decode(), actor=None)
+            self.db.update_memory(self.store_id, mid, content=data.decode(), actor=OTHER)
         except ApiError as exc:
             raise Skip(exc.message) from None
         self.overtaken.add(mid)
@@ -1084,7 +1089,7 @@ class Engine:
     async def op_r_create(self, path: str, content: str | None = None) -> None:
         data = self._content(content, "c")
         try:
-            self.db.create_memory(self.store_id, path=path, content=data.decode(), actor=None)
+            self.db.create_memory(self.store_id, path=path, content=data.decode(), actor=OTHER)
         except ApiError as exc:
             raise Skip(exc.message) from None
         self._wrote(sha256(data), None, f"remote create of {path}", local=False)
@@ -1096,7 +1101,7 @@ class Engine:
 
     async def op_r_delete(self, target: str) -> None:
         mid, path, old = self._memory(target)
-        self.db.delete_memory(self.store_id, mid, actor=None)
+        self.db.delete_memory(self.store_id, mid, actor=OTHER)
         self.overtaken.add(mid)
         self._supersede(old, local=False)
         if self.alive is not None:
@@ -1106,7 +1111,7 @@ class Engine:
     async def op_r_rename(self, target: str, new_path: str) -> None:
         mid, path, _sha = self._memory(target)
         try:
-            self.db.update_memory(self.store_id, mid, path=new_path, actor=None)
+            self.db.update_memory(self.store_id, mid, path=new_path, actor=OTHER)
         except ApiError as exc:
             raise Skip(exc.message) from None
 
@@ -1123,7 +1128,7 @@ class Engine:
         if not gone:
             raise Skip(f"no version of ours to redact in {target}")
         for v in gone:
-            self.db.redact_version(self.store_id, v["id"], actor=None)
+            self.db.redact_version(self.store_id, v["id"], actor=OTHER)
             self.redacted.add(v["content_sha256"])
 
     # sync passes (setup and settle)

@@ -289,6 +289,23 @@ CREATED_ROWS = [
 ]
 
 
+US = {"type": "api_actor", "api_key_id": "apikey_us"}
+WRITER_ROWS = [
+    # (the mount's own writer, the version's created_by) -> another writer's?
+    (None, None, False),                                            # neither known
+    (None, {"type": "session_actor", "session_id": "sesn_1"}, False),  # ours unknown yet
+    (US, None, False),                                              # no writer recorded
+    (US, dict(US), False),                                          # the same key: ours
+    (US, {"type": "api_actor", "api_key_id": "apikey_them"}, True),  # another key
+    (US, {"type": "session_actor", "session_id": "sesn_1"}, True),  # an agent's session
+]
+
+
+@pytest.mark.parametrize("ours,created_by,expected", WRITER_ROWS)
+def test_by_another_writer(ours, created_by, expected):
+    assert decide.by_another_writer(ours, created_by) is expected
+
+
 @pytest.mark.parametrize("created,now,expected", CREATED_ROWS)
 def test_created_row(created, now, expected):
     assert decide.created_row(WROTE, created, now) is expected

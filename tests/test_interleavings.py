@@ -410,6 +410,18 @@ SCENARIOS = [
             "them without conflict, as over ours. By content their 'same' is ours: not "
             "lost"),
     Scenario(
+        "my_create_lost_then_removed_beside_their_like_create",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("poll",), ("poll",),
+         ("write", "/d/e.md", "same")], "push",
+        [("rmtree", "/d"), ("r_create", "/d/e.md", "same")],
+        doc="found by Hypothesis (4 December, night): our create of /d/e.md gets no answer, "
+            "the user removes /d, another writer creates /d/e.md with the same bytes; their "
+            "creation was taken for ours and the user's delete went to it: their file gone, "
+            "nothing kept. The feed has read a version of ours (the polls), so the mount "
+            "knows its writer, and the server records theirs as another's "
+            "(`decide.by_another_writer`); before it knows (no poll), or under one key, the "
+            "two cannot be told apart"),
+    Scenario(
         "restore_after_the_conflicted_file_moved",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md"),
          ("r_edit", "/a.md")], "push", [("rename", "/a.md", "/c.md")],

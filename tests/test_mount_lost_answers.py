@@ -23,8 +23,10 @@ the daemon killed, is `test_lost_answers` in tests/test_interleavings.py.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import sqlite3
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -350,6 +352,62 @@ def test_a_create_refused_beside_a_like_creation_deleted_since_keeps_the_file(mo
         (m.path / "d").mkdir()
         (m.path / "d" / "x.md").write_text("v1\n")
         _kept_as_a_conflict(m, server, store, "v1\n")
+
+
+def _writer(m) -> dict | None:
+    """Who the mount knows it writes as (state.db's meta, read-only beside the daemon)."""
+    db = sqlite3.connect(f"file:{m.state_dir / 'state.db'}?mode=ro", uri=True)
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key = 'writer'").fetchone()
+    finally:
+        db.close()
+    return json.loads(row[0])["actor"] if row else None
+
+
+def test_our_create_in_doubt_deleted_here_spares_another_writers_like_creation(mounts,
+                                                                               server):
+    """A create of /d/x.md meets a 503 (not applied, but it may have been, for all the
+    mount knows); the user removes d; an agent's session creates /d/x.md with the same
+    bytes before the mount asks what its create did. The server records that creation
+    as the session's, and the mount knows it writes as its API key (read from a version
+    of its own): their memory is not taken for ours, so the user's delete does not go to
+    it, and it shows in the mount. Before, it was taken for ours and deleted: the
+    agent's file gone, nothing kept. The mount's reads of the versions wait at the gate
+    until both changes are made."""
+    store = mounts.new_store()
+    m = mounts.mount(store, *MOUNT_ARGS, "--lost-answer-wait", "1")
+    (m.path / "a.md").write_text("a\n")
+    m.wait_synced()
+    deadline = time.monotonic() + 30
+    while (writer := _writer(m)) is None:   # the next feed poll reads our version
+        assert time.monotonic() < deadline, "the mount never read a version of its own"
+        time.sleep(0.1)
+    assert writer["type"] == "api_actor"
+    agent = server.sdk(default_headers={"x-memfs-session-id": "sesn_01agent"})
+    with Gate(server) as gate:
+        gate.hold("GET", rf"/memory_stores/{store}/memory_versions")
+        gate.refuse("POST", rf"/memory_stores/{store}/memories$", 503, count=1)
+        (m.path / "d").mkdir()
+        (m.path / "d" / "x.md").write_text("v1\n")
+        deadline = time.monotonic() + 30
+        while not m.live_status()["pending"]["unconfirmed"]:   # the 503 came
+            assert time.monotonic() < deadline, m.live_status()["pending"]
+            time.sleep(0.05)
+        subprocess.run(["rm", "-r", str(m.path / "d")], check=True)
+        theirs = agent.beta.memory_stores.memories.create(store, path="/d/x.md",
+                                                           content="v1\n")
+        gate.clear()
+    flush(m)
+    deadline = time.monotonic() + 30
+    while not (m.path / "d" / "x.md").exists():
+        assert time.monotonic() < deadline, "their file never showed"
+        time.sleep(0.25)
+    assert server_memories(server, store) == {"/a.md": "a\n", "/d/x.md": "v1\n"}
+    assert sdk_by_path(server, store)["/d/x.md"].id == theirs.id
+    assert cat(m.path / "d" / "x.md") == "v1\n"
+    assert conflicts(m) == []
+    out = m.unmount()
+    assert re.search(r"pushed \d+ change\(s\), 0 left", out), out
 
 
 def test_their_rename_then_our_lost_update_then_an_edit(mounts, server):

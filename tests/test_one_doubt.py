@@ -9,11 +9,15 @@ import logging
 
 import pytest
 import trio
-from interleave import FaultRule, age_tombstones
+from interleave import MEMFS, FaultRule, age_tombstones
 from onepass import data, harness, lost_update, sent, synced
 
 from memfs.api import models
-from memfs.state.blobs import sha256
+from memfs.api.client import MemoryStoresClient
+from memfs.core.mountconfig import SyncOptions
+from memfs.state.blobs import BlobCache, sha256
+from memfs.state.state import State
+from memfs.sync.common import SyncContext
 from memfs.sync.events import Subscriber
 
 
@@ -839,3 +843,94 @@ async def test_a_create_in_doubt_overtaken_after_the_file_changed_keeps_nothing_
         want = {"/c.md": sha256(data("v2"))} if change == "edit" else {}
         assert {p: sha for p, (_mid, sha) in eng.server().items()} == want
         assert eng.tree_sha("/c.md") == want.get("/c.md") and not eng.state.conflicts()
+
+
+# -- a creation the server records as another writer's (decide.by_another_writer) --
+
+
+async def _knowing_its_writer(eng) -> None:
+    """a.md pushed, and read back by the feed: the mount knows it writes as MEMFS."""
+    await eng.op_write("/a.md", "a")
+    await eng.op_push()
+    await eng.op_reconcile()
+    await eng.op_poll()
+    assert eng.ctx.writer == MEMFS.to_json()
+
+
+@pytest.mark.parametrize("here", ["kept", "unlinked"])
+async def test_a_create_in_doubt_leaves_a_like_creation_the_server_records_as_anothers(
+        tmp_path, here):
+    """Their creation of c.md (v1) still holds v1, moved to d.md; the mount knows its own
+    writer, and the server records that creation as another writer's: it is not the
+    create's, whatever its bytes. The create (a 503: the server was done with it) counts
+    as not applied: c.md goes out again beside their d.md, or, removed here meanwhile,
+    nothing is sent and their d.md stays. Before, it was taken for ours: c.md followed
+    it to d.md, and a c.md removed here took their memory with it."""
+    async with harness(tmp_path) as eng:
+        await _knowing_its_writer(eng)
+        theirs = await _create_in_doubt_beside_theirs(
+            eng, lambda: eng.op_r_rename("/c.md", "/d.md"))
+        if here == "unlinked":
+            await eng.op_unlink("/c.md")
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        again = ["POST memories"] if here == "kept" else []
+        assert sent(eng, first) == ["GET memory_versions", *again]  # theirs is not read
+        await eng.op_reconcile()
+        assert not eng.state.doubts and not eng.state.conflicts()
+        server = eng.server()
+        assert server["/d.md"] == (theirs, sha256(data("v1")))
+        assert eng.node("/d.md").memory_id == theirs
+        if here == "kept":
+            assert server["/c.md"][0] != theirs and eng.tree_sha("/c.md") == sha256(data("v1"))
+        else:
+            assert "/c.md" not in server and eng.node("/c.md") is None
+
+
+async def test_a_create_in_doubt_of_its_own_writer_is_still_found(tmp_path):
+    """The mount knows its writer, and its own create of c.md landed with its answer
+    lost; c.md is removed here meanwhile. The creation is recorded as the mount's: it is
+    the create's, and the delete goes to it (the file does not come back)."""
+    async with harness(tmp_path) as eng:
+        await _knowing_its_writer(eng)
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST", kind="lose",
+                                         origins=("setup",), times=1)]
+        await eng.op_write("/c.md", "v1")
+        await eng.op_push()
+        assert eng.state.doubts
+        eng.transport.rules = []
+        await eng.op_unlink("/c.md")
+        await eng.pusher.push_pass()      # the doubt: the creation is ours
+        assert not eng.state.doubts
+        [mid] = [m for p, (m, _sha) in eng.server().items() if p == "/c.md"]
+        assert list(eng.state.tombstones) == [mid]  # a pending delete, preconditioned
+        age_tombstones(eng)
+        await eng.pusher.push_pass()
+        await eng.op_reconcile()
+        assert set(eng.server()) == {"/a.md"} and not eng.state.conflicts()
+        assert eng.node("/c.md") is None
+
+
+async def test_the_writer_is_kept_for_the_same_key_and_learned_again_for_another(tmp_path):
+    """Who the mount writes as outlives the daemon (state.db), for the key it was learned
+    with; under another key it is unknown until a version of the new key's is read. The
+    key itself is never written: a salted tag of it is."""
+    state = State(tmp_path / "state.db")
+    cache = BlobCache(tmp_path / "objects")
+    clients = [MemoryStoresClient("http://x.test", key) for key in ("key-1", "key-1", "key-2")]
+    try:
+        first = SyncContext(state, cache, clients[0], "memstore_x", SyncOptions())
+        assert first.writer is None
+        first.learn_writer(None)                     # a version with no writer recorded
+        assert first.writer is None
+        first.learn_writer({"type": "api_actor", "api_key_id": "apikey_1"})
+        again = SyncContext(state, cache, clients[1], "memstore_x", SyncOptions())
+        assert again.writer == {"type": "api_actor", "api_key_id": "apikey_1"}
+        other = SyncContext(state, cache, clients[2], "memstore_x", SyncOptions())
+        assert other.writer is None
+        assert "key-1" not in (state.get_meta("writer") or "")
+    finally:
+        for c in clients:
+            await c.aclose()
+        cache.close()
+        state.close()

@@ -37,6 +37,8 @@ message is replaced with ``***``).
 from __future__ import annotations
 
 import email.utils
+import hashlib
+import hmac
 import json
 import logging
 import math
@@ -486,6 +488,12 @@ class MemoryStoresClient:
             attempt += 1
             self.stats["retries"] += 1
             await self._sleep(delay)
+
+    def key_tag(self, salt: str) -> str:
+        """A salted tag of the key this client sends, to tell later whether the key
+        changed: the key cannot be recovered from it, so it may be kept on disk."""
+        return hmac.new(salt.encode(), (self._api_key or "").encode(),
+                        hashlib.sha256).hexdigest()[:32]
 
     def _observe(self, method: str, path: str, status: int, sent: int, received: int) -> None:
         if self.on_response is not None:

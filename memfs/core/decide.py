@@ -357,6 +357,15 @@ def doubt_row(written: tuple[str | None, str], head: Seen | None, since_sent: li
     return Doubt.NOT_YET if young else Doubt.NOT_APPLIED
 
 
+def by_another_writer(ours: dict | None, created_by: dict | None) -> bool:
+    """Whether a version was written by another writer than this mount, as far as the
+    server's record tells: `created_by` (an actor) against `ours`, the actor of a version
+    this mount wrote (None while it has read none). Only two known, different actors
+    tell: a version with no writer recorded may be anyone's, and two machines with one
+    key are one writer."""
+    return ours is not None and created_by is not None and created_by != ours
+
+
 def created_row(written: tuple[str | None, str], created: Seen | None, now: Seen | None, *,
                 young: bool = False) -> Doubt:
     """A create in doubt wrote `written`; `created`: a memory this mount never knew,
@@ -364,8 +373,11 @@ def created_row(written: tuple[str | None, str], created: Seen | None, now: Seen
     `now`: that memory as the server holds it now (None: deleted).
 
     Its creation is our create's, or another writer's of the same bytes at the same
-    path a little earlier (`models.SKEW`): the server cannot tell the two apart. While
-    the memory holds those bytes it makes no difference (adopting it loses nothing).
+    path a little earlier (`models.SKEW`): a creation the server records as another
+    writer's (`by_another_writer`) is not offered here, but one with the same key, or
+    before this mount knows its own writer, cannot be told apart. While the memory
+    holds those bytes adopting it loses nothing, unless the file is deleted here since:
+    the delete then goes to that memory (the price `by_another_writer` narrows).
     Once another writer changed or deleted it, it does: taken as ours, their change
     wins over the file (an edit replaces it, a delete removes it), which for a
     stranger's create silently loses what the user wrote; taken as theirs, our create

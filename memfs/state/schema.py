@@ -13,7 +13,9 @@ import sqlite3
 STATE_DB = "state.db"
 
 SCHEMA = """
--- Key/value facts about this mount: store_id, base_url, last_sync_at, ...
+-- Key/value facts about this mount: store_id, base_url, last_sync_at, ...; writer:
+-- who it writes as on the server (a version's created_by, with a salted tag of the
+-- API key it was learned with, never the key: memfs/sync/common.py).
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT

@@ -10,8 +10,10 @@ files (unsaved writes) is in `State.open_dirty`.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -75,6 +77,10 @@ class Backoff:
         return delay
 
 
+#: state.db's meta key of who this mount writes as (`SyncContext.writer`).
+WRITER_KEY = "writer"
+
+
 class SyncContext:
     def __init__(self, state: State, cache: BlobCache, client: MemoryStoresClient,
                  store_id: str, options: SyncOptions) -> None:
@@ -105,6 +111,11 @@ class SyncContext:
         #: `lost_answer_wait` after its answer was lost (memfs/sync/doubts.py). In memory:
         #: a doubt a previous daemon left counts from this one's start.
         self.doubt_lost_at: dict[int, float | None] = {}
+        #: Who this mount writes as: the `created_by` of a version it wrote, told by the
+        #: feed (`learn_writer`) and kept in state.db for as long as the key is the same;
+        #: None until then. A creation recorded as another writer's is then never taken
+        #: for a create of ours whose answer was lost (`decide.by_another_writer`).
+        self.writer: dict | None = self._recorded_writer()
         self.started_at = time.time()
         #: The wall clock that wait is counted on, and how a flush waits (for a request
         #: that may still land, for the server to come back): the interleaving harness
@@ -113,6 +124,26 @@ class SyncContext:
         self.pause: Callable[[float], Awaitable[None]] = trio.sleep
         # Directories that remote changes empty or create: the kernel's entry follows.
         state.on_entry = lambda parent, name: self.invalidate(("entry", parent, name))
+
+    # -- who this mount writes as ---------------------------------------------------
+
+    def _recorded_writer(self) -> dict | None:
+        try:
+            kept = json.loads(self.state.get_meta(WRITER_KEY) or "null")
+            if kept and kept["tag"] == self.client.key_tag(kept["salt"]):
+                return kept["actor"]
+        except (ValueError, KeyError, TypeError):
+            pass
+        return None  # none learned yet, or another key: to be learned again
+
+    def learn_writer(self, actor: dict | None) -> None:
+        """`actor`: the `created_by` of a version this mount wrote (the feed read it)."""
+        if not actor or actor == self.writer:
+            return
+        self.writer = actor
+        salt = secrets.token_hex(8)
+        self.state.set_meta(WRITER_KEY, json.dumps(
+            {"actor": actor, "salt": salt, "tag": self.client.key_tag(salt)}))
 
     # -- wakeups -------------------------------------------------------------------
 

@@ -219,9 +219,11 @@ async def _resolve_creates(ctx: SyncContext, tickets: list[PushTicket],
         # A memory this mount knows, or knew, is not the one a lost create made (an
         # earlier create of the same bytes at the same path, deleted since: a pending
         # delete, or gone, its creation still listed: `rm x; git checkout x`).
+        # Nor is one the server records as another writer's.
         mine = [v for v in created if decide.holds(ticket.written, v.path, v.content_sha256)
                 and v.memory_id not in st.by_memory and v.memory_id not in st.tombstones
-                and v.memory_id not in st.known]
+                and v.memory_id not in st.known
+                and not decide.by_another_writer(ctx.writer, v.created_by)]
         found = await _ask(ctx, f"the create of {ticket.path}", functools.partial(
             _first_holding, ctx, mine, ticket.sha)) if mine else (None, None)
         if found is None:

@@ -48,7 +48,8 @@ class Reconciler:
         self.state = ctx.state
         self._parked_since: dict[str, float] = {}
         self.feed = Feed(ctx.client, ctx.store_id, learn=ctx.events.learn,
-                         lookback=timedelta(seconds=ctx.options.feed_lookback))
+                         lookback=timedelta(seconds=ctx.options.feed_lookback),
+                         wrote_as=ctx.learn_writer)
         self.last_full: float | None = None  # monotonic time of the last full listing
         #: During a pass: the server's renames that could not follow yet (their place is
         #: held by a file another row of the pass moves away: a chain, a→c then b→a).
