@@ -417,7 +417,7 @@ SCENARIOS = [
         doc="found by Hypothesis (4 December, night): our create of /d/e.md gets no answer, "
             "the user removes /d, another writer creates /d/e.md with the same bytes; their "
             "creation was taken for ours and the user's delete went to it: their file gone, "
-            "nothing kept. The feed has read a version of ours (the polls), so the mount "
+            "nothing kept. The feed has read a creation of ours (the polls), so the mount "
             "knows its writer, and the server records theirs as another's "
             "(`decide.by_another_writer`); before it knows (no poll), or under one key, the "
             "two cannot be told apart"),

@@ -369,8 +369,8 @@ def test_our_create_in_doubt_deleted_here_spares_another_writers_like_creation(m
     """A create of /d/x.md meets a 503 (not applied, but it may have been, for all the
     mount knows); the user removes d; an agent's session creates /d/x.md with the same
     bytes before the mount asks what its create did. The server records that creation
-    as the session's, and the mount knows it writes as its API key (read from a version
-    of its own): their memory is not taken for ours, so the user's delete does not go to
+    as the session's, and the mount knows it writes as its API key (read from a memory
+    it created): their memory is not taken for ours, so the user's delete does not go to
     it, and it shows in the mount. Before, it was taken for ours and deleted: the
     agent's file gone, nothing kept. The mount's reads of the versions wait at the gate
     until both changes are made."""
@@ -380,7 +380,7 @@ def test_our_create_in_doubt_deleted_here_spares_another_writers_like_creation(m
     m.wait_synced()
     deadline = time.monotonic() + 30
     while (writer := _writer(m)) is None:   # the next feed poll reads our version
-        assert time.monotonic() < deadline, "the mount never read a version of its own"
+        assert time.monotonic() < deadline, "the mount never read its own creation back"
         time.sleep(0.1)
     assert writer["type"] == "api_actor"
     agent = server.sdk(default_headers={"x-memfs-session-id": "sesn_01agent"})

@@ -934,3 +934,24 @@ async def test_the_writer_is_kept_for_the_same_key_and_learned_again_for_another
             await c.aclose()
         cache.close()
         state.close()
+
+
+async def test_the_writer_is_not_learned_from_an_update_that_met_bytes_already_there(
+        tmp_path):
+    """Our update of a.md to 'same' meets another writer's 'same' (the API's no-op: 200,
+    no version, whatever the precondition): the answer names their version. Read by
+    the feed it is not taken for who this mount writes as; only a creation of ours is."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/a.md", "theirs")
+        await eng.op_reconcile()
+        await eng.op_r_edit("/a.md", "same")
+        await eng.op_write("/a.md", "same")
+        await eng.op_push()
+        assert eng.node("/a.md").base_sha == sha256(data("same"))
+        await eng.op_poll()
+        await eng.op_poll()
+        assert eng.ctx.writer is None
+        await eng.op_write("/b.md", "b")
+        await eng.op_push()
+        await eng.op_poll()
+        assert eng.ctx.writer == MEMFS.to_json()

@@ -111,7 +111,7 @@ class SyncContext:
         #: `lost_answer_wait` after its answer was lost (memfs/sync/doubts.py). In memory:
         #: a doubt a previous daemon left counts from this one's start.
         self.doubt_lost_at: dict[int, float | None] = {}
-        #: Who this mount writes as: the `created_by` of a version it wrote, told by the
+        #: Who this mount writes as: the `created_by` of a memory it created, told by the
         #: feed (`learn_writer`) and kept in state.db for as long as the key is the same;
         #: None until then. A creation recorded as another writer's is then never taken
         #: for a create of ours whose answer was lost (`decide.by_another_writer`).
@@ -137,7 +137,7 @@ class SyncContext:
         return None  # none learned yet, or another key: to be learned again
 
     def learn_writer(self, actor: dict | None) -> None:
-        """`actor`: the `created_by` of a version this mount wrote (the feed read it)."""
+        """`actor`: the `created_by` of a creation this mount made (the feed read it)."""
         if not actor or actor == self.writer:
             return
         self.writer = actor

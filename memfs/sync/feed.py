@@ -129,7 +129,7 @@ class Feed:
     late: int = 0                               # versions read out of order, in all
     costs: deque[PollCost] = field(default_factory=lambda: deque(maxlen=COSTS_KEPT))
     learn: Callable[[MemoryVersion], None] = lambda v: None  # each version read (events)
-    #: Told the `created_by` of each version of ours it reads (`SyncContext.learn_writer`).
+    #: Told the `created_by` of each creation of ours it reads (`SyncContext.learn_writer`).
     wrote_as: Callable[[dict | None], None] = lambda actor: None
     _returned: list[int] = field(default_factory=lambda: [0])  # versions this poll read
 
@@ -252,7 +252,9 @@ class Feed:
             when = parse_time(v.created_at)
             self.seen[v.id] = when
             self.learn(v)
-            if v.id in self.own:
+            if v.id in self.own and v.operation == "created":
+                # A creation an answer of ours named is ours; an update's answer may
+                # name another writer's version (the API's no-op: the bytes were there).
                 self.wrote_as(v.created_by)
             self.position = max(self.position, when)
             if v.id in late:
