@@ -359,8 +359,8 @@ def doubt_row(written: tuple[str | None, str], head: Seen | None, since_sent: li
 
 def by_another_writer(ours: dict | None, created_by: dict | None) -> bool:
     """Whether a version was written by another writer than this mount, as far as the
-    server's record tells: `created_by` (an actor) against `ours`, the actor of a version
-    this mount wrote (None while it has read none). Only two known, different actors
+    server's record tells: `created_by` (an actor) against `ours`, the actor of a memory
+    this mount created (None while it has read none back). Only two known, different actors
     tell: a version with no writer recorded may be anyone's, and two machines with one
     key are one writer."""
     return ours is not None and created_by is not None and created_by != ours
