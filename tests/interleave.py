@@ -597,7 +597,10 @@ class Engine:
         #: writes by content only, cannot tell apart.
         self.written: set[str] = set()
         self.rewritten: set[str] = set()
-        #: Contents a local write replaced in a file (the user wrote over them here).
+        #: Contents written here (the user) and by the other writer; and those the user
+        #: wrote over or removed here (a write, a save, a rename over, an unlink).
+        self.written_here: set[str] = set()
+        self.written_there: set[str] = set()
         self.replaced_here: set[str] = set()
         self.remote_writes: set[tuple[str, str]] = set()
         self.alive: dict[str, str] | None = None  # memory id -> path (from action start)
@@ -716,8 +719,7 @@ class Engine:
         if sha in self.written:
             self.rewritten.add(sha)
         self.written.add(sha)
-        if local and replaced is not None:
-            self.replaced_here.add(replaced)
+        (self.written_here if local else self.written_there).add(sha)
         if replaced is not None:
             self._supersede(replaced, local=local)
             (self.writes if local else self.remote_writes).add((sha, replaced))
@@ -729,6 +731,8 @@ class Engine:
         still holds the same bytes keeps it: two files written alike are two writes of
         one content. (Not after another writer's: which file here stands for the memory
         they changed is the sync's to find out.)"""
+        if local and sha is not None:
+            self.replaced_here.add(sha)
         st = self.state
         if sha is None or local and any(n.sha == sha and not st.is_local_only_name(n)
                                         for n in st.files()):
@@ -1342,12 +1346,14 @@ class Oracle:
         kept = {n.sha for n in files.values()} | {s for _i, s in server.values()} \
             | {c["local_sha"] for c in conflicts}
         # Every content a writer left last is in the tree, the server's head or a conflict.
-        # But bytes written on both sides that the user then wrote over here: by content
-        # (the precondition, memfs's base) the other writer's write of them is ours, which
-        # the user's later edit goes over, as it would had it come first (an update to the
-        # bytes a memory holds answers 200 whatever its precondition).
+        # But bytes written on both sides that the user then wrote over or removed here:
+        # by content (the precondition, memfs's base) the other writer's write of them is
+        # ours, which the user's later edit goes over, as it would had it come first (an
+        # update to the bytes a memory holds answers 200 whatever its precondition); and
+        # a file of theirs holding them alike does not stand for the user's write.
         for sha, who in sorted(eng.obligations.items(), key=lambda kv: kv[1]):
-            if sha in eng.rewritten and sha in eng.replaced_here:
+            if sha in eng.written_here and sha in eng.written_there \
+                    and sha in eng.replaced_here:
                 continue
             if sha not in kept and sha != EMPTY_SHA:
                 out.append(f"lost: {eng.label(sha)} ({who}) is not in the tree, on the "

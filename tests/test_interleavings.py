@@ -422,6 +422,16 @@ SCENARIOS = [
             "(`decide.by_another_writer`); before it knows (no poll), or under one key, the "
             "two cannot be told apart"),
     Scenario(
+        "my_bytes_alike_in_their_file_they_delete_after_my_save_over_mine",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_create", "/c.md", "same"),
+         ("reconcile",)], "push", [("r_delete", "/c.md")],
+        second=[("write", "/a.md", "same"), ("save_as", "/a.md")],
+        doc="found by Hypothesis (4 December, night), a fault of the oracle: the user writes "
+            "'same' to a.md, which their c.md holds too, then saves a.md over with an "
+            "editor; their delete of c.md (made meanwhile) then removes the last 'same' here. "
+            "The user's write was "
+            "written over by the user; their file alike did not stand for it: not lost"),
+    Scenario(
         "restore_after_the_conflicted_file_moved",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md"),
          ("r_edit", "/a.md")], "push", [("rename", "/a.md", "/c.md")],
