@@ -74,7 +74,7 @@ from common import (
 KIB = 1024
 TARGET_RATIO = 0.9
 IDLE_AGAIN_S = 2.0  # after a push pass ended, before the "idle again" copy
-#: The feed's lookback of this code's mounts (--lookback; main sets it).
+#: The feed's lookback of this code's mounts: --lookback's default, and what main sets.
 LOOKBACK_S = 10.0
 
 
@@ -99,7 +99,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--burst-watch", type=float, default=None,
                    help="seconds after the burst the first burst store's mount is kept, its "
                         "CPU and polls counted (default: the lookback and 2 s)")
-    p.add_argument("--lookback", type=float, default=10.0,
+    p.add_argument("--lookback", type=float, default=LOOKBACK_S,
                    help="the feed's lookback in this code's mounts (`--feed-lookback`; a "
                         "mount's default is 30 s; default 10)")
     p.add_argument("--repeat", type=int, default=None, help="repetitions of 1. and 2. "
