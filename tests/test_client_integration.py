@@ -196,6 +196,7 @@ async def test_memory_methods(server):
         got = await c.get_memory(st, m.id)
         assert got.content == "buy milk\n" and got.path == "/notes/todo.md"
         assert (await c.get_memory(st, m.id, view="basic")).content is None
+        assert (await c.find_memory(st, m.id)).content == "buy milk\n"
 
         # update with a precondition
         u = await c.update_memory(
@@ -253,6 +254,7 @@ async def test_memory_methods(server):
         await c.delete_memory(st, m.id, expected_sha=u.content_sha256)
         with pytest.raises(NotFoundError):
             await c.get_memory(st, m.id)
+        assert await c.find_memory(st, m.id, view="basic") is None  # a 404 is an answer
         with pytest.raises(NotFoundError):
             await c.delete_memory(st, m.id)
 

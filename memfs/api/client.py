@@ -663,6 +663,15 @@ class MemoryStoresClient:
         )
         return self._parse(Memory, data)
 
+    async def find_memory(self, store_id: str, memory_id: str, *,
+                          view: str = "full") -> Memory | None:
+        """`get_memory`, with a 404 as None: to the sync engine and the tool a deleted
+        memory is an answer ("not there now"), not a failure."""
+        try:
+            return await self.get_memory(store_id, memory_id, view=view)
+        except NotFoundError:
+            return None
+
     async def update_memory(
         self,
         store_id: str,

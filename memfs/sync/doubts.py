@@ -174,10 +174,7 @@ async def _resolve_update(ctx: SyncContext, ticket: PushTicket, done: Resolved) 
     written = ticket.written
 
     async def read() -> tuple[Memory | None, list[MemoryVersion]]:
-        try:
-            head = await client.get_memory(store, ticket.memory_id, view="basic")
-        except api_errors.NotFoundError:
-            head = None
+        head = await client.find_memory(store, ticket.memory_id, view="basic")
         if head is not None and decide.holds(written, head.path, head.content_sha256):
             return head, []
         return head, [v async for v in client.list_versions(
@@ -244,10 +241,7 @@ async def _first_holding(ctx: SyncContext, versions: list[MemoryVersion], sha: s
     else the newest, with its memory now (None: deleted)."""
     first: tuple[MemoryVersion | None, Memory | None] = (None, None)
     for v in versions:
-        try:
-            head = await ctx.client.get_memory(ctx.store_id, v.memory_id, view="basic")
-        except api_errors.NotFoundError:
-            head = None
+        head = await ctx.client.find_memory(ctx.store_id, v.memory_id, view="basic")
         if head is not None and head.content_sha256 == sha:
             return v, head
         if first[0] is None:

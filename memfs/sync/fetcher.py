@@ -30,7 +30,6 @@ from functools import partial
 
 import trio
 
-from memfs.api import errors as api_errors
 from memfs.api.models import Memory
 from memfs.core.nodes import Node, Remote
 from memfs.state.blobs import fsync_paths, sha256
@@ -366,10 +365,7 @@ class Fetcher:
         that memory's version history. None when no memory we know ever held it."""
         ctx = self.ctx
         for mid in self.sources(sha):
-            try:
-                m = await ctx.client.get_memory(ctx.store_id, mid, view="full")
-            except api_errors.NotFoundError:
-                m = None
+            m = await ctx.client.find_memory(ctx.store_id, mid, view="full")
             if m is not None and m.content_sha256 == sha and m.content is not None:
                 data = m.content.encode("utf-8")
                 self._store(data, sha)

@@ -517,25 +517,21 @@ class Pusher:
     async def _gone(self, ticket: PushTicket) -> int:
         """An update met 404: confirm, then the local file is the only copy."""
         ctx, st = self.ctx, self.state
-        try:
-            await ctx.client.get_memory(ctx.store_id, ticket.memory_id, view="basic")
-        except api_errors.NotFoundError:
-            node = st.holder(ticket.memory_id)
-            if node is not None:
-                ctx.status.note(f"{ticket.path} was deleted on the server but edited here; "
-                                "re-creating it")
-                st.forget_memory(node)
-                ctx.kick()
-            return -1
-        return 0  # it exists after all: the next pass tries again
+        if await ctx.client.find_memory(ctx.store_id, ticket.memory_id,
+                                        view="basic") is not None:
+            return 0  # it exists after all: the next pass tries again
+        node = st.holder(ticket.memory_id)
+        if node is not None:
+            ctx.status.note(f"{ticket.path} was deleted on the server but edited here; "
+                            "re-creating it")
+            st.forget_memory(node)
+            ctx.kick()
+        return -1
 
     async def _precondition_failed(self, ticket: PushTicket) -> int:
         ctx, st = self.ctx, self.state
         assert ticket.memory_id is not None
-        try:
-            remote = await ctx.client.get_memory(ctx.store_id, ticket.memory_id, view="basic")
-        except api_errors.NotFoundError:
-            remote = None
+        remote = await ctx.client.find_memory(ctx.store_id, ticket.memory_id, view="basic")
         answer = decide.precondition_row(remote.content_sha256 if remote else None,
                                          ticket.sha, ticket.previous_sent)
         if answer is decide.Answer.GONE:
@@ -592,10 +588,7 @@ class Pusher:
             return 0
         if row is P.PARK:
             return await self._park(node)
-        try:
-            remote = await ctx.client.get_memory(ctx.store_id, mid, view="basic")
-        except api_errors.NotFoundError:
-            remote = None
+        remote = await ctx.client.find_memory(ctx.store_id, mid, view="basic")
         S = decide.Stranger
         held = decide.stranger_row(ticket.memory_id is None,
                                    remote.content_sha256 if remote else None,
@@ -720,9 +713,7 @@ class Pusher:
             pass  # already gone
         except api_errors.PreconditionFailedError:
             try:
-                remote = await ctx.client.get_memory(ctx.store_id, mid, view="basic")
-            except api_errors.NotFoundError:
-                remote = None
+                remote = await ctx.client.find_memory(ctx.store_id, mid, view="basic")
             except (*api_errors.TRANSIENT, api_errors.AuthenticationError):
                 raise
             except api_errors.APIError as exc:  # the read refused: nothing was deleted

@@ -331,11 +331,8 @@ class Reconciler:
         found: dict[str, Memory | None] = {}
 
         async def probe(mid: str) -> None:
-            try:
-                found[mid] = await self.ctx.client.get_memory(self.ctx.store_id, mid,
-                                                              view="basic")
-            except api_errors.NotFoundError:
-                found[mid] = None
+            found[mid] = await self.ctx.client.find_memory(self.ctx.store_id, mid,
+                                                           view="basic")
 
         # Offline (any other error): raised, nothing is decided this pass.
         await gather_bounded(missing, probe, self.ctx.options.push_concurrency)

@@ -303,10 +303,7 @@ class StoreMemory:
 
     async def _read(self, call: _Call, memory: Memory) -> Memory | None:
         """The memory with its content; None if it was deleted meanwhile."""
-        try:
-            return await call.client.get_memory(call.store_id, memory.id, view="full")
-        except api_errors.NotFoundError:
-            return None
+        return await call.client.find_memory(call.store_id, memory.id, view="full")
 
     async def _landed(self, call: _Call, memory: Memory, new_sha: str,
                       new_path: str | None = None) -> bool:
