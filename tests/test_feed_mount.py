@@ -4,13 +4,16 @@ feed rather than by a full listing."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import time
 from datetime import timedelta
 
 import pytest
 from synchelpers import sdk_create, wait_for
 
 from memfs.api.models import format_time, parse_time
+from memfs.mount import versions
 
 
 def backdate(server, version_id: str, memory_id: str, when) -> None:
@@ -72,16 +75,22 @@ def test_the_mounts_feed_lookback_bounds_how_late_a_write_is_caught(mounts, serv
     feed already read: inside the default 30 s lookback the next poll brings it; behind
     a 2 s lookback (what a benchmark sets, not to sit through 30 s of the feed's clock)
     no poll does, and the next full listing does. Polls are asked for (the interval is
-    left long): none runs between the write and its backdating."""
+    left long): none runs between the write and its backdating. The `.memfs/versions`
+    tree's incremental refresh reads the same lookback again: it shows the late write
+    under 30 s and not under 2 s (its next full listing is a minute away)."""
     store = mounts.new_store()
     sdk_create(server, store, "/first.md", "first\n")
     m = mounts.mount(store, "--poll-interval", "600", "--feed-lookback", lookback)
     newer = sdk_create(server, store, "/newer.md", "newer\n")
     m.sync_now()
     assert (m.path / "newer.md").read_text() == "newer\n"
+    history = m.path / ".memfs" / "versions"
+    assert sorted(os.listdir(history)) == ["first.md", "newer.md"]  # a full listing
     late = sdk_create(server, store, "/late.md", "committed late\n")
     backdate(server, late.memory_version_id, late.id,
              parse_time(newer.created_at.isoformat()) - timedelta(seconds=20))
+    time.sleep(versions.LISTING_TTL + 0.2)  # the listing ages: the next one is incremental
+    assert ("late.md" in os.listdir(history)) == (lookback == "30")
     for _ in range(3):
         m.sync_now()
     if lookback == "2":

@@ -9,12 +9,17 @@ import queue
 import subprocess
 import sys
 import threading
+from datetime import timedelta
 
 import pytest
+from click.testing import CliRunner
 from mountutil import mount_env, mounts, needs_fuse  # noqa: F401
 from synchelpers import cat, flush, sdk_create, sdk_delete, sdk_update, wait_for
 
+from memfs.api.models import MemoryVersion
+from memfs.cli import watch as cli_watch
 from memfs.sync.events import Event, EventBus, Subscriber
+from memfs.sync.watch import poll_store
 
 
 class Watcher:
@@ -242,3 +247,49 @@ def test_watch_since_an_age_replays_without_a_mount(server, tmp_path, watchers):
     assert [(e["kind"], e["path"], e.get("old_path")) for e in got] == [
         ("created", "/r.md", None), ("renamed", "/s.md", "/r.md"), ("deleted", "/s.md", None)]
     assert all(e["author"]["type"] == "api_actor" for e in got)
+
+
+class _Versions:
+    """A versions list of one version; each call's `created_gte` kept. The third call
+    ends the watch."""
+
+    def __init__(self) -> None:
+        self.asked: list[str | None] = []
+
+    async def list_versions(self, store_id, *, created_gte=None, limit=None):
+        self.asked.append(created_gte)
+        if len(self.asked) > 2:
+            raise RuntimeError("enough")
+        yield MemoryVersion("memver_1", "memstore_x", "mem_1", "created", "/a.md",
+                            created_at="2026-12-04T10:00:30.000000Z")
+
+
+@pytest.mark.parametrize("lookback", [None, timedelta(seconds=2)])
+async def test_each_poll_reads_back_the_lookback(lookback):
+    """Without a mount each poll asks again for the versions created since the newest seen
+    minus the lookback (a write the server commits late is caught there): 30 s, as a
+    mount's feed, unless `memfs watch --lookback` says otherwise."""
+    client = _Versions()
+    kw = {} if lookback is None else {"lookback": lookback}
+    with pytest.raises(RuntimeError, match="enough"):
+        async for _ in poll_store(client, "memstore_x", "x", None, 0.0, **kw):
+            pass
+    since = "2026-12-04T10:00:00.000000Z" if lookback is None else "2026-12-04T10:00:28.000000Z"
+    assert client.asked == [None, since, since]
+
+
+def test_watch_hands_its_lookback_to_the_polls(server, tmp_path, monkeypatch):
+    server.sdk().beta.memory_stores.create(name="lb")
+    asked = []
+
+    async def polls(client, store_id, store, since, interval, ready, *, lookback):
+        asked.append((store, interval, lookback))
+        raise RuntimeError("stop here")
+        yield
+
+    monkeypatch.setattr(cli_watch, "poll_store", polls)
+    result = CliRunner().invoke(cli_watch.watch, ["lb", "--lookback", "2.5",
+                                                  "--poll-interval", "0.5"],
+                                env=mount_env(server, tmp_path))
+    assert "stop here" in result.output and result.exit_code == 1
+    assert asked == [("lb", 0.5, timedelta(seconds=2.5))]

@@ -147,10 +147,10 @@ def _metrics_addr(ctx, param, value: str | None) -> str | None:
               "nothing more is sent for that file or its path).")
 @click.option("--feed-lookback", type=click.FloatRange(0), default=30.0, show_default=True,
               help="Seconds the server may take to commit a write after newer ones: the "
-              "change feed reads each stretch of time once more when it is this old. Lower "
-              "it only for a server that commits in order (`memfs serve` does); a "
-              "write committed later than this is found by the next full listing "
-              "(--full-resync).")
+              "change feed (and the .memfs/versions tree) reads each stretch of time once "
+              "more when it is this old. Lower it only for a server that commits in "
+              "order (`memfs serve` does); a write committed later than this is found by "
+              "the next full listing (--full-resync).")
 @click.option("--show-meta", is_flag=True, help="List the read-only .memfs directory "
               "(version history) in the root; it is always reachable by name.")
 @click.option("--allow-non-empty", is_flag=True, help="Mount over a directory that holds "

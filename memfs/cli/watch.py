@@ -20,6 +20,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import click
@@ -84,7 +85,7 @@ def _follow_mount(control_dir: Path, store: str | None, since: str | None,
         yield line
 
 
-def _follow_store(target: str, since: str | None, interval: float,
+def _follow_store(target: str, since: str | None, interval: float, lookback: float,
                   base_url: str | None, api_key_file: str | None) -> Iterator[dict]:
     """Poll the store's versions list in a thread of our own; the events come back
     over a queue (the CLI prints from the main thread)."""
@@ -110,7 +111,8 @@ def _follow_store(target: str, since: str | None, interval: float,
     async def run() -> None:
         async with MemoryStoresClient(url, key) as client:
             async for event in poll_store(client, store.id, store.name or store.id, since,
-                                          interval, ready):
+                                          interval, ready,
+                                          lookback=timedelta(seconds=lookback)):
                 out.put(event.to_json())
 
     def thread() -> None:
@@ -138,12 +140,15 @@ def _follow_store(target: str, since: str | None, interval: float,
               "age (10m, 2h, 1d) first.")
 @click.option("--poll-interval", default=2.0, show_default=True, type=click.FloatRange(0.1),
               help="Without a mount: seconds between polls of the store's versions.")
+@click.option("--lookback", default=30.0, show_default=True, type=click.FloatRange(0),
+              help="Without a mount: seconds the server may take to commit a write after "
+              "newer ones (each poll reads this much again; a mount's --feed-lookback).")
 @click.option("--base-url", default=None, help="Without a mount: the API base URL "
               "(default: $ANTHROPIC_BASE_URL, else the embedded local server).")
 @click.option("--api-key-file", default=None, help="Without a mount: read the API key "
               "from this file (default: $ANTHROPIC_API_KEY).")
 def watch(target: str, as_json: bool, since: str | None, poll_interval: float,
-          base_url: str | None, api_key_file: str | None) -> None:
+          lookback: float, base_url: str | None, api_key_file: str | None) -> None:
     """Print each change of a mount's store (or of STORE, polled) as it is applied.
 
     Kinds: created, modified, renamed, deleted (changes from elsewhere), pushed (a
@@ -152,7 +157,8 @@ def watch(target: str, as_json: bool, since: str | None, poll_interval: float,
     """
     found = _mount_target(target)
     lines = (_follow_mount(found[0], found[1], since) if found is not None
-             else _follow_store(target, since, poll_interval, base_url, api_key_file))
+             else _follow_store(target, since, poll_interval, lookback, base_url,
+                                api_key_file))
     with contextlib.suppress(KeyboardInterrupt, BrokenPipeError):
         for line in lines:
             sys.stdout.write((json.dumps(line) if as_json else format_line(line)) + "\n")

@@ -21,6 +21,7 @@ import json
 import logging
 import time
 from dataclasses import asdict
+from datetime import timedelta
 from pathlib import Path
 
 import trio
@@ -99,7 +100,9 @@ class StoreEngine:
                               versions=VersionsTree(client, cfg.store_id, self.cache,
                                                     show_meta=cfg.options.show_meta,
                                                     uid=owner[0] if owner else None,
-                                                    gid=owner[1] if owner else None))
+                                                    gid=owner[1] if owner else None,
+                                                    lookback=timedelta(
+                                                        seconds=cfg.options.feed_lookback)))
             if cfg.metrics_addr:  # time every request only while someone can see it
                 self.fs.timing = self.ctx.metrics.fuse
             removed = self.cache.gc(self.state.referenced_shas())

@@ -47,6 +47,7 @@ from memfs.api.models import MemoryVersion, format_time, parse_time
 from memfs.core.nodes import META_NAME
 from memfs.mount.part import DirEntries, ReadOnlyPart, err, fs_name, negative_entry
 from memfs.state.blobs import BlobCache, sha256
+from memfs.sync.feed import LOOKBACK
 
 __all__ = ["FH_BASE", "INO_MAX", "INO_MIN", "META_INO", "META_NAME", "VERSIONS_INO",
            "VersionsTree", "is_virtual"]
@@ -69,9 +70,6 @@ LISTING_TTL = 2.0
 FULL_EVERY = 60.0
 #: The longest a handler waits for a listing refresh or a version's content.
 REFRESH_TIMEOUT = 15.0
-#: The incremental refresh re-reads versions this much older than the newest one
-#: seen (a distributed server may commit writes out of timestamp order).
-LOOKBACK = timedelta(seconds=30)
 #: Kernel cache of virtual entries and attributes (listings change).
 TIMEOUT = 1.0
 
@@ -112,8 +110,13 @@ class VersionsTree(ReadOnlyPart):
     """The `.memfs` virtual tree of one mount (see the module docstring)."""
 
     def __init__(self, client, store_id: str, cache: BlobCache, *, show_meta: bool = False,
-                 uid: int | None = None, gid: int | None = None) -> None:
+                 uid: int | None = None, gid: int | None = None,
+                 lookback: timedelta = LOOKBACK) -> None:
         self.client = client
+        # The incremental refresh re-reads versions this much older than the newest one
+        # seen (a server may commit writes out of timestamp order): the mount's
+        # --feed-lookback, as for its change feed.
+        self.lookback = lookback
         self.store_id = store_id
         self.cache = cache
         self.show_meta = show_meta
@@ -168,7 +171,7 @@ class VersionsTree(ReadOnlyPart):
         got: dict[str, MemoryVersion] = {}
         since = None
         if not full and self.newest is not None:
-            since = format_time(self.newest - LOOKBACK)
+            since = format_time(self.newest - self.lookback)
         async for v in self.client.list_versions(self.store_id, created_gte=since, limit=100):
             got[v.id] = v
         if full:

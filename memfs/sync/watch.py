@@ -153,9 +153,10 @@ async def _fill_author(bus: EventBus, client: MemoryStoresClient, event: Event) 
 
 async def poll_store(client: MemoryStoresClient, store_id: str, store: str,
                      since: str | None, interval: float,
-                     ready: Callable[[], None] = lambda: None) -> AsyncIterator[Event]:
+                     ready: Callable[[], None] = lambda: None, *,
+                     lookback: timedelta = LOOKBACK) -> AsyncIterator[Event]:
     """Every change of the store from now (or from `since`), polling the versions list
-    every `interval` seconds; a write committed out of order within LOOKBACK is
+    every `interval` seconds; a write committed out of order within `lookback` is
     still caught (the window is asked again, seen ids skipped). `ready()` once "now"
     is known: every change after that call is reported."""
     seen: dict[str, datetime] = {}
@@ -177,7 +178,7 @@ async def poll_store(client: MemoryStoresClient, store_id: str, store: str,
     while True:
         fresh: list[MemoryVersion] = []
         async for v in client.list_versions(store_id,
-                                            created_gte=format_time(position - LOOKBACK)):
+                                            created_gte=format_time(position - lookback)):
             if v.id not in seen:
                 fresh.append(v)
         for v in fresh:
@@ -194,7 +195,7 @@ async def poll_store(client: MemoryStoresClient, store_id: str, store: str,
                 v for v in fresh if v.memory_id not in paths]))
             for event in version_events(fresh, paths, store=store, store_id=store_id):
                 yield event
-        horizon = position - LOOKBACK
+        horizon = position - lookback
         for vid in [vid for vid, when in seen.items() if when < horizon]:
             del seen[vid]
         await anyio.sleep(interval)  # trio, or asyncio under `memfs mcp --http`
