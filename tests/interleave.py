@@ -1897,7 +1897,8 @@ class Exploration:
 
 
 def explore(scenario: Scenario, tmp: Path, *, outcomes: tuple[str, ...] = (),
-            crashes: tuple[tuple[str, str], ...] = (), twice: bool = False) -> Exploration:
+            crashes: tuple[tuple[str, str], ...] = (), twice: bool = False,
+            holds: bool = True) -> Exploration:
     """Every hold point of every request of the action, plus before and after it; and
     with `outcomes`, each of them for every request, the interference after the action
     (while the mount does not know the outcome); with `crashes` (`CRASHES`, and
@@ -1907,12 +1908,14 @@ def explore(scenario: Scenario, tmp: Path, *, outcomes: tuple[str, ...] = (),
     "late3" kill, whose first pass is the one the other kinds have). With a `second`
     interference, also every pair of holds: each hold run's own later requests, each at
     every point; where both were on the wire at once, also with the later one answered
-    first."""
+    first. `holds=False` leaves out the holds (and so the pairs), before and after: a
+    family that only asks what a crash does."""
     base = run_one(scenario, tmp / "alone", ("none",))
     n = base.requests
-    wheres: list[tuple] = [("pre",)]
-    wheres += [("hold", k, p) for k in range(n) for p in scenario.points]
-    wheres.append(("post",))
+    wheres: list[tuple] = []
+    if holds:
+        wheres += [("pre",), *[("hold", k, p) for k in range(n) for p in scenario.points],
+                   ("post",)]
     wheres += [("outcome", k, o) for k in range(n) for o in outcomes]
     wheres += [("crash", k, *c) for k in range(n) for c in crashes]
     first = [run_one(scenario, tmp / f"run{i}", w) for i, w in enumerate(wheres)]

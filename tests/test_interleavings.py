@@ -432,6 +432,16 @@ SCENARIOS = [
             "The user's write was "
             "written over by the user; their file alike did not stand for it: not lost"),
     Scenario(
+        "my_create_unlinked_in_flight_then_a_new_directory_after_a_restart",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/d/e.md")], "push",
+        [("unlink", "/d/e.md")], second=[("rename", "/a.md", "/e/x.md")],
+        doc="found by Hypothesis (4 December, late night): our create of /d/e.md is applied, "
+            "the user unlinks it, the daemon dies before the answer; restarted, it gave the "
+            "next new node (the directory /e the rename makes) the unlinked file's inode, "
+            "which the doubt still names: the create's answer landed on the directory and "
+            "the memory the user deleted stayed on the server. State's load now numbers "
+            "past every inode a doubt names"),
+    Scenario(
         "restore_after_the_conflicted_file_moved",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md"),
          ("r_edit", "/a.md")], "push", [("rename", "/a.md", "/c.md")],

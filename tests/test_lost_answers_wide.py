@@ -16,7 +16,10 @@ the ones it was not (docs/TESTING.md, "Lost answers"):
 * another writer in the window (10 remote operations, alone or with a local one; three
   end with the versions our requests wrote redacted, the lost answer's own among them):
   the oracle then checks that nothing is lost instead of the sole writer's exact tree, and
-  that no conflict keeps a write of ours the server took (`Oracle.applied_not_in_conflict`).
+  that no conflict keeps a write of ours the server took (`Oracle.applied_not_in_conflict`);
+* the daemon killed after an operation that takes the file (or its place) away, and new
+  files made after the restart, before the restarted daemon asks what happened (crash
+  runs only: a doubt names its file by inode, and a new file must never get that number).
 
 Every scenario is explored as `test_lost_answers` explores its own: every hold point and
 every outcome (answered, lost, unapplied, refused) of every request of its action, and the
@@ -135,6 +138,21 @@ SHARED = [Scenario(f"{kind}_then_{op}", setup, "push", steps(path))
           for kind, (setup, path) in ALL_KINDS.items() for op, steps in REMOTE_OPS.items()
           if applies(kind, op)]
 
+# New after a restart (4 December, late night: a file unlinked while its create was out,
+# the daemon killed, and the restarted one gave the doubt's inode to the next directory
+# made, on which the answer then landed): each operation that takes the file (or its
+# place) away, the daemon killed with each request on the wire, and after the restart
+# the user makes a directory and two files in it (new numbers) before anything settles.
+# Crash runs only: the holds and outcomes of the same operations run above.
+AFTER_RESTART = ("unlink", "remove_parent_tree", "write_then_unlink", "recreate",
+                 "onto_sibling", "sibling_onto", "rename", "out_of_dir")
+NEW_AFTER_RESTART = [
+    Scenario(f"{kind}_then_{op}_then_new_after_a_restart", setup, "push", steps(path),
+             second=[("write", "/e/n.md"), ("write", "/e/o.md")], sole_writer=True)
+    for kind, (setup, path) in ALL_KINDS.items()
+    for op, steps in {**LOCAL_OPS, **MORE_OPS}.items()
+    if op in AFTER_RESTART and applies(kind, op)]
+
 #: One more kind, for the long run: the sibling (a memory of its own) moved onto the path
 #: of x's pending delete, its delay not over: the push's rename meets x's memory (409),
 #: sends x's DELETE at once, then moves the sibling (3 requests).
@@ -208,10 +226,21 @@ def test_lost_answers_long_run(scenario: Scenario, harness_tmp: Path) -> None:
         pytest.fail(result.summary(), pytrace=False)
 
 
+@pytest.mark.parametrize("scenario", NEW_AFTER_RESTART, ids=lambda s: s.name)
+def test_lost_answers_then_a_crash_then_new_files(scenario: Scenario,
+                                                  harness_tmp: Path) -> None:
+    result = explore(scenario, harness_tmp, crashes=CRASHES + (LATE_CRASHES if LONG else ()),
+                     holds=False)
+    print(f"\n{scenario.name}: {len(result.runs)} interleavings")
+    assert any(run.crashed for run in result.runs)
+    if result.failures:
+        pytest.fail(result.summary(), pytrace=False)
+
+
 def test_the_widened_product_is_new() -> None:
     """Every scenario here is one test_interleavings.py does not run, and none twice."""
     from test_interleavings import CROSS
 
-    names = [s.name for s in (*SOLE, *SHARED, *LONG_RUN)]
+    names = [s.name for s in (*SOLE, *SHARED, *NEW_AFTER_RESTART, *LONG_RUN)]
     assert len(names) == len(set(names))
     assert not set(names) & {s.name for s in CROSS}

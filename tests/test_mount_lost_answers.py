@@ -641,3 +641,39 @@ def test_a_file_that_keeps_changing_is_pushed_while_it_changes(mounts, server):
     assert seen == "".join(lines[:seen.count("\n")])  # a state the file really had
     flush(m)
     assert server_memories(server, store) == {"/log.md": "".join(lines)}
+
+
+def test_a_create_unlinked_in_flight_then_a_crash_then_a_new_directory(mounts, server):
+    """/d/e.md's create is applied, the user removes the file before the answer comes,
+    and the daemon dies (kill -9) with the answer still held. Restarted, it reads state.db
+    again: the doubt names the unlinked file's inode, the highest one. The user makes a
+    directory before the restarted daemon asks what its create did. That directory once
+    got the same inode, so the create's answer landed on it: the memory the user
+    deleted stayed on the server (and came back to the tree at the next listing), while
+    unmount said all was pushed. Found by Hypothesis. The restarted daemon's reads of
+    the versions wait at the gate until the directory is made."""
+    store = mounts.new_store()
+    m = mounts.mount(store, *MOUNT_ARGS)
+    (m.path / "a.md").write_text("a\n")
+    m.wait_synced()
+    with Gate(server) as gate:
+        gate.hold("POST", rf"/memory_stores/{store}/memories$", when="after", count=1)
+        (m.path / "d").mkdir()
+        (m.path / "d" / "e.md").write_text("e\n")
+        gate.wait_held(1)                         # applied; its answer held
+        (m.path / "d" / "e.md").unlink()
+        m.kill9()                                 # the daemon dies waiting for it
+        gate.clear()
+        assert sdk_by_path(server, store).keys() == {"/a.md", "/d/e.md"}
+        gate.hold("GET", rf"/memory_stores/{store}/memory_versions")
+        m.mount()
+        (m.path / "e").mkdir()                    # before the doubt is looked into
+        gate.clear()
+    flush(m)
+    m.sync_now(full=True)
+    assert server_memories(server, store) == {"/a.md": "a\n"}
+    assert sorted(p.name for p in m.path.iterdir()) == ["a.md", "d", "e"]
+    assert (m.path / "e").is_dir() and list((m.path / "e").iterdir()) == []
+    assert conflicts(m) == []
+    out = m.unmount()
+    assert re.search(r"pushed \d+ change\(s\), 0 left", out), out

@@ -500,6 +500,32 @@ def test_a_create_landing_after_an_unlink_goes_to_a_new_file_at_its_path(st, tmp
         again.close()
 
 
+def test_a_restart_never_gives_the_inode_of_a_file_in_doubt_to_a_new_one(st, tmp_path):
+    """d/e.md's create goes out, the user unlinks it, the daemon dies before the answer.
+    The doubt keeps the unlinked file's inode, the highest. After the restart a new
+    directory must get another number: with that one it looked like the file in doubt
+    (the create's answer landed on it, so the memory the user deleted stayed on the
+    server, and the directory waited behind the doubt). Found by Hypothesis."""
+    d = st.new_node(st.nodes[ROOT_INO], "d", is_dir=True, mode=0o40755, uid=0, gid=0)
+    node = st.new_node(d, "e.md", is_dir=False, mode=0o100644, uid=0, gid=0)
+    st.set_content(node, sha256(b"w3"), 2)
+    ticket = st.begin_push(node)
+    st.remove(node)
+    st.close()
+    again = _reopened(st, tmp_path)
+    try:
+        made = again.new_node(again.nodes[ROOT_INO], "e", is_dir=True, mode=0o40755, uid=0,
+                              gid=0)
+        assert made.ino > ticket.ino
+        assert again.doubt_of(made) is None
+        assert again.push_landed(again.doubts[ticket.doubt],
+                                 Remote("mem_new", "/d/e.md", sha256(b"w3"), 2)) is None
+        assert made.memory_id is None and again.by_memory == {}
+        assert again.tombstones["mem_new"].base_sha == sha256(b"w3")  # deleted after the delay
+    finally:
+        again.close()
+
+
 def test_a_refused_request_found_on_the_server_lands_after_its_doubt_ended(st):
     """Pusher._precondition_failed: the failed precondition (409) ended the request's
     doubt (`push_answered`, in `_send`), then the memory is found holding what we wrote

@@ -113,7 +113,9 @@ CREATE TABLE IF NOT EXISTS known (
 CREATE TABLE IF NOT EXISTS doubts (
     id           INTEGER PRIMARY KEY,
     ino          INTEGER NOT NULL,   -- the file it was sent for (moved to the file
-                                     --   that replaces it by a rename over it)
+                                     --   that replaces it by a rename over it); an
+                                     --   unlinked file's number stays here, and no
+                                     --   new file is given it (StateView._load)
     memory_id    TEXT,               -- NULL: a create
     path         TEXT NOT NULL,      -- the path the request carried (or kept)
     sha          TEXT NOT NULL,      -- the content it left (or kept) the memory with

@@ -236,7 +236,12 @@ class StateView:
             for (mid,) in self.db.execute(
                     "SELECT memory_id FROM conflicts WHERE memory_id NOT NULL"):
                 self._conflicted[mid] = self._conflicted.get(mid, 0) + 1
-        self._next_ino = max(max(self._nodes) + 1, getattr(self, "_next_ino", 0))
+        # Never a number state.db still names: a doubt keeps the inode of a file unlinked
+        # while its request was out, and a new file given that number would take its
+        # answer (a memory the user deleted would come back on a directory made after a
+        # restart) and wait behind its doubt.
+        named = max((t.ino for t in self._doubts.values()), default=0)
+        self._next_ino = max(max(self._nodes) + 1, named + 1, getattr(self, "_next_ino", 0))
         self._maybe_dirty = {ino for ino, n in self._nodes.items() if not n.is_dir}
         self._recount()
 
