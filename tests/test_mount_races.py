@@ -140,6 +140,34 @@ def test_refused_delete_waits_alone_while_everything_else_goes_out(mounts, serve
     assert set(server_memories(server, store)) == {"/a.md", "/b.md", "/c.md"}
 
 
+def test_a_new_file_where_a_delete_met_their_edit_is_a_conflict_saying_so(mounts, server):
+    """a.md removed here; its DELETE is held at the gate while another writer edits a.md
+    and the user makes a new a.md (the DELETE is out: the new file cannot take the memory
+    back). The DELETE meets their edit (409): their a.md wins the path, the new file is
+    kept as a conflict, and `memfs conflicts` says why: deleted here but changed on the
+    server (it said another writer had created the same path)."""
+    store = mounts.new_store()
+    m = mounts.mount(store, "--delete-delay", "0")
+    (m.path / "a.md").write_text("v1\n")
+    m.wait_synced()
+    mid = memory_id(m.path / "a.md")
+    with Gate(server) as gate:
+        gate.hold("DELETE", rf"/memories/{mid}$", when="before", count=1)
+        (m.path / "a.md").unlink()
+        [held] = gate.wait_held(1)
+        sdk_update(server, store, mid, content="theirs\n")
+        (m.path / "a.md").write_text("mine\n")
+        gate.release(held["seq"])
+    flush(m)
+    wait_for(lambda: conflicts(m), what="the conflict")
+    [row] = conflicts(m)
+    assert (row["path"], row["reason"], row["local_content"]) == (
+        "/a.md", "deleted here but changed on the server", "mine\n")
+    assert cat(m.path / "a.md") == "theirs\n"
+    assert server_memories(server, store) == {"/a.md": "theirs\n"}
+    assert sdk_by_path(server, store)["/a.md"].id == mid
+
+
 def test_refused_update_is_reported_on_the_file_and_retried(mounts, server):
     store = mounts.new_store()
     m = mounts.mount(store)

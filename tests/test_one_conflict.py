@@ -291,6 +291,40 @@ async def test_a_delete_of_a_memory_changed_there_is_dropped_and_said_so(tmp_pat
             ["/a.md was deleted here but changed on the server; restoring the server's version"]
 
 
+@pytest.mark.parametrize("settled_by", ["reconcile", "push"])
+@pytest.mark.parametrize("new_file", ["while_the_delete_is_out", "after_it"])
+async def test_a_new_file_where_a_refused_delete_stood_says_why_it_conflicts(tmp_path,
+                                                                          new_file,
+                                                                          settled_by):
+    """As above, and a.md is made again here, while the DELETE is out (so it cannot take
+    the memory back) or after it was refused. The server's a.md wins the path (at the
+    next listing, or when the new file's create meets it) and the new file is kept as a
+    conflict whose reason says what happened: deleted here but changed on the server.
+    Before, it said another writer had created the same path: a memory this mount held
+    is no new creation of theirs."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_unlink("/a.md")
+        await eng.op_r_edit("/a.md", "v2")
+        age_tombstones(eng)
+        if new_file == "after_it":
+            await eng.pusher.push_pass()
+            await eng.op_write("/a.md", "mine")
+        else:
+            await held_pass(eng, "before", lambda: eng.op_write("/a.md", "mine"))
+        assert eng.state.tombstones == {}
+        await (eng.op_reconcile() if settled_by == "reconcile" else eng.op_push())
+        [row] = eng.state.conflicts()
+        assert (row["path"], row["memory_id"], row["local_sha"], row["reason"]) == (
+            "/a.md", mid, sha256(data("mine")), "deleted here but changed on the server")
+        assert eng.tree_sha("/a.md") == sha256(data("v2"))
+        assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}
+        assert eng.ctx.status.warnings[-1].split(" ", 1)[1] == (
+            f"conflict #{row['id']} at /a.md: deleted here but changed on the server; the "
+            "server's version is in the tree, yours is kept (memfs conflicts)")
+
+
 async def test_a_delete_that_meets_a_change_whose_read_is_refused_waits(tmp_path, caplog):
     """As above, but the read of the memory that follows the 409 is refused (403). Nothing
     was deleted (the 409 said so): the pending delete waits with the reason (revivable

@@ -449,7 +449,7 @@ async def test_a_create_that_lands_after_its_file_was_unlinked_does_not_bring_it
         first = len(eng.transport.records)
         await eng.pusher.push_pass()  # within the wait: asks (1), sends nothing
         assert sent(eng, first) == ["GET memory_versions"] and eng.state.doubts
-        assert any("no trace on the server yet" in m for m in caplog.messages)
+        assert any("b.md: not settled yet; asked again until" in m for m in caplog.messages)
         await eng.op_reconcile()  # the create lands before its second request
         assert not eng.state.doubts
         [(mid, sha)] = eng.server().values()

@@ -218,6 +218,13 @@ class SyncContext:
         self.invalidate(("inode", node.ino))
         return cid
 
+    def path_taken_reason(self, memory_id: str) -> str:
+        """Why another memory wins a file's path: a memory this mount held (deleted here,
+        its delete refused since another writer changed it) is no new creation of theirs,
+        and the conflict's reason must not say it is."""
+        return ("deleted here but changed on the server" if memory_id in self.state.known
+                else "another writer created the same path")
+
 
 async def gather_bounded(items, fn, limit: int) -> None:
     """await fn(item) for every item, `limit` at a time; the first error is raised

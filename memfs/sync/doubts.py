@@ -112,7 +112,9 @@ def _apply(ctx: SyncContext, ticket: PushTicket, row: decide.Doubt,
            remote: Remote | None, done: Resolved, *, now: Memory | None = None) -> None:
     st = ctx.state
     if row is decide.Doubt.NOT_YET:
-        log.info("request in doubt for %s: no trace on the server yet; asked again until "
+        # No trace of it yet, or (a create) only a like creation changed since, which it
+        # may still turn out not to be: the wait decides.
+        log.info("request in doubt for %s: not settled yet; asked again until "
                  "%g s after its answer was lost", ticket.path,
                  ctx.options.lost_answer_wait)
         return

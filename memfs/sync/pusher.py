@@ -599,7 +599,7 @@ class Pusher:
             st.push_landed(ticket, remote_of(remote))
             return 1
         if held is S.CREATED:
-            return await self._conflict(node, ticket, mid, "another writer created the same path")
+            return await self._conflict(node, ticket, mid, ctx.path_taken_reason(mid))
         # Our rename lands on a path another memory holds on the server (created there,
         # or changed there after we deleted it): the server's memory wins the path, our
         # content is kept as a conflict, and our own memory, which no local file holds

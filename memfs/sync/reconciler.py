@@ -397,7 +397,7 @@ class Reconciler:
             st.adopt_own_write(at_path, remote_of(m))
             return
         try:
-            await ctx.settle_conflict(at_path, m.id, "another writer created the same path",
+            await ctx.settle_conflict(at_path, m.id, ctx.path_taken_reason(m.id),
                                       gen=at_path.gen)
         except Deferred:
             # Changed meanwhile (written, or moved away while the memory was read): the
