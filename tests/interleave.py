@@ -602,6 +602,10 @@ class Engine:
         self.written_here: set[str] = set()
         self.written_there: set[str] = set()
         self.replaced_here: set[str] = set()
+        #: Files here whose synced bytes another writer deleted or wrote over (not applied
+        #: here yet): ino -> (those bytes, the file's gen then). Until the file changes,
+        #: they stand for no write of the user's (`_supersede`).
+        self.taken_there: dict[int, tuple[str, int]] = {}
         self.remote_writes: set[tuple[str, str]] = set()
         self.alive: dict[str, str] | None = None  # memory id -> path (from action start)
         self.alive_ino: dict[str, int] = {}  # memory id -> its file's ino, at action start
@@ -729,15 +733,24 @@ class Engine:
         """Content no longer has to stay visible (written over, removed here, or by
         another writer). After a local operation (run by then), a file of the tree that
         still holds the same bytes keeps it: two files written alike are two writes of
-        one content. (Not after another writer's: which file here stands for the memory
-        they changed is the sync's to find out.)"""
+        one content; but not a file holding them as synced bytes another writer has
+        deleted or written over since (`taken_there`: they go with that change). (Not
+        after another writer's: which file here stands for the memory they changed is the
+        sync's to find out.)"""
         if local and sha is not None:
             self.replaced_here.add(sha)
         st = self.state
         if sha is None or local and any(n.sha == sha and not st.is_local_only_name(n)
+                                        and self.taken_there.get(n.ino) != (sha, n.gen)
                                         for n in st.files()):
             return
         self.obligations.pop(sha, None)
+
+    def _taken_there(self, mid: str, old: str) -> None:
+        """Another writer deleted or wrote over memory mid, which held `old`."""
+        node = self.state.holder(mid)
+        if node is not None and node.sha == old:
+            self.taken_there[node.ino] = (old, node.gen)
 
     def _alive_drop(self, mid: str | None) -> None:
         """The user removed the file holding memory mid: it may go."""
@@ -1088,6 +1101,7 @@ class Engine:
         except ApiError as exc:
             raise Skip(exc.message) from None
         self.overtaken.add(mid)
+        self._taken_there(mid, old)
         self._wrote(sha256(data), old, f"remote edit of {path}", local=False)
 
     async def op_r_create(self, path: str, content: str | None = None) -> None:
@@ -1107,6 +1121,7 @@ class Engine:
         mid, path, old = self._memory(target)
         self.db.delete_memory(self.store_id, mid, actor=OTHER)
         self.overtaken.add(mid)
+        self._taken_there(mid, old)
         self._supersede(old, local=False)
         if self.alive is not None:
             self.alive.pop(mid, None)

@@ -432,6 +432,18 @@ SCENARIOS = [
             "The user's write was "
             "written over by the user; their file alike did not stand for it: not lost"),
     Scenario(
+        "their_delete_of_my_synced_bytes_then_my_write_of_them_over_mine",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/b.md", "same"),
+         ("push",), ("write", "/a.md")], "push",
+        [("r_delete", "/b.md"), ("write", "/a.md", "same"), ("write", "/a.md")],
+        doc="found by Hypothesis (4 December, late night), a fault of the oracle: b.md's "
+            "'same' is synced, another writer deletes b.md, the user writes 'same' to a.md "
+            "and then writes a.md over. b.md still held 'same' here (their delete not "
+            "applied yet), so the oracle kept the user's 'same' owed through it, and "
+            "called it lost when the delete was applied. A file's synced bytes another "
+            "writer has deleted or written over since stand for no write of the user's "
+            "(`Engine.taken_there`)"),
+    Scenario(
         "my_create_unlinked_in_flight_then_a_new_directory_after_a_restart",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/d/e.md")], "push",
         [("unlink", "/d/e.md")], second=[("rename", "/a.md", "/e/x.md")],
