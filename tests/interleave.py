@@ -610,6 +610,7 @@ class Engine:
         self.alive: dict[str, str] | None = None  # memory id -> path (from action start)
         self.alive_ino: dict[str, int] = {}  # memory id -> its file's ino, at action start
         self.excused: set[str] = set()  # ids another client deleted
+        self.removed_here: set[str] = set()  # ids whose file the user removed (from start)
         self.overtaken: set[str] = set()  # ids another client edited or deleted
         #: contents of ours whose versions another client redacted (`op_r_redact`)
         self.redacted: set[str] = set()
@@ -756,6 +757,7 @@ class Engine:
         """The user removed the file holding memory mid: it may go."""
         if self.alive is not None and mid is not None:
             self.alive.pop(mid, None)
+            self.removed_here.add(mid)
 
     def start_action(self) -> None:
         st = self.state
@@ -1239,9 +1241,11 @@ class Oracle:
         for mid in sorted(eng.known_at_start - known):
             if mid not in server:
                 continue
-            if mid in eng.tombstones_at_start and (st.lookup_path(server[mid]) is not None
-                                                   or mid in eng.reconciler.feed.rechecks):
-                # Deleted here, changed there, onto a path a local file or directory holds:
+            deleted_here = mid in eng.tombstones_at_start or mid in eng.removed_here
+            if deleted_here and (st.lookup_path(server[mid]) is not None
+                                 or mid in eng.reconciler.feed.rechecks):
+                # Deleted here (before the pass or while it ran), changed there, onto a
+                # path a local file or directory holds:
                 # the delete no longer applies, and the memory is what any memory colliding
                 # with a local file is, not shown until the path frees (docs/SYNC.md, the
                 # merge table: "its path held here"); held by another memory of ours when

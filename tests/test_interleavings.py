@@ -432,6 +432,17 @@ SCENARIOS = [
             "The user's write was "
             "written over by the user; their file alike did not stand for it: not lost"),
     Scenario(
+        "their_edit_of_a_file_i_delete_and_move_another_onto_during_a_listing",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_edit", "/a.md")],
+        "reconcile", [("unlink", "/a.md"), ("rename", "/b.md", "/a.md")],
+        doc="found by Hypothesis (5 December, just after midnight), a fault of the oracle: "
+            "another writer edits a.md; the user removes a.md and moves b.md onto its path "
+            "while a listing runs. Their edit cancels the user's delete, and their a.md, "
+            "meeting the user's file at its path, is not shown until the path frees (the "
+            "merge table); b.md's rename then meets it and the user's bytes are kept as a "
+            "conflict. The oracle excused that only for a delete made before the pass "
+            "began, and now also for one made while it ran (`Engine.removed_here`)"),
+    Scenario(
         "their_delete_of_my_synced_bytes_then_my_write_of_them_over_mine",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/b.md", "same"),
          ("push",), ("write", "/a.md")], "push",
