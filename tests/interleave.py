@@ -343,8 +343,9 @@ class FaultRule:
     """A fault for requests matching `match` (by default only the action's requests)."""
 
     match: Callable[[Record], bool]
-    #: refuse (an error response, not applied) | fail | lose | late (no answer, applied
-    #: just before the `late_after`-th request after it: `HeldTransport.apply_late`)
+    #: refuse (an error response, not applied) | fail | lose | unapplied (no answer, not
+    #: applied) | late (no answer, applied just before the `late_after`-th request after
+    #: it: `HeldTransport.apply_late`)
     kind: str = "refuse"
     status: int = 403
     error_type: str = "permission_error"
@@ -502,11 +503,11 @@ class HeldTransport(httpx.AsyncBaseTransport):
             fate = None
             if self.outcome is not None and rec.index == self.outcome[0]:
                 fate = self.outcome[1]
-            if fate == "unapplied":
+            rule = None if fate == "unapplied" else self._rule(rec)
+            if fate == "unapplied" or (rule is not None and rule.kind == "unapplied"):
                 rec.outcome = "lost"
                 raise httpx.ReadError("connection reset before the server read it (test)",
                                       request=request)
-            rule = self._rule(rec)
             if rule is not None and rule.kind == "late":
                 fate = f"late{rule.late_after}"
             if fate is not None and fate.startswith("late"):  # the server applies it later

@@ -16,6 +16,7 @@ import os
 import sqlite3
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import hypothesis.strategies as st
@@ -864,6 +865,31 @@ REMOTE = st.one_of(
 SYNC = st.sampled_from([("push",), ("reconcile",), ("poll",), ("age",)])
 
 
+@dataclass(frozen=True)
+class Kind:
+    """A fault's match: one kind of request (its repr is what a replay line shows)."""
+
+    kind: str  # create | update | delete | read (one memory) | list (listings, versions)
+
+    def __call__(self, rec) -> bool:
+        return self.kind == {("POST", False): "create", ("POST", True): "update",
+                             ("DELETE", True): "delete", ("GET", True): "read"}.get(
+            (rec.method, bool(rec.memory_id)), "list")
+
+
+#: What happens to the requests that clean up after the action (the passes of the
+#: lost-answer wait, a restarted daemon's first pass, settling), or to the action's own
+#: as well: the first or the first two of one kind lose their answer too, are never
+#: applied (no answer) or fail (503). A retry of the lost request, the read that resolves
+#: its doubt, the delete of what it left; another request of the same pass.
+AFTERMATH = st.one_of(st.none(), st.builds(
+    lambda kind, fault, times, origins: FaultRule(Kind(kind), kind=fault, origins=origins,
+                                                  times=times),
+    st.sampled_from(["create", "update", "delete", "read", "list"]),
+    st.sampled_from(["lose", "unapplied", "fail"]), st.integers(1, 2),
+    st.sampled_from([("after", "settle"), ("action", "after", "settle")])))
+
+
 @st.composite
 def cases(draw) -> tuple[Scenario, tuple]:
     setup = [("write", "/a.md"), ("write", "/b.md"), ("push",)]
@@ -874,6 +900,9 @@ def cases(draw) -> tuple[Scenario, tuple]:
         draw(st.lists(st.one_of(LOCAL, REMOTE), min_size=1, max_size=3)),
         second=draw(st.lists(st.one_of(LOCAL, REMOTE), max_size=2)),
         list_limit=draw(st.sampled_from([None, 2])))
+    fault = draw(AFTERMATH)
+    if fault is not None:
+        scenario.faults = [fault]
     hold = st.tuples(st.integers(0, 3), st.sampled_from(FAULT_POINTS))
     where = draw(st.one_of(
         st.tuples(st.just("hold"), st.integers(0, 3), st.sampled_from(FAULT_POINTS)),
@@ -899,7 +928,8 @@ def test_random_interleavings(case: tuple[Scenario, tuple]) -> None:
     if result.violations:
         replay = (f"run_one(Scenario('replay', {scenario.setup!r}, {scenario.action!r}, "
                   f"{scenario.interference!r}, second={scenario.second!r}, "
-                  f"list_limit={scenario.list_limit!r}), tmp, {where!r})")
+                  f"list_limit={scenario.list_limit!r}, faults={scenario.faults!r}), "
+                  f"tmp, {where!r})")
         pytest.fail("\n".join([f"{scenario.action} at {result.label} (the action sent "
                                f"{result.requests} requests):", *result.violations,
                                f"replay: {replay}", "trace:", *result.trace]),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import timedelta
 
 #: Editor and tool temp files: kept in the mount, never uploaded.
 DEFAULT_LOCAL_ONLY_PATTERNS = (
@@ -43,6 +44,11 @@ class SyncOptions:
     #: Options added after the JSON's first form: written only when not their default,
     #: so that the JSON of a mount that does not set them is what an older memfs reads.
     LATER = ("lost_answer_wait", "feed_lookback")
+
+    @property
+    def lookback(self) -> timedelta:
+        """`feed_lookback` as the feed and the versions tree compare it with `created_at`."""
+        return timedelta(seconds=self.feed_lookback)
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -21,7 +21,6 @@ import json
 import logging
 import time
 from dataclasses import asdict
-from datetime import timedelta
 from pathlib import Path
 
 import trio
@@ -101,8 +100,7 @@ class StoreEngine:
                                                     show_meta=cfg.options.show_meta,
                                                     uid=owner[0] if owner else None,
                                                     gid=owner[1] if owner else None,
-                                                    lookback=timedelta(
-                                                        seconds=cfg.options.feed_lookback)))
+                                                    lookback=cfg.options.lookback))
             if cfg.metrics_addr:  # time every request only while someone can see it
                 self.fs.timing = self.ctx.metrics.fuse
             removed = self.cache.gc(self.state.referenced_shas())

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import trio
 
@@ -48,7 +48,7 @@ class Reconciler:
         self.state = ctx.state
         self._parked_since: dict[str, float] = {}
         self.feed = Feed(ctx.client, ctx.store_id, learn=ctx.events.learn,
-                         lookback=timedelta(seconds=ctx.options.feed_lookback),
+                         lookback=ctx.options.lookback,
                          wrote_as=ctx.learn_writer)
         self.last_full: float | None = None  # monotonic time of the last full listing
         #: During a pass: the server's renames that could not follow yet (their place is
