@@ -354,6 +354,19 @@ class FaultRule:
     times: int | None = None  # None: every matching request
     headers: dict[str, str] = field(default_factory=dict)  # on a refusal (retry-after)
     late_after: int = 1
+    skip: int = 0  # the first `skip` matching requests go through untouched
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A fault's match: one kind of request (its repr is what a replay line shows)."""
+
+    kind: str  # create | update | delete | read (one memory) | list (listings, versions) | any
+
+    def __call__(self, rec: Record) -> bool:
+        return self.kind in ("any", {("POST", False): "create", ("POST", True): "update",
+                                     ("DELETE", True): "delete", ("GET", True): "read"}.get(
+            (rec.method, bool(rec.memory_id)), "list"))
 
 
 @dataclass
@@ -375,6 +388,7 @@ class HeldTransport(httpx.AsyncBaseTransport):
         self.list_limit = list_limit
         self.records: list[Record] = []
         self.rules: list[FaultRule] = []
+        self.faulted = 0  # requests a rule has taken
         self.holds: dict[int, Hold] = {}  # by action request index
         #: whose requests are numbered (and so holdable): the action's, or a restarted
         #: daemon's first pass ("settle", the crash runs' recovery pass)
@@ -433,8 +447,12 @@ class HeldTransport(httpx.AsyncBaseTransport):
         for rule in self.rules:
             if rec.origin in rule.origins and (rule.times is None or rule.times > 0) \
                     and rule.match(rec):
+                if rule.skip:
+                    rule.skip -= 1
+                    continue
                 if rule.times is not None:
                     rule.times -= 1
+                self.faulted += 1
                 return rule
         return None
 
@@ -1162,10 +1180,10 @@ class Engine:
         await self.pusher.flush(60.0)
 
     async def op_reconcile(self) -> None:
-        await self.reconciler.reconcile_pass(full=True)
+        await listing_pass(self, full=True)
 
     async def op_poll(self) -> None:
-        await self.reconciler.reconcile_pass()
+        await listing_pass(self, full=False)
 
     async def op_age(self) -> None:
         """Hours pass: every pending delete is due, and the lost-answer wait of every
@@ -1480,6 +1498,7 @@ class RunResult:
     #: a hold not reached because the action's request count varies (see `explore`)
     excused: bool = False
     recovery: int = 0  # a crash run: the requests of the restarted daemon's first pass
+    faulted: int = 0  # requests a `FaultRule` took
     action_error: str | None = None
     action_value: Any = None
     violations: list[str] = field(default_factory=list)
@@ -1499,13 +1518,19 @@ async def _action(eng: Engine, kind: str) -> Any:
     if kind == "flush":
         return await eng.pusher.flush(60.0)
     if kind in ("reconcile", "poll"):  # a full listing / a change-feed poll
-        try:
-            return await eng.reconciler.reconcile_pass(full=kind == "reconcile")
-        except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
-            return f"offline: {type(exc).__name__}"  # Reconciler.run backs off: fine
-        except api_errors.APIError as exc:  # a refused listing: Reconciler.run reports it
-            return f"listing failed: {type(exc).__name__}"
+        return await listing_pass(eng, full=kind == "reconcile")
     raise ValueError(kind)
+
+
+async def listing_pass(eng: Engine, *, full: bool) -> Any:
+    """A reconcile pass as `Reconciler.run` runs it: offline or refused, the pass ends
+    there and the loop tries again later."""
+    try:
+        return await eng.reconciler.reconcile_pass(full=full)
+    except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
+        return f"offline: {type(exc).__name__}"  # Reconciler.run backs off: fine
+    except api_errors.APIError as exc:  # a refused listing: Reconciler.run reports it
+        return f"listing failed: {type(exc).__name__}"
 
 
 async def _settle(eng: Engine, result: RunResult, may_stay: tuple[str, ...]) -> None:
@@ -1517,11 +1542,12 @@ async def _settle(eng: Engine, result: RunResult, may_stay: tuple[str, ...]) -> 
             age_tombstones(eng)
             wait_over(eng)
             pushed = await eng.pusher.push_pass(flush=True, retry_failed=True)
-            await eng.reconciler.reconcile_pass()
+            listed = await listing_pass(eng, full=False)  # a str: it went offline
             eng.check_state()
             left = pending_paths(eng.state)
             quiet = not any(p not in may_stay for v in left.values() for p in v)
-            if _fingerprint(eng) == before and quiet and not getattr(pushed, "pushed", 0):
+            if _fingerprint(eng) == before and quiet and not getattr(pushed, "pushed", 0) \
+                    and not isinstance(listed, str):
                 return
         result.violations.append(f"did not settle in {SETTLE_ROUNDS} push+reconcile rounds")
     finally:
@@ -1613,6 +1639,7 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
         result.violations.extend(errors.seen)
     finally:
         logging.getLogger("memfs").removeHandler(errors)
+        result.faulted = transport.faulted
         trace = [*eng.log, *(r.short() for r in transport.records if r.origin != "setup")]
         if len(trace) > 60:
             trace = [*trace[:50], f"… {len(trace) - 60} more …", *trace[-10:]]

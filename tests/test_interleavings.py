@@ -16,7 +16,6 @@ import os
 import sqlite3
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import hypothesis.strategies as st
@@ -33,6 +32,7 @@ from interleave import (
     Engine,
     FaultRule,
     HeldTransport,
+    Kind,
     RunResult,
     Scenario,
     explore,
@@ -865,28 +865,17 @@ REMOTE = st.one_of(
 SYNC = st.sampled_from([("push",), ("reconcile",), ("poll",), ("age",)])
 
 
-@dataclass(frozen=True)
-class Kind:
-    """A fault's match: one kind of request (its repr is what a replay line shows)."""
-
-    kind: str  # create | update | delete | read (one memory) | list (listings, versions)
-
-    def __call__(self, rec) -> bool:
-        return self.kind == {("POST", False): "create", ("POST", True): "update",
-                             ("DELETE", True): "delete", ("GET", True): "read"}.get(
-            (rec.method, bool(rec.memory_id)), "list")
-
-
 #: What happens to the requests that clean up after the action (the passes of the
 #: lost-answer wait, a restarted daemon's first pass, settling), or to the action's own
-#: as well: the first or the first two of one kind lose their answer too, are never
-#: applied (no answer) or fail (503). A retry of the lost request, the read that resolves
-#: its doubt, the delete of what it left; another request of the same pass.
+#: as well: one or two of one kind (or of any), the first or a later one, lose their
+#: answer too, are never applied (no answer) or fail (503). A retry of the lost request,
+#: the read that resolves its doubt, the delete of what it left; another request of the
+#: same pass.
 AFTERMATH = st.one_of(st.none(), st.builds(
-    lambda kind, fault, times, origins: FaultRule(Kind(kind), kind=fault, origins=origins,
-                                                  times=times),
-    st.sampled_from(["create", "update", "delete", "read", "list"]),
-    st.sampled_from(["lose", "unapplied", "fail"]), st.integers(1, 2),
+    lambda kind, fault, times, skip, origins: FaultRule(
+        Kind(kind), kind=fault, origins=origins, times=times, skip=skip),
+    st.sampled_from(["any", "create", "update", "delete", "read", "list"]),
+    st.sampled_from(["lose", "unapplied", "fail"]), st.integers(1, 2), st.integers(0, 2),
     st.sampled_from([("after", "settle"), ("action", "after", "settle")])))
 
 

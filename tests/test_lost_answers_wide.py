@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 # ruff: noqa: F811  (the harness_tmp fixture imported below is redefined as an argument)
-from interleave import CRASHES, LATE_CRASHES, OUTCOMES, Scenario, explore
+from interleave import CRASHES, LATE_CRASHES, OUTCOMES, FaultRule, Kind, Scenario, explore
 from test_interleavings import (
     LOCAL_OPS,
     LONG,
@@ -48,6 +48,8 @@ from test_interleavings import (
     _report_count,  # noqa: F401 - the count, printed at the end
     harness_tmp,  # noqa: F401 - the fixture: the explorations' state on tmpfs
 )
+
+from memfs.mount.daemon import CLIENT_RETRIES
 
 MORE_KINDS = {  # kind -> (setup, the file's path when the action starts)
     "rename_and_edit": ([*SIBLING, ("write", "/d/x.md", "v1"), ("push",),
@@ -153,6 +155,24 @@ NEW_AFTER_RESTART = [
     for op, steps in {**LOCAL_OPS, **MORE_OPS}.items()
     if op in AFTER_RESTART and applies(kind, op)]
 
+# The aftermath (5 December): what follows a lost answer meets a fault too. The action's
+# request gets its outcome (applied with the answer lost, or never applied and no answer:
+# memfs cannot tell which), then the j-th request of what comes after it (the passes of
+# the lost-answer wait, a restarted daemon's first pass, settling: the read that resolves
+# the doubt, the retry, a listing) loses its answer as well, is never applied, or fails
+# (503). The long run adds every operation, the third request, the late outcome and the
+# crashes (the restarted daemon's first pass meeting the fault).
+AFTER_FAULTS = ("lose", "unapplied", "fail")
+AFTER_OPS = ("none", "write", "unlink")
+AFTERMATH = [
+    Scenario(f"{kind}_then_{op}_then_request_{j}_after_{fault}", setup, "push", steps(path),
+             faults=[FaultRule(Kind("any"), kind=fault, origins=("after", "settle"),
+                               times=CLIENT_RETRIES + 1, skip=j)], sole_writer=True)
+    for kind, (setup, path) in ALL_KINDS.items()
+    for op, steps in {**LOCAL_OPS, **MORE_OPS}.items()
+    if (LONG or op in AFTER_OPS) and applies(kind, op)
+    for j in range(3 if LONG else 2) for fault in AFTER_FAULTS]
+
 #: One more kind, for the long run: the sibling (a memory of its own) moved onto the path
 #: of x's pending delete, its delay not over: the push's rename meets x's memory (409),
 #: sends x's DELETE at once, then moves the sibling (3 requests).
@@ -237,10 +257,22 @@ def test_lost_answers_then_a_crash_then_new_files(scenario: Scenario,
         pytest.fail(result.summary(), pytrace=False)
 
 
+@pytest.mark.parametrize("scenario", AFTERMATH, ids=lambda s: s.name)
+def test_lost_answers_then_their_aftermath_faulted(scenario: Scenario,
+                                                   harness_tmp: Path) -> None:
+    result = explore(scenario, harness_tmp,
+                     outcomes=("lost", "unapplied", *(("late3",) if LONG else ())),
+                     crashes=CRASHES if LONG else (), holds=False)
+    print(f"\n{scenario.name}: {len(result.runs)} interleavings")
+    assert all(run.faulted for run in result.runs)  # the aftermath reached its j-th request
+    if result.failures:
+        pytest.fail(result.summary(), pytrace=False)
+
+
 def test_the_widened_product_is_new() -> None:
     """Every scenario here is one test_interleavings.py does not run, and none twice."""
     from test_interleavings import CROSS
 
-    names = [s.name for s in (*SOLE, *SHARED, *NEW_AFTER_RESTART, *LONG_RUN)]
+    names = [s.name for s in (*SOLE, *SHARED, *NEW_AFTER_RESTART, *AFTERMATH, *LONG_RUN)]
     assert len(names) == len(set(names))
     assert not set(names) & {s.name for s in CROSS}
