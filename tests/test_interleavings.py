@@ -41,6 +41,8 @@ from interleave import (
     scratch_root,
 )
 
+from memfs.mount.daemon import CLIENT_RETRIES
+
 _LONG = os.environ.get("MEMFS_INTERLEAVE_LONG", "").strip()
 LONG = _LONG not in ("", "0")
 HYPOTHESIS_EXAMPLES = (int(_LONG) if _LONG.isdigit() and int(_LONG) > 1 else 2000) if LONG \
@@ -867,15 +869,16 @@ SYNC = st.sampled_from([("push",), ("reconcile",), ("poll",), ("age",)])
 
 #: What happens to the requests that clean up after the action (the passes of the
 #: lost-answer wait, a restarted daemon's first pass, settling), or to the action's own
-#: as well: one or two of one kind (or of any), the first or a later one, lose their
-#: answer too, are never applied (no answer) or fail (503). A retry of the lost request,
-#: the read that resolves its doubt, the delete of what it left; another request of the
-#: same pass.
+#: as well: one to three of one kind (or of any; three: every attempt of a read the
+#: client retries), the first or a later one, lose their answer too, are never applied
+#: (no answer) or fail (503). A retry of the lost request, the read that resolves its
+#: doubt, the delete of what it left; another request of the same pass.
 AFTERMATH = st.one_of(st.none(), st.builds(
     lambda kind, fault, times, skip, origins: FaultRule(
         Kind(kind), kind=fault, origins=origins, times=times, skip=skip),
     st.sampled_from(["any", "create", "update", "delete", "read", "list"]),
-    st.sampled_from(["lose", "unapplied", "fail"]), st.integers(1, 2), st.integers(0, 2),
+    st.sampled_from(["lose", "unapplied", "fail"]), st.integers(1, CLIENT_RETRIES + 1),
+    st.integers(0, 2),
     st.sampled_from([("after", "settle"), ("action", "after", "settle")])))
 
 
