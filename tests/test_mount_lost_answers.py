@@ -37,7 +37,7 @@ import pytest
 # ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
 from gate import Gate
 from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
-from synchelpers import cat, conflicts, flush, sdk_by_path, xattr
+from synchelpers import cat, conflicts, flush, sdk_by_path, wait_for, xattr
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 
@@ -175,6 +175,44 @@ def test_lost_answer_then_local_change(mounts, server, kind, op):
             for _ in range(ATTEMPTS - 1):             # every retry's answer is lost too
                 gate.wait_held(1)
                 gate.release()
+        gate.clear()
+    _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
+
+
+# -- the lost answer's aftermath meets an outage ---------------------------------------------
+
+OUTAGE_CASES = [("create", "edit"), ("update", "rm"), ("rename", "edit")]
+
+
+@pytest.mark.parametrize(("kind", "op"), OUTAGE_CASES,
+                         ids=[f"{k}-then-{o}" for k, o in OUTAGE_CASES])
+def test_lost_answer_then_local_change_then_an_outage_while_it_is_settled(mounts, server,
+                                                                          kind, op):
+    """The request applied, its answer lost, the file changed; then every read that could
+    settle the doubt fails (503, each of the client's attempts, for two passes): the
+    mount must keep waiting, not take the outage for "the server shows no trace" (a
+    create taken for another writer's, the user's edit filed as a conflict). The same
+    without a kernel, for every kind, operation and fault: tests/test_lost_answers_wide.py,
+    `test_lost_answers_then_their_aftermath_faulted`. Without the change feed, whose
+    polls read the versions too (the outage is the doubt's), and with no lost-answer
+    wait: a pass that read "no trace" would act on it at once."""
+    store, m, x, mid, rule = _start(mounts, kind, "--no-feed", "--lost-answer-wait", "0")
+    reads = rf"/memory_stores/{store}/(memory_versions|memories/)"
+    with Gate(server) as gate:
+        gate.hold("POST", rule, when="after", count=1, drop=True)
+        current = _request(kind, x)
+        [first] = gate.wait_held(1)
+        assert first["status"] == 200, first          # applied and committed...
+        if kind == "create":
+            mid = sdk_by_path(server, store)["/d/x.md"].id
+        outage = gate.refuse("GET", reads, 503, count=2 * ATTEMPTS)
+        gate.hold("GET", reads)                       # after the outage: held, below
+        gate.release(first["seq"])                    # ...and its answer lost (reset)
+        _change(op, current, x)                       # while the outcome is unknown
+        wait_for(lambda: next(r for r in gate.snapshot()["rules"] if r["id"] == outage["id"])
+                 ["caught"] >= 2 * ATTEMPTS, what="two passes' reads failing")
+        gate.wait_held(1)                             # the outage over, the next read held:
+        assert conflicts(m) == []                     # nothing decided on the outage
         gate.clear()
     _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
 
