@@ -124,6 +124,9 @@ MEMFS = Actor("api_actor", "apikey_memfs")
 OTHER = Actor("api_actor", "apikey_other")
 #: Push passes the `pushes` action runs at most (one after another, as `Pusher.run` goes on).
 PUSH_PASSES = 3
+#: How long one interleaving may take (they take from a few ms to about a second): a
+#: guard that turns a hang into a failure with its trace, not a measure of speed.
+HUNG_AFTER = 120.0
 #: How long the blob writer may take to write what waits (a guard against a hang only).
 WRITER_PATIENCE = 30.0
 BASE_URL = "http://interleave.test"
@@ -522,6 +525,9 @@ class HeldTransport(httpx.AsyncBaseTransport):
             if self.outcome is not None and rec.index == self.outcome[0]:
                 fate = self.outcome[1]
             rule = None if fate == "unapplied" else self._rule(rec)
+            if rule is not None and rule.kind in ("unapplied", "late") \
+                    and point in ("after", "lose"):
+                await self._park(rec, hold)  # not applied (yet), but held on the wire
             if fate == "unapplied" or (rule is not None and rule.kind == "unapplied"):
                 rec.outcome = "lost"
                 raise httpx.ReadError("connection reset before the server read it (test)",
@@ -1630,10 +1636,13 @@ async def _run(scenario: Scenario, tmp: Path, where: tuple) -> RunResult:
     errors = _ErrorLog()
     logging.getLogger("memfs").addHandler(errors)
     try:
-        async with trio.open_nursery() as background:
-            await background.start(eng.serve_content)
-            await _interleave(eng, scenario, where, result, background)
-            background.cancel_scope.cancel()
+        with trio.move_on_after(HUNG_AFTER) as guard:
+            async with trio.open_nursery() as background:
+                await background.start(eng.serve_content)
+                await _interleave(eng, scenario, where, result, background)
+                background.cancel_scope.cancel()
+        if guard.cancelled_caught:
+            result.violations.append(f"the run hung: not over after {HUNG_AFTER:.0f} s")
         if eng.store.failure:
             result.violations.append(f"a background task failed: {eng.store.failure}")
         result.violations.extend(errors.seen)
@@ -1911,8 +1920,9 @@ def run_one(scenario: Scenario, tmp: Path, where: tuple, *, seed: int = 0,
     trio_run._r.seed(seed)
     result = trio.run(_run, scenario, tmp, where)
     EXPLORED[kind] = EXPLORED.get(kind, 0) + 1
-    if not result.violations:
-        shutil.rmtree(tmp, ignore_errors=True)
+    if not result.violations:  # the run's state, and what its daemons killed left beside it
+        for path in (tmp, *tmp.parent.glob(f"{tmp.name}-restarted*")):
+            shutil.rmtree(path, ignore_errors=True)
     return result
 
 

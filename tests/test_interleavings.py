@@ -622,6 +622,25 @@ def test_a_crash_run_restarts_the_daemon_from_disk_alone(tmp_path: Path, monkeyp
     assert "the tree has /d/x.md = 'v1', the user left nothing" in planted.violations
 
 
+def test_a_hold_on_a_request_a_fault_leaves_unapplied_is_reached(tmp_path: Path) -> None:
+    """A request held "after" (or "lose") that a fault then leaves unapplied, with no
+    answer, is held on the wire all the same: the hold is reached and the run goes on to
+    the next one. (Before, the fault's reset came first; the hold was never reached while
+    the action was parked on the later one: a run that never ended, found by the random
+    search drawing both.) And a crash run leaves no state directory behind once it
+    passes, the restarted daemon's included."""
+    scenario = Scenario("unapplied_held", [("write", "/a.md", "a1"), ("write", "/b.md", "b1")],
+                        "push", [("write", "/a.md", "a2")], second=[("write", "/b.md", "b2")],
+                        faults=[FaultRule(Kind("create"), kind="unapplied", times=1)],
+                        sole_writer=True)
+    result = run_one(scenario, tmp_path / "run", ("holds", (0, "lose"), (1, "before")))
+    assert result.reached and result.together and result.faulted == 1, result.label
+    assert not result.violations, result.violations
+    crash = next(s for s in CROSS if s.name == "create_then_unlink")
+    assert not run_one(crash, tmp_path / "crash", ("crash", 0, "after", "restarted")).violations
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_second_crash_kills_the_restarted_daemon_in_its_first_pass(tmp_path: Path,
                                                                     monkeypatch) -> None:
     """`explore(twice=True)` kills the restarted daemon too, while its first pass (the one
