@@ -15,6 +15,8 @@ after the action, while memfs does not know what the server did:
     answered    applied, the answer delivered
     lost        applied, the answer lost (a connection reset after the commit)
     unapplied   never applied, and no answer either (a reset before the server read it)
+    applied_500, applied_504  applied, answered with that 5xx (`ANSWERED_5XX`: the long
+                run's and the random search's only)
     refused     not applied, answered 403
     late<j>     no answer, not applied yet: the server applies it just before the j-th
                 request after it (a server still at work when its client gave up). The
@@ -110,6 +112,10 @@ FAULT_POINTS = ("before", "after", "lose", "fail")
 #: "late_page<j>": just before the j-th listing request of a full listing pass then.
 OUTCOMES = ("answered", "lost", "unapplied", "refused", "late2", "late3", "late5",
             "late_page1", "late_page2", "late_page3")
+#: Two more the long run and the random search draw: the server applied the request and
+#: the answer is a 5xx all the same (a gateway's 504 while the server finished; a 500
+#: from a proxy after the commit). memfs cannot tell it from "never applied, a 5xx".
+ANSWERED_5XX = ("applied_500", "applied_504")
 #: The daemon killed with a request on the wire: (the server applied it first or not, the
 #: interference just before the kill or after the restart).
 CRASHES = tuple((point, when) for point in ("before", "after")
@@ -563,6 +569,10 @@ class HeldTransport(httpx.AsyncBaseTransport):
             if point == "lose" or fate == "lost" or (rule is not None and rule.kind == "lose"):
                 rec.outcome = "lost"
                 raise httpx.ReadError("response lost by the test", request=request)
+            if fate in ANSWERED_5XX:  # applied, and the answer an error all the same
+                code = int(fate.removeprefix("applied_"))
+                rec.outcome = f"applied ({status}), answered {code}"
+                return _error(code, "api_error", "a gateway's error after the commit (test)")
             return httpx.Response(status, json=payload, headers=headers)
         finally:
             if key is not None and self.in_flight.get(key) is rec:
@@ -631,6 +641,11 @@ class Engine:
         #: here yet): ino -> (those bytes, the file's gen then). Until the file changes,
         #: they stand for no write of the user's (`_supersede`).
         self.taken_there: dict[int, tuple[str, int]] = {}
+        #: Bytes -> the memories another writer wrote over them in, and the memories of
+        #: the files the user wrote them to: the user's write of bytes a memory held
+        #: before the other writer went on from them (`Oracle.settled`).
+        self.over_there: dict[str, set[str]] = {}
+        self.mine_in: dict[str, set[str]] = {}
         self.remote_writes: set[tuple[str, str]] = set()
         self.alive: dict[str, str] | None = None  # memory id -> path (from action start)
         self.alive_ino: dict[str, int] = {}  # memory id -> its file's ino, at action start
@@ -888,6 +903,8 @@ class Engine:
         key = self._handle(path)
         await self._put(path, data)
         self._wrote(sha256(data), replaced, f"local write to {path}", synced=synced)
+        if node is not None and node.memory_id is not None:
+            self.mine_in.setdefault(sha256(data), set()).add(node.memory_id)
         if key is not None:
             # One inode, one buffer: the open handle now holds data, made durable by this
             # close; its own close writes nothing more (as after op_read's close). A later
@@ -1129,6 +1146,7 @@ class Engine:
             raise Skip(exc.message) from None
         self.overtaken.add(mid)
         self._taken_there(mid, old)
+        self.over_there.setdefault(old, set()).add(mid)
         self._wrote(sha256(data), old, f"remote edit of {path}", local=False)
 
     async def op_r_create(self, path: str, content: str | None = None) -> None:
@@ -1394,10 +1412,14 @@ class Oracle:
         # by content (the precondition, memfs's base) the other writer's write of them is
         # ours, which the user's later edit goes over, as it would had it come first (an
         # update to the bytes a memory holds answers 200 whatever its precondition); and
-        # a file of theirs holding them alike does not stand for the user's write.
+        # a file of theirs holding them alike does not stand for the user's write. Nor
+        # bytes both wrote that the other writer then wrote over in the memory of the
+        # file the user wrote them to: the user's write met them there (the API's no-op)
+        # and their edit went on from it, as had the user's come first.
         for sha, who in sorted(eng.obligations.items(), key=lambda kv: kv[1]):
-            if sha in eng.written_here and sha in eng.written_there \
-                    and sha in eng.replaced_here:
+            if sha in eng.written_here and sha in eng.written_there and (
+                    sha in eng.replaced_here
+                    or eng.mine_in.get(sha, set()) & eng.over_there.get(sha, set())):
                 continue
             if sha not in kept and sha != EMPTY_SHA:
                 out.append(f"lost: {eng.label(sha)} ({who}) is not in the tree, on the "
