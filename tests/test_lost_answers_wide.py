@@ -165,12 +165,14 @@ NEW_AFTER_RESTART = [
     if op in AFTER_RESTART and applies(kind, op)]
 
 # The aftermath (5 December): what follows a lost answer meets a fault too. The action's
-# request gets its outcome (applied with the answer lost, or never applied and no answer:
-# memfs cannot tell which), then the j-th request of what comes after it (the passes of
-# the lost-answer wait, a restarted daemon's first pass, settling: the read that resolves
-# the doubt, the retry, a listing) loses its answer as well, is never applied, or fails
-# (503). The long run adds every operation, the third request, the late outcome and the
-# crashes (the restarted daemon's first pass meeting the fault).
+# request gets its outcome (applied with the answer lost, never applied and no answer, or
+# applied and answered 500 or 504: memfs cannot tell which), then the j-th request of
+# what comes after it (the passes of the lost-answer wait, a restarted daemon's first
+# pass, settling: the read that resolves the doubt, the retry, a listing) and the two
+# after it lose their answers as well, are never applied, or fail (503): three, every
+# attempt of a read the client retries. The long run adds every operation, the third
+# request, the late outcome and the crashes (the restarted daemon's first pass meeting
+# the fault).
 AFTER_FAULTS = ("lose", "unapplied", "fail")
 AFTER_OPS = ("none", "write", "unlink")
 AFTERMATH = [
