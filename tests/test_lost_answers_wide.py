@@ -166,13 +166,13 @@ NEW_AFTER_RESTART = [
 
 # The aftermath (5 December): what follows a lost answer meets a fault too. The action's
 # request gets its outcome (applied with the answer lost, never applied and no answer, or
-# applied and answered 500 or 504: memfs cannot tell which), then the j-th request of
+# applied and answered 500 or 504: memfs cannot tell which), then the first request of
 # what comes after it (the passes of the lost-answer wait, a restarted daemon's first
 # pass, settling: the read that resolves the doubt, the retry, a listing) and the two
 # after it lose their answers as well, are never applied, or fail (503): three, every
-# attempt of a read the client retries. The long run adds every operation, the third
-# request, the late outcome and the crashes (the restarted daemon's first pass meeting
-# the fault).
+# attempt of a read the client retries. The long run adds every operation, the fault
+# from the second or third request on, the late outcome and the crashes (the restarted
+# daemon's first pass meeting the fault).
 AFTER_FAULTS = ("lose", "unapplied", "fail")
 AFTER_OPS = ("none", "write", "unlink")
 AFTERMATH = [
@@ -182,7 +182,7 @@ AFTERMATH = [
     for kind, (setup, path) in ALL_KINDS.items()
     for op, steps in {**LOCAL_OPS, **MORE_OPS}.items()
     if (LONG or op in AFTER_OPS) and applies(kind, op)
-    for j in range(3 if LONG else 2) for fault in AFTER_FAULTS]
+    for j in range(3 if LONG else 1) for fault in AFTER_FAULTS]
 
 #: One more kind, for the long run: the sibling (a memory of its own) moved onto the path
 #: of x's pending delete, its delay not over: the push's rename meets x's memory (409),
