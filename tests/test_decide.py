@@ -277,6 +277,26 @@ def test_doubt_row_while_the_request_may_still_land(head, since, expected):
     assert decide.doubt_row(WROTE, head, since, young=True) is want
 
 
+BASE_ROWS = [
+    # (versions since, newest first) -> what an update sent against BASE did
+    ([seen("/a", THEIRS), seen("/a", BASE), seen()], decide.Doubt.NOT_APPLIED),  # A, B, A
+    ([seen("/a", THEIRS), seen(), seen("/a", BASE)], decide.Doubt.APPLIED_BEFORE),  # after B
+    ([seen(), seen("/a", BASE), seen()], decide.Doubt.APPLIED_BEFORE),  # the newer A
+    ([seen("/a", BASE, "deleted"), seen()], decide.Doubt.APPLIED_BEFORE),  # a delete: no write
+    ([seen("/a", THEIRS), seen()], decide.Doubt.APPLIED_BEFORE),  # B older than the window
+]
+
+
+@pytest.mark.parametrize("since,expected", BASE_ROWS)
+def test_doubt_row_counts_only_versions_after_the_precondition(since, expected):
+    """A version holding our bytes older than the newest holding what the request was
+    sent against is an earlier write (A, B, A again: the last A's request never
+    applied is not the first A's version)."""
+    assert decide.doubt_row(WROTE, seen("/a", THEIRS), since, base=BASE) is expected
+    assert decide.doubt_row(WROTE, seen("/a", THEIRS), since) is (  # without it: any
+        decide.Doubt.APPLIED_BEFORE)
+
+
 CREATED_ROWS = [
     # (a creation of our bytes at our path, its memory now) -> what the create did
     (None, None, decide.Doubt.NOT_APPLIED),                        # no such creation

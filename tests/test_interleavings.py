@@ -436,6 +436,20 @@ SCENARIOS = [
             "The user's write was "
             "written over by the user; their file alike did not stand for it: not lost"),
     Scenario(
+        "my_a_then_b_then_a_again_never_applied",
+        [("write", "/a.md", "A"), ("push",), ("write", "/a.md", "B"), ("push",),
+         ("write", "/a.md", "A")],
+        "push", [("write", "/b.md")],
+        faults=[FaultRule(Kind("update"), kind="unapplied", times=1)], sole_writer=True,
+        doc="found by Hypothesis (5 December), a defect that loses the user's last write: "
+            "a.md is written A, then B, then A again, each pushed; the last update is never "
+            "applied and gets no answer (a reset, or a 503: the client cannot tell). Its "
+            "doubt read the versions since shortly before it was sent, found the first A's "
+            "and took the update as applied and written over since: the tree went back to "
+            "B, the user's A gone, no conflict. A version older than the newest holding "
+            "what the request's precondition named is not the request's "
+            "(`decide.doubt_row`, `base`)"),
+    Scenario(
         "their_bytes_and_theirs_over_them_then_mine_alike_out",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_edit", "/b.md", "same"),
          ("r_edit", "/b.md"), ("write", "/b.md", "same")],

@@ -217,6 +217,25 @@ def test_lost_answer_then_local_change_then_an_outage_while_it_is_settled(mounts
     _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
 
 
+def test_a_then_b_then_a_again_whose_update_never_applied_keeps_a(mounts, server):
+    """x.md is written v1, then B, then v1 again, each pushed; the last update is refused
+    with a 503 before the server applies it (a proxy's error: the mount cannot tell it
+    from one after the commit, so the update is in doubt). The versions since shortly
+    before it was sent hold the first v1: that is not this request's (the memory held B,
+    its precondition, after it), so the update is sent again and the user's v1 stays
+    (before: taken as applied and written over since, the tree went back to B)."""
+    store, m, x, mid, rule = _start(mounts, "update")
+    x.write_text("B\n")
+    m.wait_synced()
+    with Gate(server) as gate:
+        refusal = gate.refuse("POST", rule, 503, count=1)
+        x.write_text("v1\n")
+        wait_for(lambda: next(r for r in gate.snapshot()["rules"] if r["id"] == refusal["id"])
+                 ["caught"] >= 1, what="the update refused")
+        assert server_memories(server, store) == {"/d/x.md": "B\n"}  # never applied
+    _ends_as_left(m, server, store, {"/d/x.md": "v1\n"}, mid)
+
+
 # -- a request the server applies late ------------------------------------------------------
 
 LATE_CASES = [(kind, op) for kind in ("create", "update", "rename") for op in ("rm", "mv", "edit")]

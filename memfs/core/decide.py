@@ -331,18 +331,22 @@ def holds(written: tuple[str | None, str], path: str | None, sha: str | None) ->
 
 
 def doubt_row(written: tuple[str | None, str], head: Seen | None, since_sent: list[Seen], *,
-              base_moved: bool = False, young: bool = False) -> Doubt:
+              base_moved: bool = False, young: bool = False, base: str | None = None) -> Doubt:
     """A request in doubt wrote `written` (path, sha). `head`: the memory now (None: it
     is gone, or a create, whose memory we cannot name); `since_sent`: the versions
-    written since the request went out (a create's: every memory created since);
-    `base_moved`: the file's base is neither what the request was sent against nor what
-    it wrote (a later read of the server set it); `young`: its answer was lost less than
-    `SyncOptions.lost_answer_wait` ago.
+    written since shortly before the request went out, newest first (a create's: every
+    memory created since); `base_moved`: the file's base is neither what the request was
+    sent against nor what it wrote (a later read of the server set it); `young`: its
+    answer was lost less than `SyncOptions.lost_answer_wait` ago; `base`: the content
+    its precondition named, when it sent other content.
 
     Only what the server shows counts. A memory that holds exactly our write (now,
     or in a version since) got it from our request, or from another writer who wrote
     the same bytes to the same path, which comes to the same: adopting it loses
-    nothing and duplicates nothing.
+    nothing and duplicates nothing. But not a version older than the newest holding
+    `base`: the request, had it been applied, came after the memory held that (its
+    precondition), so those bytes there are an earlier write (the user's own A, then B,
+    then A again: the last A's request never applied is not the first A's version).
 
     No trace is not proof while the request is young: a server may apply a request after
     its client gave up on the answer (a proxy's timeout while the server still works on
@@ -352,8 +356,12 @@ def doubt_row(written: tuple[str | None, str], head: Seen | None, since_sent: li
     if head is not None and holds(written, head.path, head.sha):
         return Doubt.APPLIED
     for v in since_sent:
-        if v.operation != "deleted" and holds(written, v.path, v.sha):
+        if v.operation == "deleted":
+            continue
+        if holds(written, v.path, v.sha):
             return Doubt.SUPERSEDED if base_moved else Doubt.APPLIED_BEFORE
+        if base is not None and v.sha == base:
+            break  # older ones came before the memory held what our request was sent against
     return Doubt.NOT_YET if young else Doubt.NOT_APPLIED
 
 

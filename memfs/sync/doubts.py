@@ -188,7 +188,8 @@ async def _resolve_update(ctx: SyncContext, ticket: PushTicket, done: Resolved) 
     head, history = got
     row = decide.doubt_row(written, _seen(head) if head else None,
                            [_seen(v) for v in history], base_moved=_base_moved(ctx, ticket),
-                           young=_young(ctx, ticket))
+                           young=_young(ctx, ticket),
+                           base=ticket.base_sha if written[1] != ticket.base_sha else None)
     remote = None
     if row is decide.Doubt.APPLIED:
         assert head is not None
