@@ -290,7 +290,9 @@ def state_snapshot(state: State) -> dict[str, Any]:
     conflicted = dict(getattr(state, "conflicted", {}))
     return {"nodes": nodes, "by_memory": dict(state.by_memory), "tombstones": tombs,
             "conflicts": state.conflicts(), "conflicted": conflicted,
-            "former_sources": list(state.former_sources.items()), "known": list(state.known)}
+            "former_sources": list(state.former_sources.items()),
+            "known": [(m, state.seen_version(m)) for m in state.known],
+            "doubts": dict(state.doubts)}
 
 
 # ======================================================================================

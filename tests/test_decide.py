@@ -297,6 +297,38 @@ def test_doubt_row_counts_only_versions_after_the_precondition(since, expected):
         decide.Doubt.APPLIED_BEFORE)
 
 
+def v(name, path="/a", sha=MINE, operation="modified") -> decide.Seen:
+    """A version with an id (`name`)."""
+    return decide.Seen(path, sha, operation, name)
+
+
+AFTER_ROWS = [
+    # (versions since, newest first) -> what a rename to /a sent after version "v2" was
+    # seen did; the memory now holds THEIRS at /b (neither our write nor what it was)
+    ([v("v3", "/b"), v("v2"), v("v1", "/b")], decide.Doubt.NOT_APPLIED),  # /a, /b, /a again
+    ([v("v2"), v("v1", "/b")], decide.Doubt.NOT_APPLIED),     # /a seen before: not ours
+    ([v("v3", "/b"), v("v4"), v("v2", "/b")], decide.Doubt.APPLIED_BEFORE),  # after v2
+    ([v("v4"), v("v2", "/b"), v("v1")], decide.Doubt.APPLIED_BEFORE),  # the newer /a
+    ([v("v4", "/b", MINE, "deleted"), v("v3"), v("v2", "/b")],
+     decide.Doubt.APPLIED_BEFORE),                            # written, then deleted
+    ([v("v3", "/a", MINE, "deleted"), v("v2", "/b")], decide.Doubt.NOT_APPLIED),  # no write
+    ([v("v4", "/b"), v("v3")], decide.Doubt.APPLIED_BEFORE),  # v2 older than the window
+]
+
+
+@pytest.mark.parametrize("since,expected", AFTER_ROWS)
+def test_doubt_row_counts_only_versions_after_the_one_seen_before_sending(since, expected):
+    """A version this mount had seen before the request went out, or an older one, is
+    not the request's: a file moved to /a, away and to /a again, the last move never
+    applied, is not the first move's version. Without the version seen, any will do (a
+    move back by another writer after ours was applied looks the same)."""
+    head = seen("/b", THEIRS)
+    assert decide.doubt_row(WROTE, head, since, after="v2") is expected
+    found = any(x.operation != "deleted" and x.path == "/a" and x.sha == MINE for x in since)
+    assert decide.doubt_row(WROTE, head, since) is (
+        decide.Doubt.APPLIED_BEFORE if found else decide.Doubt.NOT_APPLIED)
+
+
 CREATED_ROWS = [
     # (a creation of our bytes at our path, its memory now) -> what the create did
     (None, None, decide.Doubt.NOT_APPLIED),                        # no such creation

@@ -137,6 +137,18 @@ def newer_edit_kept(eng: Engine, result: RunResult) -> list[str]:
     return out
 
 
+def their_move_back_stands(eng: Engine, result: RunResult) -> list[str]:
+    """Their move back, once made (the user's move applied before it), is the last word:
+    the file ends at /a.md, on the server and in the tree."""
+    if not any("('r_rename', '/b.md', '/a.md') ok" in line for line in eng.log):
+        return []  # made before the user's move reached the server: there was no b.md
+    tree, server = eng.user_tree(), eng.server()
+    if set(tree) == set(server) == {"/a.md"}:
+        return []
+    return [f"their move back to /a.md was undone: the tree has {sorted(tree)}, the "
+            f"server {sorted(server)}"]
+
+
 SCENARIOS = [
     Scenario(
         "never_read_content_saved_over_then_its_memory_rewritten",
@@ -449,6 +461,37 @@ SCENARIOS = [
             "B, the user's A gone, no conflict. A version older than the newest holding "
             "what the request's precondition named is not the request's "
             "(`decide.doubt_row`, `base`)"),
+    Scenario(
+        "my_rename_back_and_forth_the_last_never_applied",
+        [("write", "/a.md"), ("push",), ("rename", "/a.md", "/b.md"), ("push",),
+         ("rename", "/b.md", "/a.md"), ("push",), ("rename", "/a.md", "/b.md")],
+        "push", [("write", "/c.md")],
+        faults=[FaultRule(Kind("update"), kind="unapplied", times=1)], sole_writer=True,
+        doc="SEMANTICS known gap 11 until 5 December: a.md is moved to b.md, back, and to "
+            "b.md again, each pushed; the last rename is never applied and gets no answer. "
+            "Its doubt found the first move's version at b.md, took the last rename for "
+            "applied and written over since, and the file went back to a.md. The versions "
+            "the mount had seen before the request went out (an answer's "
+            "`memory_version_id`) are not the request's (`decide.doubt_row`, `after`)"),
+    Scenario(
+        "their_move_back_after_my_rename",
+        [("write", "/a.md"), ("push",), ("rename", "/a.md", "/b.md")],
+        "push", [("r_rename", "/b.md", "/a.md")], settled_check=their_move_back_stands,
+        doc="the case the version seen must not break (5 December): the user's a.md -> b.md "
+            "is applied; another writer moves it back before the answer comes, or the "
+            "answer is lost. The version at b.md is newer than any the mount had seen "
+            "when the move went out: it is the move's, applied and moved since, and their "
+            "move back stands (a bound on the bytes alone would take it for the move never "
+            "applied and send it again over theirs)"),
+    Scenario(
+        "my_create_moved_and_moved_back_never_applied",
+        [("write", "/a.md"), ("push",), ("rename", "/a.md", "/b.md"), ("push",),
+         ("rename", "/b.md", "/a.md")],
+        "push", [("write", "/c.md")],
+        faults=[FaultRule(Kind("update"), kind="unapplied", times=1)], sole_writer=True,
+        doc="the shorter variant: a.md created and moved to b.md, then moved back; the move "
+            "back is never applied and gets no answer. The creation's version holds the "
+            "same bytes at a.md: it came before the move the mount saw answered"),
     Scenario(
         "their_bytes_and_theirs_over_them_then_mine_alike_out",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_edit", "/b.md", "same"),

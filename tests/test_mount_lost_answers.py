@@ -229,10 +229,36 @@ def test_a_then_b_then_a_again_whose_update_never_applied_keeps_a(mounts, server
     m.wait_synced()
     with Gate(server) as gate:
         refusal = gate.refuse("POST", rule, 503, count=1)
+        gate.hold("POST", rule, when="before", count=1)  # what is sent after it
         x.write_text("v1\n")
-        wait_for(lambda: next(r for r in gate.snapshot()["rules"] if r["id"] == refusal["id"])
-                 ["caught"] >= 1, what="the update refused")
+        [again] = gate.wait_held(1)
+        assert next(r for r in gate.snapshot()["rules"] if r["id"] == refusal["id"])[
+            "caught"] == 1                                # the update refused
         assert server_memories(server, store) == {"/d/x.md": "B\n"}  # never applied
+        gate.release(again["seq"])                        # sent again
+    _ends_as_left(m, server, store, {"/d/x.md": "v1\n"}, mid)
+
+
+def test_a_file_moved_and_moved_back_whose_move_back_never_applied_stays_back(mounts, server):
+    """x.md is moved to y.md (pushed), then back to x.md; the move back is refused with a
+    503 before the server applies it (in doubt, as above). The versions since shortly
+    before it was sent hold x.md with the same bytes, the memory's creation: seen by the
+    mount before the move back went out (the first move's answer named a newer version),
+    so not its version; the move is sent again and the file stays at x.md (before: taken
+    as applied and moved since, the file went back to y.md; docs/SEMANTICS.md)."""
+    store, m, x, mid, rule = _start(mounts, "rename")
+    y = x.parent / "y.md"
+    os.rename(x, y)
+    m.wait_synced()
+    with Gate(server) as gate:
+        refusal = gate.refuse("POST", rule, 503, count=1)
+        gate.hold("POST", rule, when="before", count=1)  # what is sent after it
+        os.rename(y, x)
+        [again] = gate.wait_held(1)
+        assert next(r for r in gate.snapshot()["rules"] if r["id"] == refusal["id"])[
+            "caught"] == 1                                # the move back refused
+        assert server_memories(server, store) == {"/d/y.md": "v1\n"}  # never applied
+        gate.release(again["seq"])                        # sent again
     _ends_as_left(m, server, store, {"/d/x.md": "v1\n"}, mid)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import stat
 import time
 from pathlib import Path
@@ -20,8 +21,10 @@ import pytest
 from memfs.core.nodes import Node, Remote
 from memfs.state import transitions
 from memfs.state.blobs import sha256
+from memfs.state.schema import DOUBT_COLUMNS
 from memfs.state.state import PARK_NAME, ROOT_INO, State
 from memfs.state.transitions import Deferred
+from memfs.state.view import StateView
 
 MID = "mem_x"
 
@@ -717,6 +720,60 @@ def test_every_memory_held_stays_known(st, tmp_path, monkeypatch):
     assert list(st.known) == ["mem_b", "mem_a2"]      # one too many: the oldest went
     again = _reopened(st, tmp_path)
     assert list(again.known) == ["mem_b", "mem_a2"]
+    again.close()
+
+
+def test_a_request_goes_out_after_the_newest_version_seen(st, tmp_path):
+    """Each request is journaled with the newest version of its memory this mount had
+    seen (an answer's `memory_version_id`): its own version, had it been applied, is
+    newer, which is how a lost answer's doubt tells an earlier write of the same path and
+    bytes from it (`decide.doubt_row`, `after`). A read that names no version keeps the
+    one seen; a reopened state.db has both."""
+    node = _file(st, "a.md", b"A")
+    first = st.begin_push(node)
+    assert first.after_version is None                       # none seen yet
+    st.push_landed(first, Remote(MID, "/a.md", sha256(b"A"), 1, "ver_1"))
+    assert st.seen_version(MID) == "ver_1"
+    st.rename(node, st.nodes[ROOT_INO], "b.md", None)
+    second = st.begin_push(node, content=False)
+    assert second.after_version == "ver_1"
+    st.push_landed(second, Remote(MID, "/b.md", sha256(b"A"), 1, "ver_2"))
+    st.take_remote(node, Remote(MID, "/b.md", sha256(b"theirs"), 6), "theirs", gen=node.gen)
+    assert st.seen_version(MID) == "ver_2"                   # a read without a version
+    st.set_content(node, sha256(b"B"), 1)
+    third = st.begin_push(node)
+    again = _reopened(st, tmp_path)
+    assert again.seen_version(MID) == "ver_2"
+    assert again.doubts[third.doubt] == third and third.after_version == "ver_2"
+    again.close()
+
+
+def test_a_state_db_from_before_the_versions_seen_is_read_and_migrated(st, tmp_path):
+    """A state.db an older memfs left (schema 2: no `known.version`, no
+    `doubts.after_version`) is read as it is by an offline reader, its doubts included,
+    and migrated by the next State: nothing seen yet, so the doubt counts every version
+    since it was sent, as that memfs did."""
+    node = _file(st, "a.md", b"A")
+    ticket = st.begin_push(node)
+    st.close()
+    db = sqlite3.connect(tmp_path / "state.db")
+    older = ", ".join(c for c in DOUBT_COLUMNS if c != "after_version")
+    db.executescript(f"""
+        CREATE TABLE k (memory_id TEXT PRIMARY KEY);
+        INSERT INTO k SELECT memory_id FROM known;
+        DROP TABLE known; ALTER TABLE k RENAME TO known;
+        CREATE TABLE d AS SELECT {older} FROM doubts;
+        DROP TABLE doubts; ALTER TABLE d RENAME TO doubts;
+        PRAGMA user_version=2;""")
+    db.commit()
+    db.close()
+    view = StateView(tmp_path / "state.db")
+    assert list(view.doubts.values()) == [ticket] and list(view.known) == [MID]
+    view.close()
+    again = _reopened(st, tmp_path)
+    assert list(again.doubts.values()) == [ticket] and again.seen_version(MID) is None
+    again.push_landed(ticket, Remote(MID, "/a.md", sha256(b"A"), 1, "ver_1"))
+    assert _reopened(again, tmp_path).seen_version(MID) == "ver_1"
     again.close()
 
 

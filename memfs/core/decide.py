@@ -321,6 +321,7 @@ class Seen:
     path: str | None
     sha: str | None
     operation: str = "modified"  # a version's operation ("created", "modified", "deleted")
+    version: str | None = None  # the version's id (a memory's: its newest version's)
 
 
 def holds(written: tuple[str | None, str], path: str | None, sha: str | None) -> bool:
@@ -331,14 +332,16 @@ def holds(written: tuple[str | None, str], path: str | None, sha: str | None) ->
 
 
 def doubt_row(written: tuple[str | None, str], head: Seen | None, since_sent: list[Seen], *,
-              base_moved: bool = False, young: bool = False, base: str | None = None) -> Doubt:
+              base_moved: bool = False, young: bool = False, base: str | None = None,
+              after: str | None = None) -> Doubt:
     """A request in doubt wrote `written` (path, sha). `head`: the memory now (None: it
     is gone, or a create, whose memory we cannot name); `since_sent`: the versions
     written since shortly before the request went out, newest first (a create's: every
     memory created since); `base_moved`: the file's base is neither what the request was
     sent against nor what it wrote (a later read of the server set it); `young`: its
     answer was lost less than `SyncOptions.lost_answer_wait` ago; `base`: the content
-    its precondition named, when it sent other content.
+    its precondition named, when it sent other content; `after`: the newest version of
+    the memory this mount had seen when the request went out.
 
     Only what the server shows counts. A memory that holds exactly our write (now,
     or in a version since) got it from our request, or from another writer who wrote
@@ -347,6 +350,10 @@ def doubt_row(written: tuple[str | None, str], head: Seen | None, since_sent: li
     `base`: the request, had it been applied, came after the memory held that (its
     precondition), so those bytes there are an earlier write (the user's own A, then B,
     then A again: the last A's request never applied is not the first A's version).
+    Nor `after`, nor any older one: seen before the request went out, none of them is
+    its version (a file moved to b.md, back, and to b.md again: the last move never
+    applied is not the first one's version, which another writer's move back would leave
+    just as well, so only the version ids tell the two apart).
 
     No trace is not proof while the request is young: a server may apply a request after
     its client gave up on the answer (a proxy's timeout while the server still works on
@@ -356,6 +363,8 @@ def doubt_row(written: tuple[str | None, str], head: Seen | None, since_sent: li
     if head is not None and holds(written, head.path, head.sha):
         return Doubt.APPLIED
     for v in since_sent:
+        if after is not None and v.version == after:
+            break  # it and older ones were seen before our request went out
         if v.operation == "deleted":
             continue
         if holds(written, v.path, v.sha):

@@ -102,6 +102,10 @@ class PushTicket:
     content_sent: bool = True  # False: a rename only (the content stays the base)
     path_sent: bool = True     # False: content only (the path stays the base path)
     sent_at: float = 0.0       # wall time it went out
+    #: The newest version of its memory this mount had seen when it went out (an
+    #: answer's or a listing's `memory_version_id`; None: none seen). The request's
+    #: version, had it been applied, is newer: that one and older ones are not it.
+    after_version: str | None = None
     doubt: int | None = None   # its row in `doubts` until its answer is applied
 
     @property
@@ -128,3 +132,4 @@ class Remote:
     path: str
     sha: str
     size: int = 0
+    version: str | None = None  # its `memory_version_id`, where the answer carried one

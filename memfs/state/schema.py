@@ -99,7 +99,11 @@ CREATE TABLE IF NOT EXISTS sources (
 -- found there that this mount knew already is not the one that create made, even
 -- once it is gone (deleted since, its creation is still listed).
 CREATE TABLE IF NOT EXISTS known (
-    memory_id  TEXT PRIMARY KEY
+    memory_id  TEXT PRIMARY KEY,
+    -- The newest version of it this mount has seen (an answer's or a listing's
+    -- memory_version_id; NULL: none yet). A request sent later is journaled with it
+    -- (doubts.after_version): had it been applied, its version is newer.
+    version    TEXT
 );
 
 -- Requests whose outcome is unknown: the answer never came (a connection reset
@@ -124,7 +128,9 @@ CREATE TABLE IF NOT EXISTS doubts (
     previous_sent TEXT,              -- the file's sent_sha before it
     content_sent INTEGER NOT NULL,   -- it carried content
     path_sent    INTEGER NOT NULL,   -- it carried a path
-    sent_at      REAL NOT NULL       -- wall time it was sent (bounds the versions read)
+    sent_at      REAL NOT NULL,      -- wall time it was sent (bounds the versions read)
+    after_version TEXT               -- the newest version of the memory seen before it
+                                     --   went out (known.version): not this request's
 );
 
 -- Local versions that lost to a concurrent server change (or that a restore
@@ -163,6 +169,8 @@ _ADDED = (
     ("tombstones", "retry_at", "REAL"),
     ("tombstones", "error", "TEXT"),
     ("tombstones", "delete_sent_at", "REAL"),
+    ("known", "version", "TEXT"),
+    ("doubts", "after_version", "TEXT"),
 )
 
 NODE_COLUMNS = (
@@ -180,7 +188,7 @@ TOMBSTONE_COLUMNS = (
 #: A `doubts` row, in `PushTicket` field order (memfs/core/nodes.py).
 DOUBT_COLUMNS = (
     "ino", "memory_id", "sha", "path", "base_sha", "gen", "previous_sent",
-    "content_sent", "path_sent", "sent_at", "id",
+    "content_sent", "path_sent", "sent_at", "after_version", "id",
 )
 
 CONFLICT_COLUMNS = ("id", "path", "memory_id", "local_sha", "remote_sha", "reason", "created_at")
@@ -190,8 +198,9 @@ CONFLICT_COLUMNS = ("id", "path", "memory_id", "local_sha", "remote_sha", "reaso
 #: opened without re-running the schema (every State open: the daemon's start, each
 #: offline command, the interleaving harness's checks after every step). Bump it with
 #: every change to SCHEMA or _ADDED; older memfs releases left it at 0 (1: before
-#: the sources and known tables and tombstones.delete_sent_at).
-SCHEMA_VERSION = 2
+#: the sources and known tables and tombstones.delete_sent_at; 2: before known.version
+#: and doubts.after_version).
+SCHEMA_VERSION = 3
 
 
 def create_or_migrate(db: sqlite3.Connection) -> None:

@@ -56,7 +56,7 @@ class SyncTransitions:
             self._note_source(node.base_sha, remote.id)  # its versions still hold it
         node.memory_id, node.base_path, node.base_sha = remote.id, remote.path, remote.sha
         self._by_memory[remote.id] = node.ino
-        self._note_known(remote.id)
+        self._note_known(remote.id, remote.version)
         self.epoch += 1
         node.base_epoch = self.epoch
         if node.sha == remote.sha and node.dirty_since is not None \
@@ -124,7 +124,7 @@ class SyncTransitions:
         assert node.sha is not None
         ticket = PushTicket(node.ino, node.memory_id, node.sha, to or self.path_of(node),
                             node.base_sha, node.gen, node.sent_sha, content, path,
-                            time.time())
+                            time.time(), self.seen_version(node.memory_id or ""))
         with self.transaction():
             node.sent_sha = node.sha
             self._save(node)
@@ -232,7 +232,8 @@ class SyncTransitions:
                 (remote.path, remote.sha),
                 (known.base_path, known.base_sha) if known else (None, None),
                 update=update, path_sent=ticket.path_sent, ours=ticket.expected(remote.sha))
-            remote = Remote(remote.id, path, sha, remote.size)
+            remote = replace(remote, path=path, sha=sha)
+            self._note_known(remote.id, remote.version)
             if ticket.memory_id is not None:
                 holder = self.holder(remote.id)
                 if holder is not None:
@@ -353,12 +354,18 @@ class SyncTransitions:
             del self._former_sources[oldest]
             self.db.execute("DELETE FROM sources WHERE sha=?", (oldest,))
 
-    def _note_known(self, memory_id: str) -> None:
-        """This mount holds memory_id: never taken for what a lost create made."""
+    def _note_known(self, memory_id: str, version: str | None = None) -> None:
+        """This mount holds memory_id: never taken for what a lost create made. `version`:
+        one of its versions, seen now, so the newest seen (a request sent from now on is
+        newer, `begin_push`); None leaves the one noted before."""
         if memory_id in self._known:
+            if version is not None and self._known[memory_id] != version:
+                self._known[memory_id] = version
+                self.db.execute("UPDATE known SET version=? WHERE memory_id=?",
+                                (version, memory_id))
             return
-        self._known[memory_id] = None
-        self.db.execute("INSERT OR IGNORE INTO known VALUES (?)", (memory_id,))
+        self._known[memory_id] = version
+        self.db.execute("INSERT OR IGNORE INTO known VALUES (?, ?)", (memory_id, version))
         if len(self._known) > KNOWN_KEPT:
             oldest = next(iter(self._known))
             del self._known[oldest]

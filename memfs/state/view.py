@@ -121,8 +121,9 @@ class StateView:
             self._parks: dict[str, str] = {}  # memory_id -> park path we sent it to
             #: sha -> a memory that held it once (the `sources` table, oldest first).
             self._former_sources: dict[str, str] = {}
-            #: Memory ids this mount has held (the `known` table, oldest first).
-            self._known: dict[str, None] = {}
+            #: Memory ids this mount has held (the `known` table, oldest first), each
+            #: with the newest version of it seen (None: none yet).
+            self._known: dict[str, str | None] = {}
             #: Requests whose outcome is unknown, by their `doubts` row id (see schema).
             self._doubts: dict[int, PushTicket] = {}
             #: Inodes of files saved since the pusher last saw them clean: the pusher's
@@ -171,6 +172,11 @@ class StateView:
     @property
     def known(self) -> SetView[str]:
         return SetView(self._known)
+
+    def seen_version(self, memory_id: str) -> str | None:
+        """The newest version of memory_id this mount has seen (None: none, or it is
+        not known): a request sent from now on, had it been applied, made a newer one."""
+        return self._known.get(memory_id)
 
     # -- loading -------------------------------------------------------------------
 
@@ -221,17 +227,20 @@ class StateView:
         if self._columns("sources", ("sha", "memory_id")):
             self._former_sources = dict(self.db.execute(
                 "SELECT sha, memory_id FROM sources ORDER BY rowid"))
-        if self._columns("known", ("memory_id",)):
-            self._known = dict.fromkeys(
-                mid for (mid,) in self.db.execute("SELECT memory_id FROM known ORDER BY rowid"))
+        cols = self._columns("known", ("memory_id", "version"))
+        if cols:
+            self._known = {row[0]: (row[1] if len(row) > 1 else None) for row in self.db.execute(
+                f"SELECT {', '.join(cols)} FROM known ORDER BY rowid")}
         self._doubts = {}
-        if self._columns("doubts", DOUBT_COLUMNS) == DOUBT_COLUMNS:
-            for row in self.db.execute(f"SELECT {', '.join(DOUBT_COLUMNS)} FROM doubts"):
-                values = dict(zip(DOUBT_COLUMNS, row, strict=True))
-                ticket = PushTicket(*row[:-1], doubt=values["id"])
+        cols = self._columns("doubts", DOUBT_COLUMNS)
+        if set(DOUBT_COLUMNS) - set(cols) <= {"after_version"}:
+            for row in self.db.execute(f"SELECT {', '.join(cols)} FROM doubts"):
+                values = dict(zip(cols, row, strict=True))
+                values["doubt"] = values.pop("id")
+                ticket = PushTicket(**values)
                 ticket = replace(ticket, content_sent=bool(ticket.content_sent),
                                  path_sent=bool(ticket.path_sent))
-                self._doubts[values["id"]] = ticket
+                self._doubts[ticket.doubt] = ticket
         if self._columns("conflicts", ("memory_id",)):
             for (mid,) in self.db.execute(
                     "SELECT memory_id FROM conflicts WHERE memory_id NOT NULL"):

@@ -84,7 +84,9 @@ async def resolve(ctx: SyncContext) -> Resolved:
 
 
 def _seen(v: Memory | MemoryVersion) -> decide.Seen:
-    return decide.Seen(v.path, v.content_sha256, getattr(v, "operation", "modified"))
+    if isinstance(v, Memory):
+        return decide.Seen(v.path, v.content_sha256, version=v.memory_version_id or None)
+    return decide.Seen(v.path, v.content_sha256, v.operation, v.id)
 
 
 def _young(ctx: SyncContext, ticket: PushTicket) -> bool:
@@ -189,15 +191,18 @@ async def _resolve_update(ctx: SyncContext, ticket: PushTicket, done: Resolved) 
     row = decide.doubt_row(written, _seen(head) if head else None,
                            [_seen(v) for v in history], base_moved=_base_moved(ctx, ticket),
                            young=_young(ctx, ticket),
-                           base=ticket.base_sha if written[1] != ticket.base_sha else None)
+                           base=ticket.base_sha if written[1] != ticket.base_sha else None,
+                           after=ticket.after_version)
     remote = None
     if row is decide.Doubt.APPLIED:
         assert head is not None
-        remote = Remote(head.id, head.path, head.content_sha256, head.content_size_bytes)
+        remote = Remote(head.id, head.path, head.content_sha256, head.content_size_bytes,
+                        head.memory_version_id or None)
     elif row is decide.Doubt.APPLIED_BEFORE:
         v = next(v for v in history if v.operation != "deleted"
                  and decide.holds(written, v.path, v.content_sha256))
-        remote = Remote(ticket.memory_id, v.path, v.content_sha256, v.content_size_bytes or 0)
+        remote = Remote(ticket.memory_id, v.path, v.content_sha256, v.content_size_bytes or 0,
+                        v.id)
     _apply(ctx, ticket, row, remote, done)
 
 

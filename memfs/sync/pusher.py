@@ -80,7 +80,8 @@ def delete_cap(known: int) -> int:
 
 
 def remote_of(memory: Memory) -> Remote:
-    return Remote(memory.id, memory.path, memory.content_sha256, memory.content_size_bytes)
+    return Remote(memory.id, memory.path, memory.content_sha256, memory.content_size_bytes,
+                  memory.memory_version_id or None)
 
 
 def local_of(state, node: Node) -> decide.Local:
