@@ -42,6 +42,7 @@ from memfs.api import (
     resolve_config,
 )
 from memfs.api.client import parse_retry_after
+from memfs.api.errors import may_land_later
 
 KEY = "sk-ant-SECRET-do-not-leak-1234567890"
 SHA_A = content_sha256("a")
@@ -536,6 +537,28 @@ async def test_a_post_that_may_have_been_applied_is_not_sent_again(lost):
             with pytest.raises(APIError) as ei:
                 await call(c)
         assert ei.value.maybe_applied and len(rec.requests) == 1
+
+
+@pytest.mark.parametrize("lost,later", [
+    (httpx.ReadError("reset"), True),               # no answer: the server may be at it
+    (httpx.ReadTimeout("slow"), True),
+    (err(502, "api_error"), True),                  # a gateway's: the server behind it
+    (err(504, "timeout_error"), True),              #   may still finish
+    (err(500, "api_error"), False),                 # the server's own, once done with it
+    (err(503, "api_error"), False),
+    (err(529, "overloaded_error"), False),
+], ids=["reset", "timeout", "502", "504", "500", "503", "529"])
+async def test_which_lost_answers_may_land_later(lost, later):
+    """A write whose answer was lost may still be applied later only while the server may
+    still be at work on it: no answer came, or a gateway answered for it (502, 504). The
+    daemon and the memory tool take "no trace" as "never applied" only
+    `lost_answer_wait` after such a loss, at once after any other (docs/SYNC.md)."""
+    rec = Recorder(lost)
+    async with make_client(rec) as c:
+        with pytest.raises(APIError) as ei:
+            await c.update_memory("memstore_1", "mem_1", path="/b.md")
+    assert ei.value.maybe_applied
+    assert may_land_later(ei.value) is later
 
 
 async def test_a_post_that_was_not_applied_is_retried():

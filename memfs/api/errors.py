@@ -202,12 +202,14 @@ def may_have_applied(exc: BaseException) -> bool:
 def may_land_later(exc: BaseException) -> bool:
     """Whether the server may still be at work on the request that raised `exc`, and so
     apply it later: no answer came (a reset, a timeout while waiting), or a gateway's
-    timeout (504: the server behind it may still finish). Any other answer, a 5xx
-    included, came once the server was done with the request."""
+    answer (502: its connection to the server broke; 504: it stopped waiting), which a
+    server behind it may still finish. Any other answer, a 5xx included (a 500, a 503),
+    came from the server once done with the request, or from a gateway that never
+    reached it."""
     if not may_have_applied(exc):
         return False
     status = getattr(exc, "status", None)
-    return status is None or status == 504
+    return status is None or status in (502, 504)
 
 
 _BY_STATUS: dict[int, type[APIStatusError]] = {

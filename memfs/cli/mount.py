@@ -141,7 +141,7 @@ def _metrics_addr(ctx, param, value: str | None) -> str | None:
 @click.option("--flush-timeout", type=click.FloatRange(0), default=30.0, show_default=True,
               help="Bound on the flush at unmount or SIGTERM.")
 @click.option("--lost-answer-wait", type=click.FloatRange(0), default=30.0, show_default=True,
-              help="Seconds after a change's answer was lost (a reset, a timeout, a 504) "
+              help="Seconds after a change's answer was lost (a reset, a timeout, a 502 or 504) "
               "before the change, if the server shows no trace of it, is taken as not "
               "applied and sent again (the server may still be at work on it; meanwhile "
               "nothing more is sent for that file or its path).")

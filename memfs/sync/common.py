@@ -107,7 +107,7 @@ class SyncContext:
         self.events = EventBus(store_id)  # `memfs watch`, `memfs mcp` (memfs/sync/events.py)
         #: Requests in doubt (their `doubts` ids): when their answer was lost (wall time),
         #: or None when the server answered once done with them (a 5xx but a gateway's
-        #: 504). A request the server shows no trace of may still land until
+        #: 502 or 504). A request the server shows no trace of may still land until
         #: `lost_answer_wait` after its answer was lost (memfs/sync/doubts.py). In memory:
         #: a doubt a previous daemon left counts from this one's start.
         self.doubt_lost_at: dict[int, float | None] = {}

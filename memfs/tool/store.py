@@ -456,7 +456,7 @@ class StoreMemory:
         (None: the history cannot be read either)?
 
         A request the server may still be at work on (:func:`api_errors.may_land_later`:
-        no answer came, or a gateway's 504) can be applied after a first look finds no
+        no answer came, or a gateway's 502 or 504) can be applied after a first look finds no
         trace of it. Sent again then, the original could land after the resend and after
         whatever the agent or another writer did next, and undo it: re-create a memory
         they deleted, move back one they moved. So "no trace" counts only
