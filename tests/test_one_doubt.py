@@ -955,3 +955,30 @@ async def test_the_writer_is_not_learned_from_an_update_that_met_bytes_already_t
         await eng.op_push()
         await eng.op_poll()
         assert eng.ctx.writer == MEMFS.to_json()
+
+
+async def test_a_doubt_journaled_without_a_version_seen_is_bounded_by_its_precondition(
+        tmp_path, monkeypatch):
+    """a.md written v1, then v2, then v1 again; the last update is never applied (a 503).
+    Journaled with no version seen (an older memfs's `doubts` row, which a new one reads
+    after an upgrade), its doubt still never takes the first v1's version for it: that
+    one is older than the newest version holding v2, what the update's precondition
+    named (`decide.doubt_row`'s `base`). It is sent again and the user's v1 stays."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="fail", origins=("setup",))]
+        monkeypatch.setattr(eng.state, "seen_version", lambda memory_id: None)
+        await eng.op_write("/a.md", "v1")
+        await eng.op_push()
+        [ticket] = eng.state.doubts.values()
+        assert ticket.after_version is None
+        assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}  # never applied
+        eng.transport.rules = []
+        result = await eng.pusher.push_pass()
+        assert result.pushed == 1 and not eng.state.doubts
+        assert eng.server() == {"/a.md": (mid, sha256(data("v1")))}
+        assert eng.node("/a.md").sha == sha256(data("v1"))

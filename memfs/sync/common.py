@@ -208,7 +208,8 @@ class SyncContext:
         full = await self.client.get_memory(self.store_id, memory_id, view="full")
         data = (full.content or "").encode("utf-8")
         sha = self.cache.put(data)
-        cid = self.state.take_remote(node, Remote(full.id, full.path, sha, len(data)), reason,
+        cid = self.state.take_remote(node, Remote(full.id, full.path, sha, len(data),
+                                                  full.memory_version_id or None), reason,
                                      gen=gen, tombstone_own=tombstone_own)
         path = self.state.path_of(node)
         if cid is not None:

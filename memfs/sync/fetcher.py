@@ -403,8 +403,9 @@ class Fetcher:
                 # the reconciler's "changed | clean" row, applied early (its base is
                 # newer than any listing page already fetched: State.epoch).
                 try:
-                    ctx.state.remote_content(node, Remote(memory.id, memory.path, sha,
-                                                          len(data)), gen=gen)
+                    ctx.state.remote_content(node, Remote(
+                        memory.id, memory.path, sha, len(data),
+                        memory.memory_version_id or None), gen=gen)
                     ctx.invalidate(("inode", node.ino))
                 except Deferred:
                     pass
