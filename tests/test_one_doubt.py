@@ -982,3 +982,35 @@ async def test_a_doubt_journaled_without_a_version_seen_is_bounded_by_its_precon
         assert result.pushed == 1 and not eng.state.doubts
         assert eng.server() == {"/a.md": (mid, sha256(data("v1")))}
         assert eng.node("/a.md").sha == sha256(data("v1"))
+
+
+async def test_a_lost_answer_found_applied_names_the_version_the_next_request_follows(
+        tmp_path):
+    """a.md moved to b.md and back, each move's answer lost and found applied by the next
+    pass (the memory holds it); then moved to b.md again, never applied (a 503). The
+    version each doubt found is the newest the mount has seen, so the last move's doubt
+    does not take the first move's version (b.md, the same bytes) for its own: it is sent
+    again and the file stays at b.md (found by the mutation run: a doubt that named no
+    version left the bound at the creation's)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        for src, dst in (("/a.md", "/b.md"), ("/b.md", "/a.md")):
+            eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                             kind="lose", origins=("setup",), times=1)]
+            await eng.op_rename(src, dst)
+            await eng.op_push()
+            assert eng.state.doubts and eng.server() == {dst: (mid, sha256(data("v1")))}
+            eng.transport.rules = []
+            await eng.op_push()                    # the doubt: applied
+            assert not eng.state.doubts and eng.node(dst).base_path == dst
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="fail", origins=("setup",))]
+        await eng.op_rename("/a.md", "/b.md")
+        await eng.op_push()
+        assert eng.state.doubts and eng.server() == {"/a.md": (mid, sha256(data("v1")))}
+        eng.transport.rules = []
+        await eng.pusher.push_pass()
+        assert not eng.state.doubts
+        assert eng.server() == {"/b.md": (mid, sha256(data("v1")))}
+        assert eng.node("/b.md") is not None and eng.node("/a.md") is None
