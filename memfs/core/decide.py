@@ -321,7 +321,7 @@ class Seen:
     path: str | None
     sha: str | None
     operation: str = "modified"  # a version's operation ("created", "modified", "deleted")
-    version: str | None = None  # the version's id (a memory's: its newest version's)
+    version: str | None = None  # a version's id
 
 
 def holds(written: tuple[str | None, str], path: str | None, sha: str | None) -> bool:

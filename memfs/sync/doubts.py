@@ -84,8 +84,8 @@ async def resolve(ctx: SyncContext) -> Resolved:
 
 
 def _seen(v: Memory | MemoryVersion) -> decide.Seen:
-    if isinstance(v, Memory):
-        return decide.Seen(v.path, v.content_sha256, version=v.memory_version_id or None)
+    if isinstance(v, Memory):  # the memory now: `doubt_row` reads its path and sha only
+        return decide.Seen(v.path, v.content_sha256)
     return decide.Seen(v.path, v.content_sha256, v.operation, v.id)
 
 
