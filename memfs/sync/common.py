@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import trio
 
 from memfs.api.client import MemoryStoresClient
+from memfs.api.models import Memory
+from memfs.core import decide
 from memfs.core.metrics import StoreMetrics
 from memfs.core.mountconfig import SyncOptions
 from memfs.core.nodes import Node, Remote
@@ -75,6 +77,19 @@ class Backoff:
         if retry_after is not None:
             delay = max(delay, retry_after)
         return delay
+
+
+def remote_of(memory: Memory) -> Remote:
+    """What the server holds, as the sync tables read it: the answer to a write of ours,
+    a listed memory, the head a doubt found."""
+    return Remote(memory.id, memory.path, memory.content_sha256, memory.content_size_bytes,
+                  memory.memory_version_id or None)
+
+
+def local_of(state: State, node: Node) -> decide.Local:
+    """What this mount holds of `node`, as the sync tables read it."""
+    return decide.Local(node.sha or "", state.path_of(node), node.memory_id, node.base_sha,
+                        node.base_path, node.sent_sha, node.ino in state.open_dirty)
 
 
 #: state.db's meta key of who this mount writes as (`SyncContext.writer`).

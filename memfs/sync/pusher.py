@@ -32,11 +32,11 @@ from memfs.api import errors as api_errors
 from memfs.api.client import answers_when
 from memfs.api.models import Memory
 from memfs.core import decide, paths
-from memfs.core.nodes import EMPTY_SHA, Node, PushTicket, Remote, Tombstone
+from memfs.core.nodes import EMPTY_SHA, Node, PushTicket, Tombstone
 from memfs.state.state import PARK_DIR
 from memfs.state.transitions import Deferred
 from memfs.sync import doubts
-from memfs.sync.common import SyncContext
+from memfs.sync.common import SyncContext, local_of, remote_of
 from memfs.sync.feed import Feed
 
 log = logging.getLogger(__name__)
@@ -77,16 +77,6 @@ DOUBT_RECHECK = 0.1
 
 def delete_cap(known: int) -> int:
     return max(8, min(50, known // 4))
-
-
-def remote_of(memory: Memory) -> Remote:
-    return Remote(memory.id, memory.path, memory.content_sha256, memory.content_size_bytes,
-                  memory.memory_version_id or None)
-
-
-def local_of(state, node: Node) -> decide.Local:
-    return decide.Local(node.sha or "", state.path_of(node), node.memory_id, node.base_sha,
-                        node.base_path, node.sent_sha, node.ino in state.open_dirty)
 
 
 class Pusher:

@@ -31,9 +31,8 @@ from memfs.core import decide
 from memfs.core.nodes import Node, Remote, is_parked
 from memfs.state.transitions import Deferred
 from memfs.sync import doubts
-from memfs.sync.common import SyncContext, gather_bounded
+from memfs.sync.common import SyncContext, gather_bounded, local_of, remote_of
 from memfs.sync.feed import EPOCH, Change, Feed
-from memfs.sync.pusher import local_of, remote_of
 
 log = logging.getLogger(__name__)
 
