@@ -43,10 +43,12 @@ class Gate:
         r.raise_for_status()
         return r.json()
 
-    def refuse(self, method: str, path: str, status: int, count: int | None = None) -> dict:
+    def refuse(self, method: str, path: str, status: int, count: int | None = None,
+               when: str = "before") -> dict:
         """Answer matching requests with `status` (403, 404, 422...) instead of applying
-        them; everything else goes through."""
-        body = {"method": method, "path": path, "when": "before", "count": count,
+        them; everything else goes through. With when="after": apply them, then answer
+        `status` instead of the result (a 5xx whose request landed)."""
+        body = {"method": method, "path": path, "when": when, "count": count,
                 "respond": status}
         r = httpx.post(self.url, json=body, timeout=10)
         r.raise_for_status()

@@ -11,6 +11,8 @@ edit; or re-creates a deleted one, with new content or the same), releases every
 and checks the store ends exactly as the user left the mount: nothing deleted comes
 back, nothing is duplicated, no conflict, and unmount reports 0 left.
 
+`test_applied_then_answered_an_error_then_local_change` has the server apply the request
+and answer a 5xx instead (a gateway cut off after the commit).
 `test_daemon_killed_while_the_answer_is_held_then_local_change` kills the daemon
 (SIGKILL) while the applied request's answer is held instead, and makes the change on the
 next daemon's mount: what it knows of the request is its journal.
@@ -175,6 +177,53 @@ def test_lost_answer_then_local_change(mounts, server, kind, op):
             for _ in range(ATTEMPTS - 1):             # every retry's answer is lost too
                 gate.wait_held(1)
                 gate.release()
+        gate.clear()
+    _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
+
+
+# -- applied, answered with an error ---------------------------------------------------------
+
+#: Each kind once, the statuses spread over them: 500 and 503 say the server is done with
+#: the request, a gateway's 502 and 504 that it may land later (docs/SYNC.md). The whole
+#: product, without a kernel: the `fail` outcomes of tests/test_interleavings.py.
+ERROR_CASES = [("create", "rm", 500), ("update", "mv", 502), ("rename", "edit", 504),
+               ("update", "edit", 503), ("delete", "recreate", 500)]
+
+
+@pytest.mark.parametrize(("kind", "op", "status"), ERROR_CASES,
+                         ids=[f"{k}-{s}-then-{o}" for k, o, s in ERROR_CASES])
+def test_applied_then_answered_an_error_then_local_change(mounts, server, kind, op, status):
+    """The server applies the request and answers a 5xx instead of its result (a gateway
+    cut off after the commit): the mount must not take the error for "not applied" and
+    send the request as if it had never gone out. A create, an update or a rename is in
+    doubt until a pass asks the server; every read that could tell is held while the user
+    changes the file. A delete is sent again by the client and each attempt answered the
+    same (its retries find the memory gone); the user makes the file again meanwhile.
+    The store ends as the user left the mount (`--no-feed`: the feed's polls would read
+    the versions the test holds)."""
+    store, m, x, mid, rule = _start(mounts, kind, "--no-feed")
+    reads = rf"/memory_stores/{store}/(memory_versions|memories/)"
+    with Gate(server) as gate:
+        if kind != "delete":
+            gate.hold("GET", reads)                   # the doubt's look, held below
+        refusal = gate.refuse("DELETE" if kind == "delete" else "POST", rule, status,
+                              count=ATTEMPTS if kind == "delete" else 1, when="after")
+        current = _request(kind, x)
+
+        def answered() -> bool:
+            return next(r for r in gate.snapshot()["rules"] if r["id"] == refusal["id"])[
+                "caught"] == refusal["count"]
+
+        wait_for(answered, what=f"the {kind} applied and answered {status}")
+        applied = {"create": {"/d/x.md": "version one\n"}, "update": {"/d/x.md": "v2\n"},
+                   "rename": {"/d/y.md": "v1\n"}, "delete": {}}[kind]
+        assert server_memories(server, store) == applied
+        if kind == "create":
+            mid = sdk_by_path(server, store)["/d/x.md"].id
+        if kind != "delete":
+            gate.wait_held(1)                         # the mount asks: no answer yet
+            assert xattr(current, "user.memfs.state") == "pending"
+        _change(op, current, x)                       # while the outcome is unknown
         gate.clear()
     _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
 

@@ -91,6 +91,17 @@ def test_held_after_records_a_refusal(server, gate, pool):
     assert fut.result(timeout=10).status_code == 409
 
 
+@pytest.mark.parametrize("status", [500, 502, 504])
+def test_respond_after_applies_then_answers_the_error(server, gate, status):
+    sid, ids = _store_with(server, a="old")
+    rule = gate.refuse("POST", rf"/memories/{ids['a']}$", status, count=1, when="after")
+    r = _raw_update(server, sid, ids["a"], {"content": "new"})
+    assert r.status_code == status and r.json()["error"]["type"] == "api_error"
+    assert _content(server, sid, ids["a"]) == "new"  # applied all the same
+    assert gate.held() == [] and gate.snapshot()["rules"][0]["caught"] == rule["count"] == 1
+    assert _raw_update(server, sid, ids["a"], {"content": "newer"}).status_code == 200
+
+
 def _raw_update(server, sid: str, mid: str, body: dict) -> httpx.Response:
     """One POST, no retries (the SDK would send it again after a reset)."""
     with httpx.Client(headers=server.headers, timeout=10) as c:
@@ -200,6 +211,7 @@ def test_wait_held_times_out_with_what_is_held(server, gate):
     {"when": "during"},
     {"when": "late", "drop": True},
     {"when": "late", "respond": 403},
+    {"when": "after", "respond": 418},
     {"path": "(", "when": "before"},
     {"when": "before", "count": 0},
     {"when": "before", "count": True},

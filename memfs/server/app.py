@@ -427,6 +427,9 @@ class MemfsApp:
             caught = await self.gate.hold(ex.method, ex.path, "after",
                                           status=200 if error is None else error.status)
             drop = drop or (caught is not None and caught.drop)
+            if caught is not None and caught.respond is not None:  # applied, answered an error
+                error = ApiError(caught.respond, RESPONSES[caught.respond],
+                                 "answered with an error by the test gate after it was applied")
         if drop:
             await ex.abort()
         if error is not None:

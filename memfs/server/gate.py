@@ -22,7 +22,10 @@ requests the rule catches; ``None`` = unlimited).
 A ``before`` rule with ``respond`` (an HTTP status from :data:`RESPONSES`)
 holds nothing: the request is answered with that error and never applied, so
 a test can make the server refuse one particular request (a 403 on one
-delete) while every other request goes through.
+delete) while every other request goes through. An ``after`` rule with
+``respond`` holds nothing either: the request is applied and committed, and
+answered with that error instead of its result (a gateway's 502 or 504, a
+500 from a server that failed after its commit).
 
 An ``after`` rule with ``drop`` holds the committed request like any other, and
 when it is released resets the connection instead of answering: the request
@@ -53,7 +56,7 @@ LATE_APPLY_WAIT = 30.0
 #: Statuses a rule may answer with, and their error types.
 RESPONSES = {400: "invalid_request_error", 403: "permission_error", 404: "not_found_error",
              409: "conflict_error", 413: "request_too_large", 422: "invalid_request_error",
-             500: "api_error", 503: "api_error"}
+             500: "api_error", 502: "api_error", 503: "api_error", 504: "api_error"}
 
 
 @dataclass
@@ -149,9 +152,9 @@ class Gate:
                 or not 0 < timeout <= MAX_HOLD:
             raise ValueError(f"timeout must be a number of seconds in (0, {MAX_HOLD:g}]")
         respond = spec.get("respond")
-        if respond is not None and (respond not in RESPONSES or when != "before"):
+        if respond is not None and (respond not in RESPONSES or when == "late"):
             raise ValueError("respond must be one of "
-                             f"{sorted(RESPONSES)} and goes with when='before'")
+                             f"{sorted(RESPONSES)} and goes with when='before' or 'after'")
         drop = spec.get("drop", False)
         if not isinstance(drop, bool) or (drop and when != "after"):
             raise ValueError("drop is true or false, and true goes with when='after'")
@@ -222,8 +225,9 @@ class Gate:
     async def hold(self, method: str, path: str, when: str,
                    status: int | None = None) -> Rule | None:
         """Wait while a rule holds the request; returns at once otherwise.
-        Returns the rule that caught it: its `respond` status is the answer instead of
-        applying it, its `drop` says to reset the connection instead of answering."""
+        Returns the rule that caught it: its `respond` status is the answer (instead of
+        applying it, or of the result once applied), its `drop` says to reset the
+        connection instead of answering."""
         rule = self._catch(method, path, when)
         if rule is None or rule.respond is not None:
             return rule
