@@ -413,8 +413,10 @@ def test_another_writer_after_the_lost_answer(mounts, server, kind, theirs):
     the create came back after their delete, or stayed at its path beside their moved
     copy, and the rename moved theirs back.) A create whose memory they deleted leaves
     the file's bytes as a conflict too: the server cannot tell that creation from another
-    writer's of the same bytes at the same path (`decide.created_row`; the next test)."""
-    store, m, x, mid, rule = _start(mounts, kind)
+    writer's of the same bytes at the same path (`decide.created_row`; the next test).
+    (`--lost-answer-wait 1`: a create that left no trace at its path waits that long
+    before it counts as never applied; the default 30 s is the same path, slower.)"""
+    store, m, x, mid, rule = _start(mounts, kind, "--lost-answer-wait", "1")
     d = x.parent
     mems = server.sdk().beta.memory_stores.memories
     with Gate(server) as gate:
