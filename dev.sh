@@ -193,12 +193,13 @@ cmd_test() {
   # Run the whole tests/ folder unless a path (file, dir or node id) is given.
   local args=() a has_path=0
   for a in "$@"; do [ -e "${a%%::*}" ] && has_path=1; done
-  # The whole suite runs in MEMFS_TEST_JOBS processes (default 2, pytest-xdist), a test file
-  # per process at a time: the tests mostly wait on servers and mounts, so two halve the
-  # time even on 2 cores. Every test has its own servers, mounts and XDG dirs. A path given
-  # runs in one process (easier to debug); MEMFS_TEST_JOBS=1 runs everything in one.
+  # The whole suite runs in MEMFS_TEST_JOBS processes (default 3, pytest-xdist), a test file
+  # per process at a time: the tests mostly wait on servers and mounts, so three beat two
+  # even on 2 cores (docs/TESTING.md). Every test has its own servers, mounts and XDG dirs.
+  # A path given runs in one process (easier to debug); MEMFS_TEST_JOBS=1 runs everything
+  # in one.
   [ $has_path = 1 ] || args=(tests)
-  local jobs=${MEMFS_TEST_JOBS:-2}
+  local jobs=${MEMFS_TEST_JOBS:-3}
   if [ $has_path = 0 ] && [ "$jobs" -gt 1 ]; then
     args+=(-n "$jobs" --dist loadfile)
   fi

@@ -31,8 +31,8 @@ def test_respond_rule_refuses_one_request_without_applying_it(server):
 
 
 @pytest.mark.parametrize("body", [
-    {"when": "after", "respond": 403},
-    {"when": "before", "respond": 502},
+    {"when": "late", "respond": 403},   # a late request is applied after its reset
+    {"when": "before", "respond": 501},  # not a status the gate answers
     {"when": "before", "respond": "403"},
 ])
 def test_bad_respond_rules_are_400(server, body):
