@@ -39,6 +39,7 @@ FAULTS_OFF = {
     "retry_after": 1.0,
     "latency": 0.0,
     "drop_rate": 0.0,
+    "error_after_rate": 0.0,
 }
 
 

@@ -724,16 +724,27 @@ def _workload(root, rng, ops: int) -> None:
             time.sleep(0.05)  # let pushes (and their lost answers) fall between the ops
 
 
+#: How the answers go astray: dropped after the commit (no answer), or an error answered
+#: after the commit (a 502 from a gateway: the request may still land; a 500: done), or
+#: each of those and a 503 before anything is applied, which the client cannot tell apart.
+LOSSES = {"dropped": {"drop_rate": 0.2},
+          "502-after-commit": {"error_after_rate": 0.2, "error_after_status": 502},
+          "500-after-commit": {"error_after_rate": 0.2, "error_after_status": 500},
+          "mixed": {"drop_rate": 0.1, "error_after_rate": 0.1, "error_after_status": 504,
+                    "error_rate": 0.1, "error_status": 503}}
+
+
 @pytest.mark.parametrize("seed", range(SEEDS))
-def test_workload_with_lost_answers_ends_exact(mounts, server, seed):
-    """20% of the answers dropped after the commit: the server ends equal to the mount's
-    tree, with no conflict, and the unmount report is exact."""
+@pytest.mark.parametrize("loss", list(LOSSES))
+def test_workload_with_lost_answers_ends_exact(mounts, server, seed, loss):
+    """20% of the answers lost after the commit (dropped, or answered a 5xx): the server
+    ends equal to the mount's tree, with no conflict, and the unmount report is exact."""
     import random
 
     store = mounts.new_store()
     m = mounts.mount(store, "--write-back-delay", "0.05", "--delete-delay", "0",
                      "--poll-interval", "0.3")
-    server.set_faults(drop_rate=0.2)
+    server.set_faults(**LOSSES[loss])
     try:
         _workload(m.path, random.Random(seed), OPS)
         tree = {"/" + str(p.relative_to(m.path)): p.read_text()

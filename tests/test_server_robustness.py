@@ -205,6 +205,21 @@ def test_fault_drop_commits_then_resets(server):
     assert ei.value.body["error"]["conflicting_memory_id"] == got[0].id
 
 
+def test_fault_error_after_commits_then_answers_the_error(server):
+    ms = server.sdk().beta.memory_stores
+    sid = ms.create(name="error-after").id
+    server.set_faults(error_after_rate=1.0, error_after_status=504)
+    with pytest.raises(anthropic.APIStatusError) as ei:
+        ms.memories.create(sid, path="/answered.md", content="committed")
+    assert ei.value.status_code == 504 and ei.value.body["error"]["type"] == "api_error"
+    server.clear_faults()
+    got = list(ms.memories.list(sid, view="full"))
+    assert [(m.path, m.content) for m in got] == [("/answered.md", "committed")]
+    r = httpx.post(f"{server.base_url}/_memfs/faults", json={"error_after_status": 501},
+                   timeout=10)
+    assert r.status_code == 400 and "500, 502, 503 or 504" in r.text
+
+
 def test_fault_flags_on_command_line(tmp_path):
     sp = start_server(
         tmp_path,
@@ -225,5 +240,16 @@ def test_fault_flags_on_command_line(tmp_path):
             f"{sp.base_url}/v1/memory_stores", headers={"anthropic-beta": "agent-memory-2026-07-22"}
         )
         assert r.status_code == 429 and r.headers["retry-after"] == "2"
+    finally:
+        sp.stop()
+    sp = start_server(tmp_path / "c", extra_args=("--fault-error-after-rate", "1",
+                                                  "--fault-error-after-status", "500",
+                                                  "--fault-control"))
+    try:
+        ms = sp.sdk().beta.memory_stores
+        with pytest.raises(anthropic.InternalServerError):
+            ms.create(name="applied")
+        sp.clear_faults()
+        assert [s.name for s in ms.list()] == ["applied"]  # applied, answered 500
     finally:
         sp.stop()

@@ -135,6 +135,19 @@ def main() -> None:
     default=0.0,
     help="P(process + commit, then reset the connection without a response).",
 )
+@click.option(
+    "--fault-error-after-rate",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    help="P(process + commit, then answer --fault-error-after-status instead of the result).",
+)
+@click.option(
+    "--fault-error-after-status",
+    type=click.Choice(["500", "502", "503", "504"]),
+    default="502",
+    show_default=True,
+    help="Status of errors answered after the commit.",
+)
 @click.option("--fault-seed", type=int, default=None, help="Seed for the fault RNG.")
 @click.option(
     "--fault-control",
@@ -167,6 +180,8 @@ def serve(
     fault_retry_after: float,
     fault_latency: float,
     fault_drop_rate: float,
+    fault_error_after_rate: float,
+    fault_error_after_status: str,
     fault_seed: int | None,
     fault_control: bool,
 ) -> None:
@@ -218,6 +233,8 @@ def serve(
             retry_after=fault_retry_after,
             latency=fault_latency,
             drop_rate=fault_drop_rate,
+            error_after_rate=fault_error_after_rate,
+            error_after_status=int(fault_error_after_status),
         ),
         seed=fault_seed,
     )

@@ -385,6 +385,7 @@ class MemfsApp:
     async def _api_request(self, ex: _Exchange) -> None:
         gated = ex.path.startswith("/v1/")
         drop = False
+        error_after: int | None = None
         if gated:
             caught = await self.gate.hold(ex.method, ex.path, "before")
             if caught is not None and caught.respond is not None:
@@ -404,7 +405,7 @@ class MemfsApp:
                 await ex.send_error(ApiError(decision.status, decision.error_type, msg,
                                              headers=headers))
                 return
-            drop = decision.drop
+            drop, error_after = decision.drop, decision.error_after
 
         error: ApiError | None = None
         payload: dict[str, Any] | None = None
@@ -430,6 +431,8 @@ class MemfsApp:
             if caught is not None and caught.respond is not None:  # applied, answered an error
                 error = ApiError(caught.respond, RESPONSES[caught.respond],
                                  "answered with an error by the test gate after it was applied")
+            elif error_after is not None:
+                error = ApiError(error_after, "api_error", "injected fault after the commit")
         if drop:
             await ex.abort()
         if error is not None:

@@ -8,7 +8,10 @@ Faults apply to ``/v1/`` routes only, in this order per request:
 3. with probability ``error_rate``: ``error_status`` (500/503 ``api_error``,
    529 ``overloaded_error``; nothing is processed);
 4. with probability ``drop_rate``: the request is processed and committed,
-   then the connection is reset (SO_LINGER 0) with no response.
+   then the connection is reset (SO_LINGER 0) with no response;
+5. with probability ``error_after_rate``: the request is processed and committed,
+   then answered ``error_after_status`` (500, 502, 503 or 504 ``api_error``)
+   instead of its result: a gateway cut off after the commit.
 
 The random draws come from one ``random.Random(seed)`` behind a lock.
 """
@@ -21,6 +24,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 ERROR_TYPES = {500: "api_error", 503: "api_error", 529: "overloaded_error"}
+#: The statuses of an error answered after the request was applied.
+AFTER_STATUSES = (500, 502, 503, 504)
 
 
 @dataclass
@@ -31,14 +36,18 @@ class FaultConfig:
     retry_after: float = 1.0
     latency: float = 0.0
     drop_rate: float = 0.0
+    error_after_rate: float = 0.0
+    error_after_status: int = 502
 
     def validate(self) -> None:
-        for name in ("error_rate", "rate_429", "drop_rate"):
+        for name in ("error_rate", "rate_429", "drop_rate", "error_after_rate"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1")
         if self.error_status not in ERROR_TYPES:
             raise ValueError("error_status must be 500, 503 or 529")
+        if self.error_after_status not in AFTER_STATUSES:
+            raise ValueError("error_after_status must be 500, 502, 503 or 504")
         if self.retry_after < 0 or self.latency < 0:
             raise ValueError("retry_after and latency must not be negative")
 
@@ -50,6 +59,7 @@ class Decision:
     error_type: str = ""
     retry_after: float | None = None
     drop: bool = False  # process, commit, then reset the connection
+    error_after: int | None = None  # process, commit, then answer this status
 
 
 class Faults:
@@ -73,7 +83,8 @@ class Faults:
                     raise ValueError(f"unknown fault setting {key!r}")
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise ValueError(f"{key} must be a number")
-                values[key] = int(value) if key == "error_status" else float(value)
+                values[key] = (int(value) if key in ("error_status", "error_after_status")
+                               else float(value))
             cfg = FaultConfig(**values)
             cfg.validate()
             self._config = cfg
@@ -89,4 +100,6 @@ class Faults:
                 d.status, d.error_type = cfg.error_status, ERROR_TYPES[cfg.error_status]
             elif cfg.drop_rate and self._rng.random() < cfg.drop_rate:
                 d.drop = True
+            elif cfg.error_after_rate and self._rng.random() < cfg.error_after_rate:
+                d.error_after = cfg.error_after_status
             return d
