@@ -431,6 +431,7 @@ FAULTS = {
     "rate_limited": {"rate_429": 0.3, "retry_after": 0.02},
     "latency": {"latency": 0.01},
     "drops": {"drop_rate": 0.3},
+    "errors_after_commit": {"error_after_rate": 0.3, "error_after_status": 502},
     "everything": {
         "error_rate": 0.15,
         "rate_429": 0.15,
@@ -483,8 +484,9 @@ async def test_convergence_under_faults(server, kind):
         # saw the failure (a create or an update that may have been applied is never sent
         # again by the client: whether one did, with 10 deletes among 130 requests, is luck).
         assert stats["retries"] + SETTLED["transient"] > 0, (stats, SETTLED)
-    if "drop_rate" in FAULTS[kind]:
-        # Creates whose response was lost were retried into a 409 and adopted.
+    if "drop_rate" in FAULTS[kind] or "error_after_rate" in FAULTS[kind]:
+        # Creates whose response was lost (or answered a 502 though applied) were retried
+        # into a 409 and adopted.
         assert SETTLED["create adopted"] > 0, SETTLED
     print(kind, stats, dict(SETTLED))
 
