@@ -207,6 +207,39 @@ def test_a_create_whose_answer_was_lost_is_reported_created(server):
     assert store_files(server, store) == {"/n.md": "mine"}
 
 
+ANSWERED_AN_ERROR = {
+    "create": ({"command": "create", "path": "/memories/n.md", "file_text": "mine"}, "POST",
+               CREATE, "File created successfully at: /memories/n.md",
+               {"/x.md": "x\n", "/n.md": "mine"}),
+    "str_replace": ({"command": "str_replace", "path": "/memories/x.md", "old_str": "x",
+                     "new_str": "y"}, "POST", UPDATE,
+                    "The memory file has been edited.", {"/x.md": "y\n"}),
+    "rename": ({"command": "rename", "old_path": "/memories/x.md",
+                "new_path": "/memories/y.md"}, "POST", UPDATE,
+               "Successfully renamed /memories/x.md to /memories/y.md", {"/y.md": "x\n"}),
+    "delete": ({"command": "delete", "path": "/memories/x.md"}, "DELETE", UPDATE,
+               "Successfully deleted /memories/x.md", {}),
+}
+
+
+@pytest.mark.parametrize("status", [500, 502])
+@pytest.mark.parametrize("name", list(ANSWERED_AN_ERROR))
+def test_a_write_applied_then_answered_an_error_is_reported_done_once(server, name, status):
+    """The server applies the write and answers a 5xx instead of its result (a gateway cut
+    off after the commit): the command reads the history, finds its write, and says it
+    is done; nothing is applied twice."""
+    command, method, path, said, after = ANSWERED_AN_ERROR[name]
+    store, sdk, ids = setup(server, {"/x.md": "x\n"})
+    with Gate(server) as gate:
+        rule = gate.refuse(method, path, status, count=1, when="after")
+        result = Background(sync_tool(server, store), dict(command)).join()
+        assert gate.snapshot()["rules"][0]["caught"] == rule["count"]  # it was answered so
+    assert result[0] == "ok" and said in result[1], result
+    assert store_files(server, store) == after
+    versions = [v.operation for v in sdk.beta.memory_stores.memory_versions.list(store)]
+    assert len(versions) == 2, versions  # x.md's creation, then the one write
+
+
 def test_directory_delete_and_rename_act_on_every_memory_below(server):
     files = {"/d/a.md": "1", "/d/.hidden": "2", "/d/e/f/g/deep.md": "3", "/other.md": "4"}
     store, sdk, ids = setup(server, files)
