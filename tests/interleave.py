@@ -15,8 +15,8 @@ after the action, while memfs does not know what the server did:
     answered    applied, the answer delivered
     lost        applied, the answer lost (a connection reset after the commit)
     unapplied   never applied, and no answer either (a reset before the server read it)
-    applied_500, applied_504  applied, answered with that 5xx (`ANSWERED_5XX`: the long
-                run's and the random search's only)
+    applied_500, applied_502, applied_504  applied, answered with that 5xx
+                (`ANSWERED_5XX`: the long run's, the random search's and the aftermath's)
     refused     not applied, answered 403
     late<j>     no answer, not applied yet: the server applies it just before the j-th
                 request after it (a server still at work when its client gave up). The
@@ -113,9 +113,9 @@ FAULT_POINTS = ("before", "after", "lose", "fail")
 OUTCOMES = ("answered", "lost", "unapplied", "refused", "late2", "late3", "late5",
             "late_page1", "late_page2", "late_page3")
 #: Two more the long run and the random search draw: the server applied the request and
-#: the answer is a 5xx all the same (a gateway's 504 while the server finished; a 500
-#: from a proxy after the commit). memfs cannot tell it from "never applied, a 5xx".
-ANSWERED_5XX = ("applied_500", "applied_504")
+#: the answer is a 5xx all the same (a gateway's 502 or 504 while the server finished; a
+#: 500 from a proxy after the commit). memfs cannot tell it from "never applied, a 5xx".
+ANSWERED_5XX = ("applied_500", "applied_502", "applied_504")
 #: The daemon killed with a request on the wire: (the server applied it first or not, the
 #: interference just before the kill or after the restart).
 CRASHES = tuple((point, when) for point in ("before", "after")

@@ -309,6 +309,40 @@ async def test_two_doubts_resolved_in_one_pass_count_as_two_steps(tmp_path):
                                 "/b.md": (mids["/b.md"], sha256(data("b2")))}
 
 
+async def test_doubts_resolved_before_a_read_fails_are_counted_and_kept(tmp_path):
+    """a.md's and b.md's updates were both applied, their answers lost. The next pass
+    resolves a's (one GET: applied) while b's read fails every attempt (503): the pass
+    goes offline, and a's push still counts, in the pass's result (the unmount's report
+    adds those up) and in `memfs status` (before: the tally of the doubts already
+    resolved was dropped with the error, and so were the memories the feed must read
+    again)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="a1", b="b1")
+        mids = {p: eng.node(p).memory_id for p in ("/a.md", "/b.md")}
+        lose = FaultRule(lambda r: r.method == "POST" and r.memory_id, kind="lose",
+                         origins=("setup",), times=1)
+        eng.transport.rules = [lose]
+        await eng.op_write("/a.md", "a2")
+        await eng.op_push()
+        eng.transport.rules = [  # a's doubt cannot be read yet; b's update is lost too
+            FaultRule(lambda r: r.method == "GET" and r.memory_id == mids["/a.md"],
+                      origins=("setup",), times=1),
+            FaultRule(lambda r: r.method == "POST" and r.memory_id == mids["/b.md"],
+                      kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/b.md", "b2")
+        await eng.op_push()
+        assert len(eng.state.doubts) == 2
+        eng.transport.rules = [FaultRule(  # b's doubt: every read of it fails
+            lambda r: r.method == "GET" and r.memory_id == mids["/b.md"], kind="fail",
+            origins=("setup",))]
+        pushed = eng.ctx.status.pushed
+        result = await eng.pusher.push_pass()
+        assert result.offline is not None
+        assert [t.memory_id for t in eng.state.doubts.values()] == [mids["/b.md"]]
+        assert (result.pushed, result.progress) == (1, 1)  # a's, found applied
+        assert eng.ctx.status.pushed == pushed + 1
+
+
 # -- wave w11c --
 
 

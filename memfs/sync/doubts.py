@@ -60,16 +60,17 @@ class Resolved:
     reread: list[str] = field(default_factory=list)
 
 
-async def resolve(ctx: SyncContext) -> Resolved:
-    """Resolve every request in doubt. Called with the sync lock held. A transient error
-    propagates (the pass goes offline and the doubts stay); any other refusal leaves that
-    doubt for the next pass."""
+async def resolve(ctx: SyncContext, done: Resolved) -> None:
+    """Resolve every request in doubt, telling `done` as each one is. Called with the
+    sync lock held. A transient error propagates (the pass goes offline and the doubts
+    not resolved yet stay); `done` then holds what was resolved before it, which the
+    caller still counts and passes on. Any other refusal leaves that doubt for the next
+    pass."""
     st = ctx.state
-    done = Resolved()
     for gone in set(ctx.doubt_lost_at) - set(st.doubts):  # (a row id may be given again)
         del ctx.doubt_lost_at[gone]
     if not st.doubts:
-        return done
+        return
     tickets = list(st.doubts.values())
     creates = [t for t in tickets if t.memory_id is None]
     updates = [t for t in tickets if t.memory_id is not None]
@@ -80,7 +81,6 @@ async def resolve(ctx: SyncContext) -> Resolved:
     await gather_bounded(updates, one_update, ctx.options.push_concurrency)
     if creates:
         await _resolve_creates(ctx, creates, done)
-    return done
 
 
 def _seen(v: Memory | MemoryVersion) -> decide.Seen:

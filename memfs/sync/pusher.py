@@ -203,15 +203,19 @@ class Pusher:
             if st.doubts:
                 # What happened to a request whose answer was lost decides what the
                 # file's next request is: resolve before sending anything.
+                done = doubts.Resolved()
                 try:
-                    done = await doubts.resolve(self.ctx)
-                    result.progress += done.resolved
-                    result.pushed += done.applied  # the change did reach the server
-                    if self.feed is not None:
-                        for mid in done.reread:
-                            self.feed.recheck(mid)
+                    await doubts.resolve(self.ctx, done)
                 except (*api_errors.TRANSIENT, api_errors.AuthenticationError) as exc:
                     result.offline = exc
+                # What was resolved counts, the pass offline or not.
+                result.progress += done.resolved
+                result.pushed += done.applied  # the change did reach the server
+                if self.feed is not None:
+                    for mid in done.reread:
+                        self.feed.recheck(mid)
+                if result.offline is not None:
+                    self.ctx.status.pushed += result.pushed
                     result.left = self.pending_total()
                     return result
             now = time.time()

@@ -139,10 +139,13 @@ class Reconciler:
                 return
             # A request whose answer was lost: what the server did is ours, not a
             # stranger's change (a memory our lost create made is not "new").
-            done = await doubts.resolve(ctx)
-            ctx.status.pushed += done.applied
-            for mid in done.reread:
-                self.feed.recheck(mid)
+            done = doubts.Resolved()
+            try:
+                await doubts.resolve(ctx, done)
+            finally:  # what was resolved counts, a read that failed after it or not
+                ctx.status.pushed += done.applied
+                for mid in done.reread:
+                    self.feed.recheck(mid)
             started = time.time()
             since = self.state.epoch
             self._blocked = []
