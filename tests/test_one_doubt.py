@@ -343,6 +343,33 @@ async def test_doubts_resolved_before_a_read_fails_are_counted_and_kept(tmp_path
         assert eng.ctx.status.pushed == pushed + 1
 
 
+async def test_a_create_found_overtaken_by_a_poll_is_read_again_by_that_poll(tmp_path):
+    """a.md's create was applied, its answer lost; another writer then edited the memory
+    it made. A feed poll meanwhile shows both versions and leaves them to the doubt. Once
+    the wait is over, the next poll resolves the doubt first (ours or theirs alike: the
+    file's bytes kept as a conflict, the creation taken as the answer) and hands the
+    memory to the feed to read again: the same poll brings their edit (without that, the
+    feed, already past their version, would leave the file at our bytes until a full
+    listing)."""
+    async with harness(tmp_path) as eng:
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and not r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "mine")
+        await eng.op_push()
+        assert eng.state.doubts
+        eng.transport.rules = []
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_poll()                   # the doubt still young: both left to it
+        assert eng.state.doubts and eng.tree_sha("/a.md") == sha256(data("mine"))
+        await eng.op_age()                    # the wait is over
+        await eng.op_poll()
+        assert not eng.state.doubts
+        [mid] = [m for m, _sha in eng.server().values()]
+        assert eng.node("/a.md").memory_id == mid
+        assert eng.tree_sha("/a.md") == sha256(data("theirs"))  # their edit, this poll
+        assert [c["local_sha"] for c in eng.state.conflicts()] == [sha256(data("mine"))]
+
+
 # -- wave w11c --
 
 
