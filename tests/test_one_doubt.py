@@ -148,26 +148,34 @@ async def test_a_lost_update_written_over_after_a_listing_took_theirs_is_not_sen
                 "since") in caplog.messages
 
 
+async def _two_updates_in_doubt(eng, b_fault: str = "lose") -> dict[str, str]:
+    """a.md and b.md synced, then edited: a's update applied and its answer lost, b's
+    the same (`b_fault` "lose") or never applied, every attempt answered 503 ("fail"):
+    two requests in doubt. Their memory ids by path."""
+    await synced(eng, a="a1", b="b1")
+    mids = {p: eng.node(p).memory_id for p in ("/a.md", "/b.md")}
+    eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                     kind="lose", origins=("setup",), times=1)]
+    await eng.op_write("/a.md", "a2")
+    await eng.op_push()  # (a lost answer ends the pass: b's goes in the next one)
+    eng.transport.rules = [  # a's doubt cannot be read yet; b's update goes astray too
+        FaultRule(lambda r: r.method == "GET" and r.memory_id == mids["/a.md"],
+                  origins=("setup",), times=1),
+        FaultRule(lambda r: r.method == "POST" and r.memory_id == mids["/b.md"],
+                  kind=b_fault, origins=("setup",), times=1 if b_fault == "lose" else None)]
+    await eng.op_write("/b.md", "b2")
+    await eng.op_push()
+    assert len(eng.state.doubts) == 2
+    return mids
+
+
 async def test_lost_answers_of_two_updates_found_applied_count_two_and_say_so_in_the_log(
         tmp_path, caplog):
     """a.md and b.md edited, both updates applied and both answers lost. The next pass
     finds both applied: two pushes, and the log names each file and its memory."""
     caplog.set_level(logging.INFO, logger="memfs.sync.doubts")
     async with harness(tmp_path) as eng:
-        await synced(eng, a="a1", b="b1")
-        mids = {p: eng.node(p).memory_id for p in ("/a.md", "/b.md")}
-        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
-                                         kind="lose", origins=("setup",), times=1)]
-        await eng.op_write("/a.md", "a2")
-        await eng.op_push()  # (a lost answer ends the pass: b's goes in the next one)
-        eng.transport.rules = [  # a's doubt cannot be read yet; b's answer lost too
-            FaultRule(lambda r: r.method == "GET" and r.memory_id == mids["/a.md"],
-                      origins=("setup",), times=1),
-            FaultRule(lambda r: r.method == "POST" and r.memory_id == mids["/b.md"],
-                      kind="lose", origins=("setup",), times=1)]
-        await eng.op_write("/b.md", "b2")
-        await eng.op_push()
-        assert len(eng.state.doubts) == 2
+        mids = await _two_updates_in_doubt(eng)
         first, pushed = len(eng.transport.records), eng.ctx.status.pushed
         result = await eng.pusher.push_pass()
         assert sorted(sent(eng, first)) == sorted(f"GET {m}" for m in mids.values())
@@ -283,20 +291,7 @@ async def test_two_doubts_resolved_in_one_pass_count_as_two_steps(tmp_path):
     met 503s and was not applied. The next pass resolves both (two steps: a's answer
     applied, b's forgotten), then sends b again (a third): one push found, one sent."""
     async with harness(tmp_path) as eng:
-        await synced(eng, a="a1", b="b1")
-        mids = {p: eng.node(p).memory_id for p in ("/a.md", "/b.md")}
-        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
-                                         kind="lose", origins=("setup",), times=1)]
-        await eng.op_write("/a.md", "a2")
-        await eng.op_push()  # (a lost answer ends the pass: b's goes in the next one)
-        eng.transport.rules = [  # a's doubt cannot be read yet; b's update meets 503s
-            FaultRule(lambda r: r.method == "GET" and r.memory_id == mids["/a.md"],
-                      origins=("setup",), times=1),
-            FaultRule(lambda r: r.method == "POST" and r.memory_id == mids["/b.md"],
-                      kind="fail", origins=("setup",))]
-        await eng.op_write("/b.md", "b2")
-        await eng.op_push()
-        assert len(eng.state.doubts) == 2
+        mids = await _two_updates_in_doubt(eng, b_fault="fail")
         eng.transport.rules = []
         first = len(eng.transport.records)
         result = await eng.pusher.push_pass()
@@ -317,21 +312,7 @@ async def test_doubts_resolved_before_a_read_fails_are_counted_and_kept(tmp_path
     resolved was dropped with the error, and so were the memories the feed must read
     again)."""
     async with harness(tmp_path) as eng:
-        await synced(eng, a="a1", b="b1")
-        mids = {p: eng.node(p).memory_id for p in ("/a.md", "/b.md")}
-        lose = FaultRule(lambda r: r.method == "POST" and r.memory_id, kind="lose",
-                         origins=("setup",), times=1)
-        eng.transport.rules = [lose]
-        await eng.op_write("/a.md", "a2")
-        await eng.op_push()
-        eng.transport.rules = [  # a's doubt cannot be read yet; b's update is lost too
-            FaultRule(lambda r: r.method == "GET" and r.memory_id == mids["/a.md"],
-                      origins=("setup",), times=1),
-            FaultRule(lambda r: r.method == "POST" and r.memory_id == mids["/b.md"],
-                      kind="lose", origins=("setup",), times=1)]
-        await eng.op_write("/b.md", "b2")
-        await eng.op_push()
-        assert len(eng.state.doubts) == 2
+        mids = await _two_updates_in_doubt(eng)
         eng.transport.rules = [FaultRule(  # b's doubt: every read of it fails
             lambda r: r.method == "GET" and r.memory_id == mids["/b.md"], kind="fail",
             origins=("setup",))]
