@@ -737,8 +737,10 @@ LOSSES = {"dropped": {"drop_rate": 0.2},
 @pytest.mark.parametrize("seed", range(SEEDS))
 @pytest.mark.parametrize("loss", list(LOSSES))
 def test_workload_with_lost_answers_ends_exact(mounts, server, seed, loss):
-    """20% of the answers lost after the commit (dropped, or answered a 5xx): the server
-    ends equal to the mount's tree, with no conflict, and the unmount report is exact."""
+    """20 % of the answers lost after the commit (dropped, or answered a 5xx; "mixed": 10 %
+    dropped, 10 % answered 504 after it, 10 % refused with a 503 before anything is
+    applied): the server ends equal to the mount's tree, with no conflict, and the
+    unmount report is exact."""
     import random
 
     store = mounts.new_store()
