@@ -62,6 +62,10 @@ class Gate:
     def held(self) -> list[dict]:
         return self.snapshot()["held"]
 
+    def caught(self, rule: dict) -> int:
+        """How many requests `rule` (as `hold` or `refuse` returned it) has caught."""
+        return next(r for r in self.snapshot()["rules"] if r["id"] == rule["id"])["caught"]
+
     def wait_held(self, n: int = 1, timeout: float = 30) -> list[dict]:
         """The held requests once at least n are held; AssertionError after timeout."""
         deadline = time.monotonic() + timeout

@@ -209,12 +209,8 @@ def test_applied_then_answered_an_error_then_local_change(mounts, server, kind, 
         refusal = gate.refuse("DELETE" if kind == "delete" else "POST", rule, status,
                               count=ATTEMPTS if kind == "delete" else 1, when="after")
         current = _request(kind, x)
-
-        def answered() -> bool:
-            return next(r for r in gate.snapshot()["rules"] if r["id"] == refusal["id"])[
-                "caught"] == refusal["count"]
-
-        wait_for(answered, what=f"the {kind} applied and answered {status}")
+        wait_for(lambda: gate.caught(refusal) == refusal["count"],
+                 what=f"the {kind} applied and answered {status}")
         applied = {"create": {"/d/x.md": "version one\n"}, "update": {"/d/x.md": "v2\n"},
                    "rename": {"/d/y.md": "v1\n"}, "delete": {}}[kind]
         assert server_memories(server, store) == applied
@@ -258,8 +254,8 @@ def test_lost_answer_then_local_change_then_an_outage_while_it_is_settled(mounts
         gate.hold("GET", reads)                       # after the outage: held, below
         gate.release(first["seq"])                    # ...and its answer lost (reset)
         _change(op, current, x)                       # while the outcome is unknown
-        wait_for(lambda: next(r for r in gate.snapshot()["rules"] if r["id"] == outage["id"])
-                 ["caught"] >= 2 * ATTEMPTS, what="two passes' reads failing")
+        wait_for(lambda: gate.caught(outage) >= 2 * ATTEMPTS,
+                 what="two passes' reads failing")
         gate.wait_held(1)                             # the outage over, the next read held:
         assert conflicts(m) == []                     # nothing decided on the outage
         gate.clear()
@@ -281,8 +277,7 @@ def test_a_then_b_then_a_again_whose_update_never_applied_keeps_a(mounts, server
         gate.hold("POST", rule, when="before", count=1)  # what is sent after it
         x.write_text("v1\n")
         [again] = gate.wait_held(1)
-        assert next(r for r in gate.snapshot()["rules"] if r["id"] == refusal["id"])[
-            "caught"] == 1                                # the update refused
+        assert gate.caught(refusal) == 1                  # the update refused
         assert server_memories(server, store) == {"/d/x.md": "B\n"}  # never applied
         gate.release(again["seq"])                        # sent again
     _ends_as_left(m, server, store, {"/d/x.md": "v1\n"}, mid)
@@ -304,8 +299,7 @@ def test_a_file_moved_and_moved_back_whose_move_back_never_applied_stays_back(mo
         gate.hold("POST", rule, when="before", count=1)  # what is sent after it
         os.rename(y, x)
         [again] = gate.wait_held(1)
-        assert next(r for r in gate.snapshot()["rules"] if r["id"] == refusal["id"])[
-            "caught"] == 1                                # the move back refused
+        assert gate.caught(refusal) == 1                  # the move back refused
         assert server_memories(server, store) == {"/d/y.md": "v1\n"}  # never applied
         gate.release(again["seq"])                        # sent again
     _ends_as_left(m, server, store, {"/d/x.md": "v1\n"}, mid)
