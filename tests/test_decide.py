@@ -421,6 +421,19 @@ def test_holds(written, path, sha, expected):
 # -- what of an update's answer becomes the base ------------------------------------------------
 
 
+@pytest.mark.parametrize("sha,previous_sent,content_sent,expected", [
+    (MINE, None, True, True),          # what this request sent
+    ("e" * 64, "e" * 64, True, True),  # what an earlier request of ours sent (answer lost)
+    (THEIRS, None, True, False),       # another writer's content
+    (BASE, None, True, False),         # our base, but we sent new content: not applied
+    (BASE, None, False, True),         # a rename only: the memory holds our base
+    (THEIRS, None, False, False),      # a rename only, another writer's content
+])
+def test_written_by_us(sha, previous_sent, content_sent, expected):
+    assert decide.written_by_us(sha, sent=MINE, previous_sent=previous_sent, base_sha=BASE,
+                                content_sent=content_sent) is expected
+
+
 @pytest.mark.parametrize("update,path_sent,ours,answer,expected", [
     (False, True, True, ("/b", MINE), ("/b", MINE)),            # a create: all of it
     (True, True, True, ("/b", MINE), ("/b", MINE)),             # content and path: ours

@@ -226,6 +226,16 @@ def precondition_row(remote_sha: str | None, sent: str | None,
 # -- what of an update's answer becomes the base ------------------------------------------------
 
 
+def written_by_us(sha: str, *, sent: str, previous_sent: str | None, base_sha: str | None,
+                  content_sent: bool) -> bool:
+    """Whether an answer holding `sha` is what our request (or an earlier one of ours whose
+    answer was lost) wrote; anything else is another writer's. A rename sent no content:
+    the memory then holds our base."""
+    if sha in (sent, previous_sent):
+        return True
+    return not content_sent and sha == base_sha
+
+
 def answer_base(answer: tuple[str, str], base: tuple[str | None, str | None], *,
                 update: bool, path_sent: bool, ours: bool) -> tuple[str, str]:
     """(path, sha) to record as the base from a 2xx answer, given the holder's base now.

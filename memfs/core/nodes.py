@@ -116,13 +116,6 @@ class PushTicket:
         return (self.path if self.path_sent else None,
                 self.sha if self.content_sent else (self.base_sha or self.sha))
 
-    def expected(self, sha: str) -> bool:
-        """Whether an answer holding `sha` is what this request (or an earlier one of
-        ours whose answer was lost) wrote; anything else is another writer's."""
-        if sha in (self.sha, self.previous_sent):
-            return True
-        return not self.content_sent and sha == self.base_sha
-
 
 @dataclass(frozen=True)
 class Remote:

@@ -231,7 +231,7 @@ class SyncTransitions:
             path, sha = decide.answer_base(
                 (remote.path, remote.sha),
                 (known.base_path, known.base_sha) if known else (None, None),
-                update=update, path_sent=ticket.path_sent, ours=ticket.expected(remote.sha))
+                update=update, path_sent=ticket.path_sent, ours=_ours(ticket, remote.sha))
             remote = replace(remote, path=path, sha=sha)
             self._note_known(remote.id, remote.version)
             if ticket.memory_id is not None:
@@ -685,3 +685,10 @@ class SyncTransitions:
         with self.transaction():
             for path, memory_id, local_sha, remote_sha, reason in rows:
                 self._add_conflict(path, memory_id, local_sha, remote_sha, reason)
+
+
+def _ours(ticket: PushTicket, sha: str) -> bool:
+    """Whether an answer holding `sha` is what ticket's request (or an earlier one of ours)
+    wrote: the table's question asked of a ticket."""
+    return decide.written_by_us(sha, sent=ticket.sha, previous_sent=ticket.previous_sent,
+                                base_sha=ticket.base_sha, content_sent=ticket.content_sent)
