@@ -6,10 +6,11 @@ pusher's handling of doubts that no test killed (docs/TESTING.md, "Mutation test
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 import trio
-from interleave import MEMFS, FaultRule, age_tombstones
+from interleave import MEMFS, FaultRule, age_tombstones, listing_pass
 from onepass import data, harness, lost_update, sent, synced
 
 from memfs.api import models
@@ -347,6 +348,52 @@ async def test_a_create_found_overtaken_by_a_poll_is_read_again_by_that_poll(tmp
         assert not eng.state.doubts
         [mid] = [m for m, _sha in eng.server().values()]
         assert eng.node("/a.md").memory_id == mid
+        assert eng.tree_sha("/a.md") == sha256(data("theirs"))  # their edit, this poll
+        assert [c["local_sha"] for c in eng.state.conflicts()] == [sha256(data("mine"))]
+
+
+async def test_a_create_found_overtaken_before_another_doubts_read_fails_is_still_read_again(
+        tmp_path):
+    """a.md's and b.md's creates were both applied, their answers lost; another writer
+    then edited the memory a's made. Once the wait is over, the next poll resolves a's
+    doubt (overtaken: ours kept as a conflict) and then fails on b's read (503s): the
+    pass goes offline, a's resolution kept. The memory is still read again: the next
+    poll brings their edit to a.md. (Two things ask for that read: the young poll that
+    left their version to the doubt, and the doubt's resolution, `Resolved.reread`,
+    passed on even when a later read fails; either one suffices here.)"""
+    async with harness(tmp_path) as eng:
+        def create() -> FaultRule:
+            return FaultRule(lambda r: r.method == "POST" and not r.memory_id, kind="lose",
+                             origins=("setup",), times=1)
+
+        eng.transport.rules = [create()]
+        await eng.op_write("/a.md", "mine")
+        await eng.op_push()
+        eng.transport.rules = [  # a's doubt cannot be read yet; b's create goes astray too
+            FaultRule(lambda r: r.method == "GET" and not r.memory_id, origins=("setup",),
+                      times=1),
+            create()]
+        await eng.op_write("/b.md", "b")
+        await eng.op_push()
+        assert len(eng.state.doubts) == 2
+        mids = {path: mid for path, (mid, _sha) in eng.server().items()}
+        read_b = FaultRule(lambda r: r.method == "GET" and r.memory_id == mids["/b.md"],
+                           origins=("setup",))
+        eng.transport.rules = [read_b]        # b's doubt waits (its memory's read refused)
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_poll()                   # a's doubt still young: left to it
+        assert len(eng.state.doubts) == 2
+        await eng.op_age()                    # the wait is over
+        eng.transport.rules = [replace(read_b, kind="fail")]  # 503s: the pass fails
+        assert (await listing_pass(eng, full=False)).startswith("offline")
+        assert [t.path for t in eng.state.doubts.values()] == ["/b.md"]  # a's resolved
+        assert eng.tree_sha("/a.md") == sha256(data("mine"))
+        eng.transport.rules = []
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        print("DBG", sent(eng, first), eng.reconciler.feed.rechecks)
+        assert not eng.state.doubts
+        assert eng.node("/a.md").memory_id == mids["/a.md"]
         assert eng.tree_sha("/a.md") == sha256(data("theirs"))  # their edit, this poll
         assert [c["local_sha"] for c in eng.state.conflicts()] == [sha256(data("mine"))]
 
@@ -1056,3 +1103,46 @@ async def test_a_lost_answer_found_applied_names_the_version_the_next_request_fo
         assert not eng.state.doubts
         assert eng.server() == {"/b.md": (mid, sha256(data("v1")))}
         assert eng.node("/b.md") is not None and eng.node("/a.md") is None
+
+
+async def test_a_lost_answer_found_written_over_names_the_version_the_next_request_follows(
+        tmp_path):
+    """Another writer moved a.md to b.md holding v2 and back holding v1; then our update
+    to v2 was applied, its answer lost, and another writer wrote v3 over it: the next
+    pass finds our update in the memory's versions (applied before), and that version is
+    the newest the mount has seen. Then a.md is moved to b.md, never applied (a 503). Its
+    doubt does not take the other writer's b.md holding v2, older than our update, for its
+    own: the move is sent again and stays the user's (the mutation run's
+    `_resolve_update` #101, #105, #106: an applied-before answer that named no version
+    left the bound at the creation's, and the move was dropped, a.md brought back)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_r_rename("/a.md", "/b.md")
+        await eng.op_r_rename("/b.md", "/a.md")
+        await eng.op_r_edit("/a.md", "v1")    # the memory as the mount last saw it
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        assert eng.state.doubts and eng.server() == {"/a.md": (mid, sha256(data("v2")))}
+        await eng.op_r_edit("/a.md", "v3")
+        eng.transport.rules = []
+        await eng.pusher.push_pass()          # applied before: the base is our v2
+        assert not eng.state.doubts and eng.node("/a.md").base_sha == sha256(data("v2"))
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="fail", origins=("setup",))]
+        await eng.op_rename("/a.md", "/b.md")
+        await eng.op_push()
+        [ticket] = eng.state.doubts.values()
+        assert (ticket.content_sent, ticket.path) == (False, "/b.md")
+        eng.transport.rules = []
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert not eng.state.doubts
+        assert f"POST {mid}" in sent(eng, first)  # not applied: the move is sent again
+        await eng.op_reconcile()              # their v3 taken (a rename only loses no content)
+        await eng.op_push()                   # and the move goes out on it
+        assert eng.server() == {"/b.md": (mid, sha256(data("v3")))}
+        assert eng.user_tree() == {"/b.md": sha256(data("v3"))} and not eng.state.conflicts()
