@@ -43,7 +43,7 @@ from memfs.api import errors as api_errors
 from memfs.api.models import Memory, MemoryVersion, versions_since
 from memfs.core import decide
 from memfs.core.nodes import PushTicket, Remote
-from memfs.sync.common import SyncContext, gather_bounded
+from memfs.sync.common import SyncContext, gather_bounded, remote_of
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -196,8 +196,7 @@ async def _resolve_update(ctx: SyncContext, ticket: PushTicket, done: Resolved) 
     remote = None
     if row is decide.Doubt.APPLIED:
         assert head is not None
-        remote = Remote(head.id, head.path, head.content_sha256, head.content_size_bytes,
-                        head.memory_version_id or None)
+        remote = remote_of(head)
     elif row is decide.Doubt.APPLIED_BEFORE:
         v = next(v for v in history if v.operation != "deleted"
                  and decide.holds(written, v.path, v.content_sha256))
