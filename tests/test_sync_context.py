@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 
 import pytest
+import trio
 from interleave import OTHER
 from onepass import data, harness, synced
 
 from memfs.api import errors as api_errors
 from memfs.state.blobs import BlobCache, sha256
-from memfs.state.state import State
+from memfs.state.state import ROOT_INO, State
 from memfs.sync import common
 from memfs.sync.common import Backoff, SyncContext, SyncOptions, SyncStatus
 from memfs.sync.events import Subscriber
@@ -50,10 +52,34 @@ def test_the_servers_retry_after_wins_only_when_it_is_longer(draws):
     assert b.next_delay(retry_after=0.5) == 2.0  # the second failure's own wait is longer
 
 
-def _context(tmp_path) -> SyncContext:
+def _context(tmp_path, poll_interval: float = 1.0) -> SyncContext:
     state = State(tmp_path / "state.db")
     return SyncContext(state, BlobCache(tmp_path / "objects"), None, "memstore_x",
-                       SyncOptions(poll_interval=1.0))
+                       SyncOptions(poll_interval=poll_interval))
+
+
+@pytest.mark.parametrize("poll_interval,cap", [(1.0, 10.0), (5.0, 20.0), (30.0, 60.0)])
+def test_offline_the_mount_probes_every_few_poll_intervals_at_least_every_minute(
+        tmp_path, poll_interval, cap):
+    """The backoff's cap: four poll intervals, no less than 10 s and no more than 60 s."""
+    ctx = _context(tmp_path, poll_interval)
+    assert ctx.backoff.cap == cap
+    ctx.state.close()
+
+
+async def test_a_context_counts_on_the_wall_clock_and_fetches_as_many_as_it_pushes(tmp_path):
+    """Outside the interleaving harness (which moves a clock of its own): the lost-answer
+    wait is counted on the wall clock and waited out with trio's sleep; the blob writer
+    fetches as many contents at once as the pusher sends requests."""
+    state = State(tmp_path / "state.db")
+    ctx = SyncContext(state, BlobCache(tmp_path / "objects"), None, "memstore_x",
+                      SyncOptions(push_concurrency=3))
+    assert abs(ctx.wall() - time.time()) < 60
+    with trio.move_on_after(0.01) as waited:
+        await ctx.pause(10)
+    assert waited.cancelled_caught
+    assert ctx.fetcher.limiter.total_tokens == 3
+    state.close()
 
 
 def test_going_offline_says_so_once_and_keeps_when_it_began(tmp_path, draws, caplog,
@@ -134,8 +160,26 @@ async def test_a_conflict_takes_the_servers_content_and_version_and_says_so(tmp_
         assert eng.tree_sha("/a.md") == sha256(b"") and node.size == 0
         assert eng.state.seen_version(mid) == version
         event = sub.receive.receive_nowait()
-        assert (event.kind, event.path, event.memory_id, event.version_id) == (
-            "conflict", "/a.md", mid, version)
+        assert (event.kind, event.store_id, event.path, event.memory_id, event.version_id) \
+            == ("conflict", eng.store_id, "/a.md", mid, version)
         assert ("inode", node.ino) in eng.ctx.take_invalidations()
         [row] = eng.state.conflicts()
         assert (row["id"], row["local_sha"]) == (cid, sha256(data("mine")))
+
+
+async def test_directories_remote_changes_make_or_empty_are_told_to_the_kernel(tmp_path):
+    """Another writer created /d/e/x.md: the listing makes d and e here, and the kernel is
+    told d's entry in the root changed (its negative lookup is stale); once they delete
+    it, the emptied e and d go, and so do their entries."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/d/e/x.md", "theirs")
+        eng.ctx.take_invalidations()
+        await eng.op_reconcile()
+        d = eng.node("/d")
+        assert ("entry", ROOT_INO, "d") in eng.ctx.take_invalidations()
+        e = eng.node("/d/e")
+        await eng.op_r_delete("/d/e/x.md")
+        await eng.op_reconcile()
+        gone = eng.ctx.take_invalidations()
+        assert ("entry", d.ino, "e") in gone and ("entry", ROOT_INO, "d") in gone
+        assert eng.node("/d") is None and e.ino not in eng.state.nodes
