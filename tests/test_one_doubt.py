@@ -1112,9 +1112,9 @@ async def test_a_lost_answer_found_written_over_names_the_version_the_next_reque
     pass finds our update in the memory's versions (applied before), and that version is
     the newest the mount has seen. Then a.md is moved to b.md, never applied (a 503). Its
     doubt does not take the other writer's b.md holding v2, older than our update, for its
-    own: the move is sent again and stays the user's (the mutation run's
-    `_resolve_update` #101, #105, #106: an applied-before answer that named no version
-    left the bound at the creation's, and the move was dropped, a.md brought back)."""
+    own: the move is sent again and stays the user's (the mutants of `_resolve_update`
+    that drop the applied-before answer's version, docs/TESTING.md: the bound stayed at
+    the creation's, and the move was never sent again)."""
     async with harness(tmp_path) as eng:
         await synced(eng, a="v1")
         mid = eng.node("/a.md").memory_id
