@@ -352,15 +352,17 @@ async def test_a_create_found_overtaken_by_a_poll_is_read_again_by_that_poll(tmp
         assert [c["local_sha"] for c in eng.state.conflicts()] == [sha256(data("mine"))]
 
 
+@pytest.mark.parametrize("their_change", ["edit", "delete"])
 async def test_a_create_found_overtaken_before_another_doubts_read_fails_is_still_read_again(
-        tmp_path):
+        tmp_path, their_change):
     """a.md's and b.md's creates were both applied, their answers lost; another writer
-    then edited the memory a's made. Once the wait is over, the next poll resolves a's
-    doubt (overtaken: ours kept as a conflict) and then fails on b's read (503s): the
-    pass goes offline, a's resolution kept. The memory is still read again: the next
-    poll brings their edit to a.md. (Two things ask for that read: the young poll that
-    left their version to the doubt, and the doubt's resolution, `Resolved.reread`,
-    passed on even when a later read fails; either one suffices here.)"""
+    then edited (or deleted) the memory a's made. Once the wait is over, the next poll
+    resolves a's doubt (overtaken: ours kept as a conflict) and then fails on b's read
+    (503s): the pass goes offline, a's resolution kept. The memory is still read again:
+    the next poll brings their change to a.md. (More than one thing asks for that read:
+    the doubt's resolution, `Resolved.reread`, handed to the feed even when a later read
+    fails; the young poll that left their version to the doubt; the feed's re-read of
+    its unsettled window. This holds the outcome, whichever of them brings it.)"""
     async with harness(tmp_path) as eng:
         def create() -> FaultRule:
             return FaultRule(lambda r: r.method == "POST" and not r.memory_id, kind="lose",
@@ -380,7 +382,10 @@ async def test_a_create_found_overtaken_before_another_doubts_read_fails_is_stil
         read_b = FaultRule(lambda r: r.method == "GET" and r.memory_id == mids["/b.md"],
                            origins=("setup",))
         eng.transport.rules = [read_b]        # b's doubt waits (its memory's read refused)
-        await eng.op_r_edit("/a.md", "theirs")
+        if their_change == "edit":
+            await eng.op_r_edit("/a.md", "theirs")
+        else:
+            await eng.op_r_delete("/a.md")
         await eng.op_poll()                   # a's doubt still young: left to it
         assert len(eng.state.doubts) == 2
         await eng.op_age()                    # the wait is over
@@ -389,12 +394,13 @@ async def test_a_create_found_overtaken_before_another_doubts_read_fails_is_stil
         assert [t.path for t in eng.state.doubts.values()] == ["/b.md"]  # a's resolved
         assert eng.tree_sha("/a.md") == sha256(data("mine"))
         eng.transport.rules = []
-        first = len(eng.transport.records)
         await eng.op_poll()
-        print("DBG", sent(eng, first), eng.reconciler.feed.rechecks)
         assert not eng.state.doubts
-        assert eng.node("/a.md").memory_id == mids["/a.md"]
-        assert eng.tree_sha("/a.md") == sha256(data("theirs"))  # their edit, this poll
+        if their_change == "edit":  # their edit, this poll
+            assert eng.node("/a.md").memory_id == mids["/a.md"]
+            assert eng.tree_sha("/a.md") == sha256(data("theirs"))
+        else:  # their delete, this poll
+            assert eng.node("/a.md") is None and "/a.md" not in eng.server()
         assert [c["local_sha"] for c in eng.state.conflicts()] == [sha256(data("mine"))]
 
 
