@@ -52,17 +52,18 @@ def test_the_servers_retry_after_wins_only_when_it_is_longer(draws):
     assert b.next_delay(retry_after=0.5) == 2.0  # the second failure's own wait is longer
 
 
-def _context(tmp_path, poll_interval: float = 1.0) -> SyncContext:
+def _context(tmp_path, **options) -> SyncContext:
+    """A context as the engine makes one, without a server (nothing here sends)."""
     state = State(tmp_path / "state.db")
     return SyncContext(state, BlobCache(tmp_path / "objects"), None, "memstore_x",
-                       SyncOptions(poll_interval=poll_interval))
+                       SyncOptions(**{"poll_interval": 1.0, **options}))
 
 
 @pytest.mark.parametrize("poll_interval,cap", [(1.0, 10.0), (5.0, 20.0), (30.0, 60.0)])
 def test_offline_the_mount_probes_every_few_poll_intervals_at_least_every_minute(
         tmp_path, poll_interval, cap):
     """The backoff's cap: four poll intervals, no less than 10 s and no more than 60 s."""
-    ctx = _context(tmp_path, poll_interval)
+    ctx = _context(tmp_path, poll_interval=poll_interval)
     assert ctx.backoff.cap == cap
     ctx.state.close()
 
@@ -71,15 +72,13 @@ async def test_a_context_counts_on_the_wall_clock_and_fetches_as_many_as_it_push
     """Outside the interleaving harness (which moves a clock of its own): the lost-answer
     wait is counted on the wall clock and waited out with trio's sleep; the blob writer
     fetches as many contents at once as the pusher sends requests."""
-    state = State(tmp_path / "state.db")
-    ctx = SyncContext(state, BlobCache(tmp_path / "objects"), None, "memstore_x",
-                      SyncOptions(push_concurrency=3))
+    ctx = _context(tmp_path, push_concurrency=3)
     assert abs(ctx.wall() - time.time()) < 60
     with trio.move_on_after(0.01) as waited:
         await ctx.pause(10)
     assert waited.cancelled_caught
     assert ctx.fetcher.limiter.total_tokens == 3
-    state.close()
+    ctx.state.close()
 
 
 def test_going_offline_says_so_once_and_keeps_when_it_began(tmp_path, draws, caplog,
