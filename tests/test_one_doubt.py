@@ -1154,19 +1154,19 @@ async def test_a_lost_answer_found_written_over_names_the_version_the_next_reque
         assert eng.user_tree() == {"/b.md": sha256(data("v3"))} and not eng.state.conflicts()
 
 
-
-async def test_a_landed_answer_for_an_unlinked_file_names_the_version_the_next_request_follows(
-        tmp_path):
+@pytest.mark.parametrize("taken", ["by its file", "by no file"])
+async def test_a_landed_answer_names_the_version_the_next_request_follows(tmp_path, taken):
     """Another writer moved a.md to b.md, wrote v2 there and moved it back holding v1,
-    unseen by the mount. Our update of a.md to v2 is applied, its answer lost; a.md is
-    unlinked; the next pass finds the update applied, and nothing holds the memory: a
-    pending delete. a.md is made again with v2 (the memory given back), then moved to
-    b.md, never applied (a 503). The applied answer's version is the newest the mount has
-    seen, though no file held it when it landed, so the move's doubt does not take the
-    other writer's b.md holding v2, older than our update, for its own: the move is sent
-    again and stays the user's (`push_landed` #33, #34 of the mutation run,
-    docs/TESTING.md: with a holder, `_mark_base` notes the version again; without one,
-    the version not noted left the bound at the creation's)."""
+    unseen by the mount. Our update of a.md to v2 lands: with its answer, its file taking
+    it; or its answer lost, a.md unlinked, and the next pass finds the update applied with
+    nothing to hold the memory (a pending delete), then a.md made again with v2 (the
+    memory given back). Then a.md is moved to b.md, never applied (a 503). The landed
+    answer's version is the newest the mount has seen, so the move's doubt does not take
+    the other writer's b.md holding v2, older than our update, for its own: the move is
+    sent again and stays the user's. By its file, the version is noted twice (by
+    `push_landed` and by `_mark_base`), and this fails only without both; by no file,
+    `push_landed`'s note is the only one (its #33, #34, #35 of the mutation run,
+    docs/TESTING.md: the bound stayed at the creation's, and the move was never sent)."""
     async with harness(tmp_path) as eng:
         await synced(eng, a="v1")
         mid = eng.node("/a.md").memory_id
@@ -1174,17 +1174,22 @@ async def test_a_landed_answer_for_an_unlinked_file_names_the_version_the_next_r
         await eng.op_r_edit("/b.md", "v2")
         await eng.op_r_rename("/b.md", "/a.md")
         await eng.op_r_edit("/a.md", "v1")    # the memory as the mount last saw it
-        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
-                                         kind="lose", origins=("setup",), times=1)]
-        await eng.op_write("/a.md", "v2")
-        await eng.op_push()
-        assert eng.state.doubts and eng.server() == {"/a.md": (mid, sha256(data("v2")))}
-        await eng.op_unlink("/a.md")
-        eng.transport.rules = []
-        await eng.pusher.push_pass()          # applied: a pending delete, nothing holds it
-        assert not eng.state.doubts and mid in eng.state.tombstones
-        await eng.op_write("/a.md", "v2")     # the memory given back
-        assert eng.node("/a.md").memory_id == mid and mid not in eng.state.tombstones
+        if taken == "by its file":
+            await eng.op_write("/a.md", "v2")
+            await eng.op_push()
+            assert not eng.state.doubts and eng.node("/a.md").base_sha == sha256(data("v2"))
+        else:
+            eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                             kind="lose", origins=("setup",), times=1)]
+            await eng.op_write("/a.md", "v2")
+            await eng.op_push()
+            assert eng.state.doubts and eng.server() == {"/a.md": (mid, sha256(data("v2")))}
+            await eng.op_unlink("/a.md")
+            eng.transport.rules = []
+            await eng.pusher.push_pass()      # applied: a pending delete, nothing holds it
+            assert not eng.state.doubts and mid in eng.state.tombstones
+            await eng.op_write("/a.md", "v2")  # the memory given back
+            assert eng.node("/a.md").memory_id == mid and mid not in eng.state.tombstones
         eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
                                          kind="fail", origins=("setup",))]
         await eng.op_rename("/a.md", "/b.md")
@@ -1199,37 +1204,3 @@ async def test_a_landed_answer_for_an_unlinked_file_names_the_version_the_next_r
         assert f"POST {mid}" in sent(eng, first)  # not applied: the move is sent again
         assert eng.server() == {"/b.md": (mid, sha256(data("v2")))}
         assert eng.user_tree() == {"/b.md": sha256(data("v2"))} and not eng.state.conflicts()
-
-async def test_a_landed_answer_names_the_version_the_next_request_follows(tmp_path):
-    """Another writer moved a.md to b.md, wrote v3 there and moved it back holding v1,
-    unseen by the mount; then our update of a.md to v3 lands with its answer. Then a.md is
-    moved to b.md, never applied (a 503). The landed answer's version is the newest the
-    mount has seen, so the move's doubt does not take the other writer's b.md holding v3,
-    older than our update, for its own: the move is sent again and stays the user's.
-    (The version is noted twice here, by `push_landed` and by `_mark_base` as the file
-    takes the answer; this fails only without both. The test above is the landing that
-    no file takes, where `push_landed`'s note is the only one.)"""
-    async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
-        mid = eng.node("/a.md").memory_id
-        await eng.op_r_rename("/a.md", "/b.md")
-        await eng.op_r_edit("/b.md", "v3")
-        await eng.op_r_rename("/b.md", "/a.md")
-        await eng.op_r_edit("/a.md", "v1")    # the memory as the mount last saw it
-        await eng.op_write("/a.md", "v3")
-        await eng.op_push()
-        assert not eng.state.doubts and eng.node("/a.md").base_sha == sha256(data("v3"))
-        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
-                                         kind="fail", origins=("setup",))]
-        await eng.op_rename("/a.md", "/b.md")
-        await eng.op_push()
-        [ticket] = eng.state.doubts.values()
-        assert (ticket.content_sent, ticket.path) == (False, "/b.md")
-        assert eng.server() == {"/a.md": (mid, sha256(data("v3")))}  # never applied
-        eng.transport.rules = []
-        first = len(eng.transport.records)
-        await eng.pusher.push_pass()
-        assert not eng.state.doubts
-        assert f"POST {mid}" in sent(eng, first)  # not applied: the move is sent again
-        assert eng.server() == {"/b.md": (mid, sha256(data("v3")))}
-        assert eng.user_tree() == {"/b.md": sha256(data("v3"))} and not eng.state.conflicts()
