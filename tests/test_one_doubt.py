@@ -1124,10 +1124,7 @@ async def test_a_lost_answer_found_written_over_names_the_version_the_next_reque
     async with harness(tmp_path) as eng:
         await synced(eng, a="v1")
         mid = eng.node("/a.md").memory_id
-        await eng.op_r_edit("/a.md", "v2")
-        await eng.op_r_rename("/a.md", "/b.md")
-        await eng.op_r_rename("/b.md", "/a.md")
-        await eng.op_r_edit("/a.md", "v1")    # the memory as the mount last saw it
+        await _their_b_md_holding_v2_unseen(eng)
         eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
                                          kind="lose", origins=("setup",), times=1)]
         await eng.op_write("/a.md", "v2")
@@ -1137,17 +1134,7 @@ async def test_a_lost_answer_found_written_over_names_the_version_the_next_reque
         eng.transport.rules = []
         await eng.pusher.push_pass()          # applied before: the base is our v2
         assert not eng.state.doubts and eng.node("/a.md").base_sha == sha256(data("v2"))
-        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
-                                         kind="fail", origins=("setup",))]
-        await eng.op_rename("/a.md", "/b.md")
-        await eng.op_push()
-        [ticket] = eng.state.doubts.values()
-        assert (ticket.content_sent, ticket.path) == (False, "/b.md")
-        eng.transport.rules = []
-        first = len(eng.transport.records)
-        await eng.pusher.push_pass()
-        assert not eng.state.doubts
-        assert f"POST {mid}" in sent(eng, first)  # not applied: the move is sent again
+        await _a_move_never_applied_is_sent_again(eng, mid)
         await eng.op_reconcile()              # their v3 taken (a rename only loses no content)
         await eng.op_push()                   # and the move goes out on it
         assert eng.server() == {"/b.md": (mid, sha256(data("v3")))}
@@ -1156,24 +1143,22 @@ async def test_a_lost_answer_found_written_over_names_the_version_the_next_reque
 
 @pytest.mark.parametrize("taken", ["by its file", "by no file"])
 async def test_a_landed_answer_names_the_version_the_next_request_follows(tmp_path, taken):
-    """Another writer moved a.md to b.md, wrote v2 there and moved it back holding v1,
-    unseen by the mount. Our update of a.md to v2 lands: with its answer, its file taking
-    it; or its answer lost, a.md unlinked, and the next pass finds the update applied with
-    nothing to hold the memory (a pending delete), then a.md made again with v2 (the
-    memory given back). Then a.md is moved to b.md, never applied (a 503). The landed
-    answer's version is the newest the mount has seen, so the move's doubt does not take
-    the other writer's b.md holding v2, older than our update, for its own: the move is
-    sent again and stays the user's. By its file, the version is noted twice (by
-    `push_landed` and by `_mark_base`), and this fails only without both; by no file,
-    `push_landed`'s note is the only one (its #33, #34, #35 of the mutation run,
-    docs/TESTING.md: the bound stayed at the creation's, and the move was never sent)."""
+    """Another writer's b.md holding v2, unseen by the mount, and a.md as it last saw
+    it (`_their_b_md_holding_v2_unseen`). Our update of a.md to v2 lands: with its
+    answer, its file taking it; or its answer lost, a.md unlinked, and the next pass
+    finds the update applied with nothing to hold the memory (a pending delete), then
+    a.md made again with v2 (the memory given back). Then a.md is moved to b.md, never
+    applied (a 503). The landed answer's version is the newest the mount has seen, so
+    the move's doubt does not take the other writer's b.md holding v2, older than our
+    update, for its own: the move is sent again and stays the user's. By its file, the
+    version is noted twice (by `push_landed` and by `_mark_base`), and this fails only
+    without both; by no file, `push_landed`'s note is the only one (its #33, #34, #35
+    of the mutation run, docs/TESTING.md: the bound stayed at the creation's, and the
+    move was never sent)."""
     async with harness(tmp_path) as eng:
         await synced(eng, a="v1")
         mid = eng.node("/a.md").memory_id
-        await eng.op_r_rename("/a.md", "/b.md")
-        await eng.op_r_edit("/b.md", "v2")
-        await eng.op_r_rename("/b.md", "/a.md")
-        await eng.op_r_edit("/a.md", "v1")    # the memory as the mount last saw it
+        await _their_b_md_holding_v2_unseen(eng)
         if taken == "by its file":
             await eng.op_write("/a.md", "v2")
             await eng.op_push()
@@ -1190,17 +1175,35 @@ async def test_a_landed_answer_names_the_version_the_next_request_follows(tmp_pa
             assert not eng.state.doubts and mid in eng.state.tombstones
             await eng.op_write("/a.md", "v2")  # the memory given back
             assert eng.node("/a.md").memory_id == mid and mid not in eng.state.tombstones
-        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
-                                         kind="fail", origins=("setup",))]
-        await eng.op_rename("/a.md", "/b.md")
-        await eng.op_push()
-        [ticket] = eng.state.doubts.values()
-        assert (ticket.content_sent, ticket.path) == (False, "/b.md")
-        assert eng.server() == {"/a.md": (mid, sha256(data("v2")))}  # never applied
-        eng.transport.rules = []
-        first = len(eng.transport.records)
-        await eng.pusher.push_pass()
-        assert not eng.state.doubts
-        assert f"POST {mid}" in sent(eng, first)  # not applied: the move is sent again
+        await _a_move_never_applied_is_sent_again(eng, mid)
         assert eng.server() == {"/b.md": (mid, sha256(data("v2")))}
         assert eng.user_tree() == {"/b.md": sha256(data("v2"))} and not eng.state.conflicts()
+
+
+async def _their_b_md_holding_v2_unseen(eng) -> None:
+    """Another writer wrote v2 to a.md, moved it to b.md and back, and wrote v1 again,
+    unseen by the mount: the memory is as the mount last saw it, and its versions hold
+    b.md with v2, older than any request the mount sends next."""
+    await eng.op_r_edit("/a.md", "v2")
+    await eng.op_r_rename("/a.md", "/b.md")
+    await eng.op_r_rename("/b.md", "/a.md")
+    await eng.op_r_edit("/a.md", "v1")
+
+
+async def _a_move_never_applied_is_sent_again(eng, mid: str) -> None:
+    """a.md moved to b.md, the move never applied (503s): its doubt, resolved by the
+    next pass, finds it not applied (not the other writer's older b.md) and sends it
+    again."""
+    eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                     kind="fail", origins=("setup",))]
+    before = eng.server()
+    await eng.op_rename("/a.md", "/b.md")
+    await eng.op_push()
+    [ticket] = eng.state.doubts.values()
+    assert (ticket.content_sent, ticket.path) == (False, "/b.md")
+    assert eng.server() == before                 # never applied
+    eng.transport.rules = []
+    first = len(eng.transport.records)
+    await eng.pusher.push_pass()
+    assert not eng.state.doubts
+    assert f"POST {mid}" in sent(eng, first)      # not applied: the move is sent again
