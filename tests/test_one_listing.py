@@ -215,6 +215,55 @@ async def test_a_remote_rename_onto_a_new_local_file_waits_and_says_why(tmp_path
         await eng.op_close("/b.md")
 
 
+async def test_a_remote_rename_that_waited_for_unsaved_writes_follows_at_the_next_poll(
+        tmp_path):
+    """As above, then the writes are saved: the feed had shown the rename already, so the
+    listing asked that the next poll name the memory again (`Reconciler._waited`). That
+    poll reads it (one GET), a.md follows to b.md and the user's b.md is a conflict;
+    without it nothing would show the rename until a 409 or the next full listing."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_write("/b.md", "mine")
+        await eng.op_open_write("/b.md", "mine, more")
+        await eng.op_r_rename("/a.md", "/b.md")
+        await eng.op_reconcile()
+        await eng.op_close("/b.md")
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        assert f"GET {mid}" in sent(eng, first)
+        assert eng.user_tree() == {"/b.md": sha256(data("A"))}
+        assert [(c["path"], c["local_sha"]) for c in eng.state.conflicts()] == [
+            ("/b.md", sha256(data("mine, more")))]
+
+
+async def test_their_new_file_met_by_mine_moved_away_while_read_comes_at_the_next_poll(
+        tmp_path):
+    """Their new c.md meets my c.md, not pushed yet; while their memory is read for the
+    conflict, mine moves to d.md. The conflict is put off (the place changed), and the
+    feed will not show their c.md again: the next poll names it (`Reconciler._waited`)
+    and it comes, beside my d.md."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A")
+        await eng.op_write("/c.md", "mine")
+        await eng.op_r_create("/c.md", "theirs")
+
+        async def moved_away() -> None:
+            await eng.op_rename("/c.md", "/d.md")
+
+        first = len(eng.transport.records)
+        await held_pass(eng, "before", moved_away, index=2, action=eng.op_poll)
+        theirs = eng.server()["/c.md"][0]
+        assert sent(eng, first)[-1] == f"GET {theirs}"  # the read the move overtook
+        assert "/c.md" not in eng.user_tree()
+        first = len(eng.transport.records)
+        await eng.op_poll()
+        assert f"GET {theirs}" in sent(eng, first)
+        assert eng.user_tree() == {"/a.md": sha256(data("A")), "/c.md": sha256(data("theirs")),
+                                   "/d.md": sha256(data("mine"))}
+        assert eng.state.conflicts() == []
+
+
 async def test_a_pending_delete_of_a_memory_deleted_elsewhere_is_settled_by_a_listing(
         tmp_path):
     """a.md unlinked here (its delete waits out the delay) and deleted on the server by
