@@ -198,12 +198,18 @@ async def test_a_memory_deleted_here_and_changed_there_is_restored_and_said_so(t
             ["/a.md was deleted here but changed on the server; restoring the server's version"]
 
 
-async def test_a_remote_rename_onto_a_new_local_file_waits_and_says_why(tmp_path):
+async def test_a_remote_rename_onto_unsaved_writes_waits_and_follows_at_the_next_poll(
+        tmp_path):
     """Another writer renamed a.md to b.md while a new b.md, not pushed yet, is open here
     with unsaved writes: the listing cannot move a.md onto it (no later row frees the
-    place), leaves a.md where it is and says why in `memfs status`."""
+    place), leaves a.md where it is and says why in `memfs status`. Then the writes are
+    saved: the feed had shown the rename already, so the listing asked that the next poll
+    name the memory again (`Reconciler._waited`). That poll reads it (one GET), a.md
+    follows to b.md and the user's b.md is a conflict; without it nothing would show the
+    rename until a 409 or the next full listing."""
     async with harness(tmp_path) as eng:
         await synced(eng, a="A")
+        mid = eng.node("/a.md").memory_id
         await eng.op_write("/b.md", "mine")
         await eng.op_open_write("/b.md", "mine, more")
         await eng.op_r_rename("/a.md", "/b.md")
@@ -212,22 +218,6 @@ async def test_a_remote_rename_onto_a_new_local_file_waits_and_says_why(tmp_path
         assert (a.base_path, eng.state.is_dirty(a)) == ("/a.md", False)
         assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
             "cannot move /a.md to /b.md (renamed on the server): the place is taken locally"]
-        await eng.op_close("/b.md")
-
-
-async def test_a_remote_rename_that_waited_for_unsaved_writes_follows_at_the_next_poll(
-        tmp_path):
-    """As above, then the writes are saved: the feed had shown the rename already, so the
-    listing asked that the next poll name the memory again (`Reconciler._waited`). That
-    poll reads it (one GET), a.md follows to b.md and the user's b.md is a conflict;
-    without it nothing would show the rename until a 409 or the next full listing."""
-    async with harness(tmp_path) as eng:
-        await synced(eng, a="A")
-        mid = eng.node("/a.md").memory_id
-        await eng.op_write("/b.md", "mine")
-        await eng.op_open_write("/b.md", "mine, more")
-        await eng.op_r_rename("/a.md", "/b.md")
-        await eng.op_reconcile()
         await eng.op_close("/b.md")
         first = len(eng.transport.records)
         await eng.op_poll()
