@@ -46,6 +46,16 @@ def test_the_backoff_doubles_from_its_base_to_its_cap_and_starts_over_when_reset
     assert b.next_delay() == 1.0
 
 
+def test_the_backoff_keeps_its_cap_after_any_number_of_failures(draws):
+    """A mount offline for hours (the reconciler probes once a poll, the pusher backs off
+    beside it) counts thousands of failures: each still waits up to the cap. (The
+    doubling once overflowed a float at the 1,025th, and every loop that backed off
+    then failed instead.)"""
+    b = Backoff(base=1.0, cap=60.0)
+    assert [b.next_delay() for _ in range(5000)][-3:] == [60.0, 60.0, 60.0]
+    assert b.failures == 5000 and draws[-1] == (0, 60.0)
+
+
 def test_the_servers_retry_after_wins_only_when_it_is_longer(draws):
     b = Backoff(base=1.0, cap=8.0)
     assert b.next_delay(retry_after=30.0) == 30.0

@@ -73,7 +73,10 @@ class Backoff:
 
     def next_delay(self, retry_after: float | None = None) -> float:
         self.failures += 1
-        delay = random.uniform(0, min(self.cap, self.base * 2 ** (self.failures - 1)))
+        # The doubling stops counting long past any cap: 2 ** 1024 is too large for a
+        # float, and a mount offline overnight fails more than 1,024 times.
+        doublings = min(self.failures - 1, 64)
+        delay = random.uniform(0, min(self.cap, self.base * 2 ** doublings))
         if retry_after is not None:
             delay = max(delay, retry_after)
         return delay
