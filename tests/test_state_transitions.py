@@ -23,7 +23,7 @@ from memfs.state import transitions
 from memfs.state.blobs import sha256
 from memfs.state.schema import DOUBT_COLUMNS
 from memfs.state.state import PARK_NAME, ROOT_INO, State
-from memfs.state.transitions import Deferred
+from memfs.state.transitions import MAX_FILE_BACKOFF, Deferred
 from memfs.state.view import StateView
 
 MID = "mem_x"
@@ -1233,6 +1233,24 @@ def test_a_failing_delete_waits_longer_each_time(st):
     assert st.tombstones[MID].error == "403"
     st.tombstone_failed("mem_unknown", "403")  # no such delete: nothing happens
     assert list(st.tombstones) == [MID]
+
+
+def test_a_refusal_repeated_for_a_week_still_waits_the_longest_step(st):
+    """A file or a delete the server refuses every 10 minutes for a week counts over a
+    thousand refusals: the next still waits MAX_FILE_BACKOFF (the doubling once
+    overflowed a float at the 1,024th: the refusal itself raised)."""
+    node = _file(st, "x.md", b"base")
+    st.set_content(node, sha256(b"v2"), 2)
+    node.fail_count = 5000
+    st.push_failed(st.begin_push(node), "403", transient=False)
+    gone = _file(st, "y.md", b"base", memory_id="mem_y")
+    st.remove(gone)
+    st.tombstones["mem_y"].fail_count = 5000
+    st.tombstone_failed("mem_y", "403")
+    now = time.time()
+    for item in (node, st.tombstones["mem_y"]):
+        assert item.fail_count == 5001
+        assert now < item.retry_at <= now + MAX_FILE_BACKOFF
 
 
 def test_a_decision_older_than_a_new_files_first_change_stays_stale(st):

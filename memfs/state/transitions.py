@@ -37,6 +37,13 @@ KNOWN_KEPT = 8192
 MAX_FILE_BACKOFF = 600.0
 
 
+def _refused_wait(fail_count: int) -> float:
+    """Seconds a refused file or delete waits before its next try. The exponent stops
+    where the cap is long reached: a refusal repeated for a week (every 10 minutes)
+    would otherwise overflow a float at its 1,024th try, raised in the pusher's pass."""
+    return min(MAX_FILE_BACKOFF, 2.0 ** min(fail_count, 32))
+
+
 class Deferred(Exception):
     """The file changed locally (or holds unsaved writes) since the decision was
     made: nothing was applied; the next pass decides again."""
@@ -307,7 +314,7 @@ class SyncTransitions:
                 return
             if not transient:
                 node.fail_count += 1
-                node.retry_at = time.time() + min(MAX_FILE_BACKOFF, 2.0 ** node.fail_count)
+                node.retry_at = time.time() + _refused_wait(node.fail_count)
                 node.error = message
             self._save(node)
 
@@ -401,7 +408,7 @@ class SyncTransitions:
             if tomb is None:
                 return
             tomb.fail_count += 1
-            tomb.retry_at = time.time() + min(MAX_FILE_BACKOFF, 2.0 ** tomb.fail_count)
+            tomb.retry_at = time.time() + _refused_wait(tomb.fail_count)
             tomb.error = message
             self._not_deleted(tomb)
 
