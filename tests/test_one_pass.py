@@ -19,7 +19,7 @@ import time
 import pytest
 import trio
 import trio.testing
-from interleave import ORIGIN, FaultRule, Hold, age_tombstones
+from interleave import HOUR, ORIGIN, FaultRule, Hold, age_tombstones
 from onepass import data, harness, held_pass, lost_update, sent, synced, until
 
 from memfs.core.paths import MAX_MEMORIES_PER_STORE
@@ -427,11 +427,16 @@ async def test_a_push_that_fails_as_a_bug_is_logged_with_its_file(tmp_path, capl
         assert eng.ctx.status.last_error == "push: RuntimeError: a bug in the push"
 
 
-async def test_a_flush_that_cannot_reach_the_server_says_offline_and_what_is_left(tmp_path):
+async def test_a_flush_that_cannot_reach_the_server_says_offline_and_what_is_left(
+        tmp_path, autojump_clock):
     """A flush while the server answers every request 503: it gives up at its timeout and
     says it was offline, with one file left to push; the pusher no longer counts it as
-    flushing (a later pass waits for a quiet mount again)."""
+    flushing (a later pass waits for a quiet mount again). On trio's clock that jumps when
+    every task waits, the flush's backoff sleeping on it: on the real clock a loaded
+    machine could spend the flush's 0.2 s before its first request was answered (seen
+    under mutmut), and it would end with nothing to say."""
     async with harness(tmp_path) as eng:
+        eng.ctx.clock.moved_on = HOUR + 1.0  # the harness's pauses then sleep (trio's clock)
         await eng.op_write("/a.md", "v1")
         eng.transport.rules = [FaultRule(lambda r: True, kind="fail", origins=("setup",))]
         result = await eng.pusher.flush(0.2)
