@@ -47,8 +47,9 @@ def test_the_backoff_doubles_from_its_base_to_its_cap_and_starts_over_when_reset
 
 
 def test_the_backoff_keeps_its_cap_after_any_number_of_failures(draws):
-    """A mount offline for hours (the reconciler probes once a poll, the pusher backs off
-    beside it) counts thousands of failures: each still waits up to the cap. (The
+    """A mount whose server is unreachable for an hour (the reconciler probes once a
+    poll, every 2 s by default; the pusher backs off beside it) counts thousands of
+    failures: each still waits up to the cap. (The
     doubling once overflowed a float at the 1,025th, and every loop that backed off
     then failed instead.)"""
     b = Backoff(base=1.0, cap=60.0)

@@ -74,7 +74,8 @@ class Backoff:
     def next_delay(self, retry_after: float | None = None) -> float:
         self.failures += 1
         # The doubling stops counting long past any cap: 2 ** 1024 is too large for a
-        # float, and a mount offline overnight fails more than 1,024 times.
+        # float, and a server unreachable for half an hour is probed over 1,024 times
+        # (the reconciler tries once a poll, every 2 s by default).
         doublings = min(self.failures - 1, 64)
         delay = random.uniform(0, min(self.cap, self.base * 2 ** doublings))
         if retry_after is not None:
