@@ -144,10 +144,13 @@ class OpenFiles:
 
     # -- handlers ------------------------------------------------------------------------
 
-    def open(self, node: Node, flags: int) -> pyfuse3.FileInfo:
-        """Open a file the tree found (not a directory). keep_cache only when the
-        content is what the last open saw, so a remote change drops stale pages."""
-        inode = node.ino
+    async def open(self, inode: int, flags: int, ctx=None) -> pyfuse3.FileInfo:
+        """The router sends a tree inode's open here: the handle is this part's.
+        keep_cache only when the content is what the last open saw, so a remote change
+        drops stale pages."""
+        node = self.node(inode)
+        if node.is_dir:
+            raise err(errno.EISDIR)
         writing = flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC
         if writing:
             self._writable()

@@ -266,6 +266,8 @@ class Router(pyfuse3.Operations):
 
     async def open(self, inode, flags, ctx):
         slot, part, local = self._inode(inode)
+        if slot.fs is not None and part is slot.fs.tree:
+            part = slot.fs.files  # a file's handle is the open files' (the table above)
         fi = await part.open(local, flags, ctx)
         fi.fh = slot.base | fi.fh
         return fi

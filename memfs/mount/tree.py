@@ -11,8 +11,8 @@ tests/test_fs_handlers.py holds this part to it.
   a session mount's) and `.memfs` (versions.py, listed only with --show-meta). This
   part answers their names and refuses to change them; the router sends their inodes
   to their own parts.
-- A file's content is the open files' business (open_files.py): `open` finds the node
-  here and opens it there; `setattr` truncates there.
+- A file's content is the open files' business (open_files.py): the router sends
+  `open` there; `setattr` truncates there.
 - No handler calls `pyfuse3.invalidate_*` (the kernel's caches are invalidated outside
   request handling); none awaits but a truncate (a cache-miss fetch) and fsyncdir (its
   worker thread), so a handler's changes are atomic with respect to the sync tasks.
@@ -376,9 +376,3 @@ class Tree:
             mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
             ctime_ns=now if changing else None)
         return self.attributes(node)
-
-    async def open(self, inode, flags, ctx):
-        node = self.files.node(inode)
-        if node.is_dir:
-            raise err(errno.EISDIR)
-        return self.files.open(node, flags)
