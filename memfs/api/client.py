@@ -68,6 +68,7 @@ from memfs.api.errors import (
 )
 from memfs.api.models import Memory, MemoryPrefix, MemoryStore, MemoryVersion, Page, Session
 from memfs.core import paths
+from memfs.core.backoff import doubled
 from memfs.core.version import VERSION
 
 __all__ = [
@@ -336,7 +337,7 @@ class MemoryStoresClient:
             hint = parse_retry_after(headers)
             if hint is not None:
                 return min(hint, self.retry_after_max)
-        ceiling = min(self.backoff_max, self.backoff_base * (2.0 ** min(retry_index, 60)))
+        ceiling = doubled(self.backoff_base, self.backoff_max, retry_index)
         return self._random() * ceiling
 
     @staticmethod

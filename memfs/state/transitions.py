@@ -21,6 +21,7 @@ import time
 from dataclasses import replace
 
 from memfs.core import decide, paths
+from memfs.core.backoff import doubled
 from memfs.core.nodes import EMPTY_SHA, Node, PushTicket, Remote, Tombstone, is_parked
 from memfs.state.schema import DOUBT_COLUMNS
 
@@ -38,10 +39,10 @@ MAX_FILE_BACKOFF = 600.0
 
 
 def _refused_wait(fail_count: int) -> float:
-    """Seconds a refused file or delete waits before its next try. The exponent stops
-    where the cap is long reached: a refusal repeated for a week (every 10 minutes)
-    would otherwise overflow a float at its 1,024th try, raised in the pusher's pass."""
-    return min(MAX_FILE_BACKOFF, 2.0 ** min(fail_count, 32))
+    """Seconds a refused file or delete waits before its next try: 2, 4, 8 … up to ten
+    minutes, also at a refusal repeated every ten minutes for a week (its 1,024th try
+    would overflow a float without `doubled`'s bound, raised in the pusher's pass)."""
+    return doubled(1.0, MAX_FILE_BACKOFF, fail_count)
 
 
 class Deferred(Exception):

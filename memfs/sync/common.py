@@ -23,6 +23,7 @@ import trio
 from memfs.api.client import MemoryStoresClient
 from memfs.api.models import Memory
 from memfs.core import decide
+from memfs.core.backoff import doubled
 from memfs.core.metrics import StoreMetrics
 from memfs.core.mountconfig import SyncOptions
 from memfs.core.nodes import Node, Remote
@@ -73,11 +74,9 @@ class Backoff:
 
     def next_delay(self, retry_after: float | None = None) -> float:
         self.failures += 1
-        # The doubling stops counting long past any cap: 2 ** 1024 is too large for a
-        # float, and a server unreachable for half an hour is probed over 1,024 times
-        # (the reconciler tries once a poll, every 2 s by default).
-        doublings = min(self.failures - 1, 64)
-        delay = random.uniform(0, min(self.cap, self.base * 2 ** doublings))
+        # A server unreachable for half an hour is probed over 1,024 times (the
+        # reconciler tries once a poll, every 2 s by default): `doubled` keeps the cap.
+        delay = random.uniform(0, doubled(self.base, self.cap, self.failures - 1))
         if retry_after is not None:
             delay = max(delay, retry_after)
         return delay
