@@ -15,7 +15,8 @@ parts that each own a range of it and answer pyfuse3's handlers on their own num
                      [2**39, 2**40)  the versions tree's                 versions.py
     FAST_BIT | n   = an open the C shim answered, of kernel inode n      fastopen.py
 
-Those ranges are decoded here and nowhere else (`_inode`, `_handle`); a part's answer
+A tree inode's `open` goes to the open files, whose handle it returns. Those ranges are
+decoded here and nowhere else (`_inode`, `_handle`); a part's answer
 is re-numbered on the way out (`_out`). Each handler is guarded (`_guarded`): a
 request that fails unexpectedly costs that request an EIO, never the mount; its
 latency goes to its store's metrics; and the mount's `IdleClock` notes it, so
