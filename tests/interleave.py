@@ -782,12 +782,22 @@ class Engine:
         sync's to find out.)"""
         if local and sha is not None:
             self.replaced_here.add(sha)
+        if sha is not None and not (local and self._held_here(sha)):
+            self.obligations.pop(sha, None)
+
+    def _held_here(self, sha: str) -> bool:
+        """A file of the tree holds these bytes as a write of the user's (`_supersede`)."""
         st = self.state
-        if sha is None or local and any(n.sha == sha and not st.is_local_only_name(n)
-                                        and self.taken_there.get(n.ino) != (sha, n.gen)
-                                        for n in st.files()):
-            return
-        self.obligations.pop(sha, None)
+        return any(n.sha == sha and not st.is_local_only_name(n)
+                   and self.taken_there.get(n.ino) != (sha, n.gen) for n in st.files())
+
+    def _synced(self, node) -> str | None:
+        """The bytes memfs takes as synced for a file: its base, or the bytes a request of
+        ours already applied to its memory there, its answer not in yet (or lost): once
+        memfs knows, they are the base."""
+        path = self.state.path_of(node)
+        return node.sent_sha if (path, node.sent_sha) in self.transport.wrote \
+            else node.base_sha
 
     def _taken_there(self, mid: str, old: str) -> None:
         """Another writer deleted or wrote over memory mid, which held `old`."""
@@ -907,12 +917,8 @@ class Engine:
         made = self.node(path) if node is None else None
         if made is not None and made.memory_id is not None:
             # A new file at the path of a pending delete revives that memory, its base
-            # included (docs/SEMANTICS.md, create): the memory's file saved again. What
-            # memfs takes as synced there is that base, or the bytes a request of ours
-            # already applied to it, its answer not in yet (or lost): once memfs knows,
-            # they are the base.
-            synced = made.sent_sha if (path, made.sent_sha) in self.transport.wrote \
-                else made.base_sha
+            # included (docs/SEMANTICS.md, create): the memory's file saved again.
+            synced = self._synced(made)
         self._wrote(sha256(data), replaced, f"local write to {path}", synced=synced)
         if node is not None and node.memory_id is not None:
             self.mine_in.setdefault(sha256(data), set()).add(node.memory_id)
@@ -964,6 +970,15 @@ class Engine:
             self.alive_ino[taken] = node.ino  # the file that holds it now
         for ino, mid in before.items():
             moved = st.nodes.get(ino)
+            back = None if moved is None else moved.memory_id
+            if back != mid and back in pending and back in self.overtaken \
+                    and moved.sha == self._synced(moved):
+                # It revived a memory another writer has deleted or written over since, and
+                # holds the bytes memfs takes as that memory's: no change to sync (as
+                # `op_write`'s revive), and the user's write of them goes with their change.
+                self.taken_there[ino] = (moved.sha, moved.gen)
+                if not self._held_here(moved.sha):
+                    self.obligations.pop(moved.sha, None)
             if mid is None or moved is None or moved.memory_id == mid or (
                     ino == node.ino and gone is not None):
                 continue  # (over a file: the save's rule above)

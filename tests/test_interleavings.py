@@ -435,6 +435,16 @@ SCENARIOS = [
             "delete goes over it, as over the file left as it was. The oracle took the "
             "base of a file it made as none and counted the bytes lost"),
     Scenario(
+        "unlinked_and_moved_back_alike_after_they_delete_it",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md", "same")],
+        "push", [("unlink", "/a.md")],
+        second=[("r_delete", "/a.md"), ("write", "/c.md", "same"), ("rename", "/c.md", "/a.md")],
+        doc="the same, the file made again by an editor's save (c.md written, moved onto "
+            "a.md): the move revives the memory (docs/SEMANTICS.md, rename), at the bytes "
+            "it holds, and their delete goes over it. The oracle, which had counted the "
+            "write to c.md, did not see that the move made it the memory's file at its "
+            "synced bytes"),
+    Scenario(
         "their_edit_alike_while_mine_is_out_then_mine_again",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md", "same")],
         "push", [("write", "/a.md")], second=[("r_edit", "/a.md"), ("r_edit", "/a.md", "same")],
