@@ -114,6 +114,10 @@ class StateView:
             if local_only_patterns is None:
                 local_only_patterns = self.recorded_patterns() or DEFAULT_LOCAL_ONLY_PATTERNS
             self.local_only_patterns = tuple(local_only_patterns)
+            # The same as fnmatchcase over every pattern, as one compiled regex: the
+            # pusher asks it for every file of every scan.
+            self._local_only_rx = re.compile("|".join(
+                f"(?:{fnmatch.translate(p)})" for p in self.local_only_patterns) or "(?!)")
             self._nodes: dict[int, Node] = {}
             self._tombstones: dict[str, Tombstone] = {}
             self._by_memory: dict[str, int] = {}
@@ -291,9 +295,7 @@ class StateView:
 
     # -- queries -------------------------------------------------------------------
 
-    def path_of(self, node: Node | int) -> str:
-        if isinstance(node, int):
-            node = self._nodes[node]
+    def path_of(self, node: Node) -> str:
         parts = []
         while node.ino != ROOT_INO:
             parts.append(node.name)
@@ -348,14 +350,7 @@ class StateView:
 
     def is_local_only_name(self, node: Node) -> bool:
         """Editor/tool temp files, matched by name anywhere in the tree."""
-        # Same as fnmatchcase over every pattern, as one compiled regex: this runs for every
-        # file in every pusher scan.
-        pats = self.local_only_patterns
-        cached = self.__dict__.get("_local_only_rx")
-        if cached is None or cached[0] != pats:
-            rx = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in pats) or "(?!)")
-            cached = self._local_only_rx = (pats, rx)
-        return cached[1].match(node.name) is not None
+        return self._local_only_rx.match(node.name) is not None
 
     def is_refused(self, node: Node) -> bool:
         return node.refused_sha is not None and node.refused_sha == node.sha
