@@ -199,24 +199,83 @@ def test_state_migrates_an_older_state_db_once(tmp_path):
         conn.close()
 
 
-def test_a_cycle_of_parents_is_shown_at_the_root(tmp_path):
-    """A damaged state.db whose parents lead round in a circle: every file still has a
-    path (adoption and status end), as a file without a parent has."""
-    db = tmp_path / "state.db"
+def _damaged(db, rows) -> None:
+    """A state.db of the old schema holding `rows` (ino, parent, name, is_dir) as
+    nodes: the shape of damage no memfs writes, to see how a mount reads it."""
     conn = sqlite3.connect(db)
     conn.executescript(OLD_SCHEMA)
-    for ino, parent, name, is_dir in ((5, 6, "a", 1), (6, 5, "b", 1), (7, 6, "f.md", 0)):
+    for ino, parent, name, is_dir in rows:
         conn.execute("INSERT INTO nodes (ino, parent, name, is_dir, sha, mode, uid, gid,"
                      " atime_ns, mtime_ns, ctime_ns) VALUES (?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0)",
                      (ino, parent, name, is_dir, None if is_dir else "1" * 64,
                       (stat.S_IFDIR | 0o755) if is_dir else (stat.S_IFREG | 0o644)))
     conn.commit()
     conn.close()
-    view = StateView(db)
+
+
+def _tree(view: StateView) -> dict[str, int]:
+    """Every path the view lists from the root, and its inode: what `ls -R` shows."""
+    root = view.nodes[1]
+    return {view.path_of(n): n.ino for n in view.walk(root) if n is not root}
+
+
+def test_a_cycle_of_parents_is_shown_at_the_root(tmp_path):
+    """A damaged state.db whose parents lead round in a circle: every file still has a
+    path (adoption and status end), listed from the root, as a file without a parent has."""
+    _damaged(tmp_path / "state.db", ((5, 6, "a", 1), (6, 5, "b", 1), (7, 6, "f.md", 0)))
+    view = StateView(tmp_path / "state.db")
     try:
-        assert sorted(view.path_of(n) for n in view.nodes.values()) == \
-            ["/", "/a", "/a/b", "/a/b/f.md"]
+        assert _tree(view) == {"/a": 5, "/a/b": 6, "/a/b/f.md": 7}
+        assert view.lookup_path("/a/b/f.md") is view.nodes[7]
         assert [view.path_of(n) for n in view.dirty_files()] == ["/a/b/f.md"]
+    finally:
+        view.close()
+
+
+@pytest.mark.parametrize("lost_parent", [8, 9], ids=["parent-missing", "parent-in-a-cycle"])
+def test_a_node_moved_to_the_root_never_hides_a_file_of_the_same_name(tmp_path, lost_parent):
+    """The root already lists a file named as the node being moved there (a parent gone
+    or in a cycle): the moved node takes a free name, and both files stay listed, each
+    at its own path. (Taking the name would hide the root's file, and the next save of
+    the moved node would replace its row: UNIQUE (parent, name).)"""
+    rows = [(2, 1, "a.md", 0), (3, 1, "d", 1), (4, 3, "x.md", 0),
+            (5, lost_parent, "a.md", 0), (6, lost_parent, "d", 1), (7, 6, "y.md", 0)]
+    if lost_parent == 9:
+        rows += [(8, 9, "c", 1), (9, 8, "e", 1)]
+    _damaged(tmp_path / "state.db", rows)
+    with sqlite3.connect(tmp_path / "state.db") as conn:  # 2 and 5: synced memories
+        conn.execute("UPDATE nodes SET memory_id = 'mem_' || ino, base_sha = sha,"
+                     " base_path = CASE ino WHEN 2 THEN '/a.md' ELSE '/gone/a.md' END"
+                     " WHERE ino IN (2, 5)")
+    conn.close()
+    view = StateView(tmp_path / "state.db")
+    try:
+        tree = _tree(view)
+        assert {ino for ino in tree.values()} == set(view.nodes) - {1}
+        assert tree["/a.md"] == 2 and tree["/d/x.md"] == 4
+        for ino in (5, 6, 7):
+            assert view.lookup_path(view.path_of(view.nodes[ino])) is view.nodes[ino]
+        assert view.path_of(view.nodes[7]).endswith("/y.md")
+        # the moved memory is pushed as a rename to its new path; the root's stays
+        assert view.is_dirty(view.nodes[5]) and not view.is_dirty(view.nodes[2])
+    finally:
+        view.close()
+
+
+def test_a_repaired_node_is_saved_without_replacing_the_roots_file(tmp_path):
+    """State saves a node moved to the root where it now is: the file the root already
+    listed under that name keeps its row, on this run and the next."""
+    _damaged(tmp_path / "state.db", ((2, 1, "a.md", 0), (5, 8, "a.md", 0)))
+    st = State(tmp_path / "state.db")
+    try:
+        st.set_content(st.nodes[5], "2" * 64, 3)
+    finally:
+        st.close()
+    view = StateView(tmp_path / "state.db")
+    try:
+        tree = _tree(view)
+        assert tree["/a.md"] == 2 and set(tree.values()) == {2, 5}
+        assert view.nodes[5].sha == "2" * 64
     finally:
         view.close()
 

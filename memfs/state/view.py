@@ -35,6 +35,7 @@ from typing import TypeVar
 from memfs.core import paths
 from memfs.core.mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS
 from memfs.core.nodes import ROOT_INO, Node, PushTicket, Tombstone
+from memfs.core.slug import unique
 from memfs.state.schema import CONFLICT_COLUMNS, DOUBT_COLUMNS, NODE_COLUMNS, TOMBSTONE_COLUMNS
 
 #: The meta key under which `State` records the mount's local-only patterns, so an
@@ -210,17 +211,18 @@ class StateView:
                         now, now, now)
             self._nodes[ROOT_INO] = root
             self._root_made(root)
+        orphans = []
         for node in self._nodes.values():
             if node.ino != ROOT_INO:
                 parent = self._nodes.get(node.parent)
-                if parent is None:  # should not happen; keep the file reachable
-                    log.warning("node %d has no parent %d; moving it to the root",
-                                node.ino, node.parent)
-                    node.parent = ROOT_INO
-                    parent = self._nodes[ROOT_INO]
-                parent.children[node.name] = node.ino
+                if parent is None:
+                    orphans.append(node)
+                else:
+                    parent.children[node.name] = node.ino
             if node.memory_id:
                 self._by_memory[node.memory_id] = node.ino
+        for node in orphans:
+            self._to_root(node, f"has no parent {node.parent}")
         self._attach_cycles()
         cols = self._columns("tombstones", TOMBSTONE_COLUMNS)
         for row in self.db.execute(f"SELECT {', '.join(cols)} FROM tombstones"):
@@ -259,18 +261,26 @@ class StateView:
         self._recount()
 
     def _attach_cycles(self) -> None:
-        """Nodes whose parents lead round in a circle (a damaged state.db) are shown at
-        the root, as a node without a parent is: every path ends, none is hidden."""
-        root = self._nodes[ROOT_INO]
-        reached = {n.ino for n in self.walk(root)}
+        """Nodes whose parents lead round in a circle are shown at the root, as a node
+        without a parent is: every path ends, none is hidden."""
+        reached = {n.ino for n in self.walk(self._nodes[ROOT_INO])}
         for node in sorted(self._nodes.values(), key=lambda n: n.ino):
             if node.ino in reached:
                 continue
-            log.warning("node %d is in a cycle of parents; moving it to the root", node.ino)
             self._nodes[node.parent].children.pop(node.name, None)
-            node.parent = ROOT_INO
-            root.children[node.name] = node.ino
+            self._to_root(node, "is in a cycle of parents")
             reached.update(n.ino for n in self.walk(node))
+
+    def _to_root(self, node: Node, why: str) -> None:
+        """Repair of a damaged state.db (no memfs writes one): list node at the root,
+        under a name no file there has. Taking a name the root lists would hide that
+        file, and the moved node's next save would replace its row (UNIQUE (parent,
+        name)); the new name is the file's path from now on, pushed as a rename."""
+        root = self._nodes[ROOT_INO]
+        name = unique(node.name, set(root.children))
+        log.warning("node %d %s; moving it to the root as %r", node.ino, why, name)
+        node.parent, node.name = ROOT_INO, name
+        root.children[name] = node.ino
 
     def _root_made(self, root: Node) -> None:
         """A state.db without a root (new): the view shows one; `State` saves it."""
