@@ -239,7 +239,8 @@ def test_a_node_moved_to_the_root_never_hides_a_file_of_the_same_name(tmp_path, 
     at its own path. (Taking the name would hide the root's file, and the next save of
     the moved node would replace its row: UNIQUE (parent, name).)"""
     rows = [(2, 1, "a.md", 0), (3, 1, "d", 1), (4, 3, "x.md", 0),
-            (5, lost_parent, "a.md", 0), (6, lost_parent, "d", 1), (7, 6, "y.md", 0)]
+            (5, lost_parent, "a.md", 0), (6, lost_parent, "d", 1), (7, 6, "y.md", 0),
+            (11, 99, "b.md", 0), (12, 1, "b.md", 0)]  # 11 read first: still 12's name
     if lost_parent == 9:
         rows += [(8, 9, "c", 1), (9, 8, "e", 1)]
     _damaged(tmp_path / "state.db", rows)
@@ -252,8 +253,8 @@ def test_a_node_moved_to_the_root_never_hides_a_file_of_the_same_name(tmp_path, 
     try:
         tree = _tree(view)
         assert {ino for ino in tree.values()} == set(view.nodes) - {1}
-        assert tree["/a.md"] == 2 and tree["/d/x.md"] == 4
-        for ino in (5, 6, 7):
+        assert tree["/a.md"] == 2 and tree["/d/x.md"] == 4 and tree["/b.md"] == 12
+        for ino in (5, 6, 7, 11):
             assert view.lookup_path(view.path_of(view.nodes[ino])) is view.nodes[ino]
         assert view.path_of(view.nodes[7]).endswith("/y.md")
         # the moved memory is pushed as a rename to its new path; the root's stays
