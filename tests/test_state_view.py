@@ -233,7 +233,8 @@ def test_a_cycle_of_parents_is_shown_at_the_root(tmp_path):
 
 
 @pytest.mark.parametrize("lost_parent", [8, 9], ids=["parent-missing", "parent-in-a-cycle"])
-def test_a_node_moved_to_the_root_never_hides_a_file_of_the_same_name(tmp_path, lost_parent):
+def test_a_node_moved_to_the_root_never_hides_a_file_of_the_same_name(tmp_path, caplog,
+                                                                      lost_parent):
     """The root already lists a file named as the node being moved there (a parent gone
     or in a cycle): the moved node takes a free name, and both files stay listed, each
     at its own path. (Taking the name would hide the root's file, and the next save of
@@ -259,6 +260,10 @@ def test_a_node_moved_to_the_root_never_hides_a_file_of_the_same_name(tmp_path, 
         assert view.path_of(view.nodes[7]).endswith("/y.md")
         # the moved memory is pushed as a rename to its new path; the root's stays
         assert view.is_dirty(view.nodes[5]) and not view.is_dirty(view.nodes[2])
+        # the log is the user's one word of the repair: which node, why, its new name
+        why = "has no parent 8" if lost_parent == 8 else "is in a cycle of parents"
+        assert f"node 5 {why}; moving it to the root as 'a.md-2'" in caplog.messages
+        assert "node 11 has no parent 99; moving it to the root as 'b.md-2'" in caplog.messages
     finally:
         view.close()
 
