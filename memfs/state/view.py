@@ -290,8 +290,8 @@ class StateView:
 
     # -- meta ----------------------------------------------------------------------
 
-    def get_meta(self, key: str, default: str | None = None) -> str | None:
-        return meta_of(self.db, (key,)).get(key, default)
+    def get_meta(self, key: str) -> str | None:
+        return meta_of(self.db, (key,)).get(key)
 
     def recorded_patterns(self) -> tuple[str, ...] | None:
         """The local-only patterns the mount last ran with (State records them)."""
