@@ -454,6 +454,16 @@ SCENARIOS = [
             "synced bytes",
         settles_in=AFTER_GONE),
     Scenario(
+        "renamed_onto_their_same_bytes_then_they_delete_it",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md", "same"),
+         ("push",), ("r_create", "/d/e.md", "same"), ("rename", "/a.md", "/d/e.md")], "push",
+        [("r_delete", "/d/e.md")],
+        doc="found by the random search (6 December): our a→/d/e.md meets their new "
+            "memory there with the same bytes; theirs wins the path, the file becomes "
+            "theirs and our memory is deleted. No conflict row was kept (the bytes were "
+            "equal), so their delete of /d/e.md, read just before or after, took the "
+            "user's moved file: nothing of it live. The row is kept now"),
+    Scenario(
         "their_edit_alike_while_mine_is_out_then_mine_again",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md", "same")],
         "push", [("write", "/a.md")], second=[("r_edit", "/a.md"), ("r_edit", "/a.md", "same")],

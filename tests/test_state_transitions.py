@@ -170,6 +170,20 @@ def test_take_remote_against_a_stranger_tombstones_our_own_memory(st, tmp_path):
     again.close()
 
 
+def test_take_remote_against_a_stranger_keeps_our_bytes_even_when_they_are_theirs(st):
+    """Our memory renamed onto a path a stranger's memory holds with the same bytes:
+    the file becomes theirs and ours is deleted, so the conflict row keeps our file
+    (another writer's later delete of their memory takes the file: found by the random
+    interleaving search, `renamed_onto_their_same_bytes_then_they_delete_it`)."""
+    node = _file(st, "x.md", b"same")
+    cid = st.take_remote(node, Remote("mem_stranger", "/x.md", sha256(b"same"), 4),
+                         "path taken", gen=node.gen, tombstone_own=True)
+    assert cid is not None
+    row = st.get_conflict(cid)
+    assert (row["local_sha"], row["memory_id"]) == (sha256(b"same"), "mem_stranger")
+    assert node.memory_id == "mem_stranger" and list(st.tombstones) == [MID]
+
+
 def test_applying_the_server_content_tells_the_content_hook(st):
     """The kernel's cached pages of the file are dropped (the open files' hook,
     mount/open_files.py) when the server's content replaces it."""

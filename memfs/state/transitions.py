@@ -474,9 +474,11 @@ class SyncTransitions:
             cid = None
             # Only local *content* can lose: a file merely renamed here (its sha
             # still its base) takes the server's content with no conflict. Against
-            # a stranger's memory (tombstone_own) all of ours is local content.
+            # a stranger's memory (tombstone_own) all of ours is local content, kept
+            # even when its bytes are theirs: our memory is deleted, the file is theirs
+            # now, and their delete of it would leave our content nowhere live.
             ours = node.sha != node.base_sha or tombstone_own
-            if (node.sha and node.sha != remote.sha and ours
+            if (node.sha and (node.sha != remote.sha or tombstone_own) and ours
                     and not (node.memory_id is None and node.sha == EMPTY_SHA)):
                 cid = self._add_conflict(self.path_of(node), remote.id, node.sha, remote.sha,
                                          reason)
