@@ -458,7 +458,7 @@ SCENARIOS = [
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md", "same"),
          ("push",), ("r_create", "/d/e.md", "same"), ("rename", "/a.md", "/d/e.md")], "push",
         [("r_delete", "/d/e.md")],
-        doc="found by the random search (6 December): our a→/d/e.md meets their new "
+        doc="found by the random search (5 December, late night): our a→/d/e.md meets their new "
             "memory there with the same bytes; theirs wins the path, the file becomes "
             "theirs and our memory is deleted. No conflict row was kept (the bytes were "
             "equal), so their delete of /d/e.md, read just before or after, took the "
