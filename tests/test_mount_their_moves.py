@@ -19,6 +19,7 @@ from synchelpers import (
     pushed,
     sdk_by_path,
     sdk_create,
+    sdk_delete,
     sdk_update,
     wait_for,
 )
@@ -96,4 +97,32 @@ def test_never_read_moved_over_a_file_while_its_memory_changes_there(mounts, ser
     flush(m)
     assert server_memories(server, store) == {"/a.md": "c, first\n",
                                               "/c.md": "c, edited there\n"}
+    assert conflicts(m) == []
+
+
+def test_moved_onto_their_same_bytes_then_they_delete_it_keeps_ours(mounts, server):
+    """Our `mv a.md d/e.md` meets another writer's /d/e.md holding the same bytes: theirs
+    wins the path, the file becomes their memory and ours is deleted. Their delete of
+    /d/e.md then takes the file; the conflict row still holds what the user moved, and
+    restoring it brings the file back (before: no row when the bytes were equal, and the
+    user's file was nowhere; found by the random interleaving search)."""
+    store = mounts.new_store()
+    m = mounts.mount(store, *QUIET)
+    ids = pushed(m, server, store, {"a.md": "same\n", "b.md": "b\n"})
+    theirs = sdk_create(server, store, "/d/e.md", "same\n").id
+    (m.path / "d").mkdir()
+    (m.path / "a.md").rename(m.path / "d" / "e.md")
+    flush(m)
+    assert cat(m.path / "d" / "e.md") == "same\n"
+    [row] = conflicts(m)
+    assert (row["path"], row["memory_id"]) == ("/d/e.md", theirs)
+    assert {p: x.id for p, x in sdk_by_path(server, store).items()} == {
+        "/b.md": ids["/b.md"], "/d/e.md": theirs}  # ours deleted: no file holds it
+    sdk_delete(server, store, theirs)
+    m.sync_now(full=True)
+    wait_for(lambda: not (m.path / "d" / "e.md").exists(), what="their delete applied")
+    m.memfs("conflicts", "restore", str(row["id"]), "--mountpoint", str(m.path))
+    assert cat(m.path / "d" / "e.md") == "same\n"
+    flush(m)
+    assert server_memories(server, store) == {"/b.md": "b\n", "/d/e.md": "same\n"}
     assert conflicts(m) == []
