@@ -455,8 +455,8 @@ class HeldTransport(httpx.AsyncBaseTransport):
         #: them: answered, or the answer lost)
         self.wrote: set[tuple[str, str]] = set()
         #: ... of those, the ones whose memory has not moved away from that path since (or
-        #: gone) by a request of ours: a file brought back there finds whatever came since,
-        #: and a conflict it meets there is real
+        #: gone) by a request of ours, nor been deleted by another writer: a file brought
+        #: back there finds whatever came since, and a conflict it meets there is real
         self.standing: set[tuple[str, str]] = set()
 
     def apply(self, rec: Record) -> tuple[int, dict]:
@@ -1219,6 +1219,10 @@ class Engine:
     async def op_r_delete(self, target: str) -> None:
         mid, path, old = self._memory(target)
         self.db.delete_memory(self.store_id, mid, actor=OTHER)
+        # What our requests wrote there no longer stands there: a file of ours kept
+        # (its unsaved writes, lost with a killed daemon) and made again at that path
+        # meets whatever came since as a real conflict, as after a delete of ours.
+        self.transport.standing = {w for w in self.transport.standing if w[0] != path}
         self.overtaken.add(mid)
         self._taken_there(mid, old)
         self._supersede(old, local=False)
@@ -1387,7 +1391,8 @@ class Oracle:
     def applied_not_in_conflict(eng: Engine) -> list[str]:
         """A conflict keeps content the server never took there. Content one of this
         mount's own requests wrote at that path (answered, or applied with its answer
-        lost; its memory not moved away from there by a request of ours since) is not
+        lost; its memory not moved away from there by a request of ours since, nor
+        deleted by another writer) is not
         in conflict: another writer who came after it came later (docs/
         SYNC.md, the doubts table: "was applied first"). Filing it as a conflict is the
         false conflict a lost answer judged not applied leaves, which `settled`'s false
