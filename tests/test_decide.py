@@ -297,6 +297,45 @@ def test_doubt_row_counts_only_versions_after_the_precondition(since, expected):
         decide.Doubt.APPLIED_BEFORE)
 
 
+def theirs_version(path="/a", sha=MINE, operation="modified") -> decide.Seen:
+    """A version the server records as another writer's."""
+    return decide.Seen(path, sha, operation, theirs=True)
+
+
+THEIRS_ROWS = [
+    # (the memory now, versions since, newest first) -> what the request did, once it can
+    # no longer land; our bytes found only in a version recorded as another writer's
+    (seen(), [theirs_version()], decide.Doubt.APPLIED),            # held now: the same either way
+    (seen("/a", THEIRS), [seen("/a", THEIRS), theirs_version()], decide.Doubt.OVERTAKEN),  # changed
+    (None, [seen(None, None, "deleted"), theirs_version()], decide.Doubt.OVERTAKEN),  # deleted
+    (seen("/a", THEIRS), [seen("/a", THEIRS), seen(), theirs_version()],
+     decide.Doubt.APPLIED_BEFORE),                           # the newest like version is ours
+    (seen("/a", THEIRS), [seen("/a", THEIRS), theirs_version(), seen()],
+     decide.Doubt.OVERTAKEN),                                # the newest is not: cannot tell
+    (seen("/a", THEIRS), [theirs_version("/a", THEIRS), theirs_version("/b")],
+     decide.Doubt.NOT_APPLIED),                              # elsewhere: no trace
+]
+
+
+@pytest.mark.parametrize("head,since,expected", THEIRS_ROWS)
+def test_doubt_row_of_our_bytes_in_another_writers_version(head, since, expected):
+    """An update finding its bytes already there is applied without a version (the API's
+    no-op): a version holding them that the server records as another writer's is theirs,
+    which ours met or never reached. Once the memory changed or went
+    since, neither answer is safe (OVERTAKEN: their state stands, ours is kept); while
+    the request may still land it is asked again; a base set since by a fresher read
+    stands, as for our own version."""
+    assert decide.doubt_row(WROTE, head, since) is expected
+    young = decide.doubt_row(WROTE, head, since, young=True)
+    assert young is (decide.Doubt.NOT_YET if expected in (decide.Doubt.OVERTAKEN,
+                                                          decide.Doubt.NOT_APPLIED)
+                     else expected)
+    moved = decide.doubt_row(WROTE, head, since, base_moved=True)
+    assert moved is (decide.Doubt.SUPERSEDED if expected in (decide.Doubt.OVERTAKEN,
+                                                             decide.Doubt.APPLIED_BEFORE)
+                     else expected)
+
+
 def v(name, path="/a", sha=MINE, operation="modified") -> decide.Seen:
     """A version with an id (`name`)."""
     return decide.Seen(path, sha, operation, name)

@@ -475,6 +475,17 @@ SCENARIOS = [
             "equal), so their delete of /d/e.md, read just before or after, took the "
             "user's moved file: nothing of it live. The row is kept now"),
     Scenario(
+        "their_like_bytes_deleted_then_mine_written_its_answer_lost",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("reconcile",), ("poll",),
+         ("r_edit", "/b.md", "same"), ("r_delete", "/b.md"), ("write", "/b.md", "same")],
+        "push", [],
+        doc="found by the random search (6 December): another writer wrote 'same' to b.md and "
+            "deleted it; the user, not having heard, writes 'same', and the update's answer "
+            "is lost. The memory's versions hold 'same', but the server records that version "
+            "as another writer's (the mount knows its own, read back by the poll): taken "
+            "as ours, their delete took the user's file. Kept as a conflict now, the delete "
+            "standing (`decide.doubt_row`, `mine`)"),
+    Scenario(
         "their_edit_alike_while_mine_is_out_then_mine_again",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md", "same")],
         "push", [("write", "/a.md")], second=[("r_edit", "/a.md"), ("r_edit", "/a.md", "same")],

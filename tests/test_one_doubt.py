@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 import trio
-from interleave import MEMFS, FaultRule, age_tombstones, listing_pass
+from interleave import MEMFS, FaultRule, age_tombstones, listing_pass, wait_over
 from onepass import data, harness, lost_update, sent, synced
 
 from memfs.api import models
@@ -1207,3 +1207,54 @@ async def _a_move_never_applied_is_sent_again(eng, mid: str) -> None:
     await eng.pusher.push_pass()
     assert not eng.state.doubts
     assert f"POST {mid}" in sent(eng, first)      # not applied: the move is sent again
+
+
+# -- an update's bytes in a version the server does not record as this mount's --
+
+
+async def test_an_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(tmp_path):
+    """The mount knows its writer. Another writer wrote v2 to a.md and deleted it; the
+    user, not having heard, writes v2 to a.md, and the update's answer is lost (the
+    memory was gone: it never applied). The memory's versions hold v2, but the server
+    records that version as another writer's: ours may have met their bytes (the API's
+    no-op) or never arrived. Taken as ours, their delete took the user's file (found by
+    the random search, 6 December). So it is asked about again while it may still land;
+    then the server's state stands (a.md deleted, nothing brought back) and the user's v2
+    is kept as a conflict, which `memfs conflicts restore` brings back."""
+    async with harness(tmp_path) as eng:
+        await _knowing_its_writer(eng)
+        mid = eng.node("/a.md").memory_id
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_r_delete("/a.md")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        assert eng.state.doubts
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()          # young: it may still land, so it waits
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions"]
+        assert eng.state.doubts and eng.tree_sha("/a.md") == sha256(data("v2"))
+        wait_over(eng)
+        sub = Subscriber()
+        eng.ctx.events.attach(sub)
+        await eng.pusher.push_pass()
+        assert not eng.state.doubts
+        event = sub.receive.receive_nowait()  # `memfs watch` hears the conflict
+        assert (event.kind, event.path, event.memory_id) == ("conflict", "/a.md", mid)
+        [row] = eng.state.conflicts()
+        assert (row["path"], row["memory_id"], row["local_sha"], row["remote_sha"]) == (
+            "/a.md", mid, sha256(data("v2")), None)
+        assert row["reason"] == ("written here, its answer lost; another writer wrote the same "
+                                 "bytes to the memory and deleted it since, and the server "
+                                 "cannot tell whether ours was applied")
+        assert any(n.endswith(f"conflict #{row['id']} at /a.md: could not tell whether its "
+                              "write reached the memory another writer has deleted since; the "
+                              "server's state is in the tree, yours is kept (memfs conflicts)")
+                   for n in eng.ctx.status.warnings)
+        await eng.op_reconcile()              # their delete stands
+        assert eng.user_tree() == {} and eng.server() == {}
+        await eng.op_restore("/a.md")
+        await eng.op_push()
+        assert eng.user_tree() == {"/a.md": sha256(data("v2"))}
+        assert [sha for _mid, sha in eng.server().values()] == [sha256(data("v2"))]

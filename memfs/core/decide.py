@@ -319,9 +319,11 @@ class Doubt(Enum):
     #                                ask again (nothing more is sent for its file meanwhile)
     SUPERSEDED = "superseded"      # applied before, but the base was set since from a
     #                                later read (a conflict settled on it): that stands
-    OVERTAKEN = "overtaken"        # a create's: a memory created with its bytes at its
-    #                                path, since changed or deleted by another writer
-    #                                (`created_row`): its state stands, ours is kept
+    OVERTAKEN = "overtaken"        # its bytes there, then changed or deleted by another
+    #                                writer, and whose they were the server cannot tell
+    #                                (a create's `created_row`; an update's only version
+    #                                holding them another writer's): their state stands,
+    #                                ours is kept
 
 
 @dataclass(frozen=True)
@@ -332,6 +334,7 @@ class Seen:
     sha: str | None
     operation: str = "modified"  # a version's operation ("created", "modified", "deleted")
     version: str | None = None  # a version's id
+    theirs: bool = False  # the server records it as another writer's (`by_another_writer`)
 
 
 def holds(written: tuple[str | None, str], path: str | None, sha: str | None) -> bool:
@@ -353,13 +356,14 @@ def doubt_row(written: tuple[str | None, str], head: Seen | None, since_sent: li
     its precondition named, when it sent other content; `after`: the newest version of
     the memory this mount had seen when the request went out.
 
-    Only what the server shows counts. A memory that holds exactly our write (now,
-    or in a version since) got it from our request, or from another writer who wrote
-    the same bytes to the same path, which comes to the same: adopting it loses
-    nothing and duplicates nothing. But not a version older than the newest holding
-    `base`: the request, had it been applied, came after the memory held that (its
-    precondition), so those bytes there are an earlier write (the user's own A, then B,
-    then A again: the last A's request never applied is not the first A's version).
+    Only what the server shows counts. A memory that holds exactly our write now got it
+    from our request, or from another writer who wrote the same bytes to the same path,
+    which comes to the same: adopting it loses nothing and duplicates nothing. A version
+    since that holds it is our write too, unless it is another writer's (below), and
+    not one older than the newest holding `base`: the request, had it been applied,
+    came after the memory held that (its precondition), so those bytes there are an
+    earlier write (the user's own A, then B, then A again: the last A's request never
+    applied is not the first A's version).
     Nor `after`, nor any older one: seen before the request went out, none of them is
     its version (a file moved to b.md, back, and to b.md again: the last move never
     applied is not the first one's version, which another writer's move back would leave
@@ -369,7 +373,21 @@ def doubt_row(written: tuple[str | None, str], head: Seen | None, since_sent: li
     its client gave up on the answer (a proxy's timeout while the server still works on
     it). Sent again, or forgotten under a local change, it would land later and undo that
     change (a deleted file back, a renamed one twice), so it is asked about again until
-    the wait is over."""
+    the wait is over.
+
+    Nor is a version holding our write that the server records as another writer's
+    (`theirs`, `by_another_writer`): an update that finds its bytes already there is
+    applied without a version of its own (the API's no-op, whatever its precondition),
+    so ours may have met theirs, or never arrived. While the memory holds those bytes
+    that is the same (APPLIED), but once it changed or went since, taken as ours their
+    change wins over the file, which loses what the user wrote if ours never arrived
+    (their delete, then the user's edit of the file they had not heard of yet), and
+    taken as not applied ours is sent again, which brings back what they deleted if it
+    did. Neither is safe: OVERTAKEN, as for a create (`created_row`), once the request
+    can no longer land. Before this mount knows its own writer (`SyncContext.writer`)
+    no version is known to be another's: a version holding our write is taken as ours,
+    as it was before the writer was told; taking it as unknown instead would keep a
+    needless conflict at every lost answer another writer's edit follows."""
     if head is not None and holds(written, head.path, head.sha):
         return Doubt.APPLIED
     for v in since_sent:
@@ -378,7 +396,11 @@ def doubt_row(written: tuple[str | None, str], head: Seen | None, since_sent: li
         if v.operation == "deleted":
             continue
         if holds(written, v.path, v.sha):
-            return Doubt.SUPERSEDED if base_moved else Doubt.APPLIED_BEFORE
+            if base_moved:
+                return Doubt.SUPERSEDED
+            if not v.theirs:
+                return Doubt.APPLIED_BEFORE
+            return Doubt.NOT_YET if young else Doubt.OVERTAKEN
         if base is not None and v.sha == base:
             break  # older ones came before the memory held what our request was sent against
     return Doubt.NOT_YET if young else Doubt.NOT_APPLIED

@@ -186,18 +186,22 @@ class SyncTransitions:
 
     def push_overtaken(self, ticket: PushTicket, remote: Remote, remote_sha: str | None,
                        reason: str) -> tuple[int, str] | None:
-        """ticket's create is taken as having made `remote` (as created), which another
-        writer has changed since (to remote_sha) or deleted (None): whether it was ours,
-        the server cannot tell (`decide.created_row`). Its answer is applied, so the
-        memory's state stands and nothing deleted comes back; the file, if it still holds
-        what the create wrote, first has those bytes kept as a conflict, so that what the
-        user wrote survives a stranger's create taken for ours. (conflict id, path) or
-        None when nothing needed keeping."""
+        """ticket's request is taken as having written `remote` (a create's memory as
+        created; an update's version holding its bytes), which another writer has changed
+        since (to remote_sha) or deleted (None): whether the write there was ours, the
+        server cannot tell (`decide.created_row`, `decide.doubt_row`). Its answer is
+        applied, so the memory's state stands and nothing deleted comes back; the file,
+        if it still holds what the request wrote, first has those bytes kept as a
+        conflict, so that what the user wrote survives another writer's bytes taken for
+        ours. (conflict id, path) or None when nothing needed keeping."""
         kept = None
         with self.batch():
-            node = self.ticket_node(ticket)
-            if node is not None and node.memory_id is None and self.in_tree(node) \
-                    and node.sha == ticket.sha:
+            if ticket.memory_id is None:
+                node = self.ticket_node(ticket)
+                node = node if node is not None and node.memory_id is None else None
+            else:
+                node = self.holder(ticket.memory_id)
+            if node is not None and self.in_tree(node) and node.sha == ticket.sha:
                 path = self.path_of(node)
                 kept = (self._add_conflict(path, remote.id, ticket.sha, remote_sha, reason),
                         path)

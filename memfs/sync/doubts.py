@@ -28,6 +28,9 @@ doubt together one listing of the versions created since the oldest was sent
 clock), plus one `GET` of the memory each such creation of a create's bytes at its
 path made: another writer's create of the same bytes there a little earlier looks
 the same, which matters only once that memory changed or went (`decide.created_row`).
+An update's bytes in a version the server records as another writer's look the same
+too (an update that finds its bytes there makes no version): once that memory changed
+or went, its state stands and the file's bytes are kept as a conflict.
 Doubts are rare: only a request that got no answer makes one.
 """
 
@@ -56,7 +59,8 @@ class Resolved:
     resolved: int = 0
     applied: int = 0
     #: Memories whose state the next poll must read again, whatever the feed has shown:
-    #: a creation taken as ours once another writer had changed or deleted it (OVERTAKEN).
+    #: a write there taken as ours once another writer had changed or deleted it
+    #: (OVERTAKEN).
     reread: list[str] = field(default_factory=list)
 
 
@@ -83,10 +87,12 @@ async def resolve(ctx: SyncContext, done: Resolved) -> None:
         await _resolve_creates(ctx, creates, done)
 
 
-def _seen(v: Memory | MemoryVersion) -> decide.Seen:
+def _seen(v: Memory | MemoryVersion, writer: dict | None = None) -> decide.Seen:
+    """`writer`: this mount's (`SyncContext.writer`), to tell another writer's versions."""
     if isinstance(v, Memory):  # the memory now: `doubt_row` reads its path and sha only
         return decide.Seen(v.path, v.content_sha256)
-    return decide.Seen(v.path, v.content_sha256, v.operation, v.id)
+    return decide.Seen(v.path, v.content_sha256, v.operation, v.id,
+                       decide.by_another_writer(writer, v.created_by))
 
 
 def _young(ctx: SyncContext, ticket: PushTicket) -> bool:
@@ -132,15 +138,23 @@ def _apply(ctx: SyncContext, ticket: PushTicket, row: decide.Doubt,
         return
     if row is decide.Doubt.OVERTAKEN:
         what = "deleted" if now is None else "changed"
+        if ticket.memory_id is None:
+            why = (f"created here, its answer lost; a memory created with the same bytes "
+                   f"at that path was {what} by another writer since, and the server "
+                   "cannot tell whether it was ours")
+            told = f"its create made the memory another writer has {what} since"
+        else:
+            why = (f"written here, its answer lost; another writer wrote the same bytes "
+                   f"to the memory and {what} it since, and the server cannot tell "
+                   "whether ours was applied")
+            told = f"its write reached the memory another writer has {what} since"
         kept = st.push_overtaken(ticket, remote, None if now is None else now.content_sha256,
-                                 f"created here, its answer lost; a memory created with the "
-                                 f"same bytes at that path was {what} by another writer "
-                                 "since, and the server cannot tell whether it was ours")
+                                 why)
         if kept is not None:
             ctx.events.conflict(kept[1], remote.id, now.memory_version_id if now else None)
-            ctx.status.note(f"conflict #{kept[0]} at {kept[1]}: could not tell whether its "
-                            f"create made the memory another writer has {what} since; the "
-                            "server's state is in the tree, yours is kept (memfs conflicts)")
+            ctx.status.note(f"conflict #{kept[0]} at {kept[1]}: could not tell whether "
+                            f"{told}; the server's state is in the tree, yours is kept "
+                            "(memfs conflicts)")
         done.reread.append(remote.id)
         ctx.kick_reconcile()
         return
@@ -189,7 +203,8 @@ async def _resolve_update(ctx: SyncContext, ticket: PushTicket, done: Resolved) 
         return
     head, history = got
     row = decide.doubt_row(written, _seen(head) if head else None,
-                           [_seen(v) for v in history], base_moved=_base_moved(ctx, ticket),
+                           [_seen(v, ctx.writer) for v in history],
+                           base_moved=_base_moved(ctx, ticket),
                            young=_young(ctx, ticket),
                            base=ticket.base_sha if written[1] != ticket.base_sha else None,
                            after=ticket.after_version)
@@ -197,12 +212,12 @@ async def _resolve_update(ctx: SyncContext, ticket: PushTicket, done: Resolved) 
     if row is decide.Doubt.APPLIED:
         assert head is not None
         remote = remote_of(head)
-    elif row is decide.Doubt.APPLIED_BEFORE:
+    elif row in (decide.Doubt.APPLIED_BEFORE, decide.Doubt.OVERTAKEN):
         v = next(v for v in history if v.operation != "deleted"
                  and decide.holds(written, v.path, v.content_sha256))
         remote = Remote(ticket.memory_id, v.path, v.content_sha256, v.content_size_bytes or 0,
                         v.id)
-    _apply(ctx, ticket, row, remote, done)
+    _apply(ctx, ticket, row, remote, done, now=head)
 
 
 async def _resolve_creates(ctx: SyncContext, tickets: list[PushTicket],
