@@ -435,7 +435,10 @@ def test_another_writer_after_the_lost_answer(mounts, server, kind, theirs):
     _ends_as_left(m, server, store, {} if theirs == "delete" else {"/d/z.md": "v1\n"})
 
 
-def _kept_as_a_conflict(m, server, store: str, content: str) -> None:
+def _kept_as_a_conflict(m, server, store: str, content: str, *,
+                        reason: str = "cannot tell whether it was ours",
+                        logged: str = "could not tell whether its create made the memory",
+                        ) -> None:
     """The memory /d/x.md's create made, or that another writer made alike, is gone: so
     is the file; its bytes are one conflict (said so in the log), which `memfs conflicts
     restore` puts back, and the store ends with it."""
@@ -448,9 +451,8 @@ def _kept_as_a_conflict(m, server, store: str, content: str) -> None:
     assert not (m.path / "d" / "x.md").exists()
     [row] = conflicts(m)
     assert (row["path"], row["local_content"]) == ("/d/x.md", content), row
-    assert "cannot tell whether it was ours" in row["reason"]
-    assert "could not tell whether its create made the memory" in (
-        m.state_dir / "daemon.log").read_text()
+    assert reason in row["reason"]
+    assert logged in (m.state_dir / "daemon.log").read_text()
     m.memfs("conflicts", "restore", str(row["id"]), "--mountpoint", str(m.path))
     assert cat(m.path / "d" / "x.md") == content
     flush(m)
@@ -480,6 +482,45 @@ def test_a_create_refused_beside_a_like_creation_deleted_since_keeps_the_file(mo
         (m.path / "d").mkdir()
         (m.path / "d" / "x.md").write_text("v1\n")
         _kept_as_a_conflict(m, server, store, "v1\n")
+
+
+def test_our_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(mounts,
+                                                                               server):
+    """An agent's session writes v2 to /d/x.md and deletes it while the mount hears
+    nothing (its reads wait at the gate); the user, not having heard, writes v2 to x.md,
+    and the update's answer is lost (it met the deleted memory; the connection is reset).
+    The memory's versions hold v2, recorded as the session's, and the mount knows it
+    writes as its API key: whether ours met their bytes (an update finding its bytes
+    there makes no version) or never arrived, the server cannot tell. Their delete
+    stands and the user's v2 is kept as a conflict, which `memfs conflicts restore`
+    brings back. Before, that version was taken for our update and their delete took the
+    user's file: nothing kept (found by the random search, 6 December). The lost-answer
+    wait is 0, so that the first pass resolves the doubt before it reads their delete:
+    while the request may still land, a pass that reads the delete first keeps the
+    edited file as a new one, and re-creates it."""
+    store, m, x, mid, rule = _start(mounts, "update", "--lost-answer-wait", "0")
+    deadline = time.monotonic() + 30
+    while _writer(m) is None:               # the next feed poll reads our creation back
+        assert time.monotonic() < deadline, "the mount never read its own creation back"
+        time.sleep(0.1)
+    agent = server.sdk(default_headers={"x-memfs-session-id": "sesn_01agent"})
+    with Gate(server) as gate:
+        gate.hold("GET", rf"/memory_stores/{store}/(memory_versions|memories)")
+        agent.beta.memory_stores.memories.update(mid, memory_store_id=store, content="v2\n")
+        agent.beta.memory_stores.memories.delete(mid, memory_store_id=store)
+        gate.hold("POST", rule, when="after", count=1, drop=True)
+        x.write_text("v2\n")
+        deadline = time.monotonic() + 30
+        while not (posts := [h for h in gate.held() if h["method"] == "POST"]):
+            assert time.monotonic() < deadline, gate.held()
+            time.sleep(0.05)
+        assert posts[0]["status"] == 404, posts      # it met the deleted memory...
+        gate.release(posts[0]["seq"])                 # ...and its answer is lost
+        assert xattr(x, "user.memfs.state") == "pending"
+        gate.clear()
+    _kept_as_a_conflict(m, server, store, "v2\n",
+                        reason="the server cannot tell whether ours was applied",
+                        logged="could not tell whether its write reached the memory")
 
 
 def _writer(m) -> dict | None:
