@@ -484,8 +484,9 @@ def test_a_create_refused_beside_a_like_creation_deleted_since_keeps_the_file(mo
         _kept_as_a_conflict(m, server, store, "v1\n")
 
 
+@pytest.mark.parametrize("wait", ["0", "5"])
 def test_our_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(mounts,
-                                                                               server):
+                                                                               server, wait):
     """An agent's session writes v2 to /d/x.md and deletes it while the mount hears
     nothing (its reads wait at the gate); the user, not having heard, writes v2 to x.md,
     and the update's answer is lost (it met the deleted memory; the connection is reset).
@@ -494,11 +495,12 @@ def test_our_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(m
     there makes no version) or never arrived, the server cannot tell. Their delete
     stands and the user's v2 is kept as a conflict, which `memfs conflicts restore`
     brings back. Before, that version was taken for our update and their delete took the
-    user's file: nothing kept (found by the random search, 6 December). The lost-answer
-    wait is 0, so that the first pass resolves the doubt before it reads their delete:
-    while the request may still land, a pass that reads the delete first keeps the
-    edited file as a new one, and re-creates it."""
-    store, m, x, mid, rule = _start(mounts, "update", "--lost-answer-wait", "0")
+    user's file: nothing kept (found by the random search, 6 December). With a lost-answer
+    wait of 0 the first pass resolves the doubt before it reads their delete; with 5 s,
+    the request may still land when a pass reads the delete, which keeps the edited file
+    as a new one (`Absent.KEEP_AS_NEW`): the doubt, resolved later, finds nothing holding
+    the memory, and the file is created again, no conflict."""
+    store, m, x, mid, rule = _start(mounts, "update", "--lost-answer-wait", wait)
     deadline = time.monotonic() + 30
     while _writer(m) is None:               # the next feed poll reads our creation back
         assert time.monotonic() < deadline, "the mount never read its own creation back"
@@ -518,9 +520,15 @@ def test_our_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(m
         gate.release(posts[0]["seq"])                 # ...and its answer is lost
         assert xattr(x, "user.memfs.state") == "pending"
         gate.clear()
-    _kept_as_a_conflict(m, server, store, "v2\n",
-                        reason="the server cannot tell whether ours was applied",
-                        logged="could not tell whether its write reached the memory")
+    if wait == "0":
+        _kept_as_a_conflict(m, server, store, "v2\n",
+                            reason="the server cannot tell whether ours was applied",
+                            logged="could not tell whether its write reached the memory")
+        return
+    wait_for(lambda: "was deleted on the server but edited here; re-creating it" in (
+        m.state_dir / "daemon.log").read_text())
+    _ends_as_left(m, server, store, {"/d/x.md": "v2\n"})
+    assert sdk_by_path(server, store)["/d/x.md"].id != mid  # a new memory
 
 
 def _writer(m) -> dict | None:

@@ -254,9 +254,13 @@ class SyncTransitions:
                 if tomb is not None:
                     tomb.base_path, tomb.base_sha, tomb.sent_sha = remote.path, remote.sha, None
                     self._save_tombstone(tomb)
-                else:  # nothing holds it (cannot happen under the sync lock): the
-                    log.warning("memory %s answered for no local file; the next listing "
-                                "shows it", remote.id)  # reconciler adds it back
+                else:
+                    # Nothing holds it: the file let the memory go while the request was
+                    # in doubt (another writer deleted it, and a listing kept the edited
+                    # file as a new one, `Absent.KEEP_AS_NEW`). Were it still there, the
+                    # next listing would add it back.
+                    log.info("memory %s answered for no local file; a listing shows it "
+                             "if it is still there", remote.id)
                 return None
             holder = self.successor(ticket.ino)
             if (holder is not None and holder.memory_id is None
