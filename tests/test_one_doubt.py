@@ -1252,6 +1252,7 @@ async def test_an_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_o
                               "write reached the memory another writer has deleted since; the "
                               "server's state is in the tree, yours is kept (memfs conflicts)")
                    for n in eng.ctx.status.warnings)
+        assert mid in eng.reconciler.feed.rechecks  # the next poll reads it again
         await eng.op_reconcile()              # their delete stands
         assert eng.user_tree() == {} and eng.server() == {}
         await eng.op_restore("/a.md")
