@@ -531,6 +531,38 @@ def test_our_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(m
     assert sdk_by_path(server, store)["/d/x.md"].id != mid  # a new memory
 
 
+def test_a_listing_read_before_a_write_of_its_bytes_keeps_the_write(mounts, server):
+    """An agent's session writes 'same' to /x.md; a full listing reads it, and before its
+    answer is applied the agent deletes x.md and the user, not having heard, writes
+    'same' too. The listing's row equals the file, but it was read before the user's
+    write: taken as synced, the agent's delete then took the file. It is read again
+    instead: gone, so the file is created again. (Polls only when asked, so that no
+    other pass reads 'same' first: a file that already shows those bytes is not changed
+    by writing them again.)"""
+    store = mounts.new_store()
+    m = mounts.mount(store, "--write-back-delay", "0.2", "--delete-delay", "0",
+                     "--poll-interval", "3600")
+    x = m.path / "x.md"
+    x.write_text("v1\n")
+    m.wait_synced()
+    m.sync_now(full=True)                             # nothing else under way
+    mid = xattr(x, "user.memfs.memory_id")
+    agent = server.sdk(default_headers={"x-memfs-session-id": "sesn_01agent"})
+    agent.beta.memory_stores.memories.update(mid, memory_store_id=store, content="same\n")
+    with Gate(server) as gate, ThreadPoolExecutor(1) as pool:
+        gate.hold("GET", rf"/memory_stores/{store}/memories$", when="after", count=1)
+        listing = pool.submit(m.sync_now, full=True)
+        [held] = gate.wait_held(1)                    # read, its answer not applied yet
+        agent.beta.memory_stores.memories.delete(mid, memory_store_id=store)
+        x.write_text("same\n")
+        gate.release(held["seq"])
+        listing.result(timeout=60)
+        gate.clear()
+    m.sync_now()                                      # the memory read again: gone
+    _ends_as_left(m, server, store, {"/x.md": "same\n"})
+    assert sdk_by_path(server, store)["/x.md"].id != mid  # created again
+
+
 def _writer(m) -> dict | None:
     """Who the mount knows it writes as (state.db's meta, read-only beside the daemon)."""
     db = sqlite3.connect(f"file:{m.state_dir / 'state.db'}?mode=ro", uri=True)

@@ -1595,3 +1595,70 @@ async def test_a_ring_waits_for_a_file_with_unsaved_writes_and_past_a_rename_blo
             "/a.md": ids["/b.md"], "/b.md": ids["/a.md"], "/c.md": ids["/c.md"]}
         assert eng.tree_sha("/a.md") == sha256(data("unsaved"))  # b's file, saved, moved
         assert eng.node("/e.md") is not None                     # still waiting
+
+
+# -- bytes written here while the listing read the server (Reconciler._written_since) --
+
+
+async def test_a_listing_read_before_a_write_of_its_bytes_does_not_take_them_as_synced(
+        tmp_path):
+    """Another writer wrote 'same' to a.md; a full listing reads it, and before its answer
+    is applied they delete a.md and the user, not having heard, writes 'same' too. The
+    listing's row (their 'same', equal to the file) is older than the user's write: taken
+    as synced, their delete would then take a clean file, the user's write with it. It
+    waits: the next poll reads the memory again (gone), and the file is kept as new and
+    created again (found with the random search's violation, 6 December)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_r_edit("/a.md", "same")
+
+        async def meanwhile() -> None:
+            await eng.op_r_delete("/a.md")
+            await eng.op_write("/a.md", "same")
+
+        await held_pass(eng, "after", meanwhile, action=eng.op_reconcile)
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_sha) == (mid, sha256(data("v1")))  # not taken
+        assert mid in eng.reconciler.feed.rechecks
+        await eng.op_poll()                    # read again: gone, the file kept as new
+        await eng.op_push()
+        assert eng.user_tree() == {"/a.md": sha256(data("same"))}
+        [(new, sha)] = eng.server().values()
+        assert new != mid and sha == sha256(data("same"))
+
+
+async def test_a_new_memory_listed_before_a_new_file_of_its_bytes_is_not_adopted(tmp_path):
+    """Another writer created c.md holding 'same'; a full listing reads it, and before its
+    answer is applied they delete it and the user creates c.md with 'same'. Adopting
+    their memory for the new file on the listing's word would let their delete take it:
+    the row waits, and the next poll finds no memory; the file goes out as a create."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        await eng.op_r_create("/c.md", "same")
+
+        async def meanwhile() -> None:
+            await eng.op_r_delete("/c.md")
+            await eng.op_write("/c.md", "same")
+
+        await held_pass(eng, "after", meanwhile, action=eng.op_reconcile)
+        assert eng.node("/c.md").memory_id is None               # not adopted
+        await eng.op_poll()
+        await eng.op_push()
+        assert eng.user_tree()["/c.md"] == sha256(data("same"))
+        assert sha256(data("same")) in {sha for _mid, sha in eng.server().values()}
+
+
+async def test_a_listing_adopts_bytes_written_here_before_it_began(tmp_path):
+    """The same bytes on both sides, the file's written before the pass began: the
+    listing read them after the write, so they are synced (no request, no wait)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        await eng.op_write("/a.md", "same")
+        await eng.op_r_edit("/a.md", "same")
+        await eng.op_reconcile()
+        node = eng.node("/a.md")
+        assert (node.memory_id, node.base_sha, node.sha) == (mid, sha256(data("same")),
+                                                            sha256(data("same")))
+        assert mid not in eng.reconciler.feed.rechecks and not eng.state.is_dirty(node)

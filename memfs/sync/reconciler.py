@@ -57,6 +57,8 @@ class Reconciler:
         #: feed will not show their change again, and the close may push nothing (the
         #: writes were the content it had): the next poll names them once more.
         self._waited: set[str] = set()
+        #: When the pass under way began (wall time, as `Node.changed_at`).
+        self._started = 0.0
         self.last_pass: float | None = None  # monotonic time of the last finished pass
 
     async def run(self) -> None:
@@ -146,7 +148,7 @@ class Reconciler:
                 ctx.status.pushed += done.applied
                 for mid in done.reread:
                     self.feed.recheck(mid)
-            started = time.time()
+            started = self._started = time.time()
             since = self.state.epoch
             self._blocked = []
             try:
@@ -396,6 +398,9 @@ class Reconciler:
             return
         assert at_path is not None
         if row is U.ADOPT:  # same bytes, or our own create whose answer was lost
+            if self._written_since(at_path, m):
+                self._waited.add(m.id)
+                return
             st.adopt_own_write(at_path, remote_of(m))
             return
         try:
@@ -418,6 +423,9 @@ class Reconciler:
         if content is C.WAIT:
             self._waited.add(m.id)
         elif content is C.ADOPT:
+            if self._written_since(node, m):
+                self._waited.add(m.id)
+                return
             st.adopt_own_write(node, Remote(m.id, node.base_path or m.path, m.content_sha256,
                                             m.content_size_bytes))
         elif content is C.TAKE:
@@ -517,6 +525,15 @@ class Reconciler:
             return False
         first = self._parked_since.setdefault(m.id, time.monotonic())
         return time.monotonic() - first > PARK_PATIENCE
+
+    def _written_since(self, node: Node, m: Memory) -> bool:
+        """Whether node holds m's bytes only by a write made here since this pass began
+        (not what we sent): the listing or poll may have read the memory before that
+        write, and another writer may have changed or deleted it since. Taken as
+        synced, their later delete would take the user's write, made after it. The
+        next poll reads the memory again (`Feed.recheck`)."""
+        return (node.sha == m.content_sha256 and node.sent_sha != m.content_sha256
+                and node.changed_at is not None and node.changed_at >= self._started)
 
     def _deleted_remotely(self, node: Node) -> None:
         st, ctx = self.state, self.ctx
