@@ -148,7 +148,7 @@ AFTER_MOVE = SETTLES_IN + 1
 AFTER_READ = SETTLES_IN + 1
 #: A row whose file holds the memory's bytes by a write made while the pass read the
 #: server is not taken as synced: the next poll reads that memory again
-#: (`Reconciler._written_since`), and what it finds there goes out a round later.
+#: (`decide.adopts`), and what it finds there goes out a round later.
 AFTER_WRITTEN = SETTLES_IN + 1
 #: A round more on top of a scenario's own bound, where a pass lost its work: a request
 #: of the settling itself faulted (lost, never applied, failed: a scenario's `faults` on

@@ -67,6 +67,39 @@ def test_content_table_is_total():
             assert sha != BASE and remote not in (sha, sent)
 
 
+WRITTEN_SINCE_ROWS = [
+    # (local sha, sent sha, server sha) -> action, the file written since the pass began
+    (MINE, None, MINE, Content.WAIT),      # its bytes, read maybe before the write: again
+    (MINE, SENT, SENT, Content.ADOPT),     # what we sent: the server holds our request
+    (MINE, MINE, MINE, Content.ADOPT),     # sent before the pass (the sync lock): ours
+    (BASE, None, THEIRS, Content.TAKE),    # (cannot be clean and written since; the table
+    (MINE, None, THEIRS, Content.CONFLICT),  # reads the rest as before)
+]
+
+
+@pytest.mark.parametrize("sha,sent,remote,expected", WRITTEN_SINCE_ROWS)
+def test_content_row_of_a_file_written_since_the_pass_read_the_server(sha, sent, remote,
+                                                                      expected):
+    """A listing may have read the memory before a write made here since the pass began:
+    bytes equal to that write are not taken as synced on its word (another writer may
+    have deleted the memory since, and their delete would take the write). The next
+    poll reads the memory again (WAIT); what we sent still lands (ADOPT)."""
+    row = Local(sha, "/a", "mem_1", BASE, "/a", sent, False, written_since=True)
+    assert decide.content_row(row, remote) is expected
+    assert decide.content_row(Local(sha, "/a", "mem_1", BASE, "/a", sent), remote) is (
+        Content.ADOPT if remote in (sha, sent) else expected)
+
+
+def test_unknown_row_of_a_new_file_written_since_the_pass_read_the_server():
+    """A new file holding a new memory's bytes, written since the pass began: not adopted
+    on the listing's word (WAIT); our lost create's bytes (what we sent) still are."""
+    new = Local(MINE, "/a", None, None, None, written_since=True)
+    assert decide.unknown_row("/a", MINE, None, new, False) is Unknown.WAIT
+    sent = Local(MINE, "/a", None, None, None, MINE, written_since=True)
+    assert decide.unknown_row("/a", MINE, None, sent, False) is Unknown.ADOPT
+    assert decide.unknown_row("/a", THEIRS, None, new, False) is Unknown.CONFLICT
+
+
 # -- place: a known memory's path in a listing ------------------------------------------------
 
 PLACE_ROWS = [

@@ -435,29 +435,30 @@ def test_another_writer_after_the_lost_answer(mounts, server, kind, theirs):
     _ends_as_left(m, server, store, {} if theirs == "delete" else {"/d/z.md": "v1\n"})
 
 
-def _kept_as_a_conflict(m, server, store: str, content: str, *,
+def _kept_as_a_conflict(m, server, store: str, content: str, *, path: str = "/d/x.md",
                         reason: str = "cannot tell whether it was ours",
                         logged: str = "could not tell whether its create made the memory",
                         ) -> None:
-    """The memory /d/x.md's create made, or that another writer made alike, is gone: so
-    is the file; its bytes are one conflict (said so in the log), which `memfs conflicts
-    restore` puts back, and the store ends with it."""
+    """The memory `path`'s request made (or took for its own), or that another writer
+    made alike, is gone: so is the file; its bytes are one conflict (said so in the log),
+    which `memfs conflicts restore` puts back, and the store ends with it."""
+    file = m.path / path.lstrip("/")
     flush(m)
     for _ in range(40):
-        if not (m.path / "d" / "x.md").exists():
+        if not file.exists():
             break
         time.sleep(0.25)
     assert server_memories(server, store) == {}
-    assert not (m.path / "d" / "x.md").exists()
+    assert not file.exists()
     [row] = conflicts(m)
-    assert (row["path"], row["local_content"]) == ("/d/x.md", content), row
+    assert (row["path"], row["local_content"]) == (path, content), row
     assert reason in row["reason"]
     assert logged in (m.state_dir / "daemon.log").read_text()
     m.memfs("conflicts", "restore", str(row["id"]), "--mountpoint", str(m.path))
-    assert cat(m.path / "d" / "x.md") == content
+    assert cat(file) == content
     flush(m)
     m.wait_synced()
-    assert server_memories(server, store) == {"/d/x.md": content}
+    assert server_memories(server, store) == {path: content}
     assert conflicts(m) == []
     out = m.unmount()
     assert re.search(r"pushed \d+ change\(s\), 0 left", out), out
@@ -487,48 +488,50 @@ def test_a_create_refused_beside_a_like_creation_deleted_since_keeps_the_file(mo
 @pytest.mark.parametrize("wait", ["0", "5"])
 def test_our_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(mounts,
                                                                                server, wait):
-    """An agent's session writes v2 to /d/x.md and deletes it while the mount hears
-    nothing (its reads wait at the gate); the user, not having heard, writes v2 to x.md,
-    and the update's answer is lost (it met the deleted memory; the connection is reset).
-    The memory's versions hold v2, recorded as the session's, and the mount knows it
-    writes as its API key: whether ours met their bytes (an update finding its bytes
-    there makes no version) or never arrived, the server cannot tell. Their delete
-    stands and the user's v2 is kept as a conflict, which `memfs conflicts restore`
-    brings back. Before, that version was taken for our update and their delete took the
-    user's file: nothing kept (found by the random search, 6 December). With a lost-answer
-    wait of 0 the first pass resolves the doubt before it reads their delete; with 5 s,
-    the request may still land when a pass reads the delete, which keeps the edited file
-    as a new one (`Absent.KEEP_AS_NEW`): the doubt, resolved later, finds nothing holding
-    the memory, and the file is created again, no conflict."""
-    store, m, x, mid, rule = _start(mounts, "update", "--lost-answer-wait", wait)
-    deadline = time.monotonic() + 30
-    while _writer(m) is None:               # the next feed poll reads our creation back
-        assert time.monotonic() < deadline, "the mount never read its own creation back"
-        time.sleep(0.1)
+    """An agent's session writes v2 to /x.md and deletes it while the mount hears nothing
+    (it polls only when asked); the user, not having heard, writes v2 to x.md, and the
+    update's answer is lost (it met the deleted memory; the connection is reset). The
+    memory's versions hold v2, recorded as the session's, and the mount knows it writes
+    as its API key: whether ours met their bytes (an update finding its bytes there makes
+    no version) or never arrived, the server cannot tell. Their delete stands and the
+    user's v2 is kept as a conflict, which `memfs conflicts restore` brings back. Before,
+    that version was taken for our update and their delete took the user's file: nothing
+    kept (found by the random search, 6 December). With a lost-answer wait of 0 the next
+    pass resolves the doubt before it reads their delete; with 5 s, the request may still
+    land when a pass reads the delete, which keeps the edited file as a new one
+    (`Absent.KEEP_AS_NEW`): the doubt, resolved later, finds nothing holding the memory,
+    and the file is created again, no conflict."""
+    store = mounts.new_store()
+    m = mounts.mount(store, "--write-back-delay", "0.2", "--delete-delay", "0",
+                     "--poll-interval", "3600", "--lost-answer-wait", wait)
+    x = m.path / "x.md"
+    x.write_text("v1\n")
+    m.wait_synced()
+    mid = xattr(x, "user.memfs.memory_id")
+    m.sync_now()                                  # the feed reads our creation back
+    assert _writer(m) is not None
     agent = server.sdk(default_headers={"x-memfs-session-id": "sesn_01agent"})
+    agent.beta.memory_stores.memories.update(mid, memory_store_id=store, content="v2\n")
+    agent.beta.memory_stores.memories.delete(mid, memory_store_id=store)
     with Gate(server) as gate:
-        gate.hold("GET", rf"/memory_stores/{store}/(memory_versions|memories)")
-        agent.beta.memory_stores.memories.update(mid, memory_store_id=store, content="v2\n")
-        agent.beta.memory_stores.memories.delete(mid, memory_store_id=store)
-        gate.hold("POST", rule, when="after", count=1, drop=True)
+        gate.hold("POST", rf"/memory_stores/{store}/memories/{mid}$", when="after", count=1,
+                  drop=True)
         x.write_text("v2\n")
-        deadline = time.monotonic() + 30
-        while not (posts := [h for h in gate.held() if h["method"] == "POST"]):
-            assert time.monotonic() < deadline, gate.held()
-            time.sleep(0.05)
-        assert posts[0]["status"] == 404, posts      # it met the deleted memory...
-        gate.release(posts[0]["seq"])                 # ...and its answer is lost
-        assert xattr(x, "user.memfs.state") == "pending"
+        [post] = gate.wait_held(1)
+        assert post["status"] == 404, post        # it met the deleted memory...
+        gate.release(post["seq"])                 # ...and its answer is lost
         gate.clear()
+    assert xattr(x, "user.memfs.state") == "pending"
+    m.sync_now()                                  # a pass: the doubt first, then the feed
     if wait == "0":
-        _kept_as_a_conflict(m, server, store, "v2\n",
+        _kept_as_a_conflict(m, server, store, "v2\n", path="/x.md",
                             reason="the server cannot tell whether ours was applied",
                             logged="could not tell whether its write reached the memory")
         return
-    wait_for(lambda: "was deleted on the server but edited here; re-creating it" in (
-        m.state_dir / "daemon.log").read_text())
-    _ends_as_left(m, server, store, {"/d/x.md": "v2\n"})
-    assert sdk_by_path(server, store)["/d/x.md"].id != mid  # a new memory
+    assert "was deleted on the server but edited here; re-creating it" in (
+        m.state_dir / "daemon.log").read_text()
+    _ends_as_left(m, server, store, {"/x.md": "v2\n"})
+    assert sdk_by_path(server, store)["/x.md"].id != mid  # a new memory
 
 
 def test_a_listing_read_before_a_write_of_its_bytes_keeps_the_write(mounts, server):

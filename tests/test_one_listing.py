@@ -1597,7 +1597,7 @@ async def test_a_ring_waits_for_a_file_with_unsaved_writes_and_past_a_rename_blo
         assert eng.node("/e.md") is not None                     # still waiting
 
 
-# -- bytes written here while the listing read the server (Reconciler._written_since) --
+# -- bytes written here while the listing read the server (decide.adopts) -----------
 
 
 async def test_a_listing_read_before_a_write_of_its_bytes_does_not_take_them_as_synced(

@@ -25,6 +25,9 @@ class Local:
     base_path: str | None
     sent_sha: str | None = None
     open_dirty: bool = False
+    #: Written here since the pass began reading the server: what the pass read may be
+    #: older than that write.
+    written_since: bool = False
 
     @property
     def content_changed(self) -> bool:
@@ -40,10 +43,23 @@ class Local:
 
 class Content(Enum):
     NOTHING = "nothing"            # server sha is still the base
-    WAIT = "wait"                  # unsaved writes are open: settle after the close
+    WAIT = "wait"                  # unsaved writes are open: settle after the close; or
+    #                                the same bytes, written here since the pass read
+    #                                them: read the memory again (`adopts`)
     ADOPT = "adopt"                # the server holds our own write (an answer was lost)
     TAKE = "take"                  # clean file: the server's content becomes ours
     CONFLICT = "conflict"          # both changed: server wins the tree, ours is kept
+
+
+def adopts(local: Local, remote_sha: str) -> bool:
+    """Whether the server holding remote_sha is the file's own bytes, taken as synced: what
+    we sent (an answer lost), or what the file holds, unless only by a write made since
+    the pass read the server. That read may be older than the write, and another writer
+    may have changed or deleted the memory since: taken as synced, their delete would
+    take the user's write, made after it."""
+    if remote_sha == local.sent_sha:
+        return True
+    return remote_sha == local.sha and not local.written_since
 
 
 def content_row(local: Local, remote_sha: str) -> Content:
@@ -52,7 +68,7 @@ def content_row(local: Local, remote_sha: str) -> Content:
     if local.open_dirty:
         return Content.WAIT
     if remote_sha in (local.sha, local.sent_sha):
-        return Content.ADOPT
+        return Content.ADOPT if adopts(local, remote_sha) else Content.WAIT
     if local.sha == local.base_sha:
         return Content.TAKE
     return Content.CONFLICT
@@ -104,7 +120,8 @@ class Unknown(Enum):
     ADD = "add"                    # a new memory: show it
     COLLIDE = "collide"            # a local directory or another memory holds the path
     ADOPT = "adopt"                # a local file not pushed yet holds the same bytes
-    WAIT = "wait"                  # a local file at that path has unsaved writes
+    WAIT = "wait"                  # a local file at that path has unsaved writes, or
+    #                                its bytes, written since the pass read them (`adopts`)
     DOUBT = "doubt"                # a create of ours in doubt wrote that path: it may
     #                                have made this memory; its doubt is resolved first
     CONFLICT = "conflict"          # a local file not pushed yet, different bytes
@@ -138,7 +155,7 @@ def unknown_row(remote_path: str, remote_sha: str, tomb: PendingDelete | None,
     if at_path_is_dir or at_path is None or at_path.memory_id is not None:
         return Unknown.COLLIDE
     if remote_sha in (at_path.sha, at_path.sent_sha):
-        return Unknown.ADOPT
+        return Unknown.ADOPT if adopts(at_path, remote_sha) else Unknown.WAIT
     if at_path.open_dirty:
         return Unknown.WAIT
     return Unknown.CONFLICT

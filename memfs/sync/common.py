@@ -89,10 +89,13 @@ def remote_of(memory: Memory) -> Remote:
                   memory.memory_version_id or None)
 
 
-def local_of(state: State, node: Node) -> decide.Local:
-    """What this mount holds of `node`, as the sync tables read it."""
+def local_of(state: State, node: Node, since: float | None = None) -> decide.Local:
+    """What this mount holds of `node`, as the sync tables read it; `since`: when the pass
+    began reading the server (wall time, as `Node.changed_at`)."""
     return decide.Local(node.sha or "", state.path_of(node), node.memory_id, node.base_sha,
-                        node.base_path, node.sent_sha, node.ino in state.open_dirty)
+                        node.base_path, node.sent_sha, node.ino in state.open_dirty,
+                        since is not None and node.changed_at is not None
+                        and node.changed_at >= since)
 
 
 #: state.db's meta key of who this mount writes as (`SyncContext.writer`).

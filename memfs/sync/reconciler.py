@@ -57,8 +57,9 @@ class Reconciler:
         #: feed will not show their change again, and the close may push nothing (the
         #: writes were the content it had): the next poll names them once more.
         self._waited: set[str] = set()
-        #: When the pass under way began (wall time, as `Node.changed_at`).
-        self._started = 0.0
+        #: When the pass under way began reading the server (wall time, as
+        #: `Node.changed_at`): a write here since may be newer than what it read.
+        self._started = float("inf")
         self.last_pass: float | None = None  # monotonic time of the last finished pass
 
     async def run(self) -> None:
@@ -364,7 +365,8 @@ class Reconciler:
         row = decide.unknown_row(
             m.path, m.content_sha256,
             decide.PendingDelete(tomb.base_sha, tomb.sent_sha) if tomb else None,
-            local_of(st, at_path) if at_path is not None and not at_path.is_dir else None,
+            local_of(st, at_path, self._started) if at_path is not None
+            and not at_path.is_dir else None,
             at_path is not None and at_path.is_dir,
             create_in_doubt=self._create_in_doubt(m.path))
         U = decide.Unknown
@@ -398,9 +400,6 @@ class Reconciler:
             return
         assert at_path is not None
         if row is U.ADOPT:  # same bytes, or our own create whose answer was lost
-            if self._written_since(at_path, m):
-                self._waited.add(m.id)
-                return
             st.adopt_own_write(at_path, remote_of(m))
             return
         try:
@@ -415,7 +414,7 @@ class Reconciler:
         st, ctx = self.state, self.ctx
         if since is not None and node.base_epoch > since:
             return  # an answer newer than this page already set the base
-        local = local_of(st, node)
+        local = local_of(st, node, self._started)
         ours_parked = m.id in st.parks or self._abandoned_park(m)
         place = decide.place_row(local, m.path, ours_parked=ours_parked)
         content = decide.content_row(local, m.content_sha256)
@@ -423,9 +422,6 @@ class Reconciler:
         if content is C.WAIT:
             self._waited.add(m.id)
         elif content is C.ADOPT:
-            if self._written_since(node, m):
-                self._waited.add(m.id)
-                return
             st.adopt_own_write(node, Remote(m.id, node.base_path or m.path, m.content_sha256,
                                             m.content_size_bytes))
         elif content is C.TAKE:
@@ -525,15 +521,6 @@ class Reconciler:
             return False
         first = self._parked_since.setdefault(m.id, time.monotonic())
         return time.monotonic() - first > PARK_PATIENCE
-
-    def _written_since(self, node: Node, m: Memory) -> bool:
-        """Whether node holds m's bytes only by a write made here since this pass began
-        (not what we sent): the listing or poll may have read the memory before that
-        write, and another writer may have changed or deleted it since. Taken as
-        synced, their later delete would take the user's write, made after it. The
-        next poll reads the memory again (`Feed.recheck`)."""
-        return (node.sha == m.content_sha256 and node.sent_sha != m.content_sha256
-                and node.changed_at is not None and node.changed_at >= self._started)
 
     def _deleted_remotely(self, node: Node) -> None:
         st, ctx = self.state, self.ctx
