@@ -521,7 +521,8 @@ def test_our_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(m
         assert post["status"] == 404, post        # it met the deleted memory...
         gate.release(post["seq"])                 # ...and its answer is lost
         gate.clear()
-    assert xattr(x, "user.memfs.state") == "pending"
+    if wait == "5":                               # (with 0 the next push pass may have
+        assert xattr(x, "user.memfs.state") == "pending"  # resolved it already)
     m.sync_now()                                  # a pass: the doubt first, then the feed
     if wait == "0":
         _kept_as_a_conflict(m, server, store, "v2\n", path="/x.md",
