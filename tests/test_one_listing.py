@@ -900,7 +900,9 @@ async def test_the_safety_net_does_not_count_a_change_at_the_feeds_settled_edge(
 async def test_a_listing_that_finds_our_unsent_bytes_there_takes_them_as_the_base(tmp_path):
     """a.md is written "mine" here (not pushed yet) while another writer writes the same
     bytes: the listing takes the server's version as a.md's base (path and sha), so the
-    file is clean and nothing is sent."""
+    file is clean and nothing is sent. (Written before the pass began: had it been
+    written while the pass read the server, the row would wait for a fresh read,
+    `test_a_listing_read_before_a_write_of_its_bytes_does_not_take_them_as_synced`.)"""
     async with harness(tmp_path) as eng:
         await synced(eng, a="v1")
         mid = eng.node("/a.md").memory_id
@@ -1647,18 +1649,3 @@ async def test_a_new_memory_listed_before_a_new_file_of_its_bytes_is_not_adopted
         await eng.op_push()
         assert eng.user_tree()["/c.md"] == sha256(data("same"))
         assert sha256(data("same")) in {sha for _mid, sha in eng.server().values()}
-
-
-async def test_a_listing_adopts_bytes_written_here_before_it_began(tmp_path):
-    """The same bytes on both sides, the file's written before the pass began: the
-    listing read them after the write, so they are synced (no request, no wait)."""
-    async with harness(tmp_path) as eng:
-        await synced(eng, a="v1")
-        mid = eng.node("/a.md").memory_id
-        await eng.op_write("/a.md", "same")
-        await eng.op_r_edit("/a.md", "same")
-        await eng.op_reconcile()
-        node = eng.node("/a.md")
-        assert (node.memory_id, node.base_sha, node.sha) == (mid, sha256(data("same")),
-                                                            sha256(data("same")))
-        assert mid not in eng.reconciler.feed.rechecks and not eng.state.is_dirty(node)
