@@ -1209,7 +1209,7 @@ async def _a_move_never_applied_is_sent_again(eng, mid: str) -> None:
     assert f"POST {mid}" in sent(eng, first)      # not applied: the move is sent again
 
 
-# -- an update's bytes in a version the server does not record as this mount's --
+# -- our bytes in a version the server records as another writer's ------------------
 
 
 async def test_an_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(tmp_path):
@@ -1259,6 +1259,9 @@ async def test_an_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_o
         await eng.op_push()
         assert eng.user_tree() == {"/a.md": sha256(data("v2"))}
         assert [sha for _mid, sha in eng.server().values()] == [sha256(data("v2"))]
+
+
+# -- a create overtaken, its file replaced by a like synced one -----------------------
 
 
 async def test_a_create_in_doubt_whose_file_a_like_synced_one_replaced_keeps_its_bytes(
