@@ -1259,34 +1259,3 @@ async def test_an_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_o
         await eng.op_push()
         assert eng.user_tree() == {"/a.md": sha256(data("v2"))}
         assert [sha for _mid, sha in eng.server().values()] == [sha256(data("v2"))]
-
-
-# -- a create overtaken, its file replaced by a like synced one -----------------------
-
-
-async def test_a_create_in_doubt_whose_file_a_like_synced_one_replaced_keeps_its_bytes(
-        tmp_path):
-    """c.md's create is in doubt beside their like creation, deleted since (as above);
-    then d.md, synced holding the same bytes, is moved over c.md. The file at c.md holds
-    what the create wrote, so the answer gives it the created memory back (as a file
-    moved over another and back, `_take_back`), and their delete then takes it, d's
-    memory deleted with the move. Its bytes are kept as a conflict first, which
-    `memfs conflicts restore` brings back (before, only a file without a memory of its
-    own was kept: the moved file was lost; found by `push_overtaken` #7 surviving)."""
-    async with harness(tmp_path) as eng:
-        await _create_in_doubt_beside_theirs(eng, lambda: eng.op_r_delete("/c.md"),
-                                             before=lambda: synced(eng, d="v1"))
-        await eng.op_rename("/d.md", "/c.md")
-        await eng.pusher.push_pass()
-        assert not eng.state.doubts
-        [row] = eng.state.conflicts()
-        assert (row["path"], row["local_sha"], row["remote_sha"]) == (
-            "/c.md", sha256(data("v1")), None)
-        await eng.op_reconcile()
-        age_tombstones(eng)
-        await eng.op_push()
-        await eng.op_restore("/c.md")
-        await eng.op_push()
-        assert eng.user_tree() == {"/c.md": sha256(data("v1"))}
-        assert [(p, sha) for p, (_m, sha) in eng.server().items()] == [
-            ("/c.md", sha256(data("v1")))]

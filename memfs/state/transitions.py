@@ -196,10 +196,11 @@ class SyncTransitions:
         ours. (conflict id, path) or None when nothing needed keeping."""
         kept = None
         with self.batch():
-            # A create's file, or the file that took its place: one holding the same
-            # bytes is given the memory back (`_take_back`), and goes with their change.
-            node = (self.ticket_node(ticket) if ticket.memory_id is None
-                    else self.holder(ticket.memory_id))
+            if ticket.memory_id is None:
+                node = self.ticket_node(ticket)
+                node = node if node is not None and node.memory_id is None else None
+            else:
+                node = self.holder(ticket.memory_id)
             if node is not None and self.in_tree(node) and node.sha == ticket.sha:
                 path = self.path_of(node)
                 kept = (self._add_conflict(path, remote.id, ticket.sha, remote_sha, reason),
