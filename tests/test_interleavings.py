@@ -503,6 +503,17 @@ SCENARIOS = [
         doc="the same for a new memory and a new file (5 or 6 of 19 runs lost it): adopting "
             "their memory on the listing's word, the file went with their delete"),
     Scenario(
+        "my_create_in_doubt_replaced_by_a_like_synced_file",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/d.md", "same"),
+         ("push",), ("r_create", "/c.md", "same"), ("r_delete", "/c.md"),
+         ("write", "/c.md", "same")], "push", [("rename", "/d.md", "/c.md")],
+        doc="found by a mutant that survived (`push_overtaken` #7, 6 December): c.md's "
+            "create in doubt beside their like creation, deleted since; d.md, synced with "
+            "the same bytes, moved over c.md. The answer gave the created memory back to "
+            "the file that holds its bytes, their delete took it, and d's memory went "
+            "with the move: the moved file was lost (3 of 11 runs). A memory the server "
+            "shows deleted is no longer given back"),
+    Scenario(
         "their_edit_alike_while_mine_is_out_then_mine_again",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md", "same")],
         "push", [("write", "/a.md")], second=[("r_edit", "/a.md"), ("r_edit", "/a.md", "same")],

@@ -1259,3 +1259,27 @@ async def test_an_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_o
         await eng.op_push()
         assert eng.user_tree() == {"/a.md": sha256(data("v2"))}
         assert [sha for _mid, sha in eng.server().values()] == [sha256(data("v2"))]
+
+
+async def test_a_create_in_doubt_whose_file_a_like_synced_one_replaced_keeps_that_file(
+        tmp_path):
+    """c.md's create is in doubt beside their like creation, deleted since (as above);
+    then d.md, synced holding the same bytes, is moved over c.md. The answer takes their
+    memory as created and deleted: the moved file keeps d's memory and goes out as its
+    move, and nothing needs keeping aside (before, the answer gave the file the created
+    memory back, as to a file moved over another and back, `_take_back`; their delete
+    then took it, and d's memory went with the move: the moved file was lost; found by
+    `push_overtaken` #7 surviving, 6 December)."""
+    async with harness(tmp_path) as eng:
+        await _create_in_doubt_beside_theirs(eng, lambda: eng.op_r_delete("/c.md"),
+                                             before=lambda: synced(eng, d="v1"))
+        [(mine, _sha)] = eng.server().values()
+        await eng.op_rename("/d.md", "/c.md")
+        await eng.pusher.push_pass()
+        assert not eng.state.doubts and eng.state.conflicts() == []
+        assert eng.state.lookup_path("/c.md").memory_id == mine
+        await eng.op_reconcile()              # their delete takes nothing of ours
+        age_tombstones(eng)
+        await eng.op_push()
+        assert eng.user_tree() == {"/c.md": sha256(data("v1"))}
+        assert eng.server() == {"/c.md": (mine, sha256(data("v1")))}

@@ -205,7 +205,10 @@ class SyncTransitions:
                 path = self.path_of(node)
                 kept = (self._add_conflict(path, remote.id, ticket.sha, remote_sha, reason),
                         path)
-            self.push_landed(ticket, remote)
+            # A memory the server shows deleted is not given back to a file moved over
+            # the created path: their delete would take that file, which holds a
+            # memory of its own (`_take_back`).
+            self.push_landed(ticket, remote, take_back=remote_sha is not None)
         return kept
 
     def push_not_applied(self, ticket: PushTicket) -> None:
@@ -228,14 +231,16 @@ class SyncTransitions:
             else:
                 self._save_tombstone(item)
 
-    def push_landed(self, ticket: PushTicket, remote: Remote) -> Node | None:
+    def push_landed(self, ticket: PushTicket, remote: Remote, *,
+                    take_back: bool = True) -> Node | None:
         """The server now holds `remote` because of ticket's request.
 
         An update settles on the memory's holder now, whoever that is; a create
         on the node (or its rename-over successor) if it still has no memory.
         A memory that nothing can hold any more (the file was unlinked, or its
         successor has a memory of its own) becomes a tombstone: deleted after the
-        delay, preconditioned on exactly what we wrote."""
+        delay, preconditioned on exactly what we wrote; a file at the created path that
+        holds its bytes takes it back (`_take_back`) unless `take_back` is False."""
         with self.transaction():
             self._end_doubt(ticket)
             update = ticket.memory_id is not None
@@ -279,7 +284,8 @@ class SyncTransitions:
                 self._save(again)
                 return again
             self._add_tombstone(remote)
-            if again is not None and not again.is_dir and again.memory_id is not None:
+            if (take_back and again is not None and not again.is_dir
+                    and again.memory_id is not None):
                 # The file that made it, moved over another file (taking that one's
                 # memory) and back: if it holds what it created, it is that memory
                 # again (docs/SEMANTICS.md, rename), as had the answer come first.
