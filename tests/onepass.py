@@ -35,6 +35,14 @@ def sent(eng: Engine, since: int = 0) -> list[str]:
     return [f"{r.method} {r.path.rsplit('/', 1)[-1]}" for r in eng.transport.records[since:]]
 
 
+def learns_writer(eng: Engine) -> list[str]:
+    """The request a doubt sends the first time it meets a version holding its write
+    before the mount knows who it writes as: one GET of the version a create of its own
+    made (`SyncContext.learn_writer_now`)."""
+    assert eng.ctx.writer is None and eng.ctx.writer_witness is not None
+    return [f"GET {eng.ctx.writer_witness}"]
+
+
 def data(text: str) -> bytes:
     return (text + "\n").encode()
 

@@ -487,6 +487,15 @@ SCENARIOS = [
             "as ours, their delete took the user's file. Kept as a conflict now, the delete "
             "standing (`decide.doubt_row`, `mine`)"),
     Scenario(
+        "their_like_bytes_deleted_then_mine_written_its_answer_lost_writer_unknown",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_edit", "/b.md", "same"),
+         ("r_delete", "/b.md"), ("write", "/b.md", "same")], "push", [],
+        doc="the same before the mount has read a creation of its own back (no poll): it "
+            "did not know its writer, so their version looked like ours (6 of 19 runs lost "
+            "the write, 4 still after the first fix, the daemon killed and restarted). "
+            "The doubt learns it from the version a create of its own made (one GET; "
+            "`SyncContext.writer_witness`, kept in state.db)"),
+    Scenario(
         "their_like_bytes_listed_then_deleted_while_mine_are_written",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_edit", "/b.md", "same")],
         "reconcile", [("r_delete", "/b.md"), ("write", "/b.md", "same")],

@@ -485,9 +485,11 @@ def test_a_create_refused_beside_a_like_creation_deleted_since_keeps_the_file(mo
         _kept_as_a_conflict(m, server, store, "v1\n")
 
 
-@pytest.mark.parametrize("wait", ["0", "5"])
+@pytest.mark.parametrize(("wait", "knows"), [("0", True), ("5", True), ("0", False)],
+                         ids=["0", "5", "0-writer-unknown"])
 def test_our_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(mounts,
-                                                                               server, wait):
+                                                                               server, wait,
+                                                                               knows):
     """An agent's session writes v2 to /x.md and deletes it while the mount hears nothing
     (it polls only when asked); the user, not having heard, writes v2 to x.md, and the
     update's answer is lost (it met the deleted memory; the connection is reset). The
@@ -500,7 +502,9 @@ def test_our_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(m
     pass resolves the doubt before it reads their delete; with 5 s, the request may still
     land when a pass reads the delete, which keeps the edited file as a new one
     (`Absent.KEEP_AS_NEW`): the doubt, resolved later, finds nothing holding the memory,
-    and the file is created again, no conflict."""
+    and the file is created again, no conflict. When the feed has not read a creation
+    of the mount's back yet (`knows` False), the doubt reads that version itself (one
+    GET) to learn who the mount writes as; before, their version was taken for ours."""
     store = mounts.new_store()
     m = mounts.mount(store, "--write-back-delay", "0.2", "--delete-delay", "0",
                      "--poll-interval", "3600", "--lost-answer-wait", wait)
@@ -508,8 +512,9 @@ def test_our_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(m
     x.write_text("v1\n")
     m.wait_synced()
     mid = xattr(x, "user.memfs.memory_id")
-    m.sync_now()                                  # the feed reads our creation back
-    assert _writer(m) is not None
+    if knows:
+        m.sync_now()                              # the feed reads our creation back
+    assert (_writer(m) is not None) == knows
     agent = server.sdk(default_headers={"x-memfs-session-id": "sesn_01agent"})
     agent.beta.memory_stores.memories.update(mid, memory_store_id=store, content="v2\n")
     agent.beta.memory_stores.memories.delete(mid, memory_store_id=store)
@@ -524,6 +529,7 @@ def test_our_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(m
     if wait == "5":                               # (with 0 the next push pass may have
         assert xattr(x, "user.memfs.state") == "pending"  # resolved it already)
     m.sync_now()                                  # a pass: the doubt first, then the feed
+    assert _writer(m)["type"] == "api_actor"      # learned by now, whichever way
     if wait == "0":
         _kept_as_a_conflict(m, server, store, "v2\n", path="/x.md",
                             reason="the server cannot tell whether ours was applied",
@@ -574,7 +580,7 @@ def _writer(m) -> dict | None:
         row = db.execute("SELECT value FROM meta WHERE key = 'writer'").fetchone()
     finally:
         db.close()
-    return json.loads(row[0])["actor"] if row else None
+    return json.loads(row[0])["value"] if row else None
 
 
 def test_our_create_in_doubt_deleted_here_spares_another_writers_like_creation(mounts,

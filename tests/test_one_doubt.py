@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 import trio
 from interleave import MEMFS, FaultRule, age_tombstones, listing_pass, wait_over
-from onepass import data, harness, lost_update, sent, synced
+from onepass import data, harness, learns_writer, lost_update, sent, synced
 
 from memfs.api import models
 from memfs.api.client import MemoryStoresClient
@@ -79,12 +79,12 @@ async def test_a_doubt_whose_file_took_the_server_version_since_keeps_it(tmp_pat
         await eng.op_reconcile()
         node = eng.node("/a.md")
         assert eng.state.doubts and node.base_sha == sha256(data("v3"))
-        first = len(eng.transport.records)
+        first, learn = len(eng.transport.records), learns_writer(eng)
         result = await eng.pusher.push_pass()
         node = eng.node("/a.md")
         assert (node.base_sha, node.sha) == (sha256(data("v3")), sha256(data("v3")))
         assert not eng.state.doubts and not eng.state.is_dirty(node)
-        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions"]
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions", *learn]
         assert (result.pushed, result.progress) == (0, 1)  # resolved, no push of ours
 
 
@@ -105,8 +105,9 @@ async def test_a_lost_update_written_over_since_lands_and_the_next_listing_takes
         mid = await lost_update(eng)
         await eng.op_r_edit("/a.md", "v3")
         first, pushed = len(eng.transport.records), eng.ctx.status.pushed
+        learn = learns_writer(eng)
         result = await eng.pusher.push_pass()
-        assert [r.method for r in eng.transport.records[first:]] == ["GET", "GET"]
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions", *learn]
         assert (result.pushed, eng.ctx.status.pushed) == (1, pushed + 1)
         node = eng.node("/a.md")
         assert (node.memory_id, node.base_sha, node.sha) == (mid, sha256(data("v2")),
@@ -138,9 +139,9 @@ async def test_a_lost_update_written_over_after_a_listing_took_theirs_is_not_sen
             "cannot tell whether the change to /a.md reached the server (")
             and n.endswith("); it waits") for n in eng.ctx.status.warnings)
         [row] = eng.state.conflicts()
-        first = len(eng.transport.records)
+        first, learn = len(eng.transport.records), learns_writer(eng)
         result = await eng.pusher.push_pass()
-        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions"]
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions", *learn]
         assert (result.pushed, result.progress, result.left) == (0, 1, 0)
         assert (node.sha, node.base_sha) == (sha256(data("v3")), sha256(data("v3")))
         assert not eng.state.doubts and not eng.state.is_dirty(node)
@@ -417,9 +418,9 @@ async def test_an_update_in_doubt_reads_its_head_without_content_and_its_recent_
         mid = await lost_update(eng)
         [ticket] = eng.state.doubts.values()
         await eng.op_r_edit("/a.md", "v3")
-        first = len(eng.transport.records)
+        first, learn = len(eng.transport.records), learns_writer(eng)
         await eng.pusher.push_pass()
-        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions"]
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions", *learn]
         head, versions = eng.transport.records[first:first + 2]
         assert head.query["view"] == "basic"
         assert versions.query["memory_id"] == mid
@@ -473,9 +474,10 @@ async def test_a_lost_update_written_over_after_a_listing_then_unlinked_deletes_
         assert eng.state.doubts and eng.node("/a.md").base_sha == sha256(data("v3"))
         await eng.op_unlink("/a.md")
         assert eng.state.tombstones[mid].base_sha == sha256(data("v3"))
-        first = len(eng.transport.records)
+        first, learn = len(eng.transport.records), learns_writer(eng)
         await eng.pusher.push_pass(flush=True)
-        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions", f"DELETE {mid}"]
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions", *learn,
+                                    f"DELETE {mid}"]
         assert eng.server() == {} and eng.state.tombstones == {} and not eng.state.doubts
         assert not [w for w in eng.ctx.status.warnings if "restoring" in w]
 
@@ -1283,3 +1285,101 @@ async def test_a_create_in_doubt_whose_file_a_like_synced_one_replaced_keeps_tha
         await eng.op_push()
         assert eng.user_tree() == {"/c.md": sha256(data("v1"))}
         assert eng.server() == {"/c.md": (mine, sha256(data("v1")))}
+
+
+async def test_an_update_in_doubt_learns_who_the_mount_writes_as_from_its_own_creation(
+        tmp_path):
+    """The same, on a mount whose feed never read a creation of its own back (a fresh
+    mount, `--no-feed`, a daemon killed first): it does not know yet that it writes as
+    MEMFS, so the version of their v2 looked like ours and their delete took the user's
+    file (the harness: 6 of 19 runs). The doubt first reads the version a create of its
+    own made (one GET, once; a 503 there leaves it for the next pass), learns its
+    writer, and keeps the user's v2 as a conflict."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1")
+        mid = eng.node("/a.md").memory_id
+        [witness] = learns_writer(eng)
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_r_delete("/a.md")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        assert eng.state.doubts
+        wait_over(eng)
+        eng.transport.rules = [FaultRule(lambda r: r.path.endswith(witness[4:]), kind="fail",
+                                         origins=("setup",))]
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()          # the witness's read fails: all kept
+        assert sent(eng, first)[:3] == [f"GET {mid}", "GET memory_versions", witness]
+        assert eng.state.doubts and eng.ctx.writer is None
+        assert learns_writer(eng) == [witness]
+        eng.transport.rules = []
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions", witness]
+        assert eng.ctx.writer == MEMFS.to_json() and eng.ctx.writer_witness is None
+        assert not eng.state.doubts
+        [row] = eng.state.conflicts()
+        assert (row["path"], row["memory_id"], row["local_sha"], row["remote_sha"]) == (
+            "/a.md", mid, sha256(data("v2")), None)
+        await eng.op_reconcile()              # their delete stands, ours is kept aside
+        await eng.op_restore("/a.md")
+        await eng.op_push()
+        assert [sha for _mid, sha in eng.server().values()] == [sha256(data("v2"))]
+
+
+async def test_the_witness_of_the_writer_is_kept_for_the_same_key_only(tmp_path):
+    """The version to learn the writer from outlives the daemon (a daemon killed before
+    it read it), for the key it was made with; learned, the writer makes it moot."""
+    state = State(tmp_path / "state.db")
+    cache = BlobCache(tmp_path / "objects")
+    clients = [MemoryStoresClient("http://x.test", key) for key in ("key-1", "key-1", "key-2")]
+    try:
+        first = SyncContext(state, cache, clients[0], "memstore_x", SyncOptions())
+        first.witness("memver_1")
+        first.witness("memver_2")                   # the first one stays
+        again = SyncContext(state, cache, clients[1], "memstore_x", SyncOptions())
+        assert (first.writer_witness, again.writer_witness) == ("memver_1", "memver_1")
+        other = SyncContext(state, cache, clients[2], "memstore_x", SyncOptions())
+        assert other.writer_witness is None
+        again.learn_writer({"type": "api_actor", "api_key_id": "apikey_1"})
+        again.witness("memver_3")                   # known: nothing to witness
+        last = SyncContext(state, cache, clients[1], "memstore_x", SyncOptions())
+        assert (last.writer, last.writer_witness) == (again.writer, None)
+        assert "key-1" not in (state.get_meta("writer_witness") or "")
+    finally:
+        for c in clients:
+            await c.aclose()
+        cache.close()
+        state.close()
+
+
+async def test_a_create_in_doubt_edited_by_them_takes_its_memory_back_after_a_round_trip(
+        tmp_path):
+    """c.md's create was applied, its answer lost; another writer edits the memory it
+    made; c.md is moved over k.md (taking k's memory) and back. Once the request can no
+    longer land, the creation (changed since) is taken as ours, and a memory changed,
+    not deleted, is given back to the file holding its bytes: c.md is that memory again,
+    takes their edit as a plain update, and k's memory is the one deleted (the real
+    mount: `test_lost_answer_then_their_edit_during_our_round_trip_over_a_sibling`)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, k="k")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and not r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/c.md", "v1")
+        await eng.op_push()
+        assert eng.state.doubts
+        [(created, _sha)] = [v for p, v in eng.server().items() if p == "/c.md"]
+        await eng.op_r_edit("/c.md", "theirs")
+        await eng.op_rename("/c.md", "/k.md")
+        await eng.op_rename("/k.md", "/c.md")
+        wait_over(eng)
+        await eng.pusher.push_pass()
+        assert not eng.state.doubts and eng.state.conflicts() == []
+        assert eng.node("/c.md").memory_id == created
+        await eng.op_reconcile()
+        age_tombstones(eng)
+        await eng.op_push()
+        assert eng.user_tree() == {"/c.md": sha256(data("theirs"))}
+        assert eng.server() == {"/c.md": (created, sha256(data("theirs")))}

@@ -20,7 +20,7 @@ from memfs.api import errors as api_errors
 from memfs.state.blobs import BlobCache, sha256
 from memfs.state.state import ROOT_INO, State
 from memfs.sync import common
-from memfs.sync.common import Backoff, SyncContext, SyncOptions, SyncStatus
+from memfs.sync.common import WRITER_KEY, Backoff, SyncContext, SyncOptions, SyncStatus
 from memfs.sync.events import Subscriber
 
 
@@ -149,7 +149,7 @@ async def test_the_writer_learned_is_kept_and_not_forgotten_for_a_version_naming
         ctx.learn_writer({"type": "api_key", "id": "key_1"})
         ctx.learn_writer(None)  # a version with no writer recorded tells nothing
         assert ctx.writer == {"type": "api_key", "id": "key_1"}
-        assert ctx._recorded_writer() == ctx.writer  # kept in state.db, for this key
+        assert ctx._recorded(WRITER_KEY) == ctx.writer  # kept in state.db, for this key
 
 
 async def test_a_conflict_takes_the_servers_content_and_version_and_says_so(tmp_path):

@@ -17,9 +17,11 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 
+from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
 from memfs.api.models import Memory
 from memfs.core import decide
@@ -100,6 +102,9 @@ def local_of(state: State, node: Node, since: float | None = None) -> decide.Loc
 
 #: state.db's meta key of who this mount writes as (`SyncContext.writer`).
 WRITER_KEY = "writer"
+#: state.db's meta key of a creation of this mount's, to learn the writer from
+#: (`SyncContext.writer_witness`).
+WITNESS_KEY = "writer_witness"
 
 
 class SyncContext:
@@ -136,7 +141,14 @@ class SyncContext:
         #: feed (`learn_writer`) and kept in state.db for as long as the key is the same;
         #: None until then. A creation recorded as another writer's is then never taken
         #: for a create of ours whose answer was lost (`decide.by_another_writer`).
-        self.writer: dict | None = self._recorded_writer()
+        self.writer: dict | None = self._recorded(WRITER_KEY)
+        #: A version this mount created (a create's answer named it) while `writer` is
+        #: not known: read once (one GET, `learn_writer_now`) when a doubt must tell
+        #: another writer's version holding our bytes from ours, rather than wait for the
+        #: feed to read a creation back (a fresh mount, `--no-feed`, a daemon killed
+        #: before its feed did). Kept in state.db, as the writer is.
+        self.writer_witness: str | None = None if self.writer else self._recorded(
+            WITNESS_KEY)
         self.started_at = time.time()
         #: The wall clock that wait is counted on, and how a flush waits (for a request
         #: that may still land, for the server to come back): the interleaving harness
@@ -148,23 +160,53 @@ class SyncContext:
 
     # -- who this mount writes as ---------------------------------------------------
 
-    def _recorded_writer(self) -> dict | None:
+    def _recorded(self, key: str) -> Any:
+        """What `_record` kept under key, if it was kept with this API key."""
         try:
-            kept = json.loads(self.state.get_meta(WRITER_KEY) or "null")
+            kept = json.loads(self.state.get_meta(key) or "null")
             if kept and kept["tag"] == self.client.key_tag(kept["salt"]):
-                return kept["actor"]
+                return kept["value"]
         except (ValueError, KeyError, TypeError):
             pass
         return None  # none learned yet, or another key: to be learned again
+
+    def _record(self, key: str, value: object) -> None:
+        """Keep value in state.db for as long as the API key is the same (a salted tag
+        of the key beside it, never the key)."""
+        salt = secrets.token_hex(8)
+        self.state.set_meta(key, json.dumps(
+            {"value": value, "salt": salt, "tag": self.client.key_tag(salt)}))
+
+    def witness(self, version_id: str) -> None:
+        """`version_id`: the version a create of ours made (its answer named it)."""
+        if self.writer is None and self.writer_witness is None:
+            self.writer_witness = version_id
+            self._record(WITNESS_KEY, version_id)
+
+    async def learn_writer_now(self) -> None:
+        """Learn who this mount writes as from its witness (one GET), if it does not
+        know yet. A transient error propagates (the caller's pass goes offline, the
+        witness kept); any other refusal forgets the witness."""
+        witness = self.writer_witness
+        if self.writer is not None or witness is None:
+            return
+        try:
+            version = await self.client.get_version(self.store_id, witness, view="basic")
+        except (*api_errors.TRANSIENT, api_errors.AuthenticationError):
+            raise
+        except api_errors.APIError as exc:
+            log.info("cannot read version %s to learn who this mount writes as: %s",
+                     witness, exc)
+        else:
+            self.learn_writer(version.created_by)
+        self.writer_witness = None
 
     def learn_writer(self, actor: dict | None) -> None:
         """`actor`: the `created_by` of a creation this mount made (the feed read it)."""
         if not actor or actor == self.writer:
             return
         self.writer = actor
-        salt = secrets.token_hex(8)
-        self.state.set_meta(WRITER_KEY, json.dumps(
-            {"actor": actor, "salt": salt, "tag": self.client.key_tag(salt)}))
+        self._record(WRITER_KEY, actor)
 
     # -- wakeups -------------------------------------------------------------------
 

@@ -95,6 +95,16 @@ def _seen(v: Memory | MemoryVersion, writer: dict | None = None) -> decide.Seen:
                        decide.by_another_writer(writer, v.created_by))
 
 
+async def _learn_writer(ctx: SyncContext, holding: list[MemoryVersion]) -> None:
+    """A version holding our write, recorded as someone's, is ours or another writer's
+    (`decide.by_another_writer`): before deciding, learn who this mount writes as if the
+    feed has not told it yet (one GET of a creation of ours, once). Unknown, such a
+    version is taken as ours, which loses the user's write when it was theirs and went
+    since."""
+    if ctx.writer is None and any(v.created_by for v in holding):
+        await ctx.learn_writer_now()
+
+
 def _young(ctx: SyncContext, ticket: PushTicket) -> bool:
     """Whether the server may still apply the request: its answer was lost (no answer,
     or a gateway's timeout) less than `SyncOptions.lost_answer_wait` ago. A request
@@ -195,8 +205,11 @@ async def _resolve_update(ctx: SyncContext, ticket: PushTicket, done: Resolved) 
         head = await client.find_memory(store, ticket.memory_id, view="basic")
         if head is not None and decide.holds(written, head.path, head.content_sha256):
             return head, []
-        return head, [v async for v in client.list_versions(
+        history = [v async for v in client.list_versions(
             store, memory_id=ticket.memory_id, created_gte=versions_since(ticket.sent_at))]
+        await _learn_writer(ctx, [v for v in history if decide.holds(
+            written, v.path, v.content_sha256)])
+        return head, history
 
     got = await _ask(ctx, f"the change to {ticket.path}", read)
     if got is None:
@@ -227,8 +240,11 @@ async def _resolve_creates(ctx: SyncContext, tickets: list[PushTicket],
     since = versions_since(min(t.sent_at for t in tickets))
 
     async def read() -> list[MemoryVersion]:
-        return [v async for v in ctx.client.list_versions(
+        created = [v async for v in ctx.client.list_versions(
             ctx.store_id, operation="created", created_gte=since)]
+        await _learn_writer(ctx, [v for v in created if any(
+            decide.holds(t.written, v.path, v.content_sha256) for t in tickets)])
+        return created
 
     created = await _ask(ctx, f"{len(tickets)} create(s)", read)
     if created is None:

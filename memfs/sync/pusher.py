@@ -461,6 +461,8 @@ class Pusher:
         st.push_landed(ticket, remote_of(memory))
         ctx.events.pushed(memory.path, memory)
         self._ours(memory)
+        if ticket.memory_id is None:  # a creation is ours (an update may be a no-op)
+            ctx.witness(memory.memory_version_id)
         return 1
 
     def _ours(self, memory: Memory) -> None:
