@@ -1383,3 +1383,41 @@ async def test_a_create_in_doubt_edited_by_them_takes_its_memory_back_after_a_ro
         await eng.op_push()
         assert eng.user_tree() == {"/c.md": sha256(data("theirs"))}
         assert eng.server() == {"/c.md": (created, sha256(data("theirs")))}
+
+
+async def test_two_doubts_resolved_at_once_read_the_writer_once(tmp_path):
+    """a.md's and b.md's updates were applied, their answers lost, and another writer
+    edited both since: the pass resolves both doubts at once (`push_concurrency`), and
+    each needs to know who the mount writes as; its first creation is read once."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="v1", b="v1")
+        [witness] = learns_writer(eng)
+        a = eng.node("/a.md").memory_id
+        eng.transport.rules = [
+            FaultRule(lambda r: r.method == "POST" and r.memory_id, kind="lose",
+                      origins=("setup",), times=2),
+            FaultRule(lambda r: r.method == "GET" and r.memory_id == a, origins=("setup",),
+                      times=1)]                 # a's doubt waits while b's request goes
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()                   # a lost answer ends the pass: one at a time
+        await eng.op_write("/b.md", "v2")
+        await eng.op_push()
+        assert len(eng.state.doubts) == 2
+        await eng.op_r_edit("/a.md", "theirs")
+        await eng.op_r_edit("/b.md", "theirs")
+        first, reads, release = len(eng.transport.records), [], trio.Event()
+        get_version = eng.ctx.client.get_version
+
+        async def slow_get_version(*args, **kwargs):
+            reads.append(args)
+            await release.wait()              # a slow read: the other doubt goes on
+            return await get_version(*args, **kwargs)
+
+        eng.ctx.client.get_version = slow_get_version
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(eng.pusher.push_pass)
+            await trio.testing.wait_all_tasks_blocked()
+            release.set()
+        assert len(reads) == 1 and sent(eng, first).count(witness) == 1
+        assert len(sent(eng, first)) == 5
+        assert eng.ctx.writer == MEMFS.to_json() and not eng.state.doubts

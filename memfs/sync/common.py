@@ -149,6 +149,7 @@ class SyncContext:
         #: before its feed did). Kept in state.db, as the writer is.
         self.writer_witness: str | None = None if self.writer else self._recorded(
             WITNESS_KEY)
+        self._learning = trio.Lock()
         self.started_at = time.time()
         #: The wall clock that wait is counted on, and how a flush waits (for a request
         #: that may still land, for the server to come back): the interleaving harness
@@ -187,19 +188,21 @@ class SyncContext:
         """Learn who this mount writes as from its witness (one GET), if it does not
         know yet. A transient error propagates (the caller's pass goes offline, the
         witness kept); any other refusal forgets the witness."""
-        witness = self.writer_witness
-        if self.writer is not None or witness is None:
-            return
-        try:
-            version = await self.client.get_version(self.store_id, witness, view="basic")
-        except (*api_errors.TRANSIENT, api_errors.AuthenticationError):
-            raise
-        except api_errors.APIError as exc:
-            log.info("cannot read version %s to learn who this mount writes as: %s",
-                     witness, exc)
-        else:
-            self.learn_writer(version.created_by)
-        self.writer_witness = None
+        async with self._learning:  # the doubts resolved at once read it once
+            witness = self.writer_witness
+            if self.writer is not None or witness is None:
+                return
+            try:
+                version = await self.client.get_version(self.store_id, witness,
+                                                        view="basic")
+            except (*api_errors.TRANSIENT, api_errors.AuthenticationError):
+                raise
+            except api_errors.APIError as exc:
+                log.info("cannot read version %s to learn who this mount writes as: %s",
+                         witness, exc)
+            else:
+                self.learn_writer(version.created_by)
+            self.writer_witness = None
 
     def learn_writer(self, actor: dict | None) -> None:
         """`actor`: the `created_by` of a creation this mount made (the feed read it)."""
