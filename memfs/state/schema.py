@@ -15,7 +15,8 @@ STATE_DB = "state.db"
 SCHEMA = """
 -- Key/value facts about this mount: store_id, base_url, last_sync_at, ...; writer:
 -- who it writes as on the server (a version's created_by, with a salted tag of the
--- API key it was learned with, never the key: memfs/sync/common.py).
+-- API key it was learned with, never the key: memfs/sync/common.py); writer_witness:
+-- a version a create of its own made, to learn that from (tagged the same way).
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT

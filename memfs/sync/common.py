@@ -138,7 +138,8 @@ class SyncContext:
         #: a doubt a previous daemon left counts from this one's start.
         self.doubt_lost_at: dict[int, float | None] = {}
         #: Who this mount writes as: the `created_by` of a memory it created, told by the
-        #: feed (`learn_writer`) and kept in state.db for as long as the key is the same;
+        #: feed (`learn_writer`) or read from `writer_witness` when a doubt needs it
+        #: first, and kept in state.db for as long as the key is the same;
         #: None until then. A creation recorded as another writer's is then never taken
         #: for a create of ours whose answer was lost (`decide.by_another_writer`).
         self.writer: dict | None = self._recorded(WRITER_KEY)
@@ -205,7 +206,8 @@ class SyncContext:
             self.writer_witness = None
 
     def learn_writer(self, actor: dict | None) -> None:
-        """`actor`: the `created_by` of a creation this mount made (the feed read it)."""
+        """`actor`: the `created_by` of a creation this mount made (the feed read it, or
+        `learn_writer_now`)."""
         if not actor or actor == self.writer:
             return
         self.writer = actor
