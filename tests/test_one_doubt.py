@@ -1421,3 +1421,67 @@ async def test_two_doubts_resolved_at_once_read_the_writer_once(tmp_path):
         assert len(reads) == 1 and sent(eng, first).count(witness) == 1
         assert len(sent(eng, first)) == 5
         assert eng.ctx.writer == MEMFS.to_json() and not eng.state.doubts
+
+
+async def test_a_refused_read_of_the_writers_witness_is_forgotten_and_said(tmp_path, caplog):
+    """The witness's read is refused (a 403, not a transient error): the log says so, the
+    witness is forgotten, and the doubt decides as it did before the mount could learn
+    its writer (the version holding our write taken as ours)."""
+    caplog.set_level(logging.INFO, logger="memfs.sync.common")
+    async with harness(tmp_path) as eng:
+        mid = await lost_update(eng)
+        [witness] = learns_writer(eng)
+        await eng.op_r_edit("/a.md", "v3")
+        eng.transport.rules = [FaultRule(lambda r: r.path.endswith(witness[4:]),
+                                         origins=("setup",))]
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions", witness]
+        assert eng.transport.records[first + 2].query["view"] == "basic"  # no content
+        assert (eng.ctx.writer, eng.ctx.writer_witness) == (None, None)
+        assert not eng.state.doubts and eng.state.conflicts() == []
+        assert eng.node("/a.md").base_sha == sha256(data("v2"))  # applied, then theirs
+        said = [r.getMessage() for r in caplog.records if "learn who" in r.getMessage()]
+        assert said == [f"cannot read version {witness[4:]} to learn who this mount writes "
+                        "as: refused by the test (HTTP 403, permission_error)"]
+
+
+async def test_a_mount_that_created_nothing_asks_nothing_more(tmp_path, caplog):
+    """A mount that only edits memories another writer made has no creation of its own
+    to learn its writer from: its doubts read what they read before, and decide as
+    before (an edge the next note records: such a mount still takes another writer's
+    like bytes for its own)."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/a.md", "v1")
+        await eng.op_reconcile()
+        mid = eng.node("/a.md").memory_id
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v2")
+        await eng.op_push()
+        await eng.op_r_edit("/a.md", "v3")
+        assert eng.state.doubts and (eng.ctx.writer, eng.ctx.writer_witness) == (None, None)
+        caplog.set_level(logging.INFO, logger="memfs.sync.common")
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions"]
+        assert not [r for r in caplog.records if "learn who" in r.getMessage()]
+        assert not eng.state.doubts and eng.node("/a.md").base_sha == sha256(data("v2"))
+
+
+async def test_a_create_in_doubt_learns_the_writer_and_leaves_their_like_creation(tmp_path):
+    """c.md's create meets a 503 beside another writer's like creation, deleted since,
+    on a mount whose feed has not read its own creation (d.md's) back. The doubt reads
+    that creation first, learns it writes as MEMFS, and so knows theirs is not its
+    create's: the create, which the server was done with, is sent again. Unknown, their
+    creation was taken for ours, and the user's bytes kept as a conflict instead."""
+    async with harness(tmp_path) as eng:
+        theirs = await _create_in_doubt_beside_theirs(eng, lambda: eng.op_r_delete("/c.md"),
+                                                      before=lambda: synced(eng, d="d"))
+        first, learn = len(eng.transport.records), learns_writer(eng)
+        await eng.pusher.push_pass()
+        assert sent(eng, first) == ["GET memory_versions", *learn, "POST memories"]
+        assert eng.ctx.writer == MEMFS.to_json() and not eng.state.doubts
+        assert eng.state.conflicts() == []
+        [(mid, sha)] = [v for p, v in eng.server().items() if p == "/c.md"]
+        assert mid != theirs and sha == sha256(data("v1"))
