@@ -5,6 +5,7 @@ pusher's handling of doubts that no test killed (docs/TESTING.md, "Mutation test
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import replace
 
@@ -1008,29 +1009,42 @@ async def test_a_create_in_doubt_of_its_own_writer_is_still_found(tmp_path):
         assert eng.node("/c.md") is None
 
 
-async def test_the_writer_is_kept_for_the_same_key_and_learned_again_for_another(tmp_path):
-    """Who the mount writes as outlives the daemon (state.db), for the key it was learned
-    with; under another key it is unknown until a version of the new key's is read. The
-    key itself is never written: a salted tag of it is."""
+@contextlib.asynccontextmanager
+async def _daemons(tmp_path):
+    """(state.db, daemon): daemon(key) is a SyncContext on that one state.db, as a
+    daemon started with that API key would make; all closed at the end."""
     state = State(tmp_path / "state.db")
     cache = BlobCache(tmp_path / "objects")
-    clients = [MemoryStoresClient("http://x.test", key) for key in ("key-1", "key-1", "key-2")]
+    clients: list[MemoryStoresClient] = []
+
+    def daemon(key: str) -> SyncContext:
+        clients.append(MemoryStoresClient("http://x.test", key))
+        return SyncContext(state, cache, clients[-1], "memstore_x", SyncOptions())
+
     try:
-        first = SyncContext(state, cache, clients[0], "memstore_x", SyncOptions())
-        assert first.writer is None
-        first.learn_writer(None)                     # a version with no writer recorded
-        assert first.writer is None
-        first.learn_writer({"type": "api_actor", "api_key_id": "apikey_1"})
-        again = SyncContext(state, cache, clients[1], "memstore_x", SyncOptions())
-        assert again.writer == {"type": "api_actor", "api_key_id": "apikey_1"}
-        other = SyncContext(state, cache, clients[2], "memstore_x", SyncOptions())
-        assert other.writer is None
-        assert "key-1" not in (state.get_meta("writer") or "")
+        yield state, daemon
     finally:
         for c in clients:
             await c.aclose()
         cache.close()
         state.close()
+
+
+async def test_the_writer_is_kept_for_the_same_key_and_learned_again_for_another(tmp_path):
+    """Who the mount writes as outlives the daemon (state.db), for the key it was learned
+    with; under another key it is unknown until a version of the new key's is read. The
+    key itself is never written: a salted tag of it is."""
+    async with _daemons(tmp_path) as (state, daemon):
+        first = daemon("key-1")
+        assert first.writer is None
+        first.learn_writer(None)                     # a version with no writer recorded
+        assert first.writer is None
+        first.learn_writer({"type": "api_actor", "api_key_id": "apikey_1"})
+        again = daemon("key-1")
+        assert again.writer == {"type": "api_actor", "api_key_id": "apikey_1"}
+        other = daemon("key-2")
+        assert other.writer is None
+        assert "key-1" not in (state.get_meta("writer") or "")
 
 
 async def test_the_writer_is_not_learned_from_an_update_that_met_bytes_already_there(
@@ -1332,27 +1346,18 @@ async def test_an_update_in_doubt_learns_who_the_mount_writes_as_from_its_own_cr
 async def test_the_witness_of_the_writer_is_kept_for_the_same_key_only(tmp_path):
     """The version to learn the writer from outlives the daemon (a daemon killed before
     it read it), for the key it was made with; learned, the writer makes it moot."""
-    state = State(tmp_path / "state.db")
-    cache = BlobCache(tmp_path / "objects")
-    clients = [MemoryStoresClient("http://x.test", key) for key in ("key-1", "key-1", "key-2")]
-    try:
-        first = SyncContext(state, cache, clients[0], "memstore_x", SyncOptions())
+    async with _daemons(tmp_path) as (state, daemon):
+        first = daemon("key-1")
         first.witness("memver_1")
         first.witness("memver_2")                   # the first one stays
-        again = SyncContext(state, cache, clients[1], "memstore_x", SyncOptions())
+        again = daemon("key-1")
         assert (first.writer_witness, again.writer_witness) == ("memver_1", "memver_1")
-        other = SyncContext(state, cache, clients[2], "memstore_x", SyncOptions())
-        assert other.writer_witness is None
+        assert daemon("key-2").writer_witness is None
         again.learn_writer({"type": "api_actor", "api_key_id": "apikey_1"})
         again.witness("memver_3")                   # known: nothing to witness
-        last = SyncContext(state, cache, clients[1], "memstore_x", SyncOptions())
+        last = daemon("key-1")
         assert (last.writer, last.writer_witness) == (again.writer, None)
         assert "key-1" not in (state.get_meta("writer_witness") or "")
-    finally:
-        for c in clients:
-            await c.aclose()
-        cache.close()
-        state.close()
 
 
 async def test_a_create_in_doubt_edited_by_them_takes_its_memory_back_after_a_round_trip(
