@@ -420,6 +420,18 @@ SCENARIOS = [
         doc="as above, their memory edited since: their edit replaced the user's file, "
             "with no conflict (the answered 409 keeps ours as one)"),
     Scenario(
+        "made_with_the_bytes_of_their_create_deleted_since_writer_unknown",
+        [("r_create", "/a.md"), ("reconcile",), ("r_create", "/c.md", "same"),
+         ("r_delete", "/c.md"), ("write", "/c.md", "same")], "push", [("write", "/a.md")],
+        doc="the two above on a mount that has created nothing: with no creation of its "
+            "own to learn its writer from, their creation may be ours, and is decided as "
+            "such (the way the two above went before the writer's witness, 6 December)"),
+    Scenario(
+        "made_with_the_bytes_of_their_create_edited_since_writer_unknown",
+        [("r_create", "/a.md"), ("reconcile",), ("r_create", "/c.md", "same"),
+         ("r_edit", "/c.md"), ("write", "/c.md", "same")], "push", [("write", "/a.md")],
+        doc="as above, their memory edited since"),
+    Scenario(
         "their_create_meets_my_new_file_moved_away_while_read",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/c.md"),
          ("r_create", "/c.md"), ("r_delete", "/a.md")], "reconcile",
@@ -513,15 +525,16 @@ SCENARIOS = [
             "their memory on the listing's word, the file went with their delete"),
     Scenario(
         "my_create_in_doubt_replaced_by_a_like_synced_file",
-        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/d.md", "same"),
-         ("push",), ("r_create", "/c.md", "same"), ("r_delete", "/c.md"),
-         ("write", "/c.md", "same")], "push", [("rename", "/d.md", "/c.md")],
+        [("r_create", "/d.md", "same"), ("reconcile",), ("r_create", "/c.md", "same"),
+         ("r_delete", "/c.md"), ("write", "/c.md", "same")], "push",
+        [("rename", "/d.md", "/c.md")],
         doc="found by a mutant that survived (`push_overtaken` #7, 6 December): c.md's "
             "create in doubt beside their like creation, deleted since; d.md, synced with "
             "the same bytes, moved over c.md. The answer gave the created memory back to "
             "the file that holds its bytes, their delete took it, and d's memory went "
             "with the move: the moved file was lost (3 of 11 runs). A memory the server "
-            "shows deleted is no longer given back"),
+            "shows deleted is no longer given back. (The mount creates nothing first: it "
+            "cannot learn its writer, so their creation looks like its own)"),
     Scenario(
         "their_edit_alike_while_mine_is_out_then_mine_again",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("write", "/a.md", "same")],

@@ -700,15 +700,16 @@ def test_lost_answer_then_their_edit_during_our_round_trip_over_a_sibling(mounts
 
 def test_a_create_in_doubt_whose_file_a_like_synced_one_replaced_keeps_that_file(mounts,
                                                                                 server):
-    """An agent's session creates /c.md holding 'same' and deletes it while the mount
-    hears nothing (it polls only when asked, so it does not know yet that it writes as
-    its API key). The user writes 'same' to c.md, and the create meets a 503; while the
-    mount reads what it did, the user moves d.md, synced holding 'same' too, over c.md.
-    The deleted creation is taken for ours (the server cannot say whose it was), but not
-    given back to the moved file: that file keeps d's memory, which moves to /c.md.
-    Before, the file took the created memory back (as a file moved over another and
-    back), their delete took it, and d's memory went with the move: the user's file was
-    lost (found by a mutant of `push_overtaken` that survived, 6 December)."""
+    """Another client with the mount's API key (the same user on another machine: the
+    server records its writes as the mount's) creates /c.md holding 'same' and deletes
+    it while the mount hears nothing (it polls only when asked). The user writes 'same'
+    to c.md, and the create meets a 503; while the mount reads what it did, the user
+    moves d.md, synced holding 'same' too, over c.md. The deleted creation is taken for
+    ours (the server cannot say whose it was), but not given back to the moved file:
+    that file keeps d's memory, which moves to /c.md. Before, the file took the created
+    memory back (as a file moved over another and back), their delete took it, and d's
+    memory went with the move: the user's file was lost (found by a mutant of
+    `push_overtaken` that survived, 6 December)."""
     store = mounts.new_store()
     m = mounts.mount(store, "--write-back-delay", "0.2", "--delete-delay", "0",
                      "--poll-interval", "3600")
@@ -716,9 +717,9 @@ def test_a_create_in_doubt_whose_file_a_like_synced_one_replaced_keeps_that_file
     d.write_text("same\n")
     m.wait_synced()
     mine = xattr(d, "user.memfs.memory_id")
-    agent = server.sdk(default_headers={"x-memfs-session-id": "sesn_01agent"})
-    theirs = agent.beta.memory_stores.memories.create(store, path="/c.md", content="same\n")
-    agent.beta.memory_stores.memories.delete(theirs.id, memory_store_id=store)
+    other = server.sdk().beta.memory_stores.memories           # the same key
+    theirs = other.create(store, path="/c.md", content="same\n")
+    other.delete(theirs.id, memory_store_id=store)
     with Gate(server) as gate:
         gate.hold("GET", rf"/memory_stores/{store}/memory_versions", count=1)
         gate.refuse("POST", rf"/memory_stores/{store}/memories$", 503, count=1)

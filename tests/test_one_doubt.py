@@ -1009,6 +1009,13 @@ async def test_a_create_in_doubt_of_its_own_writer_is_still_found(tmp_path):
         assert eng.node("/c.md") is None
 
 
+async def _listed(eng, path: str, text: str) -> None:
+    """Another writer's memory at path, holding text, listed here: a synced file the
+    mount did not create."""
+    await eng.op_r_create(path, text)
+    await eng.op_reconcile()
+
+
 @contextlib.asynccontextmanager
 async def _daemons(tmp_path):
     """(state.db, daemon): daemon(key) is a SyncContext on that one state.db, as a
@@ -1279,16 +1286,18 @@ async def test_an_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_o
 
 async def test_a_create_in_doubt_whose_file_a_like_synced_one_replaced_keeps_that_file(
         tmp_path):
-    """c.md's create is in doubt beside their like creation, deleted since (as above);
-    then d.md, synced holding the same bytes, is moved over c.md. The answer takes their
-    memory as created and deleted: the moved file keeps d's memory and goes out as its
-    move, and nothing needs keeping aside (before, the answer gave the file the created
-    memory back, as to a file moved over another and back, `_take_back`; their delete
-    then took it, and d's memory went with the move: the moved file was lost; found by
-    `push_overtaken` #7 surviving, 6 December)."""
+    """c.md's create is in doubt beside their like creation, deleted since (as above; the
+    mount has created nothing, so it cannot tell another writer's creation from its
+    own); then d.md, synced holding the same bytes, is moved over c.md. The answer takes
+    their memory as created and deleted: the moved file keeps d's memory and goes out as
+    its move, and nothing needs keeping aside (before, the answer gave the file the
+    created memory back, as to a file moved over another and back, `_take_back`; their
+    delete then took it, and d's memory went with the move: the moved file was lost;
+    found by `push_overtaken` #7 surviving, 6 December)."""
     async with harness(tmp_path) as eng:
         await _create_in_doubt_beside_theirs(eng, lambda: eng.op_r_delete("/c.md"),
-                                             before=lambda: synced(eng, d="v1"))
+                                             before=lambda: _listed(eng, "/d.md", "v1"))
+        assert eng.ctx.writer_witness is None
         [(mine, _sha)] = eng.server().values()
         await eng.op_rename("/d.md", "/c.md")
         await eng.pusher.push_pass()
