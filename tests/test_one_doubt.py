@@ -1499,3 +1499,36 @@ async def test_a_create_in_doubt_learns_the_writer_and_leaves_their_like_creatio
         assert eng.state.conflicts() == []
         [(mid, sha)] = [v for p, v in eng.server().items() if p == "/c.md"]
         assert mid != theirs and sha == sha256(data("v1"))
+
+
+async def test_an_update_in_doubt_meeting_their_like_bytes_since_edited_keeps_ours(tmp_path):
+    """The same, their v2 edited to v3 since instead of deleted: their edit stands in the
+    tree, the user's v2 is kept as a conflict against it (its sha and version, and the
+    reason saying "changed")."""
+    async with harness(tmp_path) as eng:
+        await _knowing_its_writer(eng)
+        mid = eng.node("/a.md").memory_id
+        await eng.op_r_edit("/a.md", "v2")
+        await eng.op_r_edit("/a.md", "v3")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                         kind="lose", origins=("setup",), times=1)]
+        await eng.op_write("/a.md", "v2")     # meets v3: refused, its answer lost
+        await eng.op_push()
+        assert eng.state.doubts
+        wait_over(eng)
+        sub = Subscriber()
+        eng.ctx.events.attach(sub)
+        await eng.pusher.push_pass()
+        assert not eng.state.doubts
+        head = eng.transport.db.get_memory(eng.store_id, mid)
+        event = sub.receive.receive_nowait()
+        assert (event.kind, event.path, event.version_id) == (
+            "conflict", "/a.md", head["memory_version_id"])
+        [row] = eng.state.conflicts()
+        assert (row["path"], row["memory_id"], row["local_sha"], row["remote_sha"]) == (
+            "/a.md", mid, sha256(data("v2")), sha256(data("v3")))
+        assert row["reason"] == ("written here, its answer lost; another writer wrote the same "
+                                 "bytes to the memory and changed it since, and the server "
+                                 "cannot tell whether ours was applied")
+        await eng.op_reconcile()              # their edit stands
+        assert eng.user_tree() == {"/a.md": sha256(data("v3"))}
