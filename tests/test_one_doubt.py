@@ -1235,6 +1235,18 @@ async def _a_move_never_applied_is_sent_again(eng, mid: str) -> None:
 # -- our bytes in a version the server records as another writer's ------------------
 
 
+async def _mine_lost_after_their_like_bytes(eng, then) -> None:
+    """Another writer writes v2 to a.md, then `then` (deletes or edits it); the user, not
+    having heard, writes v2 too, and the update's answer is lost (it met their change)."""
+    await eng.op_r_edit("/a.md", "v2")
+    await then()
+    eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
+                                     kind="lose", origins=("setup",), times=1)]
+    await eng.op_write("/a.md", "v2")
+    await eng.op_push()
+    assert eng.state.doubts
+
+
 async def test_an_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(tmp_path):
     """The mount knows its writer. Another writer wrote v2 to a.md and deleted it; the
     user, not having heard, writes v2 to a.md, and the update's answer is lost (the
@@ -1247,13 +1259,7 @@ async def test_an_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_o
     async with harness(tmp_path) as eng:
         await _knowing_its_writer(eng)
         mid = eng.node("/a.md").memory_id
-        await eng.op_r_edit("/a.md", "v2")
-        await eng.op_r_delete("/a.md")
-        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
-                                         kind="lose", origins=("setup",), times=1)]
-        await eng.op_write("/a.md", "v2")
-        await eng.op_push()
-        assert eng.state.doubts
+        await _mine_lost_after_their_like_bytes(eng, lambda: eng.op_r_delete("/a.md"))
         first = len(eng.transport.records)
         await eng.pusher.push_pass()          # young: it may still land, so it waits
         assert sent(eng, first) == [f"GET {mid}", "GET memory_versions"]
@@ -1322,13 +1328,7 @@ async def test_an_update_in_doubt_learns_who_the_mount_writes_as_from_its_own_cr
         await synced(eng, a="v1")
         mid = eng.node("/a.md").memory_id
         [witness] = learns_writer(eng)
-        await eng.op_r_edit("/a.md", "v2")
-        await eng.op_r_delete("/a.md")
-        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
-                                         kind="lose", origins=("setup",), times=1)]
-        await eng.op_write("/a.md", "v2")
-        await eng.op_push()
-        assert eng.state.doubts
+        await _mine_lost_after_their_like_bytes(eng, lambda: eng.op_r_delete("/a.md"))
         wait_over(eng)
         eng.transport.rules = [FaultRule(lambda r: r.path.endswith(witness[4:]), kind="fail",
                                          origins=("setup",))]
@@ -1508,13 +1508,7 @@ async def test_an_update_in_doubt_meeting_their_like_bytes_since_edited_keeps_ou
     async with harness(tmp_path) as eng:
         await _knowing_its_writer(eng)
         mid = eng.node("/a.md").memory_id
-        await eng.op_r_edit("/a.md", "v2")
-        await eng.op_r_edit("/a.md", "v3")
-        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and r.memory_id,
-                                         kind="lose", origins=("setup",), times=1)]
-        await eng.op_write("/a.md", "v2")     # meets v3: refused, its answer lost
-        await eng.op_push()
-        assert eng.state.doubts
+        await _mine_lost_after_their_like_bytes(eng, lambda: eng.op_r_edit("/a.md", "v3"))
         wait_over(eng)
         sub = Subscriber()
         eng.ctx.events.attach(sub)
