@@ -38,9 +38,11 @@ def sent(eng: Engine, since: int = 0) -> list[str]:
 def learns_writer(eng: Engine) -> list[str]:
     """The request a doubt sends the first time it meets a version holding its write
     before the mount knows who it writes as: one GET of the version a create of its own
-    made (`SyncContext.learn_writer_now`)."""
+    made (`SyncContext.learn_writer_now`), or of the versions of a memory a delete of
+    its own removed."""
     assert eng.ctx.writer is None and eng.ctx.writer_witness is not None
-    return [f"GET {eng.ctx.writer_witness}"]
+    kind, ident = eng.ctx.writer_witness
+    return [f"GET {ident}" if kind == "version" else "GET memory_versions"]
 
 
 def data(text: str) -> bytes:

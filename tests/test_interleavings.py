@@ -508,6 +508,15 @@ SCENARIOS = [
             "The doubt learns it from the version a create of its own made (one GET; "
             "`SyncContext.writer_witness`, kept in state.db)"),
     Scenario(
+        "their_like_bytes_deleted_then_mine_written_its_answer_lost_by_a_mount_that_deletes",
+        [("r_create", "/a.md"), ("r_create", "/b.md"), ("r_create", "/c.md"), ("reconcile",),
+         ("unlink", "/c.md"), ("age",), ("push",), ("r_edit", "/b.md", "same"),
+         ("r_delete", "/b.md"), ("write", "/b.md", "same")], "push", [],
+        doc="the same on a mount that has created nothing, only adopted their files and "
+            "deleted one (6 of 19 runs lost the write): no create to learn its writer "
+            "from, but a delete of its own is a witness too (the memory's one deleted "
+            "version)"),
+    Scenario(
         "their_like_bytes_listed_then_deleted_while_mine_are_written",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_edit", "/b.md", "same")],
         "reconcile", [("r_delete", "/b.md"), ("write", "/b.md", "same")],

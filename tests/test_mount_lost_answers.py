@@ -485,11 +485,12 @@ def test_a_create_refused_beside_a_like_creation_deleted_since_keeps_the_file(mo
         _kept_as_a_conflict(m, server, store, "v1\n")
 
 
-@pytest.mark.parametrize(("wait", "knows"), [("0", True), ("5", True), ("0", False)],
-                         ids=["0", "5", "0-writer-unknown"])
-def test_our_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(mounts,
-                                                                               server, wait,
-                                                                               knows):
+@pytest.mark.parametrize(("wait", "knows", "adopted"),
+                         [("0", True, False), ("5", True, False), ("0", False, False),
+                          ("0", False, True)],
+                         ids=["0", "5", "0-writer-unknown", "0-writer-unknown-deletes-only"])
+def test_our_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(
+        mounts, server, wait, knows, adopted):
     """An agent's session writes v2 to /x.md and deletes it while the mount hears nothing
     (it polls only when asked); the user, not having heard, writes v2 to x.md, and the
     update's answer is lost (it met the deleted memory; the connection is reset). The
@@ -504,12 +505,21 @@ def test_our_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(m
     (`Absent.KEEP_AS_NEW`): the doubt, resolved later, finds nothing holding the memory,
     and the file is created again, no conflict. When the feed has not read a creation
     of the mount's back yet (`knows` False), the doubt reads that version itself (one
-    GET) to learn who the mount writes as; before, their version was taken for ours."""
+    GET) to learn who the mount writes as; before, their version was taken for ours.
+    A mount that created nothing (`adopted`: x.md and y.md made by another client on its
+    key) learns it from the deletion of y.md, its own (one listing)."""
     store = mounts.new_store()
+    if adopted:
+        mems = server.sdk().beta.memory_stores.memories
+        for path in ("/x.md", "/y.md"):
+            mems.create(memory_store_id=store, path=path, content="v1\n")
     m = mounts.mount(store, "--write-back-delay", "0.2", "--delete-delay", "0",
                      "--poll-interval", "3600", "--lost-answer-wait", wait)
     x = m.path / "x.md"
-    x.write_text("v1\n")
+    if adopted:
+        (m.path / "y.md").unlink()
+    else:
+        x.write_text("v1\n")
     m.wait_synced()
     mid = xattr(x, "user.memfs.memory_id")
     if knows:
@@ -592,16 +602,15 @@ def test_our_create_in_doubt_deleted_here_spares_another_writers_like_creation(m
     it created): their memory is not taken for ours, so the user's delete does not go to
     it, and it shows in the mount. Before, it was taken for ours and deleted: the
     agent's file gone, nothing kept. The mount's reads of the versions wait at the gate
-    until both changes are made."""
+    until both changes are made. (It polls only when asked: a poll the gate held would
+    hold the create back too, which runs one pass at a time with it.)"""
     store = mounts.new_store()
-    m = mounts.mount(store, *MOUNT_ARGS, "--lost-answer-wait", "1")
+    m = mounts.mount(store, "--write-back-delay", "0.2", "--delete-delay", "0",
+                     "--poll-interval", "3600", "--lost-answer-wait", "1")
     (m.path / "a.md").write_text("a\n")
     m.wait_synced()
-    deadline = time.monotonic() + 30
-    while (writer := _writer(m)) is None:   # the next feed poll reads our version
-        assert time.monotonic() < deadline, "the mount never read its own creation back"
-        time.sleep(0.1)
-    assert writer["type"] == "api_actor"
+    m.sync_now()                            # the feed reads our version
+    assert _writer(m)["type"] == "api_actor"
     agent = server.sdk(default_headers={"x-memfs-session-id": "sesn_01agent"})
     with Gate(server) as gate:
         gate.hold("GET", rf"/memory_stores/{store}/memory_versions")
@@ -617,6 +626,7 @@ def test_our_create_in_doubt_deleted_here_spares_another_writers_like_creation(m
                                                            content="v1\n")
         gate.clear()
     flush(m)
+    m.sync_now()
     deadline = time.monotonic() + 30
     while not (m.path / "d" / "x.md").exists():
         assert time.monotonic() < deadline, "their file never showed"

@@ -1352,18 +1352,65 @@ async def test_an_update_in_doubt_learns_who_the_mount_writes_as_from_its_own_cr
         assert [sha for _mid, sha in eng.server().values()] == [sha256(data("v2"))]
 
 
+async def test_an_update_in_doubt_learns_the_writer_from_a_delete_of_its_own(tmp_path):
+    """The same on a mount that never created anything: it adopted a.md and b.md from
+    another writer and deleted b.md. No update can tell who the mount writes as (one
+    that finds its bytes there already is a no-op, its answer naming whoever wrote them),
+    but a delete can: b's memory was deleted once, by us, so the doubt reads that
+    deletion (one listing, once), learns its writer, and keeps the user's v2 as a
+    conflict. Before, such a mount took their version for its own and their delete took
+    the user's file (the harness: 6 of 19 runs)."""
+    async with harness(tmp_path) as eng:
+        await eng.op_r_create("/a.md", "v1")
+        await eng.op_r_create("/b.md", "b")
+        await eng.op_reconcile()
+        mid, deleted = eng.node("/a.md").memory_id, eng.node("/b.md").memory_id
+        assert eng.ctx.writer_witness is None
+        await eng.op_unlink("/b.md")
+        age_tombstones(eng)
+        await eng.op_push()
+        assert eng.ctx.writer_witness == ("deleted", deleted)
+        await _mine_lost_after_their_like_bytes(eng, lambda: eng.op_r_delete("/a.md"))
+        wait_over(eng)
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions", "GET memory_versions"]
+        learned = eng.transport.records[first + 2].query
+        assert (learned["memory_id"], learned["operation"]) == (deleted, "deleted")
+        assert eng.ctx.writer == MEMFS.to_json() and eng.ctx.writer_witness is None
+        assert not eng.state.doubts
+        [row] = eng.state.conflicts()
+        assert (row["path"], row["memory_id"], row["local_sha"], row["remote_sha"]) == (
+            "/a.md", mid, sha256(data("v2")), None)
+
+
+async def test_a_deletion_the_server_no_longer_lists_is_said_and_forgotten(tmp_path, caplog):
+    """A witness the server shows nothing of (a store whose history of deleted memories
+    was purged): the log says so, and the mount decides as one that cannot learn its
+    writer."""
+    caplog.set_level(logging.INFO, logger="memfs.sync.common")
+    async with harness(tmp_path) as eng:
+        eng.ctx.witness(("deleted", "mem_0123456789abcdefghijkl"))
+        await eng.ctx.learn_writer_now()
+        assert (eng.ctx.writer, eng.ctx.writer_witness) == (None, None)
+        assert eng.state.get_meta("writer_witness") is None
+        said = [r.getMessage() for r in caplog.records if "learn who" in r.getMessage()]
+        assert said == ["the deletion of memory mem_0123456789abcdefghijkl is not on the "
+                        "server: cannot learn who this mount writes as"]
+
+
 async def test_the_witness_of_the_writer_is_kept_for_the_same_key_only(tmp_path):
     """The version to learn the writer from outlives the daemon (a daemon killed before
     it read it), for the key it was made with; learned, the writer makes it moot."""
     async with _daemons(tmp_path) as (state, daemon):
         first = daemon("key-1")
-        first.witness("memver_1")
-        first.witness("memver_2")                   # the first one stays
+        first.witness(("deleted", "mem_1"))
+        first.witness(("version", "memver_2"))      # the first one stays
         again = daemon("key-1")
-        assert (first.writer_witness, again.writer_witness) == ("memver_1", "memver_1")
+        assert first.writer_witness == again.writer_witness == ("deleted", "mem_1")
         assert daemon("key-2").writer_witness is None
         again.learn_writer({"type": "api_actor", "api_key_id": "apikey_1"})
-        again.witness("memver_3")                   # known: nothing to witness
+        again.witness(("version", "memver_3"))      # known: nothing to witness
         last = daemon("key-1")
         assert (last.writer, last.writer_witness) == (again.writer, None)
         assert "key-1" not in (state.get_meta("writer_witness") or "")
@@ -1439,8 +1486,8 @@ async def test_two_doubts_resolved_at_once_read_the_writer_once(tmp_path):
 
 async def test_a_refused_read_of_the_writers_witness_is_forgotten_and_said(tmp_path, caplog):
     """The witness's read is refused (a 403, not a transient error): the log says so, the
-    witness is forgotten, and the doubt decides as it did before the mount could learn
-    its writer (the version holding our write taken as ours)."""
+    witness is forgotten (in state.db too), and the doubt decides as it did before the
+    mount could learn its writer (the version holding our write taken as ours)."""
     caplog.set_level(logging.INFO, logger="memfs.sync.common")
     async with harness(tmp_path) as eng:
         mid = await lost_update(eng)
@@ -1453,6 +1500,7 @@ async def test_a_refused_read_of_the_writers_witness_is_forgotten_and_said(tmp_p
         assert sent(eng, first) == [f"GET {mid}", "GET memory_versions", witness]
         assert eng.transport.records[first + 2].query["view"] == "basic"  # no content
         assert (eng.ctx.writer, eng.ctx.writer_witness) == (None, None)
+        assert eng.state.get_meta("writer_witness") is None  # not read again at a restart
         assert not eng.state.doubts and eng.state.conflicts() == []
         assert eng.node("/a.md").base_sha == sha256(data("v2"))  # applied, then theirs
         said = [r.getMessage() for r in caplog.records if "learn who" in r.getMessage()]

@@ -102,9 +102,17 @@ def local_of(state: State, node: Node, since: float | None = None) -> decide.Loc
 
 #: state.db's meta key of who this mount writes as (`SyncContext.writer`).
 WRITER_KEY = "writer"
-#: state.db's meta key of a creation of this mount's, to learn the writer from
+#: state.db's meta key of a write of this mount's, to learn the writer from
 #: (`SyncContext.writer_witness`).
 WITNESS_KEY = "writer_witness"
+
+#: A write the server recorded as this mount's, to learn its writer from: the version a
+#: create made (`("version", its id)`, the create's answer names it), or a memory a
+#: delete of ours removed (`("deleted", the memory's id)`: the answer names no version,
+#: but a memory is deleted once, so its one deleted version is ours). An update is no
+#: witness: one that finds its bytes there already is a no-op whose answer names
+#: whoever wrote them.
+Witness = tuple[str, str]
 
 
 class SyncContext:
@@ -143,13 +151,13 @@ class SyncContext:
         #: None until then. A creation recorded as another writer's is then never taken
         #: for a create of ours whose answer was lost (`decide.by_another_writer`).
         self.writer: dict | None = self._recorded(WRITER_KEY)
-        #: A version this mount created (a create's answer named it) while `writer` is
-        #: not known: read once (one GET, `learn_writer_now`) when a doubt must tell
-        #: another writer's version holding our bytes from ours, rather than wait for the
-        #: feed to read a creation back (a fresh mount, `--no-feed`, a daemon killed
-        #: before its feed did). Kept in state.db, as the writer is.
-        self.writer_witness: str | None = None if self.writer else self._recorded(
-            WITNESS_KEY)
+        #: A write of this mount's (`Witness`) while `writer` is not known: read once
+        #: (one GET, `learn_writer_now`) when a doubt must tell another writer's version
+        #: holding our bytes from ours, rather than wait for the feed to read a creation
+        #: back (a fresh mount, `--no-feed`, a daemon killed before its feed did). Kept
+        #: in state.db, as the writer is.
+        self.writer_witness: Witness | None = None if self.writer else _as_witness(
+            self._recorded(WITNESS_KEY))
         self._learning = trio.Lock()
         self.started_at = time.time()
         #: The wall clock that wait is counted on, and how a flush waits (for a request
@@ -179,11 +187,11 @@ class SyncContext:
         self.state.set_meta(key, json.dumps(
             {"value": value, "salt": salt, "tag": self.client.key_tag(salt)}))
 
-    def witness(self, version_id: str) -> None:
-        """`version_id`: the version a create of ours made (its answer named it)."""
+    def witness(self, witness: Witness) -> None:
+        """A write of ours the server answered (`Witness`); the first one is kept."""
         if self.writer is None and self.writer_witness is None:
-            self.writer_witness = version_id
-            self._record(WITNESS_KEY, version_id)
+            self.writer_witness = witness
+            self._record(WITNESS_KEY, list(witness))
 
     async def learn_writer_now(self) -> None:
         """Learn who this mount writes as from its witness (one GET), if it does not
@@ -193,17 +201,28 @@ class SyncContext:
             witness = self.writer_witness
             if self.writer is not None or witness is None:
                 return
+            kind, ident = witness
             try:
-                version = await self.client.get_version(self.store_id, witness,
-                                                        view="basic")
+                if kind == "deleted":
+                    found = await self.client.list_versions_page(
+                        self.store_id, memory_id=ident, operation="deleted", limit=1)
+                    version = next(iter(found.data), None)
+                else:
+                    version = await self.client.get_version(self.store_id, ident,
+                                                            view="basic")
             except (*api_errors.TRANSIENT, api_errors.AuthenticationError):
                 raise
             except api_errors.APIError as exc:
-                log.info("cannot read version %s to learn who this mount writes as: %s",
-                         witness, exc)
+                log.info("cannot read %s to learn who this mount writes as: %s",
+                         _witness_name(witness), exc)
             else:
-                self.learn_writer(version.created_by)
+                if version is None:  # redacted away, or a server that lost it
+                    log.info("%s is not on the server: cannot learn who this mount "
+                             "writes as", _witness_name(witness))
+                else:
+                    self.learn_writer(version.created_by)
             self.writer_witness = None
+            self.state.set_meta(WITNESS_KEY, None)  # moot: learned, or cannot be
 
     def learn_writer(self, actor: dict | None) -> None:
         """`actor`: the `created_by` of a creation this mount made (the feed read it, or
@@ -319,3 +338,15 @@ async def gather_bounded(items, fn, limit: int) -> None:
 def _describe(exc: BaseException) -> str:
     """The class and message (an API error's ends with its HTTP status, type and request id)."""
     return f"{type(exc).__name__}: {exc}"
+
+
+def _as_witness(kept: Any) -> Witness | None:
+    """A witness as `_record` kept it."""
+    if isinstance(kept, list) and len(kept) == 2 and kept[0] in ("version", "deleted"):
+        return (kept[0], str(kept[1]))
+    return None
+
+
+def _witness_name(witness: Witness) -> str:
+    kind, ident = witness
+    return f"version {ident}" if kind == "version" else f"the deletion of memory {ident}"

@@ -462,7 +462,7 @@ class Pusher:
         ctx.events.pushed(memory.path, memory)
         self._ours(memory)
         if ticket.memory_id is None:  # a creation is ours (an update may be a no-op)
-            ctx.witness(memory.memory_version_id)
+            ctx.witness(("version", memory.memory_version_id))
         return 1
 
     def _ours(self, memory: Memory) -> None:
@@ -735,6 +735,8 @@ class Pusher:
             raise
         except api_errors.APIError as exc:  # 403, an unexpected 409...
             return self._delete_refused(tomb, exc)
+        else:  # deleted by this request: the memory's one deleted version is ours
+            ctx.witness(("deleted", mid))
         if mid in st.tombstones:
             st.tombstone_settled(mid)
         ctx.events.pushed(tomb.base_path, memory_id=mid)
