@@ -23,7 +23,7 @@ import trio
 
 from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
-from memfs.api.models import Memory
+from memfs.api.models import Memory, MemoryVersion
 from memfs.core import decide
 from memfs.core.backoff import doubled
 from memfs.core.metrics import StoreMetrics
@@ -206,7 +206,8 @@ class SyncContext:
                 if kind == "deleted":
                     found = await self.client.list_versions_page(
                         self.store_id, memory_id=ident, operation="deleted", limit=1)
-                    version = next(iter(found.data), None)
+                    version = next((v for v in found.data
+                                    if isinstance(v, MemoryVersion)), None)
                 else:
                     version = await self.client.get_version(self.store_id, ident,
                                                             view="basic")
@@ -216,7 +217,7 @@ class SyncContext:
                 log.info("cannot read %s to learn who this mount writes as: %s",
                          _witness_name(witness), exc)
             else:
-                if version is None:  # redacted away, or a server that lost it
+                if version is None:  # a store whose history was purged
                     log.info("%s is not on the server: cannot learn who this mount "
                              "writes as", _witness_name(witness))
                 else:
