@@ -247,6 +247,10 @@ class SessionMounts:
             log.warning("%d memory change(s) the server turned down last time stay "
                         "journaled: %s", len(waiting),
                         listed(waiting))
+        aside = reply.get("conflicts", [])
+        if aside:
+            log.warning("%d memory conflict(s) keep what was written here aside, NOT on "
+                        "the server (memfs conflicts): %s", len(aside), listed(aside))
 
 
 def _rmdir_quietly(path: Path) -> None:

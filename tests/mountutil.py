@@ -117,10 +117,15 @@ class MountProc:
         reply = control.request(self.state_dir, {"cmd": "sync", "full": full}, timeout=30)
         assert reply.get("ok"), reply
 
-    def unmount(self, *args: str, kept: bool = False) -> str:
-        """`memfs unmount`; `kept`: changes are expected to stay local (exit status 3)."""
-        proc = self.memfs("unmount", str(self.path), *args, check=not kept)
-        if kept:
+    def unmount(self, *args: str, kept: bool | None = False) -> str:
+        """`memfs unmount`; `kept`: changes are expected to stay local (exit status 3);
+        None: either, as its output says (status 3 exactly when it names something kept
+        here, not on the server)."""
+        proc = self.memfs("unmount", str(self.path), *args, check=kept is False)
+        if kept is None:
+            assert proc.returncode == (3 if "NOT on the server" in proc.stdout else 0), (
+                proc.returncode, proc.stdout, proc.stderr)
+        elif kept:
             assert proc.returncode == 3, (proc.returncode, proc.stdout, proc.stderr)
         self._wait_pid()
         return proc.stdout

@@ -75,7 +75,8 @@ def test_restore_and_discard_without_daemon(mounts, server):
     m.sync_now()
     rows = {r["path"]: r["id"] for r in conflicts(m)}
     assert set(rows) == {"/a.md", "/b.md"}
-    m.unmount()
+    out = m.unmount(kept=True)  # exit status 3, each conflict named
+    assert all(f"#{rows[p]} {p}: changed on the server and here" in out for p in rows), out
 
     # No daemon: list / restore / discard work on state.db.
     offline_rows = conflicts(m)

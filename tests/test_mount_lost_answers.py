@@ -440,8 +440,9 @@ def _kept_as_a_conflict(m, server, store: str, content: str, *, path: str = "/d/
                         logged: str = "could not tell whether its create made the memory",
                         ) -> None:
     """The memory `path`'s request made (or took for its own), or that another writer
-    made alike, is gone: so is the file; its bytes are one conflict (said so in the log),
-    which `memfs conflicts restore` puts back, and the store ends with it."""
+    made alike, is gone: so is the file; its bytes are one conflict (said so in the log,
+    and named by a flush, as an unmount would), which `memfs conflicts restore` puts
+    back, and the store ends with it."""
     file = m.path / path.lstrip("/")
     flush(m)
     for _ in range(40):
@@ -451,6 +452,8 @@ def _kept_as_a_conflict(m, server, store: str, content: str, *, path: str = "/d/
     assert server_memories(server, store) == {}
     assert not file.exists()
     [row] = conflicts(m)
+    [aside] = flush(m)["conflicts"]         # what an unmount now would name (status 3)
+    assert (aside["id"], aside["path"]) == (row["id"], path)
     assert (row["path"], row["local_content"]) == (path, content), row
     assert reason in row["reason"]
     assert logged in (m.state_dir / "daemon.log").read_text()

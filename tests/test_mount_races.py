@@ -145,7 +145,8 @@ def test_a_new_file_where_a_delete_met_their_edit_is_a_conflict_saying_so(mounts
     and the user makes a new a.md (the DELETE is out: the new file cannot take the memory
     back). The DELETE meets their edit (409): their a.md wins the path, the new file is
     kept as a conflict, and `memfs conflicts` says why: deleted here but changed on the
-    server (it said another writer had created the same path)."""
+    server (it said another writer had created the same path). `memfs unmount` names it
+    and exits with status 3: what the user wrote is not on the server."""
     store = mounts.new_store()
     m = mounts.mount(store, "--delete-delay", "0")
     (m.path / "a.md").write_text("v1\n")
@@ -166,6 +167,11 @@ def test_a_new_file_where_a_delete_met_their_edit_is_a_conflict_saying_so(mounts
     assert cat(m.path / "a.md") == "theirs\n"
     assert server_memories(server, store) == {"/a.md": "theirs\n"}
     assert sdk_by_path(server, store)["/a.md"].id == mid
+    out = m.unmount(kept=True)      # exit status 3: "mine" is not on the server
+    assert ("1 conflict(s) keep what was written here aside, NOT on the server" in out
+            and f"#{row['id']} /a.md: deleted here but changed on the server" in out), out
+    assert "1 conflict(s) keep what was written here aside" in (
+        m.state_dir / "daemon.log").read_text()
 
 
 def test_refused_update_is_reported_on_the_file_and_retried(mounts, server):

@@ -1414,6 +1414,10 @@ async def test_the_witness_of_the_writer_is_kept_for_the_same_key_only(tmp_path)
         last = daemon("key-1")
         assert (last.writer, last.writer_witness) == (again.writer, None)
         assert "key-1" not in (state.get_meta("writer_witness") or "")
+    (tmp_path / "created").mkdir()
+    async with _daemons(tmp_path / "created") as (_state, daemon):
+        daemon("key-1").witness(("version", "memver_1"))   # a creation's: kept the same
+        assert daemon("key-1").writer_witness == ("version", "memver_1")
 
 
 async def test_a_create_in_doubt_edited_by_them_takes_its_memory_back_after_a_round_trip(

@@ -260,7 +260,7 @@ class MountVsLocal(RuleBasedStateMachine):
 
     def teardown(self):
         try:
-            self.m.unmount()
+            said = self.m.unmount(kept=None)  # conflicts are named (exit status 3)
             expected = {"/" + p: c.decode("utf-8") for p, c in self.local_files().items()
                         if not local_only(p)}
             assert server_memories(self.server, self.store) == expected
@@ -269,6 +269,7 @@ class MountVsLocal(RuleBasedStateMachine):
             try:
                 rows = db.execute("SELECT path, local_sha FROM conflicts").fetchall()
                 assert [r for r in rows if r[1] not in self.allowed_conflicts] == []
+                assert all(f" {path}: " in said for path, _sha in rows), said
                 # The losing local version is kept after unmount: a blob file, or a row
                 # of staged.db the next mount's writer moves (the empty one is never stored).
                 cache = BlobCache(self.m.state_dir / "objects")

@@ -89,10 +89,11 @@ def test_racing_writers_lose_nothing(mounts, server):
     assert not errors, errors
     assert n >= 3  # the race really ran
 
-    m.unmount()
+    said = m.unmount(kept=None)  # conflicts are named (exit status 3)
     on_server = {v.content for v in versions(server, store) if v.content is not None}
-    preserved = {c["local_content"] for c in json.loads(
-        m.memfs("conflicts", str(m.path), "--json").stdout)}
+    rows = json.loads(m.memfs("conflicts", str(m.path), "--json").stdout)
+    preserved = {c["local_content"] for c in rows}
+    assert all(f"#{c['id']} {c['path']}: " in said for c in rows), said
     print(f"AUDIT written={len(written)} on server={len(on_server)} "
           f"conflicts={len(preserved)}")
     lost = [c for c in written if c not in on_server and c not in preserved]

@@ -72,8 +72,9 @@ NOT_ALL_PUSHED = 3
 
 
 def report_kept(reply: dict) -> bool:
-    """Name each file a flush could not push, and why; True when every file the user
-    wrote reached the server (editor temp files are local by design)."""
+    """Name each file a flush could not push, and why, and each conflict that keeps
+    what was written here aside; True when nothing the user wrote stays here only
+    (editor temp files are local by design)."""
     not_pushed, temp = reply.get("not_pushed", []), reply.get("local_only", [])
     if not_pushed:
         click.echo(f"  {len(not_pushed)} file(s) stay here only, NOT on the server:")
@@ -88,4 +89,11 @@ def report_kept(reply: dict) -> bool:
     if temp:
         click.echo(f"  {len(temp)} editor/tool temp file(s) stay local by design: "
                    + ", ".join(i["path"] for i in temp[:5]) + (", ..." if len(temp) > 5 else ""))
-    return not not_pushed
+    aside = reply.get("conflicts", [])
+    if aside:
+        click.echo(f"  {len(aside)} conflict(s) keep what was written here aside, NOT on "
+                   "the server (memfs conflicts shows each; memfs conflicts restore ID puts "
+                   "one back):")
+        for item in aside:
+            click.echo(f"    #{item['id']} {item['path']}: {item['reason']}")
+    return not not_pushed and not aside

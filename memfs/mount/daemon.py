@@ -158,6 +158,10 @@ class MountDaemon:
                 log.warning("%d change(s) the server turned down last time stay journaled: "
                             "%s", len(waiting),
                             listed(waiting))
+            aside = self.flush_result.get("conflicts", [])
+            if aside:
+                log.warning("%d conflict(s) keep what was written here aside, NOT on the "
+                            "server (memfs conflicts): %s", len(aside), listed(aside))
             self.flush_done.set()
             if not unmounted_outside:
                 await trio.sleep(0.05)  # let the control reply go out
@@ -427,7 +431,7 @@ def _kept(stores: list[dict]) -> dict:
         return {**item, "path": f"/{s['name']}{item['path']}"} if s.get("name") else item
 
     return {kind: [under(s, i) for s in stores for i in s.get(kind, [])]
-            for kind in ("not_pushed", "waiting", "local_only")}
+            for kind in ("not_pushed", "waiting", "local_only", "conflicts")}
 
 
 def left_out(cfg: GroupConfig, skipped: list[dict], *, mounted: int) -> str:

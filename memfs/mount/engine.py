@@ -189,10 +189,12 @@ class StoreEngine:
         """What a flush cannot push, by path and why: files the server refused (not
         UTF-8, too large, ...) and edits a read-only mount keeps (`not_pushed`),
         changes the server turned down last time for another reason (a path another
-        memory holds, a 403), journaled and tried again (`waiting`), and editor/tool
-        temp files, local by design (`local_only`). The first three are what an
-        unmount names: a count of changes left alone does not say which, nor that the
-        next mount will not send them through on its own."""
+        memory holds, a 403), journaled and tried again (`waiting`), editor/tool
+        temp files, local by design (`local_only`), and the conflicts that keep what
+        was written here aside (`conflicts`: a concurrent change won the path, or a
+        lost answer left the server unable to tell whose bytes it holds). All but the
+        temp files are what an unmount names: a count of changes left alone does not
+        say which, nor that the next mount will not send them through on its own."""
 
         p = pending(self.state, read_only=self.cfg.options.read_only)
         temp = [i for i in p["local_only"] if i["reason"] == "editor/tool temp file"]
@@ -203,7 +205,9 @@ class StoreEngine:
                     waiting.setdefault(item.get("to", item.get("path")), item["error"])
         return {"not_pushed": p["refused"] + [i for i in p["local_only"] if i not in temp],
                 "waiting": [{"path": path, "reason": why} for path, why in waiting.items()],
-                "local_only": temp}
+                "local_only": temp,
+                "conflicts": [{"id": c["id"], "path": c["path"], "reason": c["reason"]}
+                              for c in self.state.conflicts()]}
 
     def set_read_only(self, read_only: bool) -> None:
         """The store was archived (or vanished) under an `--all` mount."""
