@@ -194,6 +194,24 @@ def test_all_read_only_and_unmount_flushes_every_store(server, mounts):
     assert errno_of(lambda: (ro.path / "store-1" / "n3.md").unlink()) == errno.EROFS
 
 
+def test_unmount_names_the_conflicts_of_each_store(server, mounts):
+    """A create in store-1 meets another writer's memory at its path when the unmount
+    flushes it: theirs wins the path, ours is kept as a conflict, and the unmount names
+    it under its store's directory and exits with status 3 (what was written is not on
+    the server)."""
+    sdk = server.sdk()
+    ids = [sdk.beta.memory_stores.create(name=f"Store {i}").id for i in range(2)]
+    m = mounts.mount_group("--all", args=("--write-back-delay", "60"), defaults=False)
+    (m.path / "store-1" / "a.md").write_text("mine\n")
+    sdk.beta.memory_stores.memories.create(memory_store_id=ids[1], path="/a.md",
+                                           content="theirs\n")
+    out = m.unmount(kept=True)
+    assert "1 conflict(s) keep what was written here aside, NOT on the server" in out, out
+    assert " /store-1/a.md: another writer created the same path" in out, out
+    assert server_memories(server, ids[1]) == {"/a.md": "theirs\n"}
+    assert server_memories(server, ids[0]) == {}
+
+
 def test_a_store_mounted_elsewhere_is_named_and_skipped_only_if_asked(server, mounts):
     sdk = server.sdk()
     busy = sdk.beta.memory_stores.create(name="Busy").id
