@@ -1142,9 +1142,21 @@ AFTERMATH = st.one_of(st.none(), st.builds(
     st.sampled_from([("after", "settle"), ("action", "after", "settle")])))
 
 
+#: How a drawn case's mount starts: it created a.md and b.md (so it can learn who it
+#: writes as from its own creation); or it adopted them from another writer and created
+#: nothing (it cannot, the path of a mount that only edits); or it adopted three and
+#: deleted one (a delete of its own is its witness).
+BASES = [
+    [("write", "/a.md"), ("write", "/b.md"), ("push",)],
+    [("r_create", "/a.md"), ("r_create", "/b.md"), ("reconcile",)],
+    [("r_create", "/a.md"), ("r_create", "/b.md"), ("r_create", "/c.md"), ("reconcile",),
+     ("unlink", "/c.md"), ("age",), ("push",)],
+]
+
+
 @st.composite
 def cases(draw) -> tuple[Scenario, tuple]:
-    setup = [("write", "/a.md"), ("write", "/b.md"), ("push",)]
+    setup = draw(st.sampled_from(BASES))
     setup += draw(st.lists(st.one_of(LOCAL, REMOTE, SYNC), max_size=8))
     scenario = Scenario(
         "hypothesis", setup,
