@@ -1410,6 +1410,7 @@ async def test_the_witness_of_the_writer_is_kept_for_the_same_key_only(tmp_path)
         assert first.writer_witness == again.writer_witness == ("deleted", "mem_1")
         assert daemon("key-2").writer_witness is None
         again.learn_writer({"type": "api_actor", "api_key_id": "apikey_1"})
+        assert state.get_meta("writer_witness") is None  # moot, not kept
         again.witness(("version", "memver_3"))      # known: nothing to witness
         last = daemon("key-1")
         assert (last.writer, last.writer_witness) == (again.writer, None)

@@ -222,8 +222,7 @@ class SyncContext:
                              "writes as", _witness_name(witness))
                 else:
                     self.learn_writer(version.created_by)
-            self.writer_witness = None
-            self.state.set_meta(WITNESS_KEY, None)  # moot: learned, or cannot be
+            self._drop_witness()  # read: learned, or it cannot tell
 
     def learn_writer(self, actor: dict | None) -> None:
         """`actor`: the `created_by` of a creation this mount made (the feed read it, or
@@ -232,6 +231,12 @@ class SyncContext:
             return
         self.writer = actor
         self._record(WRITER_KEY, actor)
+        self._drop_witness()  # moot now
+
+    def _drop_witness(self) -> None:
+        """In state.db too: a next daemon would read it again."""
+        self.writer_witness = None
+        self.state.set_meta(WITNESS_KEY, None)
 
     # -- wakeups -------------------------------------------------------------------
 
