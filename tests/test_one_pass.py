@@ -601,6 +601,37 @@ async def test_the_delete_of_the_only_source_of_a_files_content_waits_for_it(tmp
         assert eng.server() == {"/a.md": (a_mid, c_sha)} and not eng.state.tombstones
 
 
+async def test_a_file_whose_content_cannot_be_read_back_waits_and_says_why(tmp_path):
+    """The same rename, and the read of c.md's content is refused (a 403, not a
+    transient error): a.md waits as a refused request does (its error, a retry
+    later), `memfs status` hears why, and nothing is logged as a fault of memfs. Before,
+    the refusal escaped the pusher as an unexpected error with its traceback (found by
+    the random search from an adopted start, 6 December). Once the read is allowed, a
+    retry sends the update."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A")
+        a_mid = eng.node("/a.md").memory_id
+        await eng.op_r_create("/c.md", "C")
+        await eng.op_reconcile()
+        c_mid = eng.node("/c.md").memory_id
+        await eng.op_rename("/c.md", "/a.md")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "GET" and r.memory_id == c_mid,
+                                         origins=("setup",))]
+        first = len(eng.transport.records)
+        result = await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"GET {c_mid}"] and result.offline is None
+        node = eng.node("/a.md")
+        assert node.fail_count == 1 and node.retry_at > time.time()
+        assert node.error == ("PermissionDeniedError: refused by the test (HTTP 403, "
+                              "permission_error)")
+        assert "cannot read /a.md back from the server to push it" in eng.ctx.status.warnings[-1]
+        assert eng.state_errors == [] and eng.ctx.status.last_error is None
+        eng.transport.rules = []
+        await eng.pusher.push_pass(retry_failed=True)
+        c_sha = sha256(data("C"))
+        assert eng.server()["/a.md"] == (a_mid, c_sha) and eng.node("/a.md").error is None
+
+
 async def test_a_push_may_start_while_the_mount_is_busy_once_the_interval_is_out(
         tmp_path, mock_clock):
     """While the mount is busy (short gaps), pushes start one per BUSY_INTERVAL at

@@ -328,10 +328,21 @@ class SyncTransitions:
             if node is None:
                 return
             if not transient:
-                node.fail_count += 1
-                node.retry_at = time.time() + _refused_wait(node.fail_count)
-                node.error = message
+                self._wait_refused(node, message)
             self._save(node)
+
+    def content_unreadable(self, node: Node, message: str) -> None:
+        """A file whose content must be read back from the server before it can be
+        pushed (taken from it and never read, then moved over another file), and that
+        read was refused: it waits as a refused request does."""
+        with self.transaction():
+            self._wait_refused(node, message)
+            self._save(node)
+
+    def _wait_refused(self, node: Node, message: str) -> None:
+        node.fail_count += 1
+        node.retry_at = time.time() + _refused_wait(node.fail_count)
+        node.error = message
 
     def _ticket_holder(self, ticket: PushTicket) -> Node | None:
         """Who a failure of ticket's request belongs to: the memory's holder, or the

@@ -399,7 +399,15 @@ class Pusher:
         if data is None and local.content_changed and node.sha != EMPTY_SHA:
             # Content taken from the server but never read, then renamed over another
             # file: fetch it from the memory it came from (or its history).
-            data = await ctx.fetcher.recover(node.sha)
+            try:
+                data = await ctx.fetcher.recover(node.sha)
+            except (*api_errors.TRANSIENT, api_errors.AuthenticationError):
+                raise
+            except api_errors.APIError as exc:  # the read refused (a 403): it waits
+                st.content_unreadable(node, f"{type(exc).__name__}: {exc}")
+                ctx.status.note(f"cannot read {local.path} back from the server to push "
+                                f"it: {exc}; it waits, the rest goes on")
+                return -1
             if not st.in_tree(node) or local != local_of(st, node):
                 return 0  # changed while we fetched: the next pass decides again
         elif data is None and node.sha == EMPTY_SHA:
