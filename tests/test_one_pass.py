@@ -620,6 +620,7 @@ async def test_a_file_whose_content_cannot_be_read_back_waits_and_says_why(tmp_p
         first = len(eng.transport.records)
         result = await eng.pusher.push_pass()
         assert sent(eng, first) == [f"GET {c_mid}"] and result.offline is None
+        assert (result.pushed, result.progress) == (0, 1)  # it moved on, nothing went out
         node = eng.node("/a.md")
         assert node.fail_count == 1 and node.retry_at > time.time()
         assert node.error == ("PermissionDeniedError: refused by the test (HTTP 403, "
