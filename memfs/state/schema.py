@@ -16,7 +16,8 @@ SCHEMA = """
 -- Key/value facts about this mount: store_id, base_url, last_sync_at, ...; writer:
 -- who it writes as on the server (a version's created_by, with a salted tag of the
 -- API key it was learned with, never the key: memfs/sync/common.py); writer_witness:
--- a version a create of its own made, to learn that from (tagged the same way).
+-- a create or delete of its own (`memfs.sync.common.Witness`), to learn that from (tagged
+-- the same way), dropped once read.
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT

@@ -194,7 +194,7 @@ class SyncContext:
             self._record(WITNESS_KEY, list(witness))
 
     async def learn_writer_now(self) -> None:
-        """Learn who this mount writes as from its witness (one GET), if it does not
+        """Learn who this mount writes as from its witness (one read), if it does not
         know yet. A transient error propagates (the caller's pass goes offline, the
         witness kept); any other refusal forgets the witness."""
         async with self._learning:  # the doubts resolved at once read it once
@@ -225,8 +225,8 @@ class SyncContext:
             self._drop_witness()  # read: learned, or it cannot tell
 
     def learn_writer(self, actor: dict | None) -> None:
-        """`actor`: the `created_by` of a creation this mount made (the feed read it, or
-        `learn_writer_now`)."""
+        """`actor`: the `created_by` of a write this mount made (a creation the feed read,
+        or the witness `learn_writer_now` read)."""
         if not actor or actor == self.writer:
             return
         self.writer = actor
