@@ -233,25 +233,13 @@ class SessionMounts:
                                     FLUSH_TIMEOUT + 10)
         if reply is None:
             return
-        from memfs.state.report import listed
+        from memfs.state.report import kept_here_lines
 
         if reply.get("left"):
             log.warning("memory flush cut off: %d change(s) not pushed yet; they stay "
                         "journaled and go out when the server answers", reply["left"])
-        kept = reply.get("not_pushed", [])
-        if kept:
-            log.warning("%d memory file(s) stay local, NOT on the server: %s", len(kept),
-                        listed(kept))
-        waiting = reply.get("waiting", [])
-        if waiting:
-            log.warning("%d memory change(s) the server turned down last time stay "
-                        "journaled: %s", len(waiting),
-                        listed(waiting))
-        aside = reply.get("conflicts", [])
-        if aside:
-            log.warning("%d memory conflict(s) keep what was written here aside, NOT on "
-                        "the server (memfs conflicts): %s", len(aside), listed(aside))
-
+        for line in kept_here_lines(reply):
+            log.warning("memory: %s", line)
 
 def _rmdir_quietly(path: Path) -> None:
     try:

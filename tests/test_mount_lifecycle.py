@@ -306,6 +306,7 @@ def test_outside_unmount_and_signals_flush(mounts, server, how):
     (m.path / "sub").mkdir()
     (m.path / "sub" / "two.md").write_text("two\n")
     assert m.pending_total() == 2
+    (m.path / "bad.md").write_bytes(b"\xff not UTF-8\n")  # refused: stays here, said so
     if how == "fusermount3":
         subprocess.run(["fusermount3", "-u", str(m.path)], check=True, timeout=30)
     else:
@@ -315,6 +316,8 @@ def test_outside_unmount_and_signals_flush(mounts, server, how):
     assert server_memories(server, store) == {"/one.md": "one\n", "/sub/two.md": "two\n"}
     log = (m.state_dir / "daemon.log").read_text()
     assert "flush: pushed 2, left 0" in log
+    # No `memfs unmount` to tell the user: the log names what stays here, and why.
+    assert "1 file(s) stay here only, NOT on the server: /bad.md: content is not valid UTF-8" in log, log
 
 
 # -- mounts that must fail --------------------------------------------------------------------

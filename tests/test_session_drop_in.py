@@ -273,9 +273,10 @@ async def test_a_flush_names_what_stays_local(server, tmp_path, worker_env, capl
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="memfs.session_mounts"):
             await stores.flush_writes()
-        kept = [r.getMessage() for r in caplog.records if "stay local" in r.getMessage()]
+        kept = [r.getMessage() for r in caplog.records if "stay here" in r.getMessage()]
         assert len(kept) == 1 and kept[0].startswith(
-            f"1 memory file(s) stay local, NOT on the server: /{folder.name}/bad.md: "), kept
+            f"memory: 1 file(s) stay here only, NOT on the server: /{folder.name}/bad.md: "
+        ), kept
     finally:
         await stores.dispose()
         await client.close()

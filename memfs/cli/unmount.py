@@ -13,6 +13,7 @@ from memfs.cli import progress
 from memfs.cli.completion import complete_mountpoints
 from memfs.local.pids import alive, wait_gone
 from memfs.local.registry import is_mounted, read_registry, registry_file
+from memfs.state.report import kept_here
 
 
 @click.command()
@@ -75,25 +76,12 @@ def report_kept(reply: dict) -> bool:
     """Name each file a flush could not push, and why, and each conflict that keeps
     what was written here aside; True when nothing the user wrote stays here only
     (editor temp files are local by design)."""
-    not_pushed, temp = reply.get("not_pushed", []), reply.get("local_only", [])
-    if not_pushed:
-        click.echo(f"  {len(not_pushed)} file(s) stay here only, NOT on the server:")
-        for item in not_pushed:
-            click.echo(f"    {item['path']}: {item['reason']}")
-    waiting = reply.get("waiting", [])
-    if waiting:
-        click.echo(f"  {len(waiting)} change(s) the server turned down last time stay "
-                   "journaled, tried again on the next mount:")
-        for item in waiting:
-            click.echo(f"    {item['path']}: {item['reason']}")
+    for sentence, items in kept_here(reply):
+        click.echo(f"  {sentence}:")
+        for item in items:
+            click.echo(f"    {item}")
+    temp = reply.get("local_only", [])
     if temp:
         click.echo(f"  {len(temp)} editor/tool temp file(s) stay local by design: "
                    + ", ".join(i["path"] for i in temp[:5]) + (", ..." if len(temp) > 5 else ""))
-    aside = reply.get("conflicts", [])
-    if aside:
-        click.echo(f"  {len(aside)} conflict(s) keep what was written here aside, NOT on "
-                   "the server (memfs conflicts shows each; memfs conflicts restore ID puts "
-                   "one back):")
-        for item in aside:
-            click.echo(f"    #{item['id']} {item['path']}: {item['reason']}")
-    return not not_pushed and not aside
+    return not reply.get("not_pushed") and not reply.get("conflicts")

@@ -40,7 +40,7 @@ from memfs.mount import control_server, titles
 from memfs.mount.engine import StoreEngine, StoreLocked
 from memfs.mount.marker import marker_content
 from memfs.mount.router import Router
-from memfs.state.report import listed
+from memfs.state.report import kept_here_lines
 
 log = logging.getLogger("memfs.mount.daemon")
 #: Retries of the daemon's API client (a write that may have been applied is never
@@ -149,19 +149,8 @@ class MountDaemon:
             self.flush_result = await self._final_flush()
             log.info("flush: pushed %d, left %d", self.flush_result["pushed"],
                      self.flush_result["left"])
-            kept = self.flush_result.get("not_pushed", [])
-            if kept:  # a SIGTERM (systemctl stop) has no `memfs unmount` to tell it
-                log.warning("%d file(s) stay here only, NOT on the server: %s", len(kept),
-                            listed(kept))
-            waiting = self.flush_result.get("waiting", [])
-            if waiting:
-                log.warning("%d change(s) the server turned down last time stay journaled: "
-                            "%s", len(waiting),
-                            listed(waiting))
-            aside = self.flush_result.get("conflicts", [])
-            if aside:
-                log.warning("%d conflict(s) keep what was written here aside, NOT on the "
-                            "server (memfs conflicts): %s", len(aside), listed(aside))
+            for line in kept_here_lines(self.flush_result):  # a SIGTERM (systemctl
+                log.warning("%s", line)  # stop) has no `memfs unmount` to tell it
             self.flush_done.set()
             if not unmounted_outside:
                 await trio.sleep(0.05)  # let the control reply go out

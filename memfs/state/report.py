@@ -80,6 +80,28 @@ def tree_summary(state: StateView, cache) -> dict:
     return {"files": files, "bytes": total, "cached_files": cached, "cached_bytes": cached_bytes}
 
 
-def listed(items: list[dict]) -> str:
-    """Kept or waiting files as one log line: "path: reason; path: reason"."""
-    return "; ".join(f"{i['path']}: {i['reason']}" for i in items)
+#: What a flush's answer (`StoreEngine.kept_local`) says stays here that the user must
+#: hear of, kind by kind, and the sentence that says it: `memfs unmount` prints it, the
+#: daemon (stopped by a signal, no unmount to tell) and a session root's owner log it.
+KEPT_HERE = (
+    ("not_pushed", "{n} file(s) stay here only, NOT on the server"),
+    ("waiting", "{n} change(s) the server turned down last time stay journaled, "
+                "tried again on the next mount"),
+    ("conflicts", "{n} conflict(s) keep what was written here aside, NOT on the server "
+                  "(memfs conflicts shows each; memfs conflicts restore ID puts one back)"),
+)
+
+
+def kept_here(reply: dict) -> list[tuple[str, list[str]]]:
+    """Each kind of `KEPT_HERE` the reply holds: its sentence and its items, one
+    "path: reason" each (a conflict led by its id, which `memfs conflicts` takes)."""
+    def line(i: dict) -> str:
+        return (f"#{i['id']} " if "id" in i else "") + f"{i['path']}: {i['reason']}"
+
+    return [(sentence.format(n=len(items)), [line(i) for i in items])
+            for kind, sentence in KEPT_HERE if (items := reply.get(kind))]
+
+
+def kept_here_lines(reply: dict) -> list[str]:
+    """`kept_here` as log lines: "sentence: item; item"."""
+    return [f"{sentence}: {'; '.join(items)}" for sentence, items in kept_here(reply)]
