@@ -317,7 +317,8 @@ def test_outside_unmount_and_signals_flush(mounts, server, how):
     log = (m.state_dir / "daemon.log").read_text()
     assert "flush: pushed 2, left 0" in log
     # No `memfs unmount` to tell the user: the log names what stays here, and why.
-    assert "1 file(s) stay here only, NOT on the server: /bad.md: content is not valid UTF-8" in log, log
+    assert ("1 file(s) stay here only, NOT on the server: /bad.md: content is not valid "
+            "UTF-8") in log, log
 
 
 # -- mounts that must fail --------------------------------------------------------------------

@@ -635,15 +635,34 @@ def test_tombstone_rebased_on_our_own_write(st, tmp_path):
     st.begin_push(node)
     st.remove(node)
     assert st.tombstones[MID].sent_sha == sha256(b"mine")
-    st.tombstone_rebased(MID, sha256(b"mine"))
+    st.tombstone_rebased(MID, sha256(b"mine"), "/y.md")  # our lost update moved it too
     tomb = st.tombstones[MID]
-    assert (tomb.base_sha, tomb.sent_sha) == (sha256(b"mine"), None)
+    assert (tomb.base_sha, tomb.sent_sha, tomb.base_path) == (sha256(b"mine"), None, "/y.md")
     again = _reopened(st, tmp_path)
-    assert (again.tombstones[MID].base_sha, again.tombstones[MID].sent_sha) == \
-        (sha256(b"mine"), None)
+    assert (again.tombstones[MID].base_sha, again.tombstones[MID].sent_sha,
+            again.tombstones[MID].base_path) == (sha256(b"mine"), None, "/y.md")
     again.close()
-    st.tombstone_rebased("mem_unknown", sha256(b"x"))  # no such delete: nothing happens
+    st.tombstone_rebased("mem_unknown", sha256(b"x"), "/z.md")  # no such delete: nothing
     assert list(st.tombstones) == [MID]
+
+
+def test_a_pending_delete_follows_its_memory_moved_on_the_server(st, tmp_path):
+    """Another writer moved x.md to y.md while our delete of it waits: a file made at
+    x.md is a new one (it would hold a memory the server keeps at y.md, and neither would
+    be pushed); one made at y.md is that memory again."""
+    node = _file(st, "x.md", b"base")
+    st.remove(node)
+    st.tombstone_moved(MID, "/x.md")  # where it was: nothing changes
+    st.tombstone_moved(MID, "/y.md")
+    assert st.tombstones[MID].base_path == "/y.md"
+    again = _reopened(st, tmp_path)
+    assert again.tombstones[MID].base_path == "/y.md"
+    again.close()
+    made = st.new_node(st.nodes[ROOT_INO], "x.md", is_dir=False, mode=0o100644, uid=0, gid=0)
+    assert made.memory_id is None and MID in st.tombstones
+    st.tombstone_moved("mem_unknown", "/w.md")  # no such delete: nothing happens
+    revived = st.new_node(st.nodes[ROOT_INO], "y.md", is_dir=False, mode=0o100644, uid=0, gid=0)
+    assert revived.memory_id == MID and st.tombstones == {}
 
 
 def test_doubt_of_finds_the_request_by_file_or_by_memory(st):

@@ -438,12 +438,25 @@ class SyncTransitions:
             tomb.error = message
             self._not_deleted(tomb)
 
-    def tombstone_rebased(self, memory_id: str, sha: str) -> None:
-        """The DELETE met `sha`, which we wrote ourselves (a lost answer): not deleted."""
+    def tombstone_moved(self, memory_id: str, path: str) -> None:
+        """The server shows a memory our delete waits for at another path (another
+        writer moved it, or a rename of ours whose answer was lost did): the pending
+        delete follows it there, so that a file made at its old path is not taken for
+        it (`_revive`): that file would hold a memory the server keeps elsewhere, and
+        neither would ever be pushed."""
+        with self.transaction():
+            tomb = self._tombstones.get(memory_id)
+            if tomb is not None and tomb.base_path != path:
+                tomb.base_path = path
+                self._save_tombstone(tomb)
+
+    def tombstone_rebased(self, memory_id: str, sha: str, path: str) -> None:
+        """The DELETE met `sha` (at `path`), which we wrote ourselves (a lost answer):
+        not deleted."""
         with self.transaction():
             tomb = self._tombstones.get(memory_id)
             if tomb is not None:
-                tomb.base_sha, tomb.sent_sha = sha, None
+                tomb.base_sha, tomb.sent_sha, tomb.base_path = sha, None, path
                 self._not_deleted(tomb)
 
     def _not_deleted(self, tomb: Tombstone) -> None:

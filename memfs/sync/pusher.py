@@ -727,7 +727,7 @@ class Pusher:
             answer = decide.precondition_row(remote.content_sha256 if remote else None,
                                              tomb.sent_sha, None)
             if answer is decide.Answer.OWN_WRITE:  # our own update, its answer lost
-                st.tombstone_rebased(mid, remote.content_sha256)
+                st.tombstone_rebased(mid, remote.content_sha256, remote.path)
                 return await self._send_delete(st.tombstones[mid]) if (
                     mid in st.tombstones) else False
             if answer is decide.Answer.CONFLICT:

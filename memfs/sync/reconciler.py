@@ -372,10 +372,13 @@ class Reconciler:
         U = decide.Unknown
         if row in (U.WAIT, U.DOUBT):
             self._waited.add(m.id)
-        if row in (U.HIDDEN, U.DELETE_PENDING, U.WAIT, U.DOUBT):
+        if row is U.DELETE_PENDING:
+            st.tombstone_moved(m.id, m.path)
+            return
+        if row in (U.HIDDEN, U.WAIT, U.DOUBT):
             return
         if row is U.REBASE_DELETE:
-            st.tombstone_rebased(m.id, m.content_sha256)
+            st.tombstone_rebased(m.id, m.content_sha256, m.path)
             return
         if row is U.RESTORE:
             ctx.status.note(f"{m.path} was deleted here but changed on the server; "
