@@ -430,6 +430,21 @@ def test_by_another_writer(ours, created_by, expected):
     assert decide.by_another_writer(ours, created_by) is expected
 
 
+MAYBE_ROWS = [
+    # (the mount's own writer, the version's created_by) -> may be another writer's?
+    (None, None, False),                                            # no writer recorded
+    (None, dict(US), True),                                         # ours unknown: anyone's
+    (US, None, False),                                              # no writer recorded
+    (US, dict(US), False),                                          # the same key: ours
+    (US, {"type": "session_actor", "session_id": "sesn_1"}, True),  # an agent's session
+]
+
+
+@pytest.mark.parametrize("ours,created_by,expected", MAYBE_ROWS)
+def test_maybe_another_writer(ours, created_by, expected):
+    assert decide.maybe_another_writer(ours, created_by) is expected
+
+
 @pytest.mark.parametrize("created,now,expected", CREATED_ROWS)
 def test_created_row(created, now, expected):
     assert decide.created_row(WROTE, created, now) is expected

@@ -489,9 +489,10 @@ def test_a_create_refused_beside_a_like_creation_deleted_since_keeps_the_file(mo
 
 
 @pytest.mark.parametrize(("wait", "knows", "adopted"),
-                         [("0", True, False), ("5", True, False), ("0", False, False),
-                          ("0", False, True)],
-                         ids=["0", "5", "0-writer-unknown", "0-writer-unknown-deletes-only"])
+                         [("0", True, None), ("5", True, None), ("0", False, None),
+                          ("0", False, "deletes"), ("0", False, "edits")],
+                         ids=["0", "5", "0-writer-unknown", "0-writer-unknown-deletes-only",
+                              "0-writer-unknown-edits-only"])
 def test_our_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(
         mounts, server, wait, knows, adopted):
     """An agent's session writes v2 to /x.md and deletes it while the mount hears nothing
@@ -510,18 +511,20 @@ def test_our_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(
     of the mount's back yet (`knows` False), the doubt reads that version itself (one
     GET) to learn who the mount writes as; before, their version was taken for ours.
     A mount that created nothing (`adopted`: x.md and y.md made by another client on its
-    key) learns it from the deletion of y.md, its own (one listing)."""
+    key) learns it from the deletion of y.md, its own (one listing). One that only
+    edits (x.md alone adopted) never learns it: the version holding v2 may be theirs,
+    so the user's v2 is kept as a conflict all the same, which says why."""
     store = mounts.new_store()
     if adopted:
         mems = server.sdk().beta.memory_stores.memories
-        for path in ("/x.md", "/y.md"):
+        for path in ("/x.md", "/y.md") if adopted == "deletes" else ("/x.md",):
             mems.create(memory_store_id=store, path=path, content="v1\n")
     m = mounts.mount(store, "--write-back-delay", "0.2", "--delete-delay", "0",
                      "--poll-interval", "3600", "--lost-answer-wait", wait)
     x = m.path / "x.md"
-    if adopted:
+    if adopted == "deletes":
         (m.path / "y.md").unlink()
-    else:
+    elif not adopted:
         x.write_text("v1\n")
     m.wait_synced()
     mid = xattr(x, "user.memfs.memory_id")
@@ -542,6 +545,13 @@ def test_our_update_in_doubt_meeting_their_like_bytes_since_deleted_keeps_ours(
     if wait == "5":                               # (with 0 the next push pass may have
         assert xattr(x, "user.memfs.state") == "pending"  # resolved it already)
     m.sync_now()                                  # a pass: the doubt first, then the feed
+    if adopted == "edits":                        # nothing to learn it from
+        assert _writer(m) is None
+        _kept_as_a_conflict(m, server, store, "v2\n", path="/x.md",
+                            reason="has not learned who it writes as, cannot tell whether "
+                                   "those bytes were ours",
+                            logged="could not tell whether its write reached the memory")
+        return
     assert _writer(m)["type"] == "api_actor"      # learned by now, whichever way
     if wait == "0":
         _kept_as_a_conflict(m, server, store, "v2\n", path="/x.md",

@@ -1491,8 +1491,9 @@ async def test_two_doubts_resolved_at_once_read_the_writer_once(tmp_path):
 
 async def test_a_refused_read_of_the_writers_witness_is_forgotten_and_said(tmp_path, caplog):
     """The witness's read is refused (a 403, not a transient error): the log says so, the
-    witness is forgotten (in state.db too), and the doubt decides as it did before the
-    mount could learn its writer (the version holding our write taken as ours)."""
+    witness is forgotten (in state.db too), and the doubt decides as a mount that never
+    learned its writer: the version holding our write may be another writer's, so once
+    the request can no longer land the user's write is kept as a conflict."""
     caplog.set_level(logging.INFO, logger="memfs.sync.common")
     async with harness(tmp_path) as eng:
         mid = await lost_update(eng)
@@ -1506,18 +1507,28 @@ async def test_a_refused_read_of_the_writers_witness_is_forgotten_and_said(tmp_p
         assert eng.transport.records[first + 2].query["view"] == "basic"  # no content
         assert (eng.ctx.writer, eng.ctx.writer_witness) == (None, None)
         assert eng.state.get_meta("writer_witness") is None  # not read again at a restart
-        assert not eng.state.doubts and eng.state.conflicts() == []
-        assert eng.node("/a.md").base_sha == sha256(data("v2"))  # applied, then theirs
         said = [r.getMessage() for r in caplog.records if "learn who" in r.getMessage()]
         assert said == [f"cannot read version {witness[4:]} to learn who this mount writes "
                         "as: refused by the test (HTTP 403, permission_error)"]
+        assert eng.state.doubts and eng.state.conflicts() == []  # young: it may still land
+        wait_over(eng)
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert sent(eng, first) == [f"GET {mid}", "GET memory_versions"]  # no witness now
+        assert not eng.state.doubts
+        [row] = eng.state.conflicts()
+        assert (row["local_sha"], row["remote_sha"]) == (sha256(data("v2")),
+                                                         sha256(data("v3")))
 
 
 async def test_a_mount_that_created_nothing_asks_nothing_more(tmp_path, caplog):
-    """A mount that only edits memories another writer made has no creation of its own
-    to learn its writer from: its doubts read what they read before, and decide as
-    before (an edge the next note records: such a mount still takes another writer's
-    like bytes for its own)."""
+    """A mount that only edits memories another writer made has no creation or deletion
+    of its own to learn its writer from: its doubts read nothing more, and a version
+    holding our write, changed by another writer since, may be theirs (an update that
+    finds its bytes there makes no version): once the request can no longer land, their
+    state stands and the user's write is kept as a conflict, which says why. Taken as
+    ours (before, 6 December), their delete or edit would have taken the user's write
+    had it never arrived."""
     async with harness(tmp_path) as eng:
         await eng.op_r_create("/a.md", "v1")
         await eng.op_reconcile()
@@ -1533,7 +1544,22 @@ async def test_a_mount_that_created_nothing_asks_nothing_more(tmp_path, caplog):
         await eng.pusher.push_pass()
         assert sent(eng, first) == [f"GET {mid}", "GET memory_versions"]
         assert not [r for r in caplog.records if "learn who" in r.getMessage()]
-        assert not eng.state.doubts and eng.node("/a.md").base_sha == sha256(data("v2"))
+        assert eng.state.doubts  # young: it may still land, so it waits
+        wait_over(eng)
+        await eng.pusher.push_pass()
+        assert not eng.state.doubts
+        [row] = eng.state.conflicts()
+        assert (row["path"], row["memory_id"], row["local_sha"], row["remote_sha"]) == (
+            "/a.md", mid, sha256(data("v2")), sha256(data("v3")))
+        assert row["reason"] == ("written here, its answer lost; the memory held the same "
+                                 "bytes, another writer changed it since, and this mount, "
+                                 "which has not learned who it writes as, cannot tell "
+                                 "whether those bytes were ours")
+        await eng.op_reconcile()              # their edit stands
+        assert eng.user_tree() == {"/a.md": sha256(data("v3"))}
+        await eng.op_restore("/a.md")         # and the user's write comes back on asking
+        await eng.op_push()
+        assert eng.server()["/a.md"][1] == sha256(data("v2"))
 
 
 async def test_a_create_in_doubt_learns_the_writer_and_leaves_their_like_creation(tmp_path):

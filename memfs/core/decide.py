@@ -401,10 +401,13 @@ def doubt_row(written: tuple[str | None, str], head: Seen | None, since_sent: li
     (their delete, then the user's edit of the file they had not heard of yet), and
     taken as not applied ours is sent again, which brings back what they deleted if it
     did. Neither is safe: OVERTAKEN, as for a create (`created_row`), once the request
-    can no longer land. Before this mount knows its own writer (`SyncContext.writer`)
-    no version is known to be another's: a version holding our write is taken as ours,
-    as it was before the writer was told; taking it as unknown instead would keep a
-    needless conflict at every lost answer another writer's edit follows."""
+    can no longer land. Before this mount knows its own writer (`SyncContext.writer`: a
+    mount that has only edited, never created or deleted, has no write to learn it from)
+    no version is known to be its own either, and `theirs` says so
+    (`maybe_another_writer`): such a version, changed or gone since, keeps the user's
+    write as a conflict. That conflict is needless when ours did land before their
+    change (the tree is the same either way: their state stands), but taking the
+    version as ours would lose the write when it was theirs."""
     if head is not None and holds(written, head.path, head.sha):
         return Doubt.APPLIED
     for v in since_sent:
@@ -430,6 +433,16 @@ def by_another_writer(ours: dict | None, created_by: dict | None) -> bool:
     tell: a version with no writer recorded may be anyone's, and two machines with one
     key are one writer."""
     return ours is not None and created_by is not None and created_by != ours
+
+
+def maybe_another_writer(ours: dict | None, created_by: dict | None) -> bool:
+    """Whether a version the server records as someone's may be another writer's than
+    this mount's: unless it is known to be ours (`ours`, this mount's actor, equal to
+    it). A version with no writer recorded is taken as anyone's, ours included, as in
+    `by_another_writer`. (For an update in doubt, `doubt_row`; a creation is offered to
+    a create in doubt only while not known to be another's, and `created_row` keeps a
+    changed one as a conflict anyway.)"""
+    return created_by is not None and created_by != ours
 
 
 def created_row(written: tuple[str | None, str], created: Seen | None, now: Seen | None, *,

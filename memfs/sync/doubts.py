@@ -88,19 +88,20 @@ async def resolve(ctx: SyncContext, done: Resolved) -> None:
 
 
 def _seen(v: Memory | MemoryVersion, writer: dict | None = None) -> decide.Seen:
-    """`writer`: this mount's (`SyncContext.writer`), to tell another writer's versions."""
+    """`writer`: this mount's (`SyncContext.writer`), to tell versions that may be
+    another writer's (`decide.maybe_another_writer`: all but ours, while it is unknown)."""
     if isinstance(v, Memory):  # the memory now: `doubt_row` reads its path and sha only
         return decide.Seen(v.path, v.content_sha256)
     return decide.Seen(v.path, v.content_sha256, v.operation, v.id,
-                       decide.by_another_writer(writer, v.created_by))
+                       decide.maybe_another_writer(writer, v.created_by))
 
 
 async def _learn_writer(ctx: SyncContext, holding: list[MemoryVersion]) -> None:
-    """A version holding our write, recorded as someone's, is ours or another writer's
-    (`decide.by_another_writer`): before deciding, learn who this mount writes as if the
-    feed has not told it yet (one GET of a creation of ours, once). Unknown, such a
-    version is taken as ours, which loses the user's write when it was theirs and went
-    since."""
+    """A version holding our write, recorded as someone's, is ours or another writer's:
+    before deciding, learn who this mount writes as if the feed has not told it yet (one
+    read of its witness, a creation or deletion of its own, once). Unknown, such a
+    version may be theirs (`decide.maybe_another_writer`): changed or gone since, the
+    user's write is kept as a conflict, perhaps needlessly."""
     if ctx.writer is None and any(v.created_by for v in holding):
         await ctx.learn_writer_now()
 
@@ -153,10 +154,15 @@ def _apply(ctx: SyncContext, ticket: PushTicket, row: decide.Doubt,
                    f"at that path was {what} by another writer since, and the server "
                    "cannot tell whether it was ours")
             told = f"its create made the memory another writer has {what} since"
-        else:
+        elif ctx.writer is not None:
             why = (f"written here, its answer lost; another writer wrote the same bytes "
                    f"to the memory and {what} it since, and the server cannot tell "
                    "whether ours was applied")
+            told = f"its write reached the memory another writer has {what} since"
+        else:  # `decide.maybe_another_writer`: not known to be ours, so perhaps theirs
+            why = (f"written here, its answer lost; the memory held the same bytes, "
+                   f"another writer {what} it since, and this mount, which has not "
+                   "learned who it writes as, cannot tell whether those bytes were ours")
             told = f"its write reached the memory another writer has {what} since"
         kept = st.push_overtaken(ticket, remote, None if now is None else now.content_sha256,
                                  why)
