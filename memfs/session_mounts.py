@@ -241,6 +241,7 @@ class SessionMounts:
         for line in kept_here_lines(reply):
             log.warning("memory: %s", line)
 
+
 def _rmdir_quietly(path: Path) -> None:
     try:
         path.rmdir()
