@@ -87,7 +87,7 @@ async def resolve(ctx: SyncContext, done: Resolved) -> None:
         await _resolve_creates(ctx, creates, done)
 
 
-def _seen(v: Memory | MemoryVersion, writer: dict | None = None) -> decide.Seen:
+def _seen(v: Memory | MemoryVersion, writer: dict | None) -> decide.Seen:
     """`writer`: this mount's (`SyncContext.writer`), to tell versions that may be
     another writer's (`decide.maybe_another_writer`: all but ours, while it is unknown)."""
     if isinstance(v, Memory):  # the memory now: `doubt_row` reads its path and sha only
@@ -221,7 +221,7 @@ async def _resolve_update(ctx: SyncContext, ticket: PushTicket, done: Resolved) 
     if got is None:
         return
     head, history = got
-    row = decide.doubt_row(written, _seen(head) if head else None,
+    row = decide.doubt_row(written, _seen(head, ctx.writer) if head else None,
                            [_seen(v, ctx.writer) for v in history],
                            base_moved=_base_moved(ctx, ticket),
                            young=_young(ctx, ticket),
@@ -270,8 +270,9 @@ async def _resolve_creates(ctx: SyncContext, tickets: list[PushTicket],
         if found is None:
             continue
         version, head = found
-        row = decide.created_row(ticket.written, _seen(version) if version else None,
-                                 _seen(head) if head else None, young=_young(ctx, ticket))
+        row = decide.created_row(ticket.written, _seen(version, ctx.writer) if version else None,
+                                 _seen(head, ctx.writer) if head else None,
+                                 young=_young(ctx, ticket))
         remote = None
         if version is not None:
             remote = Remote(version.memory_id, version.path, version.content_sha256,
