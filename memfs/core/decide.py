@@ -440,9 +440,10 @@ def maybe_another_writer(ours: dict | None, created_by: dict | None) -> bool:
     this mount's: unless it is known to be ours (`ours`, this mount's actor, equal to
     it), even while `ours` is unknown. A version with no writer recorded is not counted
     as another's, as in `by_another_writer` (a server that records no writer would
-    otherwise make a conflict of every such lost answer). For an update in doubt
-    (`doubt_row`); a creation is offered to a create in doubt only while not known to
-    be another's, and `created_row` keeps a changed one as a conflict anyway."""
+    otherwise make a conflict of every such lost answer). It gives `doubt_row` its
+    `theirs` for an edit in doubt; a creation is offered to a create in doubt only while
+    `by_another_writer` says no, and `created_row` keeps a changed one as a conflict
+    anyway."""
     return created_by is not None and created_by != ours
 
 
