@@ -7,7 +7,7 @@ every k < n and every point, and after it; every run settles and meets the oracl
 
     MEMFS_INTERLEAVE_LONG=1     2,000 random Hypothesis cases, not derandomized (or give
                                 the count: MEMFS_INTERLEAVE_LONG=20000)
-    MEMFS_INTERLEAVE_SETUP=30   up to 30 setup steps a case (8 by default)
+    MEMFS_INTERLEAVE_SETUP=20:60  20 to 60 setup steps a case (0:8 by default)
 """
 
 from __future__ import annotations
@@ -55,9 +55,12 @@ _LONG = os.environ.get("MEMFS_INTERLEAVE_LONG", "").strip()
 LONG = _LONG not in ("", "0")
 HYPOTHESIS_EXAMPLES = (int(_LONG) if _LONG.isdigit() and int(_LONG) > 1 else 2000) if LONG \
     else int(os.environ.get("MEMFS_INTERLEAVE_EXAMPLES", "300"))
-#: The most setup steps a drawn case takes after its start (MEMFS_INTERLEAVE_SETUP=30 for
-#: deeper states: a long run whose starts grew by accident found a defect 8 never drew).
-SETUP_STEPS = int(os.environ.get("MEMFS_INTERLEAVE_SETUP", "8"))
+#: How many setup steps a drawn case takes after its start, at least and at most
+#: (MEMFS_INTERLEAVE_SETUP=20:60 for deeper states: a long run whose starts grew by
+#: accident found a defect the default never drew; "30" alone: at most 30, though
+#: Hypothesis draws short lists far more often than long ones).
+_SETUP = os.environ.get("MEMFS_INTERLEAVE_SETUP", "0:8").split(":")
+SETUP_MIN, SETUP_MAX = (int(_SETUP[0]), int(_SETUP[1])) if len(_SETUP) > 1 else (0, int(_SETUP[0]))
 
 
 # -- the count, at the end of the session ---------------------------------------------
@@ -1172,7 +1175,8 @@ BASES = [
 @st.composite
 def cases(draw) -> tuple[Scenario, tuple]:
     setup = list(draw(st.sampled_from(BASES)))  # a copy: `+=` below must not grow BASES
-    setup += draw(st.lists(st.one_of(LOCAL, REMOTE, SYNC), max_size=SETUP_STEPS))
+    setup += draw(st.lists(st.one_of(LOCAL, REMOTE, SYNC), min_size=SETUP_MIN,
+                           max_size=SETUP_MAX))
     scenario = Scenario(
         "hypothesis", setup,
         draw(st.sampled_from(["push", "pushes", "flush", "reconcile", "poll"])),
