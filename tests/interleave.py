@@ -1206,6 +1206,14 @@ class Engine:
         self._taken_there(mid, old)
         self.over_there.setdefault(old, set()).add(mid)
         self._wrote(sha256(data), old, f"remote edit of {path}", local=False)
+        node = self.state.holder(mid)
+        if node is not None and node.sha != sha256(data) == self._synced(node):
+            # Their bytes are those the file's pending edit was written over (A, then
+            # theirs B, then A again, under an edit of ours made over the first A): a
+            # three-way merge takes "theirs = base" for no change, as the API's
+            # precondition on the content does, and the user's edit goes over them. Not
+            # owed: the user wrote over these very bytes (as `_wrote` takes "ours = base").
+            self.obligations.pop(sha256(data), None)
 
     async def op_r_create(self, path: str, content: str | None = None) -> None:
         data = self._content(content, "c")

@@ -573,6 +573,18 @@ SCENARIOS = [
             "them without conflict, as over ours. By content their 'same' is ours: not "
             "lost"),
     Scenario(
+        "their_bytes_back_under_my_edit_of_them",
+        [("write", "/a.md"), ("push",), ("write", "/a.md"), ("r_edit", "/a.md", "same"),
+         ("push",), ("r_edit", "/a.md")], "push", [("write", "/a.md")],
+        second=[("r_edit", "/a.md", "same")],
+        doc="found by the deep random search (6 December, evening: 20 to 60 setup steps), "
+            "a fault of the oracle: our edit lost to theirs ('same', a conflict); they "
+            "change it again, the user edits the file (over 'same'), and they put 'same' "
+            "back. Our update, preconditioned on 'same', goes over it: theirs equals the "
+            "base the user's edit was made over, which a three-way merge, like the API's "
+            "precondition on the content, takes for no change. The oracle owed their "
+            "second 'same'; the user wrote over those very bytes"),
+    Scenario(
         "my_create_lost_then_removed_beside_their_like_create",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("poll",), ("poll",),
          ("write", "/d/e.md", "same")], "push",
