@@ -443,12 +443,14 @@ class SyncTransitions:
         writer moved it, or a rename of ours whose answer was lost did): the pending
         delete follows it there, so that a file made at its old path is not taken for
         it (`_revive`): that file would hold a memory the server keeps elsewhere, and
-        neither would ever be pushed."""
+        neither would ever be pushed. (Asked of every pending delete a listing meets:
+        one where it was opens no transaction.)"""
+        tomb = self._tombstones.get(memory_id)
+        if tomb is None or tomb.base_path == path:
+            return
         with self.transaction():
-            tomb = self._tombstones.get(memory_id)
-            if tomb is not None and tomb.base_path != path:
-                tomb.base_path = path
-                self._save_tombstone(tomb)
+            tomb.base_path = path
+            self._save_tombstone(tomb)
 
     def tombstone_rebased(self, memory_id: str, sha: str, path: str) -> None:
         """The DELETE met `sha` (at `path`), which we wrote ourselves (a lost answer):
