@@ -1206,14 +1206,19 @@ class Engine:
         self._taken_there(mid, old)
         self.over_there.setdefault(old, set()).add(mid)
         self._wrote(sha256(data), old, f"remote edit of {path}", local=False)
-        node = self.state.holder(mid)
-        if node is not None and node.sha != sha256(data) == self._synced(node):
-            # Their bytes are those the file's pending edit was written over (A, then
-            # theirs B, then A again, under an edit of ours made over the first A): a
-            # three-way merge takes "theirs = base" for no change, as the API's
-            # precondition on the content does, and the user's edit goes over them. Not
-            # owed: the user wrote over these very bytes (as `_wrote` takes "ours = base").
-            self.obligations.pop(sha256(data), None)
+        # Their bytes are those a pending change of the user's was made over (A, then
+        # theirs B, then A again): an edit of the file made over the first A, or its
+        # delete (sent on A's sha). A three-way merge takes "theirs = base" for no
+        # change, as the API's precondition on the content does, and the user's change
+        # goes over them: not owed, the user changed these very bytes (as `_wrote` takes
+        # "ours = base"), unless a file here still holds them as a write of the user's.
+        node, tomb = self.state.holder(mid), self.state.tombstones.get(mid)
+        if node is not None:
+            under = self._synced(node) if node.sha != sha256(data) else None
+        else:
+            under = None if tomb is None else tomb.base_sha
+        if under == sha256(data) and not self._held_here(under):
+            self.obligations.pop(under, None)
 
     async def op_r_create(self, path: str, content: str | None = None) -> None:
         data = self._content(content, "c")
@@ -1422,9 +1427,11 @@ class Oracle:
         lost asks. Nor a create in doubt whose memory another client edited or deleted
         before memfs heard (`decide.created_row`, OVERTAKEN): the server cannot tell
         that creation from another writer's of the same bytes at the same path, and
-        memfs keeps the bytes rather than lose a stranger's case."""
+        memfs keeps the bytes rather than lose a stranger's case; nor, alike, an update
+        in doubt of a mount that has not learned who it writes as (`Oracle.overtaken`)."""
         return [f"false conflict #{c['id']} at {c['path']}: it keeps "
-                f"{eng.label(c['local_sha'])}, which this mount's request wrote there"
+                f"{eng.label(c['local_sha'])}, which this mount's request wrote there "
+                f"({c['reason']})"
                 for c in eng.state.conflicts()
                 if (c["path"], c["local_sha"]) in eng.transport.standing
                 and c["local_sha"] not in eng.redacted  # the server no longer shows it
@@ -1433,10 +1440,14 @@ class Oracle:
 
     @staticmethod
     def overtaken(eng: Engine, c: dict) -> bool:
-        """A conflict memfs files for a create in doubt whose memory another client
-        changed or deleted since (`decide.created_row`, OVERTAKEN): kept on purpose,
-        though the create may have been ours."""
-        return c["memory_id"] in eng.overtaken and "cannot tell whether it was ours" in c["reason"]
+        """A conflict memfs files for a request in doubt whose memory another client
+        changed or deleted since, kept on purpose though the request may have been
+        applied: a create (`decide.created_row`, OVERTAKEN), or an update of a mount that
+        has not learned who it writes as (`decide.maybe_another_writer`: the version
+        holding its bytes may be another writer's)."""
+        return c["memory_id"] in eng.overtaken and any(
+            why in c["reason"] for why in ("cannot tell whether it was ours",
+                                           "cannot tell whether those bytes were ours"))
 
     @staticmethod
     def tree(eng: Engine) -> list[str]:

@@ -535,6 +535,26 @@ SCENARIOS = [
             "from, but a delete of its own is a witness too (the memory's one deleted "
             "version)"),
     Scenario(
+        "mine_written_then_theirs_over_it_on_a_mount_that_only_edits",
+        [("r_create", "/a.md"), ("r_create", "/b.md"), ("reconcile",), ("write", "/a.md")],
+        "push", [("r_edit", "/a.md")],
+        doc="found by the random search (6 December, later): a mount that adopted its files "
+            "and never created or deleted one has no witness of who it writes as. Its update "
+            "lands, another writer edits over it, the answer is lost: the version holding "
+            "the user's bytes may be another writer's of the same bytes, so memfs keeps "
+            "them as a conflict that says so (`decide.maybe_another_writer`), their edit "
+            "standing. The oracle had excused that keep for a create only"),
+    Scenario(
+        "their_bytes_back_under_my_delete_of_them",
+        [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_edit", "/b.md", "same"),
+         ("reconcile",), ("unlink", "/b.md"), ("r_edit", "/b.md"), ("write", "/a.md")],
+        "push", [("r_edit", "/b.md", "same")],
+        doc="the oracle's, found by the deep random search (6 December, later): the user "
+            "deletes b.md holding 'same'; another writer writes other bytes, then 'same' "
+            "again. The delete, sent on the sha of 'same', applies, as a three-way merge "
+            "takes theirs = base for no change: those bytes are the user's to delete, "
+            "as under an edit (`their_bytes_back_under_my_edit_of_them`)"),
+    Scenario(
         "their_like_bytes_listed_then_deleted_while_mine_are_written",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_edit", "/b.md", "same")],
         "reconcile", [("r_delete", "/b.md"), ("write", "/b.md", "same")],
