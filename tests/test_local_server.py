@@ -81,6 +81,36 @@ def test_mount_on_the_embedded_server(local_env, tmp_path):
     assert json.loads((data / "local-server.json").read_text())["pid"] == info["pid"]
 
 
+@needs_fuse
+async def test_mcp_over_a_mount_of_the_embedded_server(local_env, tmp_path):
+    """`memfs mcp --mount` on a mount of the embedded server (the README's main job)
+    talks to that server with its key: the store's name, and a change that lands.
+    (It took the mount's URL for a configured one and sent no key: 401 on both.)"""
+    from test_mcp import call, stdio_session
+
+    store = _memfs(local_env, "stores", "create", "Team Notes").stdout.strip().splitlines()[-1]
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    _memfs(local_env, "mount", store, str(mnt), "--poll-interval", "3600")
+    try:
+        async with stdio_session(local_env, "--mount", str(mnt)) as session:
+            assert await call(session, {"command": "create", "path": "/memories/a.md",
+                                        "file_text": "from the agent\n"}) \
+                == ("ok", "File created successfully at: /memories/a.md")
+            uris = [r.uri for r in (await session.list_resources()).resources]
+        assert uris == ["memory://team-notes/a.md"]
+        assert "0 left" in _memfs(local_env, "unmount", str(mnt)).stdout
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+        subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
+    data = tmp_path / "data" / "memfs"
+    info = json.loads((data / "local-server.json").read_text())
+    key = (data / "local-server.key").read_text().strip()
+    sdk = anthropic.Anthropic(base_url=info["url"], api_key=key, max_retries=0)
+    assert [(m.path, m.content) for m in sdk.beta.memory_stores.memories.list(
+        store, view="full", limit=20)] == [("/a.md", "from the agent\n")]
+
+
 # ----------------------------------------------------------------------------- lifecycle
 
 

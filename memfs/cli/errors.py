@@ -95,6 +95,22 @@ def command_server(base_url: str | None, api_key_file: str | None) -> ServerChoi
     return choice
 
 
+def mount_server(info: dict, api_key_file: str | None = None) -> ServerChoice:
+    """The server of a live mount (its registry entry) with the key `memfs mount` gave
+    it: the embedded server where it runs now (the mount follows it to a new port, and
+    its key is its own), else the mount's URL with the key configured (the flag's
+    file, else the environment)."""
+    if not info.get("embedded"):
+        return command_server(info["base_url"], api_key_file)
+    from memfs.local import server as local_server
+    from memfs.local.server_choice import ServerChoice
+
+    try:
+        return ServerChoice(*local_server.ensure_local_server(), True)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 def warn_open_key_file(flag: str | None) -> None:
     """A key file others can read is used, with a warning naming the fix (the README
     asks for 0600): refusing it would break a working setup without need. The file is

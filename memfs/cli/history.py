@@ -72,11 +72,11 @@ class _Target:
         self.base_url, self.api_key = self._server()
 
     def _server(self) -> tuple[str, str | None]:
-        """The mount's server with the key `memfs mount` would use for it."""
-        from memfs.cli.errors import command_server
+        """The mount's server with the key `memfs mount` gave it."""
+        from memfs.cli.errors import mount_server
 
-        url, key, embedded = command_server(None, None)
-        return (url if embedded else self.info["base_url"]), key
+        url, key, _embedded = mount_server(self.info)
+        return url, key
 
     def memory_id_here(self) -> str | None:
         """The memory of the file at FILE now (None: no file, or not pushed yet)."""

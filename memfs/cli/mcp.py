@@ -124,45 +124,26 @@ def _build(stores: tuple[str, ...], session_id: str | None, mount: str | None,
            read_only: bool, poll_interval: float, page_size: int, base_url: str | None,
            api_key_file: str | None):
     from memfs.api.oneshot import call_with_client
-    from memfs.cli import storenames
-    from memfs.cli.errors import command_server
-    from memfs.cli.group import session_layout
+    from memfs.cli.errors import command_server, mount_server
     from memfs.core.slug import mount_slugs, slug
     from memfs.tool.mcp import MemoryMCP, MountLink, Served
     from memfs.tool.store import StoreMemory
 
-    link: MountLink | None = None
-    rows: list = []
-    if mount is not None:
-        link, rows, url = _mount_rows(mount, stores)
-        base_url = base_url or url
-    url, key, _embedded = command_server(base_url, api_key_file)
     # rows: (store id, display name, directory name or None, read-only, mount dir)
-    if mount is not None and rows and rows[0][2] is None:  # a store mount: its name (slug)
-        try:
-            store = call_with_client(url, key, lambda c: c.get_store(rows[0][0]))
-            rows = [(store.id, store.name, None, *rows[0][3:])]
-        except Exception as exc:  # offline: the id stands for the name
-            logging.getLogger("memfs.mcp").warning("store name: %s", exc)
+    link: MountLink | None = None
     if mount is not None:
-        pass
-    elif session_id is not None:
-        if stores:
-            raise click.UsageError("give STOREs or --session, not both")
-        with storenames.resolve_errors(url, session_id):
-            session = call_with_client(url, key, lambda c: c.get_session(session_id))
-        rows = [(r.memory_store_id, r.name or r.memory_store_id, name,
-                 r.access == "read_only", None) for r, name in session_layout(session.resources)[1]]
-    elif stores:
-        found = [storenames.resolve_for_cli(url, key, text).store for text in stores]
-        rows = [(s.id, s.name, None, bool(s.archived_at), None) for s in found]
+        link, rows, info = _mount_rows(mount, stores)
+        url, key, _embedded = (command_server(base_url, api_key_file) if base_url
+                               else mount_server(info, api_key_file))
+        if rows and rows[0][2] is None:  # a store mount: its name (slug)
+            try:
+                store = call_with_client(url, key, lambda c: c.get_store(rows[0][0]))
+                rows = [(store.id, store.name, None, *rows[0][3:])]
+            except Exception as exc:  # offline: the id stands for the name
+                logging.getLogger("memfs.mcp").warning("store name: %s", exc)
     else:
-        async def every(c):
-            return [s async for s in c.list_stores()]
-
-        with storenames.resolve_errors(url, "(every store)"):
-            listed = sorted(call_with_client(url, key, every), key=lambda s: (s.created_at, s.id))
-        rows = [(s.id, s.name, None, False, None) for s in listed]
+        url, key, _embedded = command_server(base_url, api_key_file)
+        rows = _store_rows(url, key, stores, session_id)
     if not rows:
         raise click.ClickException("no memory store to serve")
     if len({r[0] for r in rows}) != len(rows):
@@ -181,8 +162,35 @@ def _build(stores: tuple[str, ...], session_id: str | None, mount: str | None,
                      poll_interval=poll_interval, page_size=page_size)
 
 
+def _store_rows(url: str, key: str | None, stores: tuple[str, ...],
+                session_id: str | None) -> list:
+    """The rows of the stores to serve without a mount: a session's, the STOREs
+    named, or every store of the account."""
+    from memfs.api.oneshot import call_with_client
+    from memfs.cli import storenames
+    from memfs.cli.group import session_layout
+
+    if session_id is not None:
+        if stores:
+            raise click.UsageError("give STOREs or --session, not both")
+        with storenames.resolve_errors(url, session_id):
+            session = call_with_client(url, key, lambda c: c.get_session(session_id))
+        return [(r.memory_store_id, r.name or r.memory_store_id, name,
+                 r.access == "read_only", None) for r, name in session_layout(session.resources)[1]]
+    if stores:
+        found = [storenames.resolve_for_cli(url, key, text).store for text in stores]
+        return [(s.id, s.name, None, bool(s.archived_at), None) for s in found]
+
+    async def every(c):
+        return [s async for s in c.list_stores()]
+
+    with storenames.resolve_errors(url, "(every store)"):
+        listed = sorted(call_with_client(url, key, every), key=lambda s: (s.created_at, s.id))
+    return [(s.id, s.name, None, False, None) for s in listed]
+
+
 def _mount_rows(mount: str, stores: tuple[str, ...]):
-    """(MountLink, rows, the mount's server URL) of a live mount: a store mount or a
+    """(MountLink, rows, its registry entry) of a live mount: a store mount or a
     session root (all its stores, or the STOREs named among them)."""
     from memfs.local import control
     from memfs.local.registry import read_registry
@@ -202,7 +210,7 @@ def _mount_rows(mount: str, stores: tuple[str, ...]):
             raise click.UsageError(f"{mount} holds {info['store_id']} only")
         ro = bool(status.get("read_only"))
         rows = [(info["store_id"], info["store_id"], None, ro, Path(path))]
-        return MountLink(control_dir), rows, info.get("base_url")
+        return MountLink(control_dir), rows, info
     by_id = {s.get("store_id"): s for s in status.get("stores", [])}
     rows = []
     for s in info["stores"]:
@@ -214,4 +222,4 @@ def _mount_rows(mount: str, stores: tuple[str, ...]):
         raise click.UsageError(f"not every STORE is a directory of {mount} "
                                f"({', '.join(s['name'] for s in info['stores'])})")
     only = rows[0][2] if len(rows) == 1 and len(info["stores"]) > 1 else None
-    return MountLink(control_dir, only), rows, info.get("base_url")
+    return MountLink(control_dir, only), rows, info
