@@ -952,6 +952,12 @@ class Engine:
             # included (docs/SEMANTICS.md, create): the memory's file saved again.
             synced = self._synced(made)
         self._wrote(sha256(data), replaced, f"local write to {path}", synced=synced)
+        if node is not None and self.taken_there.get(node.ino, (None,))[0] == sha256(data) \
+                == synced:
+            # The synced bytes written again, which another writer has changed since: no
+            # change ("ours = base", `_wrote`), so the file still holds them as theirs to
+            # change, not as a write of the user's (`_held_here`), whatever its gen now.
+            self.taken_there[node.ino] = (synced, self.node(path).gen)
         if node is not None and node.memory_id is not None:
             self.mine_in.setdefault(sha256(data), set()).add(node.memory_id)
         if key is not None:

@@ -555,6 +555,15 @@ SCENARIOS = [
             "takes theirs = base for no change: those bytes are the user's to delete, "
             "as under an edit (`their_bytes_back_under_my_edit_of_them`)"),
     Scenario(
+        "my_synced_bytes_written_again_under_their_edit_beside_a_copy",
+        [("write", "/a.md"), ("write", "/b.md", "same"), ("push",), ("r_edit", "/b.md"),
+         ("write", "/a.md", "same"), ("write", "/b.md", "same")], "push", [("write", "/a.md")],
+        doc="the oracle's, found by the deep random search (6 December, later): b.md synced "
+            "with 'same', another writer edits it, the user writes 'same' to a.md and again "
+            "to b.md (no change: ours = base, so their edit wins), then a.md again. Its "
+            "'same' went with that last write; the oracle took b.md's unchanged bytes for "
+            "a write of the user's that still owed them (the rewrite had moved its gen)"),
+    Scenario(
         "their_like_bytes_listed_then_deleted_while_mine_are_written",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_edit", "/b.md", "same")],
         "reconcile", [("r_delete", "/b.md"), ("write", "/b.md", "same")],
