@@ -294,6 +294,13 @@ def restore_conflict(eng: Engine, cid: int) -> None:
     conflicts.restore(eng.state, eng.cache, cid, invalidate=eng.ctx.invalidate)
 
 
+def discard_conflict(eng: Engine, cid: int) -> None:
+    """`memfs conflicts discard` as the daemon's control socket runs it."""
+    from memfs.state import conflicts
+
+    conflicts.discard(eng.state, cid)
+
+
 def is_refusal(exc: BaseException) -> bool:
     """A `conflicts restore` refusal (a clear message, nothing changed)."""
     from memfs.state import conflicts
@@ -690,6 +697,8 @@ class Engine:
         self.redacted: set[str] = set()
         #: Conflict rows `conflicts restore` consumed: they still explain what they explained.
         self.restored: list[dict] = []
+        #: Conflict rows `conflicts discard` dropped: they explain as much.
+        self.discarded: list[dict] = []
         self.named: dict[str, str] = {}  # "@/path" -> memory id at the action start
         self.new_names: dict[str, str] = {}
         self.held: dict[str, set[str]] = {}  # memory id -> contents its file has held
@@ -1169,6 +1178,20 @@ class Engine:
         self.obligations[row["local_sha"]] = f"restored conflict at {path}"
         self.restored.append(row)
 
+    async def op_discard(self, path: str | None = None) -> None:
+        """`memfs conflicts discard` of the newest conflict (at path, if given): the user
+        drops the bytes it kept, on purpose, so they are owed no more (unless a file
+        here or another conflict still holds them)."""
+        rows = [r for r in self.state.conflicts() if path in (None, r["path"])]
+        if not rows:
+            raise Skip(f"no conflict at {path or 'any path'}")
+        row = rows[-1]
+        discard_conflict(self, row["id"])
+        self.discarded.append(row)
+        sha = row["local_sha"]
+        if not self._held_here(sha) and sha not in {c["local_sha"] for c in self.state.conflicts()}:
+            self.obligations.pop(sha, None)
+
     # other clients: straight on the server
 
     def server(self) -> dict[str, tuple[str, str]]:
@@ -1536,7 +1559,7 @@ class Oracle:
                                f"{eng.label(old)}, which {eng.label(new)} replaced")
         # Saves and renames keep memory ids, but where a conflict (kept, or restored since)
         # or another client's delete explains the change.
-        explaining = [*conflicts, *eng.restored]
+        explaining = [*conflicts, *eng.restored, *eng.discarded]
         excused = {c["memory_id"] for c in explaining} | eng.excused
         conflict_paths = {c["path"] for c in explaining}
         conflict_shas = {c["local_sha"] for c in explaining}

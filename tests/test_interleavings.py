@@ -1171,6 +1171,7 @@ LOCAL = st.one_of(
     st.tuples(st.just("open_write"), _path),
     st.tuples(st.just("close"), _path),
     st.tuples(st.just("restore"), _path),
+    st.tuples(st.just("discard")),  # the newest conflict, wherever it is
     st.tuples(st.just("read"), _path),
 )
 REMOTE = st.one_of(
