@@ -236,6 +236,36 @@ def test_a_reader_that_stops_reading_never_slows_the_mount(mounts, server):
         assert dropped > 0 and delivered + dropped == burst + 1
 
 
+@needs_fuse
+def test_a_reader_that_shuts_its_reading_end_leaves_the_mount_up(mounts, server):
+    """A reader of the `events` stream that shuts down its reading end (a client gone
+    half-way): the next event's send fails with EPIPE inside the stream's nursery, which
+    took the whole daemon down, its mount gone (found by hand, 6 December). Now that
+    connection ends alone: the mount serves, pushes and answers `memfs status`."""
+    import socket as sockets
+
+    from memfs.local import control
+
+    store = mounts.new_store()
+    m = mounts.mount(store)
+    with control.short_path(m.state_dir) as short, \
+            sockets.socket(sockets.AF_UNIX) as sock:
+        sock.connect(short)
+        sock.sendall(json.dumps({"cmd": "events"}).encode() + b"\n")
+        assert json.loads(sock.makefile("rb").readline())["ok"] is True
+        sock.shutdown(sockets.SHUT_RD)
+        for i in range(3):  # events the daemon sends to a reader that reads no more
+            (m.path / f"n{i}.md").write_text(f"note {i}\n")
+            flush(m)
+    (m.path / "after.md").write_text("the mount is still here\n")
+    flush(m)
+    assert cat(m.path / "after.md") == "the mount is still here\n"
+    assert {x.path for x in server.sdk().beta.memory_stores.memories.list(store)} >= {
+        "/n0.md", "/after.md"}
+    status = json.loads(m.memfs("status", str(m.path), "--json").stdout)
+    assert status["tree"]["files"] == 4 and not any(status["pending"].values())
+
+
 def test_watch_since_an_age_replays_without_a_mount(server, tmp_path, watchers):
     store = server.sdk().beta.memory_stores.create(name="Replayed").id
     mid = sdk_create(server, store, "/r.md", "1\n").id

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
 from pathlib import Path
@@ -15,6 +16,8 @@ from pathlib import Path
 import trio
 
 from memfs.local.control import SOCKET_NAME, Handler, Stream, short_path
+
+log = logging.getLogger(__name__)
 
 
 async def serve(state_dir: Path, handler: Handler,
@@ -43,25 +46,34 @@ async def serve(state_dir: Path, handler: Handler,
 
 
 async def _serve_one(stream: trio.SocketStream, handler: Handler) -> None:
-    async with stream:
-        buf = b""
-        while b"\n" not in buf:
-            chunk = await stream.receive_some(65536)
-            if not chunk:
-                return
-            buf += chunk
-        try:
-            request = json.loads(buf.split(b"\n", 1)[0])
-            reply = await handler(request)
-        except Exception as exc:  # a bad request must not take the daemon down
-            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        try:
-            if isinstance(reply, Stream):
-                await _send_stream(stream, reply)
-            else:
-                await stream.send_all(json.dumps(reply).encode() + b"\n")
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
+    """One connection. Whatever fails here ends this connection only: its task runs in
+    the accept loop's nursery, so an exception let out (a stream's comes as a group,
+    from its nursery) would end the daemon, and its mount with it."""
+    try:
+        async with stream:
+            await _answer(stream, handler)
+    except* (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass  # the client left
+    except* Exception:
+        log.exception("control socket: a connection failed")
+
+
+async def _answer(stream: trio.SocketStream, handler: Handler) -> None:
+    buf = b""
+    while b"\n" not in buf:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            return
+        buf += chunk
+    try:
+        request = json.loads(buf.split(b"\n", 1)[0])
+        reply = await handler(request)
+    except Exception as exc:  # a bad request is answered as one
+        reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    if isinstance(reply, Stream):
+        await _send_stream(stream, reply)
+    else:
+        await stream.send_all(json.dumps(reply).encode() + b"\n")
 
 
 async def _send_stream(stream: trio.SocketStream, reply: Stream) -> None:
