@@ -405,6 +405,38 @@ async def test_connection_error_after_retries_exhausted():
     assert len(rec.requests) == 3
 
 
+async def test_a_server_that_moved_is_followed_at_once():
+    """`locate` (the embedded server's new port): a request that could not connect goes
+    where the server runs now, at once and even for a POST (it was never sent); the
+    client stays there. A server that did not move is retried as before."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "test.local":
+            raise httpx.ConnectError("connection refused")
+        return httpx.Response(200, json=mem_json())
+
+    asked: list[str] = []
+
+    async def locate() -> str:
+        asked.append("moved")
+        return "http://moved.local/"
+
+    async with make_client(handler, locate=locate) as c:
+        memory = await c.create_memory("memstore_1", path="/a.md", content="x")
+        assert memory.path == "/a.md" and c.base_url == "http://moved.local"
+        assert asked == ["moved"] and c.sleeps == []
+        await c.get_memory("memstore_1", "mem_1")
+        assert asked == ["moved"]  # where it is now: not asked again
+
+    async def same() -> str:
+        return "http://test.local"
+
+    rec = Recorder(httpx.ConnectError("connection refused"), httpx.Response(200, json=store_json()))
+    async with make_client(rec, locate=same) as c:
+        await c.get_store("memstore_1")
+        assert c.base_url == "http://test.local" and len(c.sleeps) == 1
+
+
 async def test_unsupported_protocol_not_retried():
     rec = Recorder(httpx.UnsupportedProtocol("nope"))
     async with make_client(rec) as c:

@@ -13,6 +13,7 @@ from pathlib import Path
 import anthropic
 import httpx
 import pytest
+import trio
 from mountutil import needs_fuse
 
 from memfs.local.titles import is_serve_of
@@ -93,7 +94,8 @@ async def test_mcp_over_a_mount_of_the_embedded_server(local_env, tmp_path):
     mnt.mkdir()
     _memfs(local_env, "mount", store, str(mnt), "--poll-interval", "3600")
     try:
-        async with stdio_session(local_env, "--mount", str(mnt)) as session:
+        # The store named by its slug, as without --mount (its name from the daemon).
+        async with stdio_session(local_env, "--mount", str(mnt), "team-notes") as session:
             assert await call(session, {"command": "create", "path": "/memories/a.md",
                                         "file_text": "from the agent\n"}) \
                 == ("ok", "File created successfully at: /memories/a.md")
@@ -109,6 +111,60 @@ async def test_mcp_over_a_mount_of_the_embedded_server(local_env, tmp_path):
     sdk = anthropic.Anthropic(base_url=info["url"], api_key=key, max_retries=0)
     assert [(m.path, m.content) for m in sdk.beta.memory_stores.memories.list(
         store, view="full", limit=20)] == [("/a.md", "from the agent\n")]
+
+
+async def test_long_lived_commands_follow_the_embedded_server_to_its_new_port(local_env,
+                                                                            tmp_path):
+    """The embedded server picks a free port at each start. A mount follows it; so do the
+    commands that outlive one request (`memfs mcp`, `memfs tool`, `memfs watch STORE`):
+    they kept its old port and failed ('not reachable') until restarted."""
+    from test_mcp import call, stdio_session
+    from test_watch import Watcher
+
+    store = _memfs(local_env, "stores", "create", "Followed").stdout.strip().splitlines()[-1]
+    data = tmp_path / "data" / "memfs"
+    first = json.loads((data / "local-server.json").read_text())["url"]
+    tool = subprocess.Popen([sys.executable, "-m", "memfs", "tool", store], env=local_env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    watch = Watcher(local_env, "--json", "--poll-interval", "0.2", store)
+
+    def run_tool(path: str) -> dict:
+        assert tool.stdin is not None and tool.stdout is not None
+        tool.stdin.write(json.dumps({"command": "create", "path": f"/memories{path}",
+                                     "file_text": "x\n"}) + "\n")
+        tool.stdin.flush()
+        return json.loads(tool.stdout.readline())
+
+    try:
+        async with stdio_session(local_env, store) as session:
+            assert (await call(session, {"command": "create", "path": "/memories/a.md",
+                                         "file_text": "before\n"}))[0] == "ok"
+            assert "ok" in await trio.to_thread.run_sync(run_tool, "/b.md")
+            watch.wait_started()
+            now = first
+            for _ in range(5):  # a new port (the same one again is unlikely, not impossible)
+                _memfs(local_env, "serve", "stop")
+                _memfs(local_env, "stores", "list")
+                now = json.loads((data / "local-server.json").read_text())["url"]
+                if now != first:
+                    break
+            assert now != first
+            assert await call(session, {"command": "create", "path": "/memories/c.md",
+                                        "file_text": "after\n"}) \
+                == ("ok", "File created successfully at: /memories/c.md")
+            assert "ok" in await trio.to_thread.run_sync(run_tool, "/d.md")
+            seen: set[str] = set()
+            while not {"/c.md", "/d.md"} <= seen:  # a.md and b.md first, if it saw them
+                seen.add((await trio.to_thread.run_sync(watch.next))["path"])
+            assert seen <= {"/a.md", "/b.md", "/c.md", "/d.md"}
+    finally:
+        tool.kill()
+        tool.wait()
+        watch.stop()
+    key = (data / "local-server.key").read_text().strip()
+    sdk = anthropic.Anthropic(base_url=now, api_key=key, max_retries=0)
+    assert sorted(m.path for m in sdk.beta.memory_stores.memories.list(store, limit=20)) == [
+        "/a.md", "/b.md", "/c.md", "/d.md"]
 
 
 # ----------------------------------------------------------------------------- lifecycle

@@ -247,10 +247,15 @@ class MemoryStoresClient:
         transport: httpx.AsyncBaseTransport | None = None,
         extra_headers: dict | None = None,
         sleep: Callable[[float], Awaitable[Any]] | None = None,
+        locate: Callable[[], Awaitable[str | None]] | None = None,
     ) -> None:
+        """``locate``: where the server runs now, asked when a request cannot connect (the
+        embedded server picks a free port at each start, so a long-lived command
+        follows it as a mount does); the request goes there at once, as never sent."""
         if not base_url:
             raise ValueError("base_url is required")
         self.base_url = base_url.rstrip("/")
+        self.locate = locate
         self._api_key = api_key or None
         self.max_retries = max(0, int(max_retries))
         self.backoff_base = backoff_base
@@ -424,6 +429,7 @@ class MemoryStoresClient:
             headers["content-type"] = "application/json"
 
         attempt = 0
+        located = self.locate is None  # asked at most once a request
         maybe_applied = False  # an attempt may have reached the server (see errors)
         if replay is None:  # may an attempt that may have applied go again?
             replay = method != "POST"
@@ -443,6 +449,11 @@ class MemoryStoresClient:
                 self._observe(method, path, 0, len(content or b""), 0)
                 reason = self._scrub(str(exc) or type(exc).__name__)
                 maybe_applied |= not isinstance(exc, _NEVER_SENT)
+                if not located and isinstance(exc, httpx.ConnectError):
+                    located = True
+                    if await self._moved():
+                        url = f"{self.base_url}{path}?{q}"
+                        continue
                 if (not isinstance(exc, _RETRYABLE_TRANSPORT) or attempt >= self.max_retries
                         or (maybe_applied and not replay)):
                     err = APIConnectionError(
@@ -489,6 +500,16 @@ class MemoryStoresClient:
             attempt += 1
             self.stats["retries"] += 1
             await self._sleep(delay)
+
+    async def _moved(self) -> bool:
+        """Whether the server now answers elsewhere (``locate``); if so, go there."""
+        assert self.locate is not None
+        moved = await self.locate()
+        if not moved or moved.rstrip("/") == self.base_url:
+            return False
+        log.info("the server moved from %s to %s; following it", self.base_url, moved)
+        self.base_url = moved.rstrip("/")
+        return True
 
     def key_tag(self, salt: str) -> str:
         """A salted tag of the key this client sends, to tell later whether the key

@@ -91,10 +91,10 @@ class _Target:
                                           timeout=30.0) as c:
                 return await fn(c)
 
-        try:
+        from memfs.cli.errors import api_failures
+
+        with api_failures(self.base_url):  # the line every command prints
             return trio.run(go)
-        except api_errors.APIError as exc:
-            raise click.ClickException(f"{self.base_url}: {exc}") from None
 
 
 async def _memory_of(c: MemoryStoresClient, t: _Target) -> str:

@@ -133,16 +133,19 @@ def _build(stores: tuple[str, ...], session_id: str | None, mount: str | None,
     link: MountLink | None = None
     if mount is not None:
         link, rows, info = _mount_rows(mount, stores)
-        url, key, _embedded = (command_server(base_url, api_key_file) if base_url
-                               else mount_server(info, api_key_file))
-        if rows and rows[0][2] is None:  # a store mount: its name (slug)
+        server = (command_server(base_url, api_key_file) if base_url
+                  else mount_server(info, api_key_file))
+        url, key = server.url, server.key
+        if rows and rows[0][1] is None:  # a store mount whose daemon has no name for it
             try:
                 store = call_with_client(url, key, lambda c: c.get_store(rows[0][0]))
                 rows = [(store.id, store.name, None, *rows[0][3:])]
             except Exception as exc:  # offline: the id stands for the name
                 logging.getLogger("memfs.mcp").warning("store name: %s", exc)
+                rows = [(rows[0][0], rows[0][0], *rows[0][2:])]
     else:
-        url, key, _embedded = command_server(base_url, api_key_file)
+        server = command_server(base_url, api_key_file)
+        url, key = server.url, server.key
         rows = _store_rows(url, key, stores, session_id)
     if not rows:
         raise click.ClickException("no memory store to serve")
@@ -156,10 +159,10 @@ def _build(stores: tuple[str, ...], session_id: str | None, mount: str | None,
         served.append(Served(
             slug=where or slug(store_id), store_id=store_id, name=name or store_id,
             memory=StoreMemory(store_id, url, key, base=(where,) if several else (),
-                               read_only=ro or read_only),
+                               read_only=ro or read_only, locate=server.locate),
             read_only=ro or read_only, mount_dir=mount_dir))
     return MemoryMCP(served, base_url=url, api_key=key, mount=link,
-                     poll_interval=poll_interval, page_size=page_size)
+                     poll_interval=poll_interval, page_size=page_size, locate=server.locate)
 
 
 def _store_rows(url: str, key: str | None, stores: tuple[str, ...],
@@ -192,6 +195,7 @@ def _store_rows(url: str, key: str | None, stores: tuple[str, ...],
 def _mount_rows(mount: str, stores: tuple[str, ...]):
     """(MountLink, rows, its registry entry) of a live mount: a store mount or a
     session root (all its stores, or the STOREs named among them)."""
+    from memfs.core.slug import slug
     from memfs.local import control
     from memfs.local.registry import read_registry
     from memfs.tool.mcp import MountLink
@@ -206,15 +210,17 @@ def _mount_rows(mount: str, stores: tuple[str, ...]):
     except (OSError, ValueError, KeyError) as exc:
         raise click.ClickException(f"the daemon of {mount} does not answer: {exc}") from None
     if "stores" not in info:  # a plain mount: one store, the mountpoint itself
-        if stores and info["store_id"] not in stores:
-            raise click.UsageError(f"{mount} holds {info['store_id']} only")
+        name = status.get("store_name")  # None: asked of the server (`_build`)
+        if stores and not {info["store_id"], name, name and slug(name)} & set(stores):
+            raise click.UsageError(f"{mount} holds {name or info['store_id']} only")
         ro = bool(status.get("read_only"))
-        rows = [(info["store_id"], info["store_id"], None, ro, Path(path))]
+        rows = [(info["store_id"], name, None, ro, Path(path))]
         return MountLink(control_dir), rows, info
     by_id = {s.get("store_id"): s for s in status.get("stores", [])}
     rows = []
     for s in info["stores"]:
-        if stores and not ({s["name"], s["store_id"]} & set(stores)):
+        named = by_id.get(s["store_id"], {}).get("store_name")
+        if stores and not ({s["name"], s["store_id"], named} & set(stores)):
             continue
         ro = bool(by_id.get(s["store_id"], {}).get("read_only"))
         rows.append((s["store_id"], s["name"], s["name"], ro, Path(path) / s["name"]))

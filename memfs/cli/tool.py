@@ -61,6 +61,7 @@ def tool(store_id: str, base_url: str | None, api_key_file: str | None) -> None:
     looked up first: a server that cannot be reached or refuses the key ends the
     command there, with one line and exit status 1.
     """
-    url, key, _embedded = command_server(base_url, api_key_file)
-    store_id = storenames.resolve_for_cli(url, key, store_id).id
-    serve_lines(StoreMemory(store_id, url, key), sys.stdin.buffer, sys.stdout)
+    server = command_server(base_url, api_key_file)
+    store_id = storenames.resolve_for_cli(server.url, server.key, store_id).id
+    serve_lines(StoreMemory(store_id, server.url, server.key, locate=server.locate),
+                sys.stdin.buffer, sys.stdout)

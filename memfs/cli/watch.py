@@ -93,9 +93,10 @@ def _follow_store(target: str, since: str | None, interval: float, lookback: flo
     import threading
 
     from memfs.cli import storenames
-    from memfs.cli.errors import command_server
+    from memfs.cli.errors import command_server, describe
 
-    url, key, _embedded = command_server(base_url, api_key_file)
+    server = command_server(base_url, api_key_file)
+    url, key = server.url, server.key
     store = storenames.resolve_for_cli(url, key, target).store
     if since:
         try:
@@ -109,7 +110,7 @@ def _follow_store(target: str, since: str | None, interval: float, lookback: flo
                    "(Ctrl-C to stop)", err=True)
 
     async def run() -> None:
-        async with MemoryStoresClient(url, key) as client:
+        async with MemoryStoresClient(url, key, locate=server.locate) as client:
             async for event in poll_store(client, store.id, store.name or store.id, since,
                                           interval, ready,
                                           lookback=timedelta(seconds=lookback)):
@@ -118,8 +119,8 @@ def _follow_store(target: str, since: str | None, interval: float, lookback: flo
     def thread() -> None:
         try:
             trio.run(run)
-        except api_errors.APIError as exc:
-            out.put({"ok": False, "error": f"{url}: {exc}"})
+        except api_errors.APIError as exc:  # the line every command prints
+            out.put({"ok": False, "error": describe(server.url, exc)})
         except Exception as exc:  # reported to the main thread, never a traceback
             out.put({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
 

@@ -136,6 +136,16 @@ def running_url() -> str | None:
     return info["url"] if verify(info["url"], api_key()) else None
 
 
+async def located() -> str | None:
+    """Where our embedded server runs now (verified to hold our key: the key is never
+    sent to a stranger on the recorded port), for a long-lived command's client that
+    cannot reach it where it was (`MemoryStoresClient(locate=located)`); None when it
+    is not running."""
+    import anyio
+
+    return await anyio.to_thread.run_sync(running_url)
+
+
 @contextlib.contextmanager
 def _lock() -> Iterator[None]:
     """Exclusive lock for starting and stopping (blocks while another command holds it)."""

@@ -8,6 +8,7 @@ with its own private key. Light: no httpx or trio until the embedded server is a
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
 from memfs.api.config import resolve_config
@@ -18,6 +19,17 @@ class ServerChoice(NamedTuple):
     key: str | None
     #: The embedded local server (its key is its own, whatever was configured).
     embedded: bool
+
+    @property
+    def locate(self) -> Callable[[], Awaitable[str | None]] | None:
+        """For a long-lived command's clients (`MemoryStoresClient(locate=…)`): the
+        embedded server followed to the port it restarted on; a configured server is
+        where it was configured."""
+        if not self.embedded:
+            return None
+        from memfs.local.server import located
+
+        return located
 
 
 def choose_server(base_url: str | None, api_key: str | None = None,

@@ -9,6 +9,7 @@ id, an RFC 3339 time or an age.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -22,6 +23,8 @@ from memfs.api.client import MemoryStoresClient
 from memfs.api.models import MemoryVersion, format_time, parse_time
 from memfs.sync.events import QUEUE_LIMIT, Event, EventBus, Subscriber, version_events
 from memfs.sync.feed import LOOKBACK
+
+log = logging.getLogger(__name__)
 
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 
@@ -158,7 +161,10 @@ async def poll_store(client: MemoryStoresClient, store_id: str, store: str,
     """Every change of the store from now (or from `since`), polling the versions list
     every `interval` seconds; a write committed out of order within `lookback` is
     still caught (the window is asked again, seen ids skipped). `ready()` once "now"
-    is known: every change after that call is reported."""
+    is known: every change after that call is reported. A poll the server does not
+    answer (down, or restarting: the embedded server on its new port, which the
+    client's `locate` finds) is logged once and tried again at the next interval from
+    where the last one ended: a long-lived watcher loses nothing to an outage."""
     seen: dict[str, datetime] = {}
     paths: dict[str, str] = {}
     position = datetime(1970, 1, 1, tzinfo=UTC)
@@ -175,12 +181,24 @@ async def poll_store(client: MemoryStoresClient, store_id: str, store: str,
     first = since is None  # a replay already brought what was there
     if not first:
         ready()
+    down = False
     while True:
-        fresh: list[MemoryVersion] = []
-        async for v in client.list_versions(store_id,
-                                            created_gte=format_time(position - lookback)):
-            if v.id not in seen:
-                fresh.append(v)
+        try:
+            fresh = [v async for v in client.list_versions(
+                store_id, created_gte=format_time(position - lookback)) if v.id not in seen]
+            if not first:
+                paths.update(await _paths_before(client, store_id, [
+                    v for v in fresh if v.memory_id not in paths]))
+        except api_errors.TRANSIENT as exc:
+            if not down:
+                log.warning("%s: cannot poll (%s); trying again every %g s", store, exc,
+                            interval)
+            down = True
+            await anyio.sleep(interval)
+            continue
+        if down:
+            log.warning("%s: polling again", store)
+            down = False
         for v in fresh:
             seen[v.id] = when = parse_time(v.created_at)
             position = max(position, when)
@@ -191,8 +209,6 @@ async def poll_store(client: MemoryStoresClient, store_id: str, store: str,
             first = False
             ready()
         else:
-            paths.update(await _paths_before(client, store_id, [
-                v for v in fresh if v.memory_id not in paths]))
             for event in version_events(fresh, paths, store=store, store_id=store_id):
                 yield event
         horizon = position - lookback

@@ -27,6 +27,7 @@ import logging
 import mimetypes
 import os
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,20 +136,23 @@ class MemoryMCP:
 
     def __init__(self, stores: list[Served], *, base_url: str, api_key: str | None,
                  mount: MountLink | None = None, poll_interval: float = 2.0,
-                 page_size: int = 100) -> None:
+                 page_size: int = 100,
+                 locate: Callable[[], Awaitable[str | None]] | None = None) -> None:
+        """``locate``: where the server runs now when it cannot be reached where it
+        was (the embedded server's new port; the stores' `StoreMemory` take it too)."""
         if not stores:
             raise ValueError("no store to serve")
         self.stores = stores
         self.by_slug = {s.slug: s for s in stores}
         self.by_id = {s.store_id: s for s in stores}
         self.single = len(stores) == 1
-        self.base_url, self._api_key = base_url, api_key
+        self.base_url, self._api_key, self.locate = base_url, api_key, locate
         self.mount = mount
         self.poll_interval = poll_interval
         self.page_size = page_size
         # Commands on /memories itself when several stores hide below it: every one of
         # them is answered before a request is made (view is answered here).
-        self._root_tool = StoreMemory(stores[0].store_id, base_url, api_key)
+        self._root_tool = StoreMemory(stores[0].store_id, base_url, api_key, locate=locate)
         self.bus = InMemorySubscriptionBus()  # subscriptions/listen (2026-07-28 clients)
         # The SDK hands each request its own ServerSession; notifications outside a
         # request go through the connection it holds: one session kept per connection.
@@ -481,10 +485,13 @@ class MemoryMCP:
         while True:
             try:
                 async with MemoryStoresClient(self.base_url, self._api_key,
-                                              sleep=anyio.sleep) as client:
-                    async for event in poll_store(client, store.store_id, store.slug, None,
-                                                  self.poll_interval, ready):
-                        await self.changed(event.to_json())
+                                              sleep=anyio.sleep, locate=self.locate) as client:
+                    try:
+                        async for event in poll_store(client, store.store_id, store.slug,
+                                                      None, self.poll_interval, ready):
+                            await self.changed(event.to_json())
+                    finally:
+                        self.base_url = client.base_url  # the next client's start
             except (api_errors.APIError, OSError) as exc:
                 log.warning("polling %s: %s", store.slug, exc)
             await anyio.sleep(self.poll_interval)

@@ -132,11 +132,14 @@ class StoreMemory:
         base: tuple[str, ...] = (),
         read_only: bool = False,
         lost_answer_wait: float = SyncOptions.lost_answer_wait,
+        locate: Callable[[], Awaitable[str | None]] | None = None,
     ) -> None:
         """``base``: the store is ``/memories/<base...>`` (``memfs mcp`` with several
         stores); ``read_only``: every change is refused, before anything is sent;
         ``lost_answer_wait``: seconds a write whose answer never came may still land
-        (a mount's ``--lost-answer-wait``, the same default)."""
+        (a mount's ``--lost-answer-wait``, the same default); ``locate``: where the
+        server runs now, when it cannot be reached where it was (the embedded
+        server's new port: ``ServerChoice.locate``)."""
         if not isinstance(store_id, str) or not store_id:
             raise ValueError("store_id must be a non-empty string")
         self.store_id = store_id
@@ -151,6 +154,7 @@ class StoreMemory:
             "timeout": timeout,
             "backoff_base": backoff_base,
             "backoff_max": backoff_max,
+            "locate": locate,
         }
 
     def __repr__(self) -> str:
@@ -172,6 +176,7 @@ class StoreMemory:
         try:
             yield _Call(client, self.store_id)
         finally:
+            self.base_url = client.base_url  # where the next call starts (`locate`)
             with anyio.CancelScope(shield=True):
                 await client.aclose()
 
