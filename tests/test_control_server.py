@@ -4,13 +4,25 @@ client's failure stays its own connection's, never the daemon's."""
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import trio
 
 from memfs.local import control
 from memfs.local.control import Stream
 from memfs.mount import control_server
+
+
+def handler_of(events) -> Callable[[dict], Awaitable[dict | Stream]]:
+    """A daemon's handler: `events` streams what events() yields; any other command is
+    answered with one line naming it."""
+
+    async def handler(request: dict) -> dict | Stream:
+        if request["cmd"] == "events":
+            return Stream(events())
+        return {"ok": True, "cmd": request["cmd"]}
+
+    return handler
 
 
 async def test_a_stream_reader_that_stops_reading_leaves_the_daemon_serving(tmp_path):
@@ -27,13 +39,8 @@ async def test_a_stream_reader_that_stops_reading_leaves_the_daemon_serving(tmp_
             n += 1
             yield {"n": n}
 
-    async def handler(request: dict) -> dict | Stream:
-        if request["cmd"] == "events":
-            return Stream(events())
-        return {"ok": True, "cmd": request["cmd"]}
-
     async with trio.open_nursery() as nursery:
-        await nursery.start(control_server.serve, tmp_path, handler)
+        await nursery.start(control_server.serve, tmp_path, handler_of(events))
         with control.short_path(tmp_path) as short:
             sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             await sock.connect(short)
@@ -57,13 +64,8 @@ async def test_a_stream_that_fails_ends_its_connection_only(tmp_path, caplog):
         yield {"n": 1}
         raise RuntimeError("a defect in the stream")
 
-    async def handler(request: dict) -> dict | Stream:
-        if request["cmd"] == "events":
-            return Stream(events())
-        return {"ok": True, "cmd": request["cmd"]}
-
     async with trio.open_nursery() as nursery:
-        await nursery.start(control_server.serve, tmp_path, handler)
+        await nursery.start(control_server.serve, tmp_path, handler_of(events))
         got = [line async for line in control.stream_async(tmp_path, {"cmd": "events"})]
         assert got == [{"n": 1}]
         reply = await trio.to_thread.run_sync(control.request, tmp_path, {"cmd": "status"})
