@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 from mountutil import is_mounted, mount_env, mounts, needs_fuse, server_memories  # noqa: F401
-from synchelpers import wait_for
+from synchelpers import sdk_create, wait_for
 
 pytestmark = needs_fuse
 
@@ -319,6 +319,50 @@ def test_outside_unmount_and_signals_flush(mounts, server, how):
     # No `memfs unmount` to tell the user: the log names what stays here, and why.
     assert ("1 file(s) stay here only, NOT on the server: /bad.md: content is not valid "
             "UTF-8") in log, log
+
+
+#: A writer that has written and not closed: another process (a fork of the test's own
+#: would close the files in the child, and a close of any descriptor saves).
+HOLDER = """
+import sys
+new = open(sys.argv[1] + "/new.md", "w")
+old = open(sys.argv[1] + "/old.md", "a")
+new.write("unsaved\\n"); old.write("appended\\n")
+new.flush(); old.flush()  # write(2) done; no close
+print("written", flush=True)
+sys.stdin.read()  # until the test lets go
+"""
+
+
+@pytest.mark.parametrize("how", ["unmount", "sigterm"])
+def test_files_still_open_with_unsaved_writes_are_saved_at_unmount(mounts, server, how):
+    """A process that wrote and has not closed yet: write() took its bytes, and the
+    unmount (or SIGTERM) took the daemon away with them in memory only, saying "0
+    left" (found by a helper, 6 December). Now they are saved as they stand and pushed,
+    and named; the writer's close fails later (the mount is gone), nothing lost."""
+    store = mounts.new_store()
+    sdk_create(server, store, "/old.md", "existing\n")
+    m = mounts.mount(store, "--write-back-delay", "300")
+    wait_for(lambda: (m.path / "old.md").exists(), what="seeded")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(m.path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "written\n"
+        if how == "unmount":
+            out = m.unmount()
+            assert "pushed 2 change(s), 0 left" in out, out
+            assert "2 file(s) were still open with unsaved writes" in out, out
+            assert "/new.md: open with unsaved writes at unmount: saved as they stood" in out
+        else:
+            os.kill(m.pid, signal.SIGTERM)
+            wait_for(lambda: pid_gone(m.pid))
+            log = (m.state_dir / "daemon.log").read_text()
+            assert "2 file(s) were still open with unsaved writes: /" in log, log
+        assert server_memories(server, store) == {"/new.md": "unsaved\n",
+                                                  "/old.md": "existing\nappended\n"}
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 # -- mounts that must fail --------------------------------------------------------------------

@@ -688,6 +688,42 @@ async def test_server_refusal_is_not_retried(eng, monkeypatch):
         "/ok.md": "fine", "/big.md": "y"}
 
 
+# -- the final flush ----------------------------------------------------------------------
+
+
+async def test_the_final_flush_saves_open_buffers_and_refuses_later_writes(eng):
+    """Unmount with files open and unsaved (docs/SEMANTICS.md, unmount): what write()
+    took is saved and pushed, and named; a write from then on is refused (EROFS), not
+    lost with the daemon; one that had passed that check before (awaiting its fetch)
+    and lands during the flush is saved after it, journaled, counted as left."""
+    ino = await eng.write("/a.md", b"v1")
+    late_ino = await eng.write("/b.md", b"w1")
+    assert (await eng.push()).left == 0
+    fi = await eng.ops.open(ino, os.O_WRONLY | os.O_TRUNC, None)
+    await eng.ops.write(fi.fh, 0, b"unsaved")
+    late = await eng.ops.open(late_ino, os.O_WRONLY, None)
+    files = eng.engine.fs.files
+    flush = eng.pusher.flush
+
+    async def flush_meanwhile(timeout: float):
+        assert await fuse_errno(eng.ops.write(fi.fh, 0, b"too late")) == errno.EROFS
+        result = await flush(timeout)
+        of = files._open[late_ino]  # a write that was awaiting its fetch lands
+        of.data = bytearray(b"w2")
+        files._set_dirty(of, True)
+        return result
+
+    eng.pusher.flush = flush_meanwhile
+    done = await eng.engine.final_flush(5.0)
+    assert [i["path"] for i in done["saved_open"]] == ["/a.md", "/b.md"]
+    assert (done["pushed"], done["left"]) == (1, 1)
+    assert (await eng.remote())["/a.md"][1] == "unsaved"
+    assert await eng.fs.read_all(late_ino) == b"w2"  # journaled for the next mount
+    assert [u["path"] for u in pending(eng.state)["updates"]] == ["/b.md"]
+    await eng.ops.release(late.fh)
+    await eng.ops.release(fi.fh)
+
+
 # -- offline ----------------------------------------------------------------------------
 
 

@@ -40,7 +40,7 @@ from memfs.mount import control_server, titles
 from memfs.mount.engine import StoreEngine, StoreLocked
 from memfs.mount.marker import marker_content
 from memfs.mount.router import Router
-from memfs.state.report import kept_here_lines
+from memfs.state.report import KEPT_HERE, kept_here_lines
 
 log = logging.getLogger("memfs.mount.daemon")
 #: Retries of the daemon's API client (a write that may have been applied is never
@@ -420,7 +420,7 @@ def _kept(stores: list[dict]) -> dict:
         return {**item, "path": f"/{s['name']}{item['path']}"} if s.get("name") else item
 
     return {kind: [under(s, i) for s in stores for i in s.get(kind, [])]
-            for kind in ("not_pushed", "waiting", "local_only", "conflicts")}
+            for kind in (*(kind for kind, _sentence in KEPT_HERE), "local_only")}
 
 
 def left_out(cfg: GroupConfig, skipped: list[dict], *, mounted: int) -> str:

@@ -178,12 +178,21 @@ class StoreEngine:
         What it reports is exactly what state.db still holds pending."""
         await self.pusher.stop()
         self.background.cancel()
+        # Writes from here on are refused (EROFS), not lost with the daemon; what open
+        # files hold unsaved is saved now, and again after the flush (a write that was
+        # awaiting its fetch), then journaled for the next mount.
+        self.fs.read_only = True
+        saved = self.fs.files.save_open()
         with purpose("push"):
             result = await self.pusher.flush(timeout)
+        late = self.fs.files.save_open()
+        if late:
+            async with self.ctx.sync_lock:
+                result.left = self.pusher.pending_total()
         await self.ctx.fetcher.write_at_exit()  # the next mount starts warm
         return {"pushed": result.pushed, "left": result.left,
                 "offline": str(result.offline) if result.left and result.offline else None,
-                **self.kept_local()}
+                "saved_open": saved + late, **self.kept_local()}
 
     def kept_local(self) -> dict:
         """What a flush cannot push, by path and why: files the server refused (not

@@ -84,6 +84,7 @@ def tree_summary(state: StateView, cache) -> dict:
 #: hear of, kind by kind, and the sentence that says it: `memfs unmount` prints it, the
 #: daemon (stopped by a signal, no unmount to tell) and a session root's owner log it.
 KEPT_HERE = (
+    ("saved_open", "{n} file(s) were still open with unsaved writes"),
     ("not_pushed", "{n} file(s) stay here only, NOT on the server"),
     ("waiting", "{n} change(s) the server turned down last time stay journaled, "
                 "tried again on the next mount"),
