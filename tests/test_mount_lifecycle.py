@@ -187,6 +187,24 @@ def test_kill9_right_after_close_finds_the_staged_content(mounts, server):
     assert server_memories(server, store) == files
 
 
+def test_unmount_after_the_daemon_died_says_what_is_not_on_the_server(mounts, server):
+    """A dead daemon flushed nothing: `memfs unmount` clears the mount and said no more,
+    exit 0, with a write only in the journal (found by a helper, 6 December). It now
+    counts what state.db holds, as status does, and exits 3; the next mount sends it."""
+    store = mounts.new_store()
+    m = mounts.mount(store, "--write-back-delay", "600")
+    (m.path / "p.md").write_text("precious\n")
+    m._sigkill()
+    proc = m.memfs("unmount", str(m.path), check=False)
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    assert "the daemon was gone" in proc.stdout
+    assert "1 change(s) written there are NOT on the server" in proc.stdout, proc.stdout
+    assert not is_mounted(m.path)
+    m = mounts.mount(store)
+    m.wait_synced()
+    assert server_memories(server, store) == {"/p.md": "precious\n"}
+
+
 def test_kill9_then_remount_pushes_on_its_own(mounts, server):
     store = mounts.new_store()
     m = mounts.mount(store, "--write-back-delay", "30")

@@ -34,6 +34,7 @@ def unmount(mountpoint, timeout):
             if is_mounted(mountpoint):
                 subprocess.run(["fusermount3", "-uz", mountpoint], check=False)
             click.echo(f"unmounted {mountpoint} (no memfs daemon was registered for it)")
+            _report_journaled(mountpoint)
             return
         raise click.ClickException(f"{mountpoint} is not a memfs mount")
     from memfs.local import control
@@ -49,6 +50,7 @@ def unmount(mountpoint, timeout):
         subprocess.run(["fusermount3", "-uz", mountpoint], check=False)
         registry_file(mountpoint).unlink(missing_ok=True)
         click.echo(f"the daemon was gone; cleared the stale mount at {mountpoint}")
+        _report_journaled(mountpoint)
         return
     if not wait_gone(pid, 30):
         raise click.ClickException(f"the daemon (pid {pid}) did not exit")
@@ -70,6 +72,29 @@ def unmount(mountpoint, timeout):
 #: `memfs unmount`'s exit status when it unmounted but something written there did
 #: not reach the server (each file named); 1 means it did not unmount.
 NOT_ALL_PUSHED = 3
+
+
+def _report_journaled(mountpoint: str) -> None:
+    """No daemon flushed at the exit (it died): what its state.db still holds is not on
+    the server. Said, with status 3, as a flush that could not push it says it; a
+    mount memfs knows nothing of says nothing."""
+    from memfs.cli.progress import PENDING_KINDS
+    from memfs.cli.status import mount_status
+
+    try:
+        found = mount_status(mountpoint)  # no daemon registered now: from state.db
+    except click.ClickException:
+        return
+    left = 0
+    for one in found.get("stores") or [found]:
+        pending = one.get("pending") or {}
+        left += sum(len(pending.get(kind, [])) for kind in (*PENDING_KINDS, "refused"))
+        left += len(one.get("conflicts") or [])
+    if left:
+        click.echo(f"  {left} change(s) written there are NOT on the server, kept in its "
+                   f"journal for the next mount (memfs status {mountpoint} names each, "
+                   "and why)")
+        sys.exit(NOT_ALL_PUSHED)
 
 
 def report_kept(reply: dict) -> bool:
