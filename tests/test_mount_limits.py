@@ -192,6 +192,31 @@ def test_enospc_at_2000_memories(mounts, server):
         "/bulk/d0/m0000.md": "edited\n"}
 
 
+def test_a_create_the_full_store_turns_down_is_named_by_status_and_unmount(mounts, server):
+    """The server filled up behind the mount's back (another writer took memory number
+    2,000): the mount's create waits, unpunished, for a delete to make room. `memfs
+    status` showed only "1 create(s)" and the unmount "1 left" (found by a helper, 6
+    December); both now say which file waits, and why."""
+    store = mounts.new_store()
+    client = server.sdk().beta.memory_stores.memories
+
+    def one(i: int) -> None:
+        client.create(store, path=f"/bulk/d{i % 20}/m{i:04d}.md", content=f"memory {i}\n")
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, range(1999)))
+    m = mounts.mount(store, "--no-prefetch", "--poll-interval", "3600")
+    one(1999)  # another writer's, unseen: the store is full
+    (m.path / "mine.md").write_text("waits for room\n")
+    m.sync_now()
+    wait_for(lambda: "waits: the store holds its 2,000-memory maximum" in m.memfs(
+        "status", str(m.path)).stdout, what="the create turned down")
+    assert "warning: " in m.memfs("status", str(m.path)).stdout
+    out = m.unmount("--timeout", "3", kept=True)
+    assert "/mine.md: the store holds its 2,000-memory maximum: it goes out once a memory " \
+        "is deleted" in out, out
+
+
 # -- EROFS ---------------------------------------------------------------------------------
 
 

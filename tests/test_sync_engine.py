@@ -779,6 +779,9 @@ async def test_store_full_create_waits_for_a_delete(eng):
     node = eng.fs.node("/m/new")
     assert eng.state.sync_state(node) == "pending"  # not refused
     assert node.refused_sha is None
+    # An unmount now would name it, and why (it said only "1 left").
+    assert eng.engine.kept_local()["waiting"] == [{"path": "/m/new", "reason": (
+        "the store holds its 2,000-memory maximum: it goes out once a memory is deleted")}]
     await eng.push()
     assert eng.take_calls() == ["create"]  # still waiting, still not refused
     assert await eng.remote_count() == cap
@@ -790,6 +793,7 @@ async def test_store_full_create_waits_for_a_delete(eng):
     assert node.memory_id is not None and not eng.state.is_dirty(node)
     assert await eng.remote_count() == cap
     assert eng.pusher.pending_total() == 0
+    assert eng.engine.kept_local()["waiting"] == []
 
 
 async def test_store_full_by_a_stranger_then_delete(eng):

@@ -187,6 +187,8 @@ def format_status(s: dict) -> str:
         lines.append(f"    #{c['id']} {c['path']}: {c['reason']}")
     if s.get("last_error"):
         lines.append(f"  last error: {s['last_error']}")
+    for warning in (s.get("warnings") or [])[-3:]:  # the newest: `--json` has ten
+        lines.append(f"  warning: {warning}")
     if s.get("metrics_url"):
         lines.append(f"  metrics: {s['metrics_url']}")
     return "\n".join(lines)

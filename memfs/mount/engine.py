@@ -212,6 +212,11 @@ class StoreEngine:
             for item in p[kind]:
                 if item.get("error"):
                     waiting.setdefault(item.get("to", item.get("path")), item["error"])
+        for ino in self.pusher.no_room:
+            node = self.state.nodes.get(ino)
+            if node is not None and node.memory_id is None and self.state.is_dirty(node):
+                waiting.setdefault(self.state.path_of(node), "the store holds its 2,000-memory "
+                                   "maximum: it goes out once a memory is deleted")
         return {"not_pushed": p["refused"] + [i for i in p["local_only"] if i not in temp],
                 "waiting": [{"path": path, "reason": why} for path, why in waiting.items()],
                 "local_only": temp,

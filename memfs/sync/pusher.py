@@ -96,6 +96,10 @@ class Pusher:
         self._gate = trio.Lock()  # one push at a time watches for a quiet mount
         self._answers = trio.Lock()  # one answer at a time waits for it (`_answer_ready`)
         self._flushing = 0  # flushes waiting: a pass under way stops yielding to FUSE
+        #: Files whose create the server last turned down because the store holds its
+        #: 2,000 memories: they wait, unpunished (a delete anywhere makes room), and the
+        #: unmount names them (`StoreEngine.kept_local`).
+        self.no_room: set[int] = set()
 
     # -- the loop -------------------------------------------------------------------
 
@@ -457,6 +461,7 @@ class Pusher:
             return await self._followed(ticket, self._gone(ticket))
         except api_errors.REFUSED as exc:
             if _store_full(exc):
+                self.no_room.add(ticket.ino)
                 ctx.status.note(f"{ticket.path} waits: the store holds its 2,000-memory maximum")
                 return 0
             st.push_refused(ticket, exc.message)
@@ -467,6 +472,7 @@ class Pusher:
         except api_errors.APIError as exc:  # 403, 422, an unexpected 409...
             return self._failed(ticket, exc)
         st.push_landed(ticket, remote_of(memory))
+        self.no_room.discard(ticket.ino)
         ctx.events.pushed(memory.path, memory)
         self._ours(memory)
         if ticket.memory_id is None:  # a creation is ours (an update may be a no-op)
