@@ -1015,6 +1015,14 @@ class Engine:
         self._alive_drop(gone)
         if taken is not None and node.memory_id == taken:
             self.alive_ino[taken] = node.ino  # the file that holds it now
+            if taken in self.overtaken and node.sha == self._synced(node):
+                # Over a file whose memory another writer has deleted or written over
+                # since, with the very bytes memfs takes as that memory's: no change to
+                # sync (ours = base, as for the take-back below), so their change goes
+                # over the moved file as over the one it replaced.
+                self.taken_there[node.ino] = (node.sha, node.gen)
+                if not self._held_here(node.sha):
+                    self.obligations.pop(node.sha, None)
         for ino, mid in before.items():
             moved = st.nodes.get(ino)
             back = None if moved is None else moved.memory_id

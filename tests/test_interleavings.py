@@ -564,6 +564,18 @@ SCENARIOS = [
             "'same' went with that last write; the oracle took b.md's unchanged bytes for "
             "a write of the user's that still owed them (the rewrite had moved its gen)"),
     Scenario(
+        "moved_over_my_like_file_that_they_deleted",
+        [("write", "/a.md"), ("write", "/b.md", "same"), ("write", "/c.md", "same"), ("push",),
+         ("r_delete", "/c.md"), ("rename", "/b.md", "/c.md"), ("write", "/a.md", "same")],
+        "push", [("write", "/a.md")],
+        doc="the oracle's, found by the deep random search (6 December, later): b.md and c.md "
+            "both synced with 'same'; another writer deletes c.md; the user, not having "
+            "heard, moves b.md over c.md. The moved file takes c's memory (an editor's "
+            "save) with the bytes c held: no change, so their delete goes over it (ours = "
+            "base) and b's memory goes with the move. The user writes 'same' to a.md, then "
+            "other bytes: the oracle still owed 'same', taking the moved file's for a write "
+            "of the user's"),
+    Scenario(
         "their_like_bytes_listed_then_deleted_while_mine_are_written",
         [("write", "/a.md"), ("write", "/b.md"), ("push",), ("r_edit", "/b.md", "same")],
         "reconcile", [("r_delete", "/b.md"), ("write", "/b.md", "same")],
