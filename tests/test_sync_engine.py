@@ -724,6 +724,34 @@ async def test_the_final_flush_saves_open_buffers_and_refuses_later_writes(eng):
     await eng.ops.release(fi.fh)
 
 
+async def test_the_final_flush_cancels_a_pass_that_does_not_end_in_its_time(eng):
+    """A pass under way whose request is never answered (a server that takes it and
+    hangs) held the unmount past its --timeout, up to the request's own timeout; the
+    final flush now gives it the flush's bound, then cancels it (its requests journaled
+    in doubt, as after a crash) and flushes within what is left."""
+    await eng.write("/a.md", b"v1")
+    started = trio.Event()
+    push_pass = eng.pusher.push_pass
+
+    async def stuck_once(**kw):
+        if not started.is_set():
+            started.set()
+            await trio.sleep_forever()  # the answer that never comes
+        return await push_pass(**kw)
+
+    eng.pusher.push_pass = stuck_once
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(eng.pusher.run)
+        await started.wait()
+        with trio.fail_after(60):  # a hang detector: without the bound it never returns
+            done = await eng.engine.final_flush(0.5)
+    # The stuck pass took the whole bound: nothing pushed, the file journaled and said.
+    assert (done["pushed"], done["left"]) == (0, 1)
+    assert [c["path"] for c in pending(eng.state)["creates"]] == ["/a.md"]
+    assert (await eng.pusher.flush(10.0)).left == 0  # as the next mount sends it
+    assert (await eng.remote())["/a.md"][1] == "v1"
+
+
 # -- offline ----------------------------------------------------------------------------
 
 

@@ -173,18 +173,20 @@ class StoreEngine:
                 log.info("first listing failed: %s (store %s)", exc, self.cfg.store_id)
 
     async def final_flush(self, timeout: float) -> dict:
-        """Stop the background pusher (a pass under way finishes and is applied), end
-        listing and prefetch, then push until nothing is left or `timeout` passes.
-        What it reports is exactly what state.db still holds pending."""
-        await self.pusher.stop()
-        self.background.cancel()
+        """Stop the background pusher (a pass under way finishes and is applied, or is
+        cancelled at `timeout`), end listing and prefetch, then push until nothing is
+        left or `timeout` (one bound for all of it) passes. What it reports is exactly
+        what state.db still holds pending."""
+        deadline = trio.current_time() + timeout
         # Writes from here on are refused (EROFS), not lost with the daemon; what open
         # files hold unsaved is saved now, and again after the flush (a write that was
         # awaiting its fetch), then journaled for the next mount.
         self.fs.read_only = True
         saved = self.fs.files.save_open()
+        await self.pusher.stop(timeout)
+        self.background.cancel()
         with purpose("push"):
-            result = await self.pusher.flush(timeout)
+            result = await self.pusher.flush(max(0.0, deadline - trio.current_time()))
         late = self.fs.files.save_open()
         if late:
             async with self.ctx.sync_lock:

@@ -89,6 +89,7 @@ class Pusher:
         self._stop = trio.Event()
         self._stopped = trio.Event()
         self._idle_scope: trio.CancelScope | None = None
+        self._run_scope: trio.CancelScope | None = None  # the loop's, while it runs
         self._running = False
         self._not_before = 0.0  # trio clock: a 429's retry-after holds every request
         self._busy_pushes = 0  # pushes in flight that started while FUSE was busy
@@ -105,31 +106,35 @@ class Pusher:
 
     async def run(self) -> None:
         """Push whenever something becomes due; back off while offline."""
-        idle_retry = 5.0  # after a pass that could not push what was due
         self._running = True
         try:
-            while not self._stop.is_set():
-                delay = self.next_due_in()
-                if delay is None or delay > 0:
-                    await self._idle(math.inf if delay is None else delay, "push")
-                    # Every close kicks: let a burst (cp -r) land before rescanning.
-                    if not self._stop.is_set():
-                        await trio.sleep(min(0.1, self.ctx.options.write_back_delay / 2))
-                    continue
-                try:
-                    result = await self.push_pass()
-                except Exception as exc:  # a bug must not take the mount down
-                    log.exception("push pass failed")
-                    self.ctx.status.last_error = f"push: {type(exc).__name__}: {exc}"
-                    result = PassResult()
-                if result.offline is not None:
-                    # Back off (jitter, retry-after), but go as soon as the reconciler
-                    # finds the server again.
-                    await self._idle(self.ctx.went_offline(result.offline), "online")
-                elif result.pushed == 0 and result.progress == 0:
-                    await self._idle(idle_retry, "push")
+            with trio.CancelScope() as self._run_scope:
+                await self._loop()
         finally:
             self._stopped.set()
+
+    async def _loop(self) -> None:
+        idle_retry = 5.0  # after a pass that could not push what was due
+        while not self._stop.is_set():
+            delay = self.next_due_in()
+            if delay is None or delay > 0:
+                await self._idle(math.inf if delay is None else delay, "push")
+                # Every close kicks: let a burst (cp -r) land before rescanning.
+                if not self._stop.is_set():
+                    await trio.sleep(min(0.1, self.ctx.options.write_back_delay / 2))
+                continue
+            try:
+                result = await self.push_pass()
+            except Exception as exc:  # a bug must not take the mount down
+                log.exception("push pass failed")
+                self.ctx.status.last_error = f"push: {type(exc).__name__}: {exc}"
+                result = PassResult()
+            if result.offline is not None:
+                # Back off (jitter, retry-after), but go as soon as the reconciler
+                # finds the server again.
+                await self._idle(self.ctx.went_offline(result.offline), "online")
+            elif result.pushed == 0 and result.progress == 0:
+                await self._idle(idle_retry, "push")
 
     async def _idle(self, seconds: float, wake: str) -> None:
         with trio.CancelScope() as scope:
@@ -144,14 +149,23 @@ class Pusher:
         if wake == "push":
             self.ctx.push_wakeup.clear()
 
-    async def stop(self) -> None:
+    async def stop(self, timeout: float = math.inf) -> None:
         """Stop the background loop: a pass under way finishes (its requests are
-        answered and applied), no new one starts. For the unmount flush."""
+        answered and applied), no new one starts. For the unmount flush, which gives
+        it `timeout`: a pass still under way then (a server that takes requests and
+        never answers) is cancelled, its requests in doubt as after a crash (journaled
+        before they went out: the flush, or the next mount, asks what they did)."""
         self._stop.set()
         if not self._running:
             return  # never started (read-only mount, or shut down before it ran)
         if self._idle_scope is not None:
             self._idle_scope.cancel()
+        with trio.move_on_after(timeout):
+            await self._stopped.wait()
+            return
+        log.info("a push pass still under way after %g s: cancelled", timeout)
+        if self._run_scope is not None:
+            self._run_scope.cancel()
         await self._stopped.wait()
 
     def next_due_in(self) -> float | None:
