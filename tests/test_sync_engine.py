@@ -395,6 +395,19 @@ async def test_deletes_log_only_and_disabled_never_delete(make_engine, mode):
     assert eng.take_calls() == []
     assert await eng.remote() == {"/a.md": (mid, "keep")}
     assert eng.state.lookup_path("/a.md") is None  # still deleted locally
+    # Status lists the delete without a due time: none is ever sent (it said "due in").
+    [delete] = eng.engine.status()["pending"]["deletes"]
+    assert delete["path"] == "/a.md" and "due_at" not in delete
+
+
+async def test_a_read_only_mount_shows_no_due_time_for_a_delete_it_never_sends(eng):
+    """A delete left pending by an earlier read-write mount, seen from a read-only one."""
+    await eng.write("/a.md", b"keep")
+    await eng.push()
+    await eng.unlink("/a.md")
+    [due] = pending(eng.state, delete_delay=30.0)["deletes"]
+    [kept] = pending(eng.state, delete_delay=30.0, read_only=True)["deletes"]
+    assert due["due_at"] == due["deleted_at"] + 30.0 and "due_at" not in kept
 
 
 # -- lost responses --------------------------------------------------------------------

@@ -325,7 +325,8 @@ def store_status(engine: StoreEngine) -> dict:
                  "polls": s.feed_polls},
         "last_error": s.last_error,
         "warnings": s.warnings[-10:],
-        "pending": pending(engine.state, delete_delay=cfg.options.delete_delay,
+        "pending": pending(engine.state, delete_delay=(cfg.options.delete_delay if
+                                                       cfg.options.deletes == "enabled" else None),
                            read_only=cfg.options.read_only,
                            push_delays=cfg.options),
         "conflicts": engine.state.conflicts(),
