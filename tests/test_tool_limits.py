@@ -45,6 +45,21 @@ def test_content_over_102400_bytes(server):
     assert store_files(server, store) == {"/big.md": full}
 
 
+def test_a_lone_surrogate_is_a_sentence_in_every_command(server):
+    """Text a JSON caller can send that is not UTF-8: a create raised from inside (the
+    sha it takes before sending), where an edit gave the API's refusal as a sentence."""
+    store = new_store(server)
+    tool = sync_tool(server, store)
+    assert run(tool, command="create", path="/memories/s.md", file_text="a\ud800b") == (
+        "error", "File /memories/s.md was not created: the memory store does not accept its "
+                 "content (content is not valid UTF-8 (lone surrogate)).")
+    assert run(tool, command="create", path="/memories/s.md", file_text="ab")[0] == "ok"
+    kind, text = run(tool, command="str_replace", path="/memories/s.md", old_str="b",
+                     new_str="\ud800")
+    assert kind == "error" and "lone surrogate" in text and "was not changed" in text
+    assert store_files(server, store) == {"/s.md": "ab"}
+
+
 def test_the_2001st_memory(server):
     store = new_store(server)
 

@@ -442,6 +442,13 @@ class StoreMemory:
                 f"File {target.raw} was not created: its content is {size:,} bytes and a "
                 f"memory holds at most {paths.MAX_CONTENT_BYTES:,} bytes."
             )
+        try:
+            file_text.encode("utf-8")
+        except UnicodeEncodeError:  # (its sha, taken before it is sent, raised)
+            raise ToolFailure(
+                f"File {target.raw} was not created: the memory store does not accept its "
+                "content (content is not valid UTF-8 (lone surrogate))."
+            ) from None
 
     async def _created(self, call: _Call, target: ToolPath, sha: str, sent_at: float) -> bool:
         """After a lost answer: was a memory created at the path with our content since
