@@ -14,8 +14,8 @@ import pytest
 import trio
 from conftest import start_server
 from mcp.types import ResourceUpdatedNotification
-from mountutil import Mounts, needs_fuse
-from synchelpers import cat, sdk_create, sdk_update, wait_for
+from mountutil import Mounts, needs_fuse, server_memories
+from synchelpers import cat, flush, sdk_create, sdk_update, wait_for
 from test_mcp import call, env_for, exits_when_stdin_closes, stdio_session
 from test_watch import Watcher
 from toolutil import outcome, sync_tool
@@ -97,6 +97,60 @@ async def test_mcp_over_a_mount_reads_from_its_cache(verbose, tmp_path):
                 await trio.sleep(0.05)
         assert cat(m.path / "a.md") == "changed\n"
     exits_when_stdin_closes(env_for(server, tmp_path), "--mount", str(m.path))
+
+
+@pytest.mark.filterwarnings("ignore:resources/subscribe is removed")
+async def test_mcp_over_a_mount_serves_its_memories_as_the_api_would(verbose, tmp_path):
+    """What `--mount` read from the mount and what it changed through the API parted
+    (found by a helper, 6 December): view showed a file's unpushed edit while an edit
+    went to the server's older text (the user's kept aside as a conflict); view, search
+    and resources showed editor temp files, refused files and `.memfs`'s versions,
+    which are no memories; search given a file found nothing. Now a change first has
+    the mount push what it holds (and is refused, said, if that cannot be done), and
+    only memories are shown."""
+    server, mounts = verbose
+    store = mounts.new_store("Agent Notes")
+    sdk_create(server, store, "/x.md", "line one\n")
+    m = mounts.mount(store, "--write-back-delay", "30", "--show-meta")
+    wait_for(lambda: cat(m.path / "x.md") == "line one\n", what="seeded")
+    (m.path / "notes.md~").write_text("a backup\n")          # an editor's: local-only
+    (m.path / "bin.md").write_bytes(b"\xff not UTF-8 backup\n")
+    flush(m)  # the server refuses bin.md: it stays here only
+    assert os.getxattr(m.path / "bin.md", "user.memfs.state") == b"refused"
+    (m.path / "x.md").write_text("USER edit, not pushed\n")  # waits out 30 s
+    async with stdio_session(env_for(server, tmp_path), "--mount", str(m.path)) as session:
+        assert await call(session, {"command": "view", "path": "/memories"}) == (
+            "ok", "Here're the files and directories up to 2 levels deep in /memories, "
+                  "excluding hidden items:\n22B\t/memories\n22B\t/memories/x.md")
+        assert await call(session, {"command": "view", "path": "/memories/notes.md~"}) == (
+            "error", "The path /memories/notes.md~ does not exist. Please provide a valid "
+                     "path.")
+        found = await session.call_tool("search", {"pattern": "backup"})
+        assert found.content[0].text == "No matches for 'backup' in /memories."
+        found = await session.call_tool("search", {"pattern": "USER",
+                                                    "path": "/memories/x.md"})
+        assert found.content[0].text.endswith("/memories/x.md:1: USER edit, not pushed")
+        uris = [r.uri for r in (await session.list_resources()).resources]
+        assert uris == ["memory://agent-notes/x.md"]
+        # The edit is made to the text view showed: the mount pushed it first.
+        assert (await call(session, {"command": "str_replace", "path": "/memories/x.md",
+                                     "old_str": "USER edit", "new_str": "agent edit"}))[0] \
+            == "ok"
+        assert server_memories(server, store)["/x.md"] == "agent edit, not pushed\n"
+        assert m.status()["conflicts"] == []
+        # A change the mount cannot push first is refused, not made over older text.
+        (m.path / "x.md").write_text("offline edit\n")
+        server.set_faults(error_rate=1.0, error_status=503)
+        try:
+            kind, text = await call(session, {"command": "str_replace", "path":
+                                              "/memories/x.md", "old_str": "offline",
+                                              "new_str": "lost"})
+        finally:
+            server.clear_faults()
+        assert (kind, text) == ("error", "/memories/x.md was not changed: the mount holds "
+                                "changes of it that have not reached the server yet (memfs "
+                                "status); try again once they have.")
+        assert cat(m.path / "x.md") == "offline edit\n"
 
 
 async def test_watchers_add_no_request_to_an_idle_mount(verbose, tmp_path):

@@ -47,6 +47,7 @@ from mcp.shared.exceptions import MCPError
 from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
 from memfs.core import paths
+from memfs.core.nodes import META_NAME
 from memfs.core.version import VERSION
 from memfs.local import control
 from memfs.mount.marker import MARKER_NAME
@@ -241,10 +242,24 @@ class MemoryMCP:
         if store.mount_dir is not None and command["command"] == "view" and \
                 command.get("path") is not None:
             return await self._view_mount(store, command["path"], command.get("view_range"))
+        if store.mount_dir is not None and self.mount is not None:
+            # A change goes to the server: first what the mount shows goes there too, so
+            # the change is made to the text `view` showed, not to an older one.
+            await anyio.to_thread.run_sync(self._mount_flush)
+            _refuse_unpushed(store, command)
         answer = await store.memory.execute(command)
         if store.mount_dir is not None and self.mount is not None:
             await anyio.to_thread.run_sync(self._mount_sync)  # the mount shows it at once
         return answer
+
+    def _mount_flush(self) -> None:
+        """Before a change: the mount's daemon pushes what it holds (bounded)."""
+        assert self.mount is not None
+        try:
+            control.request(self.mount.control_dir, {"cmd": "flush", "timeout": FLUSH_WAIT},
+                            timeout=FLUSH_WAIT + 30)
+        except (OSError, ValueError) as exc:
+            log.warning("the mount's daemon did not flush: %s", exc)
 
     def _mount_sync(self) -> None:
         """After a change: the mount's daemon polls its feed now (else within a poll)."""
@@ -276,6 +291,8 @@ class MemoryMCP:
                     if not rows and not target.is_root:
                         raise ToolFailure(missing(target.raw))
                     return render_directory(target.raw, rows)
+                if not _is_memory(where):  # a temp or refused file, .memfs: the API's view
+                    raise FileNotFoundError
                 text = where.read_bytes().decode("utf-8", "replace")
             except (FileNotFoundError, NotADirectoryError):
                 raise ToolFailure(missing(target.raw)) from None
@@ -344,7 +361,12 @@ class MemoryMCP:
                 continue
             prefix = "/" + "".join(f"{s}/" for s in below)
             shown = ROOT if self.single else f"{ROOT}/{store.slug}"
-            for path, content in sorted(await self._contents(store, prefix)):
+            contents = await self._contents(store, prefix)
+            if not contents and below:  # not a directory: the file itself, if it is one
+                exact = "/" + "/".join(below)
+                contents = [(path, text) for path, text in await self._contents(
+                    store, "/" + "".join(f"{s}/" for s in below[:-1])) if path == exact]
+            for path, content in sorted(contents):
                 for number, line in enumerate(content.split("\n"), 1):
                     if rx.search(line):
                         if len(rows) == MAX_MATCHES:
@@ -403,9 +425,14 @@ class MemoryMCP:
         store, path = self._parse_uri(uri)
         if store.mount_dir is not None:
             where = store.mount_dir / path[1:]
+
+            def read() -> bytes:
+                if not _is_memory(where):  # a temp or refused file, .memfs: none of it
+                    raise FileNotFoundError
+                return where.read_bytes()
+
             try:
-                text = (await anyio.to_thread.run_sync(where.read_bytes)).decode(
-                    "utf-8", "replace")
+                text = (await anyio.to_thread.run_sync(read)).decode("utf-8", "replace")
             except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
                 raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}") from None
         else:
@@ -518,22 +545,66 @@ def _connection(ctx) -> int:
     return id(getattr(ctx.session, "_connection", ctx.session))
 
 
+#: Seconds a change under --mount lets the mount's daemon push before it is made.
+FLUSH_WAIT = 10.0
+#: `user.memfs.state` of a mount's file that is a memory (or will be, once pushed); the
+#: others are editor temp files ("local-only") and files the server refused.
+MEMORY_STATES = frozenset({"synced", "pending", "error", "conflict"})
+
+
+def _state(path: Path) -> str | None:
+    """The mount's word for a file (`user.memfs.state`); None: no such file or word."""
+    try:
+        return os.getxattr(path, "user.memfs.state").decode()
+    except OSError:
+        return None
+
+
+def _is_memory(path: Path) -> bool:
+    return _state(path) in MEMORY_STATES
+
+
+def _refuse_unpushed(store: Served, command: dict[str, Any]) -> None:
+    """A change to a file whose own changes in the mount did not reach the server even
+    after the flush (offline, refused) would be made to the server's older text; the
+    mount would keep the user's as a conflict. Refused instead, said."""
+    assert store.mount_dir is not None
+    for key in ("path", "old_path"):
+        raw = command.get(key)
+        if not isinstance(raw, str):
+            continue
+        try:
+            target = resolve(raw, store.memory.base)
+        except ToolFailure:
+            continue  # the command says what is wrong with it
+        if target.segments and _state(store.mount_dir.joinpath(*target.segments)) in (
+                "pending", "error"):
+            raise ToolFailure(f"{target.raw} was not changed: the mount holds changes of it "
+                              "that have not reached the server yet (memfs status); try "
+                              "again once they have.")
+
+
 def _walk(mount_dir: Path, prefix: str) -> list[tuple[str, int]]:
-    """(memory path, size) of every file below `prefix` in a mount's store directory
-    (the session marker file left out: it is no memory)."""
+    """(memory path, size) of every memory below `prefix` in a mount's store directory:
+    not the session marker, the version tree (`--show-meta`), editor temp files or
+    files the server refused, which the API does not show either."""
     out = []
     top = mount_dir / prefix.strip("/") if prefix.strip("/") else mount_dir
-    for folder, _dirs, files in os.walk(top):
+    for folder, dirs, files in os.walk(top):
         rel = os.path.relpath(folder, mount_dir)
         base = "" if rel == "." else "/" + rel
+        if base == "":
+            dirs[:] = [d for d in dirs if d != META_NAME]
         for name in files:
             if base == "" and name == MARKER_NAME:
                 continue
+            where = os.path.join(folder, name)
             try:
-                size = os.lstat(os.path.join(folder, name)).st_size
+                size = os.lstat(where).st_size
             except OSError:
                 continue
-            out.append((f"{base}/{name}", size))
+            if _is_memory(Path(where)):
+                out.append((f"{base}/{name}", size))
     return out
 
 
