@@ -67,6 +67,21 @@ def test_json_lines_in_and_out(server):
     assert store_files(server, store) == {"/todo.md": "- a\n- b\n"}
 
 
+def test_read_only_refuses_every_change(server):
+    """A session's read-only store, through the tool as through the mount and MCP (the
+    tool had no way to say so: found by a helper, 6 December)."""
+    store = new_store(server)
+    lines = [json.dumps({"command": "create", "path": "/memories/a.md", "file_text": "x"}),
+             json.dumps({"command": "view", "path": "/memories"})]
+    assert memfs_tool(tool_env(server), store, lines, "--read-only") == [
+        {"error": "/memories/a.md was not changed: the memory store at /memories is "
+                  "read-only."},
+        {"ok": "Here're the files and directories up to 2 levels deep in /memories, "
+               "excluding hidden items:\n0B\t/memories"},
+    ]
+    assert store_files(server, store) == {}
+
+
 def test_one_answer_per_line_as_soon_as_it_is_asked(server, tmp_path):
     """A caller can hold a conversation over the pipe: each answer comes before the next
     question is written. Flags work too (--base-url, --api-key-file)."""

@@ -60,6 +60,20 @@ def test_a_lone_surrogate_is_a_sentence_in_every_command(server):
     assert store_files(server, store) == {"/s.md": "ab"}
 
 
+def test_a_read_only_tool_refuses_every_change_before_sending(server):
+    """`MemoryStoreTool(read_only=True)`: a session's read-only store, as the mount and
+    `memfs mcp --session` refuse it."""
+    from memfs.tool.sdk import MemoryStoreTool
+
+    store = new_store(server)
+    tool = MemoryStoreTool(store, base_url=server.base_url, api_key=server.api_key,
+                           read_only=True)
+    assert run(tool, command="create", path="/memories/a.md", file_text="x") == (
+        "error", "/memories/a.md was not changed: the memory store at /memories is read-only.")
+    assert run(tool, command="view", path="/memories")[0] == "ok"
+    assert store_files(server, store) == {}
+
+
 def test_the_2001st_memory(server):
     store = new_store(server)
 

@@ -53,8 +53,12 @@ def serve_lines(store: StoreMemory, lines: Any, out: TextIO) -> None:
 
 @click.command("tool")
 @click.argument("store_id", metavar="STORE", shell_complete=complete_stores)
+@click.option("--read-only", is_flag=True,
+              help="Refuse every change before anything is sent (a session's read-only "
+                   "store).")
 @server_options
-def tool(store_id: str, base_url: str | None, api_key_file: str | None) -> None:
+def tool(store_id: str, read_only: bool, base_url: str | None,
+         api_key_file: str | None) -> None:
     """Run memory tool commands (JSON, one per stdin line) on STORE (id, name or slug).
 
     Prints one JSON object per command: {"ok": TEXT} or {"error": TEXT}. STORE is
@@ -63,5 +67,5 @@ def tool(store_id: str, base_url: str | None, api_key_file: str | None) -> None:
     """
     server = command_server(base_url, api_key_file)
     store_id = storenames.resolve_for_cli(server.url, server.key, store_id).id
-    serve_lines(StoreMemory(store_id, server.url, server.key, locate=server.locate),
-                sys.stdin.buffer, sys.stdout)
+    serve_lines(StoreMemory(store_id, server.url, server.key, read_only=read_only,
+                            locate=server.locate), sys.stdin.buffer, sys.stdout)

@@ -44,9 +44,10 @@ T = TypeVar("T")
 
 
 def _engine(store_id: str, base_url: str | None, api_key: str | None,
-            lost_answer_wait: float) -> StoreMemory:
-    url, key, _embedded = choose_server(base_url, api_key)
-    return StoreMemory(store_id, url, key, lost_answer_wait=lost_answer_wait)
+            lost_answer_wait: float, read_only: bool) -> StoreMemory:
+    server = choose_server(base_url, api_key)
+    return StoreMemory(store_id, server.url, server.key, lost_answer_wait=lost_answer_wait,
+                       read_only=read_only, locate=server.locate)
 
 
 def _in_event_loop() -> bool:
@@ -100,12 +101,16 @@ class _OnStore:
         api_key: str | None = None,
         cache_control: BetaCacheControlEphemeralParam | None = None,
         lost_answer_wait: float = SyncOptions.lost_answer_wait,
+        read_only: bool = False,
     ) -> None:
         """``lost_answer_wait``: how long a create or rename whose answer never came may
-        still land, and is waited for before it is sent again (docs/TOOL.md)."""
+        still land, and is waited for before it is sent again (docs/TOOL.md);
+        ``read_only``: every change is refused before anything is sent (a session's
+        read-only store, as the mount and `memfs mcp --session` refuse it). On the
+        embedded server, a restart on another port is followed."""
         super().__init__(cache_control=cache_control)  # type: ignore[call-arg]
         self.store_id = store_id
-        self._store = _engine(store_id, base_url, api_key, lost_answer_wait)
+        self._store = _engine(store_id, base_url, api_key, lost_answer_wait, read_only)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.store_id!r}, base_url={self._store.base_url!r})"
