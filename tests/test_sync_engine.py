@@ -737,6 +737,25 @@ async def test_the_final_flush_saves_open_buffers_and_refuses_later_writes(eng):
     await eng.ops.release(fi.fh)
 
 
+async def test_an_open_buffer_the_final_flush_cannot_save_is_said_not_pushed(eng):
+    """The disk refuses the save of a file still open at unmount: it is lost with the
+    daemon, and the unmount names it as not on the server (exit status 3)."""
+    ino = await eng.write("/a.md", b"v1")
+    assert (await eng.push()).left == 0
+    fi = await eng.ops.open(ino, os.O_WRONLY | os.O_TRUNC, None)
+    await eng.ops.write(fi.fh, 0, b"unsaved")
+
+    def full(data: bytes) -> str:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    eng.engine.fs.files.cache.stage = full
+    done = await eng.engine.final_flush(5.0)
+    assert done["saved_open"] == []
+    assert done["not_pushed"] == [{"path": "/a.md", "reason": "open with unsaved writes at "
+                                   "unmount, which could not be saved (No space left on "
+                                   "device)"}]
+
+
 async def test_the_final_flush_cancels_a_pass_that_does_not_end_in_its_time(eng):
     """A pass under way whose request is never answered (a server that takes it and
     hangs) held the unmount past its --timeout, up to the request's own timeout; the

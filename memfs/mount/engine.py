@@ -182,19 +182,21 @@ class StoreEngine:
         # files hold unsaved is saved now, and again after the flush (a write that was
         # awaiting its fetch), then journaled for the next mount.
         self.fs.read_only = True
-        saved = self.fs.files.save_open()
+        saved, _unsaved = self.fs.files.save_open()  # (tried again below: its word last)
         await self.pusher.stop(timeout)
         self.background.cancel()
         with purpose("push"):
             result = await self.pusher.flush(max(0.0, deadline - trio.current_time()))
-        late = self.fs.files.save_open()
+        late, unsaved = self.fs.files.save_open()
         if late:
             async with self.ctx.sync_lock:
                 result.left = self.pusher.pending_total()
         await self.ctx.fetcher.write_at_exit()  # the next mount starts warm
+        kept = self.kept_local()
+        kept["not_pushed"] += unsaved  # lost with the daemon: said so
         return {"pushed": result.pushed, "left": result.left,
                 "offline": str(result.offline) if result.left and result.offline else None,
-                "saved_open": saved + late, **self.kept_local()}
+                "saved_open": saved + late, **kept}
 
     def kept_local(self) -> dict:
         """What a flush cannot push, by path and why: files the server refused (not

@@ -252,14 +252,14 @@ class OpenFiles:
         if of is not None and of.dirty:
             self._persist(of)
 
-    def save_open(self) -> list[dict]:
+    def save_open(self) -> tuple[list[dict], list[dict]]:
         """Unmount's durability point for files still open with unsaved writes (a
         process has not closed them): saved as they stand, as an fsync would save them,
         so the final flush pushes them; their writers' close fails later (the mount is
         gone), nothing lost. Without it the daemon exited with the bytes write()
-        accepted in memory only, and the unmount said nothing was left. Each file:
-        {"path", "reason"}, whether saved or (a disk error) not."""
-        told = []
+        accepted in memory only, and the unmount said nothing was left. The files
+        saved, and those a disk error kept from being saved: {"path", "reason"} each."""
+        saved, unsaved = [], []
         for of in list(self._open.values()):
             if not of.dirty:
                 continue
@@ -268,13 +268,13 @@ class OpenFiles:
             try:
                 self._persist(of)
             except pyfuse3.FUSEError as exc:
-                told.append({"path": where, "reason": "open with unsaved writes at "
-                             f"unmount, which could not be saved ({os.strerror(exc.errno)})"})
+                unsaved.append({"path": where, "reason": "open with unsaved writes at "
+                                f"unmount, which could not be saved ({os.strerror(exc.errno)})"})
                 continue
             if node.ino in self.state.nodes:
-                told.append({"path": where, "reason": "open with unsaved writes at unmount: "
-                             "saved as they stood (its writer's close will fail)"})
-        return told
+                saved.append({"path": where, "reason": "open with unsaved writes at unmount: "
+                              "saved as they stood (its writer's close will fail)"})
+        return saved, unsaved
 
     # -- helpers ---------------------------------------------------------------------------
 
