@@ -879,8 +879,10 @@ async def test_xattrs(env):
     assert b"temp" in await get(swp.st_ino, b"user.memfs.reason", ctx())
 
     for name in (b"user.memfs.state", b"user.memfs.memory_id", b"user.memfs.new"):
-        assert await fuse_errno(env.ops.setxattr(ino, name, b"x", ctx())) == errno.EPERM
-        assert await fuse_errno(env.ops.removexattr(ino, name, ctx())) == errno.EPERM
+        # Computed, never stored: a write is taken and changes nothing (rsync -X, cp).
+        await env.ops.setxattr(ino, name, b"x", ctx())
+        await env.ops.removexattr(ino, name, ctx())
+    assert await get(ino, b"user.memfs.state", ctx()) == b"pending"
     assert await fuse_errno(env.ops.setxattr(ino, b"user.other", b"x", ctx())) \
         == errno.ENOTSUP
     assert await fuse_errno(env.ops.removexattr(ino, b"user.other", ctx())) == pyfuse3.ENOATTR

@@ -291,6 +291,34 @@ def test_rsync_in_and_out(mounts, server, tmp_path):
     assert server_memories(server, store) == files
 
 
+def test_tools_that_copy_attributes_copy_in_out_and_within(mounts, server, tmp_path):
+    """`rsync -X`, `cp --preserve=xattr` and `tar --xattrs` copy the attributes they list,
+    memfs's own `user.memfs.*` among them: setting (or, for rsync, removing) those failed
+    with EPERM, exit 23 or 1 (found by a helper, 6 December). They are computed: a write
+    is taken and changes nothing, so the copies succeed and say what they are."""
+    store = mounts.new_store()
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.md").write_text("alpha\n")
+    m = mounts.mount(store)
+    run("rsync", "-aX", str(src) + "/", str(m.path / "in"))         # plain files in
+    m.wait_synced()
+    run("rsync", "-aX", str(m.path / "in") + "/", str(m.path / "within"))  # mount to mount
+    run("cp", "--preserve=xattr", str(m.path / "in" / "a.md"), str(m.path / "cp.md"))
+    out = tmp_path / "out"
+    run("rsync", "-aX", str(m.path / "in") + "/", str(out))         # out: stamped
+    run("rsync", "-aX", str(out) + "/", str(m.path / "back"))       # and back in
+    run("tar", "--xattrs", "-cf", str(tmp_path / "a.tar"), "-C", str(out), "a.md")
+    proc = run("tar", "--xattrs", "-xf", str(tmp_path / "a.tar"), "-C", str(m.path / "back"))
+    assert proc.stderr == ""
+    m.wait_synced()
+    assert server_memories(server, store) == {p: "alpha\n" for p in (
+        "/in/a.md", "/within/a.md", "/cp.md", "/back/a.md")}
+    # Each copy says what it is, not what its source was.
+    assert os.getxattr(m.path / "within" / "a.md", "user.memfs.memory_id") != os.getxattr(
+        m.path / "in" / "a.md", "user.memfs.memory_id")
+
+
 # -- 6. mv of a directory keeps every memory id --------------------------------------------
 
 

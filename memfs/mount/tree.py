@@ -219,17 +219,22 @@ class Tree:
         return list(xattr_values(self.state, self.files.node(inode), read_only=self.read_only))
 
     async def setxattr(self, inode, name, value, ctx):
+        """`user.memfs.*` are computed, never stored: a write of one is taken and has no
+        effect, so the tools that copy attributes (`rsync -X`, `cp --preserve=xattr`,
+        `tar --xattrs`) copy within the mount, and back in, as on any filesystem; they
+        failed on EPERM. Any other name: not stored (ENOTSUP, which they pass over)."""
         self.files.node(inode)
         self._writable()
         if name.startswith(b"user.memfs."):
-            raise err(errno.EPERM)
+            return
         raise err(errno.ENOTSUP)
 
     async def removexattr(self, inode, name, ctx):
+        """As `setxattr`: `rsync -X` removes from the copy what its source lacks."""
         self.files.node(inode)
         self._writable()
         if name.startswith(b"user.memfs."):
-            raise err(errno.EPERM)
+            return
         raise err(pyfuse3.ENOATTR)
 
     # -- namespace changes ---------------------------------------------------------
