@@ -84,6 +84,26 @@ def test_efbig_write_and_truncate(mounts, server):
 # -- ENAMETOOLONG -------------------------------------------------------------------------
 
 
+def test_another_clients_name_over_255_bytes_is_read_moved_and_removed(mounts, server):
+    """The API takes a path whose one component is over 255 bytes; `ls` showed such a
+    memory, but `stat`, `cat`, `rm` and `mv` answered ENAMETOOLONG, so the user could not
+    even remove it (found by a helper, 6 December). A name already in the tree is found
+    as any other; a new one that long is still ENAMETOOLONG."""
+    store = mounts.new_store()
+    long_a, long_b = "a" * 300 + ".md", "b" * 300 + ".md"
+    client = server.sdk().beta.memory_stores.memories
+    client.create(store, path="/" + long_a, content="alpha\n")
+    client.create(store, path="/" + long_b, content="beta\n")
+    m = mounts.mount(store)
+    wait_for(lambda: len(os.listdir(m.path)) == 2, what="listed")
+    assert (m.path / long_a).read_text() == "alpha\n"
+    os.rename(m.path / long_a, m.path / "a.md")
+    os.unlink(m.path / long_b)
+    expect_errno(errno.ENAMETOOLONG, create_file, m.path / ("c" * 300))
+    m.wait_synced()
+    assert server_memories(server, store) == {"/a.md": "alpha\n"}
+
+
 def test_enametoolong_bytes_and_segments(mounts, server):
     store = mounts.new_store()
     m = mounts.mount(store)

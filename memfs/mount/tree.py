@@ -112,6 +112,22 @@ class Tree:
         if self.state.at_capacity():
             raise err(errno.ENOSPC)
 
+    def _existing_name(self, parent: Node, raw: bytes) -> str:
+        """A name that may be in the tree already: another client's memory may hold a
+        component over NAME_MAX (the API allows it, the kernel passes names up to 1,024
+        bytes), and `ls` shows it; it is looked up, removed and moved away like any
+        other, never made. Any other name over NAME_MAX is ENAMETOOLONG, as on any
+        filesystem."""
+        if len(raw) <= NAME_MAX:
+            return fs_name(raw)
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise err(errno.ENAMETOOLONG) from None
+        if self.state.child(parent, name) is None:
+            raise err(errno.ENAMETOOLONG)
+        return name
+
     def _is_temp_name(self, name: str) -> bool:
         probe = Node(0, 0, name, False, 0)
         return self.state.is_local_only_name(probe)
@@ -134,7 +150,7 @@ class Tree:
         if self._is_meta_entry(parent_inode, name):
             return self.versions.attr(META_INO)
         parent = self._dir(parent_inode)
-        sname = fs_name(name)
+        sname = self._existing_name(parent, name)
         if sname == ".":
             return self.attributes(parent)
         if sname == "..":
@@ -293,7 +309,7 @@ class Tree:
             raise err(errno.EROFS)
         self._writable()
         parent = self._dir(parent_inode)
-        sname = fs_name(name)
+        sname = self._existing_name(parent, name)
         if self._is_marker(parent, sname):
             raise err(errno.EROFS)
         node = self.state.child(parent, sname)
@@ -308,7 +324,7 @@ class Tree:
             raise err(errno.EROFS)
         self._writable()
         parent = self._dir(parent_inode)
-        node = self.state.child(parent, fs_name(name))
+        node = self.state.child(parent, self._existing_name(parent, name))
         if node is None:
             raise err(errno.ENOENT)
         if not node.is_dir:
@@ -326,7 +342,7 @@ class Tree:
             raise err(errno.EINVAL)
         old_parent = self._dir(parent_inode_old)
         new_parent = self._dir(parent_inode_new)
-        sold, snew = fs_name(name_old), fs_name(name_new)
+        sold, snew = self._existing_name(old_parent, name_old), fs_name(name_new)
         if self._is_marker(old_parent, sold) or self._is_marker(new_parent, snew):
             raise err(errno.EROFS)
         node = self.state.child(old_parent, sold)
