@@ -181,15 +181,21 @@ def test_nfc_name_is_fine(mounts, server):
 # -- ENOSPC --------------------------------------------------------------------------------
 
 
-def test_enospc_at_2000_memories(mounts, server):
-    store = mounts.new_store()
+def fill(server, store: str, first: int, count: int) -> None:
+    """Memories /bulk/dN/mNNNN.md made by another client (the SDK), 16 at a time."""
     client = server.sdk().beta.memory_stores.memories
 
     def one(i: int) -> None:
         client.create(store, path=f"/bulk/d{i % 20}/m{i:04d}.md", content=f"memory {i}\n")
 
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(one, range(2000)))
+        list(pool.map(one, range(first, first + count)))
+
+
+def test_enospc_at_2000_memories(mounts, server):
+    store = mounts.new_store()
+    client = server.sdk().beta.memory_stores.memories
+    fill(server, store, 0, 2000)
     m = mounts.mount(store, "--no-prefetch")
     assert len(os.listdir(m.path / "bulk" / "d7")) == 100
     expect_errno(errno.ENOSPC, create_file, m.path / "one-too-many.md")
@@ -218,15 +224,9 @@ def test_a_create_the_full_store_turns_down_is_named_by_status_and_unmount(mount
     status` showed only "1 create(s)" and the unmount "1 left" (found by a helper, 6
     December); both now say which file waits, and why."""
     store = mounts.new_store()
-    client = server.sdk().beta.memory_stores.memories
-
-    def one(i: int) -> None:
-        client.create(store, path=f"/bulk/d{i % 20}/m{i:04d}.md", content=f"memory {i}\n")
-
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(one, range(1999)))
+    fill(server, store, 0, 1999)
     m = mounts.mount(store, "--no-prefetch", "--poll-interval", "3600")
-    one(1999)  # another writer's, unseen: the store is full
+    fill(server, store, 1999, 1)  # another writer's, unseen: the store is full
     (m.path / "mine.md").write_text("waits for room\n")
     m.sync_now()
     wait_for(lambda: "waits: the store holds its 2,000-memory maximum" in m.memfs(
