@@ -13,7 +13,7 @@ import pytest
 
 # ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
 from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
-from synchelpers import cat, conflicts, wait_for, xattr
+from synchelpers import cat, conflicts, flush, wait_for, xattr
 
 pytestmark = needs_fuse
 
@@ -138,6 +138,28 @@ def test_restore_racing_a_remote_edit_is_a_conflict(mounts, server):
     wait_for(lambda: cat(f) == "theirs\n", what="the server's version in the tree")
     [row] = conflicts(m)
     assert row["memory_id"] == mid and "+one" in row["diff"] and "-theirs" in row["diff"]
+
+
+def test_restore_over_changes_not_on_the_server_asks_for_force(mounts, server):
+    """`memfs restore` wrote over a file whose own bytes were not on the server (an edit
+    not pushed yet, a refused file) and said it was pushed: those bytes were gone for
+    good (found by a helper, 6 December). It now refuses, says why, and replaces them
+    only with --force."""
+    store = mounts.new_store()
+    m = mounts.mount(store, "--write-back-delay", "300")
+    f = m.path / "a.md"
+    f.write_text("one\n")
+    flush(m)
+    v1 = history(m, f)[-1]["id"]
+    for local in (b"unpushed edit\n", b"refused \xff\n"):
+        f.write_bytes(local)
+        if b"\xff" in local:
+            flush(m)  # the server refuses it: it stays here only
+        r = m.memfs("restore", str(f), "--version", v1, check=False)
+        assert r.returncode == 1 and "holds changes that are not on the server" in r.stderr
+        assert "--force" in r.stderr and f.read_bytes() == local
+    out = m.memfs("restore", str(f), "--version", v1, "--force").stdout
+    assert "pushed" in out and cat(f) == "one\n"
 
 
 def ls(path) -> list[str]:

@@ -97,6 +97,19 @@ class _Target:
             return trio.run(go)
 
 
+#: `user.memfs.state` of a file whose bytes are not on the server: a restore over it
+#: would lose them.
+UNSYNCED = ("pending", "error", "refused", "local-only")
+
+
+def _state(file: str) -> str | None:
+    """The mount's word for a file (`user.memfs.state`); None: no file, or none said."""
+    try:
+        return os.getxattr(file, "user.memfs.state").decode()
+    except OSError:
+        return None
+
+
 async def _memory_of(c: MemoryStoresClient, t: _Target) -> str:
     mid = t.memory_id_here()
     if mid:
@@ -213,11 +226,15 @@ def show(spec, version):
               help="Only write the file; the mount pushes it after its write-back delay.")
 @click.option("--timeout", type=click.FloatRange(0), default=30.0, show_default=True,
               help="Bound on the push.")
-def restore(file, version, no_push, timeout):
+@click.option("--force", is_flag=True,
+              help="Replace FILE even where it holds changes that are not on the server.")
+def restore(file, version, no_push, timeout, force):
     """Make version ID FILE's content again: an ordinary edit through the mount,
     pushed with the usual precondition (if the server changed meanwhile, your
     restore is kept as a conflict: `memfs conflicts`). A deleted memory's path gets a
-    new file (a new memory with that content)."""
+    new file (a new memory with that content). A file that holds changes not on the
+    server (not pushed yet, or refused) is not replaced without --force: those bytes
+    are nowhere else."""
     t = _Target(file)
     v, data = t.run(lambda c: _content(c, t, version, check_memory=True))
     try:
@@ -230,6 +247,12 @@ def restore(file, version, no_push, timeout):
     if current == data:
         click.echo(f"{t.path} already holds version {version}'s content")
         return
+    unsynced = _state(t.file) if current is not None else None
+    if unsynced in UNSYNCED and not force:
+        raise click.ClickException(
+            f"{t.path} holds changes that are not on the server ({unsynced}); restoring "
+            "would replace them and they are nowhere else: push or copy them first "
+            "(memfs status), or give --force to replace them")
     try:
         os.makedirs(os.path.dirname(t.file), exist_ok=True)
         with open(t.file, "wb") as f:  # open/truncate/write/close: journaled like any save
@@ -247,10 +270,7 @@ def restore(file, version, no_push, timeout):
         click.echo(f"the daemon did not answer ({exc}); the change is journaled and goes "
                    "out with the mount's next push")
         return
-    try:
-        state = os.getxattr(t.file, "user.memfs.state").decode()
-    except OSError:
-        state = "?"
+    state = _state(t.file) or "?"
     if state == "conflict":
         raise click.ClickException(
             f"{t.path} changed on the server meanwhile: the server's version is in the "
