@@ -178,19 +178,17 @@ class StoreEngine:
         left or `timeout` (one bound for all of it) passes. What it reports is exactly
         what state.db still holds pending."""
         deadline = trio.current_time() + timeout
-        # Writes from here on are refused (EROFS), not lost with the daemon; what open
-        # files hold unsaved is saved now, and again after the flush (a write that was
-        # awaiting its fetch), then journaled for the next mount.
-        self.fs.read_only = True
+        # What open files hold unsaved is saved now, so the flush pushes it, and again
+        # after the flush (writes go on while it runs: an editor's save is pushed by
+        # its next round), then journaled for the next mount and counted as left.
         saved, _unsaved = self.fs.files.save_open()  # (tried again below: its word last)
         await self.pusher.stop(timeout)
         self.background.cancel()
         with purpose("push"):
             result = await self.pusher.flush(max(0.0, deadline - trio.current_time()))
         late, unsaved = self.fs.files.save_open()
-        if late:
-            async with self.ctx.sync_lock:
-                result.left = self.pusher.pending_total()
+        async with self.ctx.sync_lock:  # a change closed after the flush's last round too
+            result.left = self.pusher.pending_total()
         await self.ctx.fetcher.write_at_exit()  # the next mount starts warm
         kept = self.kept_local()
         kept["not_pushed"] += unsaved  # lost with the daemon: said so
