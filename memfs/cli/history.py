@@ -34,6 +34,7 @@ from memfs.api.client import MemoryStoresClient
 from memfs.api.models import MemoryVersion, parse_time
 from memfs.local import control
 from memfs.local.registry import read_registry
+from memfs.mount.sync_xattrs import state_of
 from memfs.state.blobs import sha256
 from memfs.sync.events import author
 
@@ -100,14 +101,6 @@ class _Target:
 #: `user.memfs.state` of a file whose bytes are not on the server: a restore over it
 #: would lose them.
 UNSYNCED = ("pending", "error", "refused", "local-only")
-
-
-def _state(file: str) -> str | None:
-    """The mount's word for a file (`user.memfs.state`); None: no file, or none said."""
-    try:
-        return os.getxattr(file, "user.memfs.state").decode()
-    except OSError:
-        return None
 
 
 async def _memory_of(c: MemoryStoresClient, t: _Target) -> str:
@@ -247,7 +240,7 @@ def restore(file, version, no_push, timeout, force):
     if current == data:
         click.echo(f"{t.path} already holds version {version}'s content")
         return
-    unsynced = _state(t.file) if current is not None else None
+    unsynced = state_of(t.file) if current is not None else None
     if unsynced in UNSYNCED and not force:
         raise click.ClickException(
             f"{t.path} holds changes that are not on the server ({unsynced}); restoring "
@@ -270,7 +263,7 @@ def restore(file, version, no_push, timeout, force):
         click.echo(f"the daemon did not answer ({exc}); the change is journaled and goes "
                    "out with the mount's next push")
         return
-    state = _state(t.file) or "?"
+    state = state_of(t.file) or "?"
     if state == "conflict":
         raise click.ClickException(
             f"{t.path} changed on the server meanwhile: the server's version is in the "

@@ -2,12 +2,24 @@
 
 `getfattr -d -m user.memfs` shows what `memfs status` shows for one file: whether it
 is synced, its memory id, its content's and its base's sha, and why it is not pushed
-(docs/SEMANTICS.md, "Extended attributes"). Setting one is EPERM (tree.py).
+(docs/SEMANTICS.md, "Extended attributes"). They are computed: setting or removing one
+succeeds and changes nothing (tree.py), so tools that copy attributes copy on.
 """
 
 from __future__ import annotations
 
+import os
+
 from memfs.state.state import Node, State
+
+
+def state_of(path: str | os.PathLike) -> str | None:
+    """A mount's word for one of its files, read through the mount (`memfs restore`,
+    `memfs mcp --mount`); None: no such file, or not a memfs file."""
+    try:
+        return os.getxattr(path, "user.memfs.state").decode()
+    except OSError:
+        return None
 
 
 def xattr_values(state: State, node: Node, *, read_only: bool) -> dict[bytes, str]:

@@ -51,6 +51,7 @@ from memfs.core.nodes import META_NAME
 from memfs.core.version import VERSION
 from memfs.local import control
 from memfs.mount.marker import MARKER_NAME
+from memfs.mount.sync_xattrs import state_of
 from memfs.sync.watch import poll_store
 from memfs.tool.store import COMMANDS, StoreMemory
 from memfs.tool.text import (
@@ -552,16 +553,8 @@ FLUSH_WAIT = 10.0
 MEMORY_STATES = frozenset({"synced", "pending", "error", "conflict"})
 
 
-def _state(path: Path) -> str | None:
-    """The mount's word for a file (`user.memfs.state`); None: no such file or word."""
-    try:
-        return os.getxattr(path, "user.memfs.state").decode()
-    except OSError:
-        return None
-
-
 def _is_memory(path: Path) -> bool:
-    return _state(path) in MEMORY_STATES
+    return state_of(path) in MEMORY_STATES
 
 
 def _refuse_unpushed(store: Served, command: dict[str, Any]) -> None:
@@ -577,7 +570,7 @@ def _refuse_unpushed(store: Served, command: dict[str, Any]) -> None:
             target = resolve(raw, store.memory.base)
         except ToolFailure:
             continue  # the command says what is wrong with it
-        if target.segments and _state(store.mount_dir.joinpath(*target.segments)) in (
+        if target.segments and state_of(store.mount_dir.joinpath(*target.segments)) in (
                 "pending", "error"):
             raise ToolFailure(f"{target.raw} was not changed: the mount holds changes of it "
                               "that have not reached the server yet (memfs status); try "
