@@ -120,6 +120,32 @@ def test_all_root_new_store_appears_archived_turns_read_only(server, mounts):
     assert server_memories(server, later)["/c.md"] == "c\n"
 
 
+def test_unmount_says_a_deleted_stores_changes_no_mount_will_send(server, mounts):
+    """A store deleted on the server while mounted (`--all`): its directory turns
+    read-only and what it journaled stays here. The unmount said those changes "go out
+    on the next mount", which none does (found by a helper, 6 December); it now says
+    where they are and that no mount sends them."""
+    sdk = server.sdk()
+    doomed = sdk.beta.memory_stores.create(name="Doomed").id
+    m = mounts.mount_group("--all", args=("--write-back-delay", "300"))
+    (m.path / "doomed" / "l.md").write_text("only here\n")
+    sdk.beta.memory_stores.delete(doomed)
+
+    def read_only() -> bool:
+        try:
+            (m.path / "doomed" / "probe.md").write_text("x\n")
+        except OSError as exc:
+            assert exc.errno == errno.EROFS
+            return True
+        os.unlink(m.path / "doomed" / "probe.md")
+        return False
+
+    _wait(read_only, what="the deleted store to turn read-only")
+    out = m.unmount(kept=True)
+    assert "the store was deleted on the server" in out and "no mount will send" in out, out
+    assert "go out on the next mount" not in out, out
+
+
 def test_all_root_adopts_url_keyed_state_at_mount_and_for_a_later_store(server, mounts):
     """State an older memfs left under the URL key is adopted by `--all`: for the stores
     it plans at mount, and for a store its watch finds later; both pending changes

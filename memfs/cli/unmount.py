@@ -58,12 +58,18 @@ def unmount(mountpoint, timeout):
         subprocess.run(["fusermount3", "-uz", mountpoint], check=False)
     pushed, left = reply.get("pushed", 0), reply.get("left", 0)
     click.echo(f"unmounted {mountpoint}: pushed {pushed} change(s), {left} left")
+    stranded = 0  # left in the journal of a store that is gone: no mount sends them
     for store in reply.get("stores", []):
         click.echo(f"  {store['name']} ({store['store_id']}): pushed {store['pushed']}, "
                    f"{store['left']} left"
                    + (f" ({store['offline']})" if store.get("offline") else ""))
-    if left:
-        click.echo(f"  {left} change(s) stay journaled and go out on the next mount"
+        if store.get("gone") and store["left"]:
+            stranded += store["left"]
+            click.echo(f"    the store was {store['gone']} on the server: its "
+                       f"{store['left']} change(s) stay in its journal ({store['state_dir']}), "
+                       "which no mount will send")
+    if left > stranded:
+        click.echo(f"  {left - stranded} change(s) stay journaled and go out on the next mount"
                    + (f" ({reply['offline']})" if reply.get("offline") else ""))
     if not report_kept(reply) or left:
         sys.exit(NOT_ALL_PUSHED)

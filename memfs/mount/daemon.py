@@ -258,6 +258,7 @@ class MountDaemon:
                 if store.archived_at and not engine.cfg.options.read_only:
                     log.info("store %s was archived: %s is read-only now", store.id, engine.name)
                     engine.set_read_only(True)
+                    engine.gone = "archived"
                 continue
             if store.archived_at or store.id in skipped:
                 continue
@@ -289,6 +290,7 @@ class MountDaemon:
                 log.info("store %s is gone from the server: %s is read-only now",
                          engine.cfg.store_id, engine.name)
                 engine.set_read_only(True)
+                engine.gone = "deleted"
 
     def write_registry(self) -> None:
         """The mount registry entry (0600, replaced atomically): how `memfs unmount`,

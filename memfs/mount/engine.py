@@ -111,6 +111,9 @@ class StoreEngine:
             self.background = trio.CancelScope()
             self.started_at = time.time()
             self.failure: str | None = None  # the last unexpected error of a background task
+            #: "archived" or "deleted": the store went so on the server while mounted
+            #: (`--all`): what this mount journaled no later mount sends.
+            self.gone: str | None = None
             self.state.set_meta("store_id", cfg.store_id)
             self.state.set_meta("base_url", cfg.base_url)
             self.state.set_meta("mountpoint", cfg.mountpoint)
@@ -194,6 +197,7 @@ class StoreEngine:
         kept["not_pushed"] += unsaved  # lost with the daemon: said so
         return {"pushed": result.pushed, "left": result.left,
                 "offline": str(result.offline) if result.left and result.offline else None,
+                "gone": self.gone, "state_dir": str(self.state_dir),
                 "saved_open": saved + late, **kept}
 
     def kept_local(self) -> dict:
