@@ -68,9 +68,8 @@ def offline_status(state_dir: Path) -> dict:
             "last_sync_at": float(last) if last else None,
             "last_sync_seconds": float(took) if took else None,
             "last_error": state.get_meta("last_error"),
-            "pending": pending(state, delete_delay=(options.get("delete_delay") if options.get(
-                "deletes", "enabled") == "enabled" else None),
-                               read_only=read_only),
+            "pending": pending(state, delete_delay=options.get("delete_delay"),
+                               delete_mode=options.get("deletes", "enabled"), read_only=read_only),
             "conflicts": state.conflicts(),
             "state_dir": str(state_dir),
         }

@@ -329,9 +329,8 @@ def store_status(engine: StoreEngine) -> dict:
                  "polls": s.feed_polls},
         "last_error": s.last_error,
         "warnings": s.warnings[-10:],
-        "pending": pending(engine.state, delete_delay=(cfg.options.delete_delay if
-                                                       cfg.options.deletes == "enabled" else None),
-                           read_only=cfg.options.read_only,
+        "pending": pending(engine.state, delete_delay=cfg.options.delete_delay,
+                           delete_mode=cfg.options.deletes, read_only=cfg.options.read_only,
                            push_delays=cfg.options),
         "conflicts": engine.state.conflicts(),
         "tree": tree_summary(engine.state, engine.cache),  # files, bytes, cached (progress)

@@ -10,13 +10,14 @@ from memfs.state.view import StateView
 
 
 def pending(state: StateView, *, delete_delay: float | None = None,
-            read_only: bool = False, push_delays: SyncOptions | None = None) -> dict:
+            read_only: bool = False, push_delays: SyncOptions | None = None,
+            delete_mode: str = "enabled") -> dict:
     """Pending creates/updates/renames/deletes, refused and local-only files.
 
     On a read-only mount nothing is ever pushed: a file edited here (or kept
     after the server deleted it) is listed as local-only, with the reason, and a
-    delete left from an earlier mount has no due time; `delete_delay` None: no
-    delete is due (none sent: `--deletes log-only|disabled`).
+    delete left from an earlier mount has no due time; nor has any delete when none
+    is sent (`delete_mode`: `--deletes log-only|disabled`) or `delete_delay` is None.
     `push_delays`: a live mount's options, for each dirty file's `due_at` (when the
     pusher will send it, by its own rule)."""
     creates, updates, renames, refused, local_only = [], [], [], [], []
@@ -56,7 +57,7 @@ def pending(state: StateView, *, delete_delay: float | None = None,
     deletes = []
     for t in state.tombstones.values():
         item = {"path": t.base_path, "memory_id": t.memory_id, "deleted_at": t.deleted_at}
-        if delete_delay is not None and not read_only:
+        if delete_delay is not None and not read_only and delete_mode == "enabled":
             item["due_at"] = t.deleted_at + delete_delay
         if t.error:
             item.update(error=t.error, retry_at=t.retry_at)
