@@ -55,7 +55,7 @@ def placeholders(tmp: pathlib.Path) -> dict[str, str]:
         "target": "notes", "session_id": "sesn_x",
         "mountpoint": str(tmp / "empty"), "cid": "1", "file": str(tmp / "file.md"),
         "spec": f"{tmp / 'file.md'}@1",
-        "version": "1",
+        "version": "1", "source": str(tmp / "empty"), "dest": str(tmp / "salvaged"),
     }
 
 

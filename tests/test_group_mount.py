@@ -124,7 +124,8 @@ def test_unmount_says_a_deleted_stores_changes_no_mount_will_send(server, mounts
     """A store deleted on the server while mounted (`--all`): its directory turns
     read-only and what it journaled stays here. The unmount said those changes "go out
     on the next mount", which none does (found by a helper, 6 December); it now says
-    where they are and that no mount sends them."""
+    where they are, that no mount sends them, and the command that writes them out
+    (`memfs salvage`)."""
     sdk = server.sdk()
     doomed = sdk.beta.memory_stores.create(name="Doomed").id
     m = mounts.mount_group("--all", args=("--write-back-delay", "300"))
@@ -141,9 +142,16 @@ def test_unmount_says_a_deleted_stores_changes_no_mount_will_send(server, mounts
         return False
 
     _wait(read_only, what="the deleted store to turn read-only")
+    journal = next(s["state_dir"] for s in m.registry()["stores"] if s["store_id"] == doomed)
     out = m.unmount(kept=True)
     assert "the store was deleted on the server" in out and "no mount will send" in out, out
     assert "go out on the next mount" not in out, out
+    # The way out it names: the journal's files written where the user says.
+    assert f"memfs salvage {journal} DIR" in out, out
+    dest = m.path.parent / "salvaged"
+    done = m.memfs("salvage", journal, str(dest))
+    assert (dest / "l.md").read_text() == "only here\n"
+    assert "/l.md: not yet created on the server" in done.stdout, done.stdout
 
 
 def test_all_root_adopts_url_keyed_state_at_mount_and_for_a_later_store(server, mounts):

@@ -22,6 +22,7 @@ LAZY_COMMANDS = {
     "show": "memfs.cli.history:show",
     "restore": "memfs.cli.history:restore",
     "sessions": "memfs.cli.sessions:sessions",  # create / list / show sessions
+    "salvage": "memfs.cli.salvage:salvage",  # a journal's files out, for a store gone
 }
 
 

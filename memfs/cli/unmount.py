@@ -67,7 +67,8 @@ def unmount(mountpoint, timeout):
             stranded += store["left"]
             click.echo(f"    the store was {store['gone']} on the server: its "
                        f"{store['left']} change(s) stay in its journal ({store['state_dir']}), "
-                       "which no mount will send")
+                       "which no mount will send; `memfs salvage "
+                       f"{store['state_dir']} DIR` writes its files out")
     if left > stranded:
         click.echo(f"  {left - stranded} change(s) stay journaled and go out on the next mount"
                    + (f" ({reply['offline']})" if reply.get("offline") else ""))

@@ -52,6 +52,8 @@ from memfs.state.view import StateView, read_meta
 if TYPE_CHECKING:  # imported where used: `memfs` commands that never adopt stay lean
     from memfs.state.blobs import BlobCache
 
+#: The file a daemon holds an exclusive flock on for as long as it runs on the
+#: directory: no other mount, adoption or offline command touches the state meanwhile.
 LOCK = "lock"
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -248,7 +250,7 @@ class Adoption:
 
 
 @contextlib.contextmanager
-def _flock(path: Path, *, blocking: bool) -> Iterator[bool]:
+def exclusive(path: Path, *, blocking: bool) -> Iterator[bool]:
     """Hold an exclusive flock on path; yields False (non-blocking) when it is held."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -269,20 +271,20 @@ def adopt(root: Path, key: str, store_id: str) -> list[Adoption]:
     if not root.is_dir():
         return []
     done: list[Adoption] = []
-    with _flock(root / ".adopt.lock", blocking=True):
+    with exclusive(root / ".adopt.lock", blocking=True):
         target = root / key / store_id
         for old_db in sorted(root.glob(f"*/{store_id}/{STATE_DB}")):
             old = old_db.parent
             if old.parent.name == key or not old.is_dir():
                 continue
             try:
-                with _flock(old / LOCK, blocking=False) as free:
+                with exclusive(old / LOCK, blocking=False) as free:
                     if not free:
                         continue  # a daemon runs on it: its changes are not stranded
                     if not (target / STATE_DB).exists():
                         done.append(_move(old, target))
                         continue
-                    with _flock(target / LOCK, blocking=False) as target_free:
+                    with exclusive(target / LOCK, blocking=False) as target_free:
                         if not target_free:
                             return done  # mounted already: the mount itself will refuse
                         done.append(_import(old, target))
@@ -313,21 +315,9 @@ def _pending_rows(db: Path) -> tuple[list[dict], list[dict], int]:
     recorded (an older memfs recorded none: the defaults)."""
     view = StateView(db)
     try:
-        dirty = []
-        for node in view.files():
-            if node.sha is None or not view.is_dirty(node):
-                continue
-            path = view.path_of(node)
-            if node.memory_id is None:
-                kind = "not yet created on the server"
-            elif node.sha != node.base_sha:
-                kind = "edited, not yet pushed"
-            else:
-                kind = f"renamed from {node.base_path}, not yet pushed"
-            if view.is_refused(node):
-                kind += "; refused by the server"
-            dirty.append({"path": path, "memory_id": node.memory_id, "local_sha": node.sha,
-                          "kind": kind})
+        dirty = [{"path": view.path_of(node), "memory_id": node.memory_id,
+                  "local_sha": node.sha, "kind": kind}
+                 for node in view.files() if (kind := view.unsent(node)) is not None]
         return dirty, view.conflicts(), len(view.tombstones)
     finally:
         view.close()

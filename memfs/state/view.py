@@ -387,6 +387,19 @@ class StateView:
             return True
         return node.sha != node.base_sha or self.path_of(node) != node.base_path
 
+    def unsent(self, node: Node) -> str | None:
+        """Why the server does not hold this file as the tree shows it, in the words
+        `memfs unmount` and adoption use (None: it does, or it is no memory)."""
+        if node.sha is None or not self.is_dirty(node):
+            return None
+        if node.memory_id is None:
+            why = "not yet created on the server"
+        elif node.sha != node.base_sha:
+            why = "edited, not yet pushed"
+        else:
+            why = f"renamed from {node.base_path}, not yet pushed"
+        return why + ("; refused by the server" if self.is_refused(node) else "")
+
     def _counts(self, node: Node) -> bool:
         """Whether a file is (or will be) a memory: counted against the 2,000 cap."""
         return not (node.is_dir or self.is_local_only_name(node)
