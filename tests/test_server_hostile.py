@@ -344,6 +344,12 @@ def hostile_requests(sid: str) -> list[tuple[str, str, dict]]:
         ("POST", f"/v1/memory_stores/{sid}/memories", {"content": deep}),
         ("GET", "/v1/memory_stores", {"params": {"created_at[gte]": "0001-01-01T00:00:00+14:00"}}),
         ("GET", "/v1/memory_stores", {"params": {"created_at[lte]": "9999-12-31T23:59:59-14:00"}}),
+        # Not RFC 3339, though Python's fromisoformat reads each (found by a helper).
+        *[("GET", "/v1/memory_stores", {"params": {"created_at[gte]": when}})
+          for when in ("2020-01-01", "2020-W01-1", "20200101T000000", " 2020-01-01T00:00:00Z")],
+        # Not an integer as the API writes one, though int() reads each.
+        *[("GET", "/v1/memory_stores", {"params": {"limit": n}}) for n in ("1_0", "+3", " 2",
+                                                                           "\u0661")],
         ("GET", f"/v1/memory_stores/{sid}/memory_versions",
          {"params": {"created_at[gte]": "0001-01-01T00:00:00+14:00"}}),
         ("GET", f"/v1/memory_stores/{sid}/memories",

@@ -100,6 +100,8 @@ def test_redaction_rules(server):
     with pytest.raises(anthropic.ConflictError) as ei:  # head of a live memory
         ms.memory_versions.redact(head0, memory_store_id=sid)
     assert ei.value.body["error"]["type"] == "conflict_error"
+    # The same request gets the same answer: the SDK is told not to send it twice more.
+    assert ei.value.response.headers["x-should-retry"] == "false"
 
     m2 = ms.memories.update(m.id, memory_store_id=sid, content="clean")
     r = ms.memory_versions.redact(head0, memory_store_id=sid)

@@ -37,6 +37,7 @@ from memfs.core.paths import (
 )
 from memfs.server.db_common import (
     _TS_FORMAT,
+    NO_RETRY,
     Actor,
     ApiError,
     KeysetPage,
@@ -108,7 +109,7 @@ CREATE TABLE stores (
     description  TEXT NOT NULL DEFAULT '',      -- ≤1024 chars; '' when unset
     metadata     TEXT NOT NULL DEFAULT '{}',    -- JSON object<string,string>, ≤16 pairs
     created_at   TEXT NOT NULL,                 -- RFC 3339 UTC, fixed width
-    updated_at   TEXT NOT NULL,                 -- name/description/metadata/archive only
+    updated_at   TEXT NOT NULL,                 -- name/description/metadata only
     archived_at  TEXT                           -- NULL while active; set once, never cleared
 );
 -- Store listing: newest first, id as tiebreak.
@@ -526,11 +527,8 @@ class Database(SessionsMixin):
         with self._txn(write=True) as c:
             row = self._store_row(c, store_id, lock=True)
             if row["archived_at"] is None:
-                ts = now()
-                c.execute(
-                    "UPDATE stores SET archived_at = ?, updated_at = ? WHERE id = ?",
-                    (ts, ts, store_id),
-                )
+                # updated_at is the name's, description's and metadata's: not moved.
+                c.execute("UPDATE stores SET archived_at = ? WHERE id = ?", (now(), store_id))
             return _store_json(self._store_row(c, store_id))
 
     def delete_store(self, store_id: str) -> dict[str, Any]:
@@ -729,7 +727,7 @@ class Database(SessionsMixin):
         if expected_content_sha256 is not None:
             check_sha256(expected_content_sha256, name="expected_content_sha256")
         with self._txn(write=True) as c:
-            self._store_row(c, store_id, lock=True)  # deleting in an archived store is allowed
+            self._writable_store(c, store_id)  # an archived store is read-only: deletes too
             row = self._memory_row(c, store_id, memory_id)
             if (
                 expected_content_sha256 is not None
@@ -823,6 +821,7 @@ class Database(SessionsMixin):
                         "conflict_error",
                         f"memory version {version_id!r} is the current head of memory"
                         f" {row['memory_id']!r}; write a new version or delete the memory first",
+                        headers=NO_RETRY,  # the same request gets the same answer
                     )
                 c.execute(
                     "UPDATE versions SET path = NULL, content = NULL, content_sha256 = NULL,"

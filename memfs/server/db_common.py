@@ -67,11 +67,12 @@ def not_found(message: str, **extra: Any) -> ApiError:
     return ApiError(404, "not_found_error", message, **extra)
 
 
-_NO_RETRY = {"x-should-retry": "false"}
+#: On an answer a retry of the same request would get again (the SDKs retry a 409).
+NO_RETRY = {"x-should-retry": "false"}
 
 
 def precondition_failed(message: str) -> ApiError:
-    return ApiError(409, "memory_precondition_failed_error", message, headers=_NO_RETRY)
+    return ApiError(409, "memory_precondition_failed_error", message, headers=NO_RETRY)
 
 
 def path_conflict(message: str, path: str, memory_id: str) -> ApiError:
@@ -79,7 +80,7 @@ def path_conflict(message: str, path: str, memory_id: str) -> ApiError:
         409,
         "memory_path_conflict_error",
         message,
-        headers=_NO_RETRY,
+        headers=NO_RETRY,
         conflicting_path=path,
         conflicting_memory_id=memory_id,
     )
@@ -126,10 +127,17 @@ def now() -> str:
     return ts.strftime(_TS_FORMAT)
 
 
+#: An RFC 3339 date-time (section 5.6; "t" and a space for "T" as its note allows).
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})?")
+
+
 def parse_timestamp(value: str, *, name: str) -> str:
-    """Parse an RFC 3339 query value into the canonical stored form (UTC)."""
+    """Parse an RFC 3339 query value into the canonical stored form (UTC). The offset
+    may be left out (read as UTC): the SDKs send a naive datetime that way."""
     try:
-        dt = datetime.fromisoformat(value.strip().replace("z", "Z"))
+        if _RFC3339.fullmatch(value) is None:  # fromisoformat takes 2020-W01-1, 20200101...
+            raise ValueError(value)
+        dt = datetime.fromisoformat(value.replace("z", "Z"))
         if dt.tzinfo is None:
             dt = dt.replace(tzinfo=UTC)
         # OverflowError: a valid value whose UTC time leaves years 1..9999

@@ -41,6 +41,10 @@ LEGACY_BETA = SESSIONS_BETA
 SESSION_HEADER = "x-memfs-session-id"
 
 _SESSION_RE = re.compile(r"^sesn_[A-Za-z0-9_-]{1,128}$")
+#: A query integer as the API writes it: ASCII digits, a minus sign at most.
+_INTEGER = re.compile(r"-?[0-9]+")
+#: A query integer as the API writes it: ASCII digits, a minus sign at most.
+_INTEGER = re.compile(r"-?[0-9]+")
 
 
 def new_request_id() -> str:
@@ -71,10 +75,9 @@ class Request:
         v = self.query.get(name)
         if v is None:
             return None
-        try:
-            return int(v, 10)
-        except ValueError:
-            raise invalid(f"{name} must be an integer") from None
+        if _INTEGER.fullmatch(v) is None:  # int() would take "1_0", " 2", "+3", "١"
+            raise invalid(f"{name} must be an integer")
+        return int(v)
 
     def q_bool(self, name: str) -> bool:
         v = self.query.get(name)
