@@ -361,6 +361,8 @@ def hostile_requests(sid: str) -> list[tuple[str, str, dict]]:
                                            ["\\ud800", "x"])}}),
         ("POST", "/v1/memory_stores", {"content": b'{"name": "x", "\\ud800": 1}'}),
         ("POST", "/v1/memory_stores", {"content": b"\xff\xfe{}"}),
+        # JSON is UTF-8: the same object in UTF-16, which json.loads of bytes reads.
+        ("POST", "/v1/memory_stores", {"content": '{"name": "x"}'.encode("utf-16")}),
         ("POST", "/v1/memory_stores", {"content": b'{"name": "x"}',
                                         "headers": {"content-length": "abc"}}),
     ]

@@ -111,7 +111,9 @@ def parse_body(data: bytes) -> Any:
         return None
     _check_shape(data)
     try:
-        return json.loads(data, parse_constant=_refuse_constant, parse_float=_finite_float)
+        # UTF-8 only (RFC 8259, 8.1): json.loads of bytes would also take UTF-16 and -32.
+        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant,
+                          parse_float=_finite_float)
     except _NotFinite:
         raise BodyRefused(400, "invalid_request_error",
                           "request body holds NaN or Infinity, which are not JSON numbers",
