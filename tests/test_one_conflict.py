@@ -845,8 +845,28 @@ async def test_a_create_under_a_strangers_file_path_waits_and_says_why(tmp_path)
                "(HTTP 409, memory_path_conflict_error)")
         assert (node.memory_id, node.error) == (None, f"PathConflictError: {why}")
         assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
-            f"cannot push /d/x.md: {why}; it waits, the rest goes on"]
+            f"cannot push /d/x.md: {why}; it waits, the rest goes on (the server has a "
+            "file at /d, where this mount has a directory: rename one of them)"]
         assert eng.state.conflicts() == [] and eng.ctx.status.last_error is None
+
+
+async def test_a_create_over_a_strangers_directory_waits_and_says_the_way_out(tmp_path):
+    """d made here as a file; another writer creates /d/x.md (a directory where we have
+    a file). Our create meets 409 on a memory below its path: the file waits, and the
+    warning says what lets it through, a rename (the 409 alone named no way out; found
+    by a helper)."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_write("/d", "mine")
+        await eng.op_r_create("/d/x.md", "theirs")
+        result = await eng.pusher.push_pass()
+        assert (result.pushed, result.progress) == (0, 1)
+        assert eng.node("/d").error.startswith("PathConflictError: ")
+        [note] = [w.split(" ", 1)[1] for w in eng.ctx.status.warnings]
+        assert note.startswith("cannot push /d: ") and note.endswith(
+            "; it waits, the rest goes on (the server has /d/x.md below /d, where this "
+            "mount has a file: rename one of them)"), note
+        assert eng.state.conflicts() == []
 
 
 async def test_a_delete_refused_for_a_change_then_deleted_there_is_done(tmp_path):
@@ -954,7 +974,8 @@ async def test_a_create_under_another_writers_memory_waits_and_says_why(tmp_path
                "(HTTP 409, memory_path_conflict_error)")
         assert (node.fail_count, node.error) == (1, f"PathConflictError: {why}")
         assert [w.split(" ", 1)[1] for w in eng.ctx.status.warnings] == [
-            f"cannot push /notes/x.md: {why}; it waits, the rest goes on"]
+            f"cannot push /notes/x.md: {why}; it waits, the rest goes on (the server has a "
+            "file at /notes, where this mount has a directory: rename one of them)"]
         assert eng.server() == theirs and eng.ctx.status.last_error is None
 
 

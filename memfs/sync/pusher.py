@@ -531,12 +531,12 @@ class Pusher:
             return self._failed(ticket, exc)
 
     def _failed(self, ticket: PushTicket, exc: api_errors.APIError,
-                path: str | None = None) -> int:
+                path: str | None = None, hint: str = "") -> int:
         """This file waits (doubling backoff) and says why; the others go on. `path`: the
-        file's, when the request sent another (a park)."""
+        file's, when the request sent another (a park); `hint`: what lets it through."""
         self.state.push_failed(ticket, f"{type(exc).__name__}: {exc}", transient=False)
         self.ctx.status.note(f"cannot push {path or ticket.path}: {exc}; it waits, "
-                             "the rest goes on")
+                             f"the rest goes on{hint}")
         return -1
 
     async def _gone(self, ticket: PushTicket) -> int:
@@ -600,7 +600,9 @@ class Pusher:
             and self._in_rename_cycle(node, blocker),
             same_path=exc.conflicting_path == ticket.path)
         P = decide.PathHeld
-        if row in (P.UNKNOWN, P.NEAR):
+        if row is P.NEAR:
+            return self._failed(ticket, exc, hint=_way_out(ticket.path, exc.conflicting_path))
+        if row is P.UNKNOWN:
             return self._failed(ticket, exc)
         if row is P.OUR_DELETE:
             # A local file now stands at the path of one of our deleted files: its delete
@@ -776,6 +778,19 @@ class Pusher:
         self.ctx.status.note(f"cannot delete {tomb.base_path}: {exc}; it waits, the rest goes "
                              "on")
         return False
+
+
+def _way_out(path: str, held: str | None) -> str:
+    """What lets a file through whose path a memory of the server's sits above or below
+    (a file on one side where the other has a directory): no push of ours can settle
+    it, only a rename, here or there."""
+    if held is None:
+        return ""
+    if path.startswith(held + "/"):
+        return (f" (the server has a file at {held}, where this mount has a directory: "
+                "rename one of them)")
+    return (f" (the server has {held} below {path}, where this mount has a file: rename "
+            "one of them)")
 
 
 def _store_full(exc: api_errors.APIError) -> bool:
