@@ -110,3 +110,18 @@ def test_salvage_writes_nothing_outside_the_destination(tmp_path):
     tree = _tree(tmp_path / "out")
     assert tree[".conflicts"] == "of the tree\n"
     assert tree[".conflicts_/1/synced.md"] == "mine, aside\n"
+
+
+def test_salvage_finds_the_journal_of_a_mountpoint_mounted_before(tmp_path, monkeypatch):
+    """SOURCE may be the mountpoint (the known index `memfs mount` keeps), not only the
+    state directory `memfs unmount` names."""
+    from memfs.state.statedir import remember
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    d = _journal(tmp_path)
+    (tmp_path / "mnt").mkdir()
+    remember(str(tmp_path / "mnt"), d, "memstore_x", "http://127.0.0.1:1")
+    out = CliRunner().invoke(salvage_command, [str(tmp_path / "mnt"), str(tmp_path / "out")])
+    assert out.exit_code == 0, out.output
+    assert out.output.startswith(f"wrote 3 file(s) of {d} to {tmp_path / 'out'}\n")
+    assert (tmp_path / "out" / "notes" / "edited.md").read_text() == "v2\n"
