@@ -268,8 +268,9 @@ class MemoryStoresClient:
             "retries": 0,
         }
         #: Told of every attempt: (method, path, HTTP status or 0 when no answer came,
-        #: bytes sent, bytes received). A mount's metrics count with it.
-        self.on_response: Callable[[str, str, int, int, int], None] | None = None
+        #: bytes sent, bytes received). A mount's metrics count with it, and its daemon
+        #: hears a store refuse a request (an archived or deleted store).
+        self.observers: list[Callable[[str, str, int, int, int], None]] = []
         # The only trio call in the client: httpx itself runs on trio and asyncio
         # alike, so a caller on asyncio passes ``sleep=anyio.sleep`` (memfs.tool does).
         # Replaceable in tests.
@@ -518,8 +519,8 @@ class MemoryStoresClient:
                         hashlib.sha256).hexdigest()[:32]
 
     def _observe(self, method: str, path: str, status: int, sent: int, received: int) -> None:
-        if self.on_response is not None:
-            self.on_response(method, path, status, sent, received)
+        for observer in self.observers:
+            observer(method, path, status, sent, received)
 
     def _decode(self, response: httpx.Response) -> Any:
         if not response.content:

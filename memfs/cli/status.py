@@ -140,7 +140,9 @@ def format_status(s: dict) -> str:
     if not s.get("running"):
         lines.append("  daemon: not running (from state.db)")
     elif s.get("online"):
-        lines.append("  online" + (" (read-only)" if s.get("read_only") else ""))
+        lines.append("  online" + (f" (read-only: the store was {s['gone']} on the server)"
+                                   if s.get("gone") else
+                                   " (read-only)" if s.get("read_only") else ""))
     else:
         lines.append(f"  OFFLINE since {_ago(s.get('offline_since'))}: {s.get('offline_reason')}")
     secs = s.get("last_sync_seconds")

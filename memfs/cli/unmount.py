@@ -63,17 +63,28 @@ def unmount(mountpoint, timeout):
         click.echo(f"  {store['name']} ({store['store_id']}): pushed {store['pushed']}, "
                    f"{store['left']} left"
                    + (f" ({store['offline']})" if store.get("offline") else ""))
-        if store.get("gone") and store["left"]:
-            stranded += store["left"]
-            click.echo(f"    the store was {store['gone']} on the server: its "
-                       f"{store['left']} change(s) stay in its journal ({store['state_dir']}), "
-                       "which no mount will send; `memfs salvage "
-                       f"{store['state_dir']} DIR` writes its files out")
+        stranded += _stranded(store, "    ")
+    stranded += _stranded(reply, "  ")  # a plain mount's store
     if left > stranded:
         click.echo(f"  {left - stranded} change(s) stay journaled and go out on the next mount"
                    + (f" ({reply['offline']})" if reply.get("offline") else ""))
     if not report_kept(reply) or left:
         sys.exit(NOT_ALL_PUSHED)
+
+
+def _stranded(store: dict, indent: str) -> int:
+    """Say where the changes of a store archived or deleted on the server stay (pending,
+    refused, conflicts), and the command that takes them out; how many of `left` they
+    are (all: no mount sends them)."""
+    held = store.get("left") or any(store.get(k) for k in ("not_pushed", "waiting",
+                                                            "conflicts"))
+    if not (store.get("gone") and held):
+        return 0
+    click.echo(f"{indent}the store was {store['gone']} on the server: what was written there "
+               f"and is not on the server stays in its journal ({store['state_dir']}), "
+               f"which no mount will send; `memfs salvage {store['state_dir']} DIR` writes "
+               "its files out")
+    return store.get("left", 0)
 
 
 #: `memfs unmount`'s exit status when it unmounted but something written there did

@@ -33,6 +33,7 @@ import trio
 
 from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
+from memfs.core.metrics import classify
 from memfs.core.mountconfig import GroupConfig, GroupStore, MountConfig, config_from_json
 from memfs.local import control
 from memfs.local.registry import canonical_mountpoint, registry_file, write_private_json
@@ -58,6 +59,7 @@ class MountDaemon:
         self.control_dir = Path(cfg.group_dir if self.group else cfg.state_dir)
         self.client = MemoryStoresClient(cfg.base_url, api_key, max_retries=CLIENT_RETRIES,
                                          timeout=30.0)
+        self.client.observers.append(self._refused)
         self.engines: list[StoreEngine] = []
         self.skipped: list[dict] = []  # stores of a session root that could not be opened
         self._nursery: trio.Nursery | None = None  # set while run() runs
@@ -80,6 +82,14 @@ class MountDaemon:
         self.started_at = time.time()
         self.trio_token: trio.lowlevel.TrioToken | None = None  # for a metrics scrape
         self.metrics_url: str | None = None  # `--metrics-addr`: where they are served
+
+    def _refused(self, method: str, path: str, status: int, _sent: int, _received: int) -> None:
+        """A request on a store refused (400, 403, 404): its engine reads the store,
+        which may have been archived or deleted on the server (`_watch_store`)."""
+        where = classify(method, path) if status in (400, 403, 404) else None
+        for engine in self.engines if where is not None else ():
+            if engine.cfg.store_id == where[0]:
+                engine.store_doubt.set()
 
     def _add_store(self, store: GroupStore) -> StoreEngine | None:
         assert isinstance(self.cfg, GroupConfig)
@@ -173,6 +183,8 @@ class MountDaemon:
                  **_kept(stores)}
         if self.group:
             total["stores"] = stores
+        else:
+            total.update(gone=stores[0]["gone"], state_dir=stores[0]["state_dir"])
         return total
 
     async def _fuse_main(self) -> None:
@@ -255,10 +267,8 @@ class MountDaemon:
         for store in stores:
             engine = known.get(store.id)
             if engine is not None:
-                if store.archived_at and not engine.cfg.options.read_only:
-                    log.info("store %s was archived: %s is read-only now", store.id, engine.name)
-                    engine.set_read_only(True)
-                    engine.gone = "archived"
+                if store.archived_at and engine.gone is None:
+                    engine.store_gone("archived")
                 continue
             if store.archived_at or store.id in skipped:
                 continue
@@ -286,11 +296,8 @@ class MountDaemon:
             self._save_group()
             self.write_registry()
         for engine in self.engines:  # deleted stores: keep what is here, read-only
-            if engine.cfg.store_id not in listed and not engine.cfg.options.read_only:
-                log.info("store %s is gone from the server: %s is read-only now",
-                         engine.cfg.store_id, engine.name)
-                engine.set_read_only(True)
-                engine.gone = "deleted"
+            if engine.cfg.store_id not in listed and engine.gone is None:
+                engine.store_gone("deleted")
 
     def write_registry(self) -> None:
         """The mount registry entry (0600, replaced atomically): how `memfs unmount`,

@@ -29,7 +29,7 @@ from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
 from memfs.core.metrics import PURPOSE, purpose
 from memfs.core.mountconfig import MountConfig
-from memfs.core.signals import IdleClock
+from memfs.core.signals import IdleClock, Wakeup
 from memfs.mount.store_fs import StoreFS
 from memfs.mount.versions import VersionsTree
 from memfs.state.blobs import BlobCache
@@ -111,9 +111,12 @@ class StoreEngine:
             self.background = trio.CancelScope()
             self.started_at = time.time()
             self.failure: str | None = None  # the last unexpected error of a background task
-            #: "archived" or "deleted": the store went so on the server while mounted
-            #: (`--all`): what this mount journaled no later mount sends.
-            self.gone: str | None = None
+            #: "archived" or "deleted": the store went so on the server (while mounted,
+            #: or before: `cfg.archived`): what this mount journaled no mount sends.
+            self.gone: str | None = "archived" if cfg.archived else None
+            #: Set when the server refused a request on this store (a 400, 403 or 404:
+            #: what an archived or deleted store answers): `_watch_store` reads the store.
+            self.store_doubt = Wakeup()
             self.state.set_meta("store_id", cfg.store_id)
             self.state.set_meta("base_url", cfg.base_url)
             self.state.set_meta("mountpoint", cfg.mountpoint)
@@ -136,6 +139,7 @@ class StoreEngine:
             with self.background:
                 async with trio.open_nursery() as tasks:
                     tasks.start_soon(self._supervised, "reconciler", self.reconciler.run)
+                    tasks.start_soon(self._supervised, "store watch", self._watch_store)
                     if self.cfg.options.prefetch:
                         tasks.start_soon(self._supervised, "prefetch", self._prefetch)
 
@@ -229,10 +233,39 @@ class StoreEngine:
                 "conflicts": [{"id": c["id"], "path": c["path"], "reason": c["reason"]}
                               for c in self.state.conflicts()]}
 
-    def set_read_only(self, read_only: bool) -> None:
-        """The store was archived (or vanished) under an `--all` mount."""
-        self.cfg.options.read_only = read_only
-        self.fs.read_only = read_only
+    def store_gone(self, why: str) -> None:
+        """The store was archived or deleted on the server ("archived", "deleted"): its
+        directory turns read-only, and what it journaled stays, named at unmount."""
+        if self.gone is None:
+            log.info("store %s was %s on the server: %s is read-only now", self.cfg.store_id,
+                     why, self.cfg.mountpoint if self.name is None else self.name)
+            self.ctx.status.note(f"the store was {why} on the server: read-only now; "
+                                 "what is not on the server stays here (memfs unmount "
+                                 "names it)")
+        self.cfg.options.read_only = True
+        self.fs.read_only = True
+        self.gone = why
+
+    async def _watch_store(self) -> None:
+        """Whether the store is still there and writable, read when the server refused
+        a request on it (`store_doubt`), at most once a poll interval: a write to a
+        store archived or deleted on the server is refused, and then the mount stops
+        taking writes no server will take (EROFS, as `--all` does from its store
+        listing). The read's own refusal (a 403: this key may not read the store)
+        raises no new doubt."""
+        while self.gone is None:
+            await self.store_doubt.wait()
+            try:
+                store = await self.client.get_store(self.cfg.store_id)
+            except api_errors.NotFoundError:
+                self.store_gone("deleted")
+            except api_errors.APIError as exc:
+                log.info("store %s: cannot read it (%s)", self.cfg.store_id, exc)
+            else:
+                if store.archived_at:
+                    self.store_gone("archived")
+            self.store_doubt.clear()
+            await trio.sleep(self.cfg.options.poll_interval)
 
     def close(self) -> None:
         self.state.close()
@@ -314,6 +347,7 @@ def store_status(engine: StoreEngine) -> dict:
         "store_name": cfg.store_name or None,
         "server": cfg.base_url,
         "read_only": cfg.options.read_only,
+        "gone": engine.gone,  # archived or deleted on the server: read-only since
         "online": s.online,
         "offline_reason": s.offline_reason,
         "offline_since": s.offline_since,

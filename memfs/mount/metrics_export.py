@@ -274,7 +274,7 @@ class MetricsServer:
         bound = self._httpd.server_address
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         self.url = f"http://{shown}:{bound[1]}/metrics"
-        daemon.client.on_response = self.collector.observe
+        daemon.client.observers.append(self.collector.observe)
         log.info("metrics at %s", self.url)
 
     def close(self) -> None:

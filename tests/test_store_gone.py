@@ -1,0 +1,99 @@
+"""A store archived or deleted on the server under a plain mount or a session root (real
+mounts, a real `memfs serve`, the official SDK as the other client). `--all` learns it
+from its store listing (tests/test_group_mount.py); these mounts learn it from the first
+request the server refuses, then read the store: the directory turns read-only, and what
+was written there and no server will take is named at unmount, with the command that
+writes it out (`memfs salvage`). Before (found by a helper, 6 December), such a mount took
+every write, the server refused each push, and the unmount said the changes would go out
+on the next mount."""
+
+from __future__ import annotations
+
+import errno
+import time
+
+import pytest
+from mountutil import needs_fuse, server_memories
+
+pytestmark = needs_fuse
+
+
+def _wait(pred, timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _refuses_writes(path) -> bool:
+    probe = path / "probe.md"
+    try:
+        probe.write_text("x\n")
+    except OSError as exc:
+        assert exc.errno == errno.EROFS, exc
+        return True
+    probe.unlink()
+    return False
+
+
+@pytest.mark.parametrize("how", ["archived", "deleted"])
+def test_a_store_gone_under_a_plain_mount_turns_read_only_and_names_the_way_out(
+        server, mounts, how, tmp_path):
+    sdk = server.sdk()
+    store = sdk.beta.memory_stores.create(name="Going").id
+    m = mounts.mount(store)
+    (m.path / "a.md").write_text("synced\n")
+    m.wait_synced()
+    (sdk.beta.memory_stores.archive if how == "archived" else sdk.beta.memory_stores.delete)(
+        store)
+    (m.path / "late.md").write_text("written after\n")  # taken: nothing told the mount yet
+    _wait(lambda: _refuses_writes(m.path), what=f"the {how} store to turn read-only")
+    assert (m.path / "late.md").read_text() == "written after\n"  # kept, readable
+    status = m.memfs("status", str(m.path)).stdout
+    assert f"online (read-only: the store was {how} on the server)" in status, status
+    journal = str(m.state_dir)
+    out = m.unmount(kept=True)
+    assert f"the store was {how} on the server" in out, out
+    assert f"`memfs salvage {journal} DIR` writes its files out" in out, out
+    assert "go out on the next mount" not in out and "tried again on the next mount" \
+        not in out, out
+    m.memfs("salvage", journal, str(tmp_path / "out"))
+    assert (tmp_path / "out" / "late.md").read_text() == "written after\n"
+    if how == "archived":
+        assert server_memories(server, store) == {"/a.md": "synced\n"}
+
+
+def test_a_store_archived_before_the_mount_is_mounted_read_only(server, mounts):
+    sdk = server.sdk()
+    store = sdk.beta.memory_stores.create(name="Old").id
+    sdk.beta.memory_stores.memories.create(store, path="/a.md", content="kept\n")
+    sdk.beta.memory_stores.archive(store)
+    m = mounts.mount(store)
+    assert "is archived: the server refuses changes to it; mounting it read-only" in \
+        m.outputs[-1].stderr, m.outputs[-1].stderr
+    assert m.outputs[-1].stdout.rstrip().endswith("(read-only)"), m.outputs[-1].stdout
+    assert (m.path / "a.md").read_text() == "kept\n"
+    assert _refuses_writes(m.path)
+    m.unmount()
+
+
+def test_a_store_archived_under_a_session_root_turns_read_only(server, mounts):
+    """A session keeps an archived store attached; its directory under the root stops
+    taking writes once the server refuses one, and the other store goes on."""
+    from test_session_mount import make_session
+
+    sdk = server.sdk()
+    going = sdk.beta.memory_stores.create(name="Going").id
+    staying = sdk.beta.memory_stores.create(name="Staying").id
+    sid = make_session(sdk, [{"type": "memory_store", "memory_store_id": going},
+                             {"type": "memory_store", "memory_store_id": staying}])
+    m = mounts.mount_group("--session", sid)
+    sdk.beta.memory_stores.archive(going)
+    (m.path / "going" / "late.md").write_text("written after\n")
+    _wait(lambda: _refuses_writes(m.path / "going"), what="the archived store to turn read-only")
+    (m.path / "staying" / "b.md").write_text("b\n")
+    m.wait_synced()
+    assert server_memories(server, staying) == {"/b.md": "b\n"}
+    out = m.unmount(kept=True)
+    assert "the store was archived on the server" in out and "memfs salvage" in out, out
