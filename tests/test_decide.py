@@ -577,6 +577,16 @@ def test_path_held_row(mid, deleted, gone, elsewhere, cycle, same, expected):
                                 same_path=same) is expected
 
 
+@pytest.mark.parametrize("store_full,content_sent,expected", [
+    (True, True, decide.Refused.NO_ROOM),
+    (True, False, decide.Refused.NO_ROOM),     # a full store refuses a create only, in fact
+    (False, True, decide.Refused.CONTENT),     # a create, or an update carrying content
+    (False, False, decide.Refused.MOVE),       # a rename alone: the content is not refused
+])
+def test_refused_row(store_full, content_sent, expected):
+    assert decide.refused_row(store_full=store_full, content_sent=content_sent) is expected
+
+
 @pytest.mark.parametrize("is_create,remote,expected", [
     (True, None, decide.Stranger.GONE),
     (False, None, decide.Stranger.GONE),

@@ -1345,3 +1345,27 @@ async def test_a_note_said_at_every_pass_is_kept_once_with_its_latest_time(tmp_p
             "an earlier warning", waits]
         assert [r.levelno for r in caplog.records if r.getMessage() == waits] == [
             logging.WARNING, logging.DEBUG, logging.DEBUG]
+
+
+async def test_a_rename_the_server_refuses_waits_with_backoff_and_keeps_its_content(tmp_path):
+    """a.md renamed to b.md; the server refuses the rename (400: an archived store, a
+    path its rules refuse). The content was not what was refused: the file is not marked
+    refused, and the rename waits with backoff and says why, instead of going out again
+    at every pass (it did, every 3 s, found by a helper)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A")
+        await eng.op_rename("/a.md", "/b.md")
+        eng.transport.rules = [FaultRule(lambda r: r.method == "POST" and bool(r.memory_id),
+                                         status=400, error_type="invalid_request_error",
+                                         message="memory store is archived and read-only",
+                                         origins=("setup",))]
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        await eng.pusher.push_pass()
+        mid = eng.node("/b.md").memory_id
+        assert sent(eng, first) == [f"POST {mid}"]  # once: the second pass waits
+        node = eng.node("/b.md")
+        assert node.refused_sha is None and node.fail_count == 1
+        assert node.error == ("BadRequestError: memory store is archived and read-only "
+                              "(HTTP 400, invalid_request_error)"), node.error
+        assert eng.server()["/a.md"][1] == sha256(data("A"))

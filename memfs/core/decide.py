@@ -323,6 +323,23 @@ def stranger_row(is_create: bool, remote_sha: str | None, sent: str,
     return Stranger.CREATED if is_create else Stranger.TAKEN
 
 
+class Refused(Enum):
+    """A push the server refused for good (400, 413): what of it will never be taken."""
+
+    NO_ROOM = "no-room"            # the store holds its 2,000 memories: waits for a delete
+    CONTENT = "content"            # the content sent: refused until the file changes
+    MOVE = "move"                  # only a move was sent, so not the content: the file
+    #                                waits with backoff and says why (an archived store, a
+    #                                path the server's rules refuse), as any refusal does
+
+
+def refused_row(*, store_full: bool, content_sent: bool) -> Refused:
+    """What a refusal of our create or update settles."""
+    if store_full:
+        return Refused.NO_ROOM
+    return Refused.CONTENT if content_sent else Refused.MOVE
+
+
 # -- a request whose answer was lost: what the server shows decides ----------------------
 
 

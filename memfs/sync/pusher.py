@@ -474,10 +474,14 @@ class Pusher:
                 return self._failed(ticket, exc)
             return await self._followed(ticket, self._gone(ticket))
         except api_errors.REFUSED as exc:
-            if _store_full(exc):
+            refused = decide.refused_row(store_full=_store_full(exc),
+                                         content_sent=ticket.content_sent)
+            if refused is decide.Refused.NO_ROOM:
                 self.no_room.add(ticket.ino)
                 ctx.status.note(f"{ticket.path} waits: the store holds its 2,000-memory maximum")
                 return 0
+            if refused is decide.Refused.MOVE:
+                return self._failed(ticket, exc)
             st.push_refused(ticket, exc.message)
             ctx.status.note(f"the server refused {ticket.path}: {exc.message}; kept locally")
             return -1
