@@ -193,3 +193,22 @@ async def test_directories_remote_changes_make_or_empty_are_told_to_the_kernel(t
         gone = eng.ctx.take_invalidations()
         assert ("entry", d.ino, "e") in gone and ("entry", ROOT_INO, "d") in gone
         assert eng.node("/d") is None and e.ino not in eng.state.nodes
+
+
+async def test_a_read_waits_for_a_server_that_does_not_answer_a_bounded_time(
+        tmp_path, autojump_clock, monkeypatch):
+    """A cache miss while the server holds every request (stopped, packets dropped):
+    the read gives up after FETCH_WAIT (its handler answers EIO) instead of waiting
+    through every attempt's timeout, about three minutes (found by a helper)."""
+    ctx = _context(tmp_path)
+    never = trio.Event()
+
+    async def read(node):
+        await never.wait()
+
+    monkeypatch.setattr(ctx.fetcher, "read", read)
+    started = trio.current_time()
+    with pytest.raises(OSError, match="did not answer within 30 s"):
+        await ctx.fetch(None)
+    assert trio.current_time() - started == common.FETCH_WAIT
+    ctx.state.close()

@@ -100,6 +100,10 @@ def local_of(state: State, node: Node, since: float | None = None) -> decide.Loc
                         and node.changed_at >= since)
 
 
+#: How long a read waits for content it must fetch (`SyncContext.fetch`): one request's
+#: timeout, not its retries.
+FETCH_WAIT = 30.0
+
 #: state.db's meta key of who this mount writes as (`SyncContext.writer`).
 WRITER_KEY = "writer"
 #: state.db's meta key of a write of this mount's, to learn the writer from
@@ -289,8 +293,14 @@ class SyncContext:
 
     async def fetch(self, node: Node) -> bytes:
         """Cache-miss content fetch for a clean file (the only network I/O a read
-        does): from the file's batch, else one GET (memfs/sync/fetcher.py)."""
-        return await self.fetcher.read(node)
+        does): from the file's batch, else one GET (memfs/sync/fetcher.py), waited for
+        `FETCH_WAIT` at most (then the read fails, EIO, and changes nothing). A server
+        that stops answering (stopped, a network that drops packets) would otherwise
+        hold the reader through every attempt's timeout: three minutes (found by a
+        helper)."""
+        with trio.move_on_after(FETCH_WAIT):
+            return await self.fetcher.read(node)
+        raise OSError(f"the server did not answer within {FETCH_WAIT:.0f} s")
 
     async def settle_conflict(self, node: Node, memory_id: str, reason: str, *, gen: int,
                               tombstone_own: bool = False) -> int | None:
