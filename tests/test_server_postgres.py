@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import anthropic
@@ -262,3 +263,70 @@ def test_unreachable_database_is_a_clean_error(tmp_path):
     assert r.returncode != 0 and r.stdout == ""
     assert "cannot open the database" in r.stderr
     assert "Traceback" not in r.stderr and "secret-pw" not in r.stderr
+
+
+def test_a_writer_stalled_in_a_transaction_holds_the_others_a_bounded_time(pg_url,
+                                                                          monkeypatch):
+    """A transaction left open on a store's row (an instance stopped mid-write, here a
+    plain connection): another instance's write to that store waits `LOCK_TIMEOUT_MS`,
+    then gets 503 (retryable) instead of waiting for good and taking its pool with it;
+    PostgreSQL ends the stalled session after `IDLE_IN_TRANSACTION_MS`, and its lock
+    with it (found by a helper: every instance froze, health still 200)."""
+    from memfs.server.db_common import ApiError
+    from memfs.server.db_postgres import _Postgres
+
+    monkeypatch.setattr(_Postgres, "LOCK_TIMEOUT_MS", 300)
+    monkeypatch.setattr(_Postgres, "IDLE_IN_TRANSACTION_MS", 1500)
+    db = Database(pg_url)
+    try:
+        sid = db.create_store(name="s")["id"]
+        with db._pg._connection() as holder:  # noqa: SLF001 - a stalled writer of our own
+            stalled = holder[0]
+            stalled.execute("BEGIN")
+            stalled.execute("SELECT 1 FROM stores WHERE id = %s FOR UPDATE", (sid,))
+            with pytest.raises(ApiError) as refused:
+                db.create_memory(sid, path="/a.md", content="x", actor=None)
+            assert refused.value.status == 503
+            deadline = time.monotonic() + 20
+            while True:  # PostgreSQL ends the idle transaction, and the lock goes
+                try:
+                    db.create_memory(sid, path="/a.md", content="x", actor=None)
+                    break
+                except ApiError:
+                    assert time.monotonic() < deadline, "the stalled lock was never released"
+                    time.sleep(0.2)
+        assert [m["path"] for m in db.list_memories(sid)["data"]] == ["/a.md"]
+        shown = db._pg._connect()  # noqa: SLF001
+        try:
+            assert shown.execute("SHOW lock_timeout").fetchone()[0] == "300ms"
+        finally:
+            shown.close()
+    finally:
+        db.close()
+
+
+def test_closing_does_not_wait_for_good_on_a_transaction_stuck_in_flight(pg_url,
+                                                                        monkeypatch):
+    """A stopping server whose request is stuck in the database exits after
+    `CLOSE_WAIT` (it stayed alive until the lock was released)."""
+    from memfs.server.db_postgres import _Postgres
+
+    monkeypatch.setattr(_Postgres, "CLOSE_WAIT", 0.5)
+    db = Database(pg_url)
+    entered, release, waited = threading.Event(), threading.Event(), threading.Event()
+
+    def stuck() -> None:
+        with db._pg.transaction(write=True):  # noqa: SLF001
+            entered.set()
+            release.wait(60)
+            waited.set()  # before its slot goes back to the pool
+
+    t = threading.Thread(target=stuck)
+    t.start()
+    try:
+        assert entered.wait(10)
+        db.close()  # waited for good before: until the transaction ended
+        assert not waited.is_set()
+    finally:
+        release.set()
+        t.join(30)

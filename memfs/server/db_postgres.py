@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -145,11 +146,27 @@ class _Postgres:
     ``BEGIN … COMMIT`` like the SQLite path."""
 
     POOL_SIZE = 8
+    #: How long a request waits for a row lock another instance holds (then 503,
+    #: retryable): a writer that stalls mid-transaction (a stopped process, a frozen VM)
+    #: must not hold every other instance's writers, and then their pools, for good.
+    LOCK_TIMEOUT_MS = 10_000
+    #: How long PostgreSQL keeps a session idle inside a transaction before ending it,
+    #: and its locks: the stalled writer's own, which no request of its will finish.
+    IDLE_IN_TRANSACTION_MS = 30_000
+    #: Any one statement (the requests bound what they read: a page, one store).
+    STATEMENT_TIMEOUT_MS = 30_000
+    #: How long `close` waits for the transactions in flight (then the process exits and
+    #: PostgreSQL rolls back what did not commit).
+    CLOSE_WAIT = 5.0
 
     def __init__(self, url: str) -> None:
         import psycopg  # only the PostgreSQL backend needs it
 
         self._psycopg = psycopg
+        #: A connection lost or a request that cannot go on now (a lock not granted in
+        #: time, a session PostgreSQL ended for idling in a transaction): retryable.
+        self._unavailable = (psycopg.OperationalError,
+                             psycopg.errors.IdleInTransactionSessionTimeout)
         self.url = url
         info = psycopg.conninfo.conninfo_to_dict(url)
         self.display = (f"postgresql://{info.get('user', '')}@{info.get('host', '')}"
@@ -160,7 +177,14 @@ class _Postgres:
         self._closed = False
 
     def _connect(self) -> Any:
-        return self._psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        """A connection with the bounds above, and TCP keepalives (a peer that vanished
+        is noticed within a minute, not at the kernel's two hours)."""
+        return self._psycopg.connect(
+            self.url, autocommit=True, connect_timeout=10, keepalives=1, keepalives_idle=30,
+            keepalives_interval=10, keepalives_count=3,
+            options=(f"-c lock_timeout={self.LOCK_TIMEOUT_MS}"
+                     f" -c idle_in_transaction_session_timeout={self.IDLE_IN_TRANSACTION_MS}"
+                     f" -c statement_timeout={self.STATEMENT_TIMEOUT_MS}"))
 
     @contextmanager
     def _connection(self) -> Iterator[list[Any]]:
@@ -199,7 +223,7 @@ class _Postgres:
                 c = _PgConn(conn)
                 try:
                     c.execute(begin)
-                except psycopg.OperationalError:
+                except self._unavailable:
                     conn.close()
                     conn = holder[0] = self._connect()
                     c = _PgConn(conn)
@@ -215,7 +239,7 @@ class _Postgres:
                     raise
                 else:
                     c.execute("COMMIT")
-        except psycopg.OperationalError:
+        except self._unavailable:
             if not api_errors:
                 raise
             raise ApiError(503, "api_error", "the database is unavailable; retry") from None
@@ -223,6 +247,9 @@ class _Postgres:
     def migrate(self) -> str:
         """Bring the schema to :data:`PG_SCHEMA_VERSION`; returns the server id."""
         with self.transaction(write=True, api_errors=False) as c:
+            # Another instance's migration may take as long as it needs: wait it out.
+            c.execute("SET LOCAL lock_timeout = 0")
+            c.execute("SET LOCAL statement_timeout = 0")
             c.execute("SELECT pg_advisory_xact_lock(?)", (_PG_MIGRATION_LOCK,))
             c.execute("CREATE TABLE IF NOT EXISTS memfs_schema (version INTEGER NOT NULL)")
             row = c.execute("SELECT version FROM memfs_schema").fetchone()
@@ -242,9 +269,14 @@ class _Postgres:
             return c.execute("SELECT value FROM meta WHERE key = 'server_id'").fetchone()["value"]
 
     def close(self) -> None:
+        """Close the pool once the transactions in flight end, `CLOSE_WAIT` at most (one
+        stuck in the database must not keep a stopping server alive: the docs promise
+        it exits)."""
         self._closed = True
-        for _ in range(self.POOL_SIZE):  # wait for every transaction in flight
-            self._slots.acquire()
+        deadline = time.monotonic() + self.CLOSE_WAIT
+        for _ in range(self.POOL_SIZE):
+            if not self._slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                break
         with self._lock:
             for conn in self._idle:
                 conn.close()
