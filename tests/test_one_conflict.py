@@ -456,6 +456,36 @@ async def test_a_swap_whose_park_is_refused_makes_the_file_wait_and_says_why(tmp
             "permission_error); it waits, the rest goes on" for n in waiting)
 
 
+async def test_a_swap_blocked_by_a_memory_at_the_park_directory_says_why(tmp_path):
+    """a.md and b.md swapped while another client holds a memory at /.memfs-moving itself
+    (the server takes that path; mounts hide it): every park meets 409 on it. The files
+    wait with backoff and the status says what blocks them and the way out; they stalled
+    silently before, every pass, across remounts (found by a helper)."""
+    async with harness(tmp_path) as eng:
+        await synced(eng, a="A", b="B")
+        await eng.op_r_create(PARK_DIR, "theirs")
+        before = eng.server()
+        await eng.op_rename("/a.md", "/c.md")
+        await eng.op_rename("/b.md", "/a.md")
+        await eng.op_rename("/c.md", "/b.md")
+        await eng.pusher.push_pass()
+        assert eng.server() == before
+        waiting = sorted(eng.state.path_of(n) for n in eng.state.files()
+                         if n.error and n.error.startswith("PathConflictError: "))
+        assert waiting == ["/a.md", "/b.md"]  # each of the cycle tried to park
+        notes = [w.split(" ", 1)[1] for w in eng.ctx.status.warnings]
+        assert sorted(n.split(":", 1)[0] for n in notes) == ["cannot push /a.md",
+                                                             "cannot push /b.md"]
+        assert all(n.endswith(
+            f"; it waits, the rest goes on (another client's memory at {PARK_DIR}, where memfs "
+            "parks a memory while a cycle of renames goes out, blocks the cycle: move or "
+            "delete that memory)") for n in notes), notes
+        first = len(eng.transport.records)
+        await eng.pusher.push_pass()
+        assert not [r for r in eng.transport.records[first:]
+                    if str((r.body or {}).get("path", "")).startswith(PARK_DIR)]  # it waits
+
+
 async def test_a_conflict_met_while_the_file_has_unsaved_writes_waits_and_says_why(tmp_path):
     """a.md's update (v2) goes out while another writer's edit is on the server and, by
     the time its 409 comes back, a.md is open here with unsaved writes: the conflict

@@ -668,6 +668,14 @@ class Pusher:
         try:
             memory = await self._send(ticket, ctx.client.update_memory(
                 ctx.store_id, node.memory_id, precondition_sha=ticket.base_sha, path=park))
+        except api_errors.PathConflictError as exc:
+            if exc.conflicting_path != PARK_DIR:
+                return 0  # a park name taken: the next one is fresh
+            # Another client's memory at the park directory's own path: every park meets
+            # it, and the next pass would too, silently, for good.
+            return self._failed(ticket, exc, st.path_of(node), hint=(
+                f" (another client's memory at {PARK_DIR}, where memfs parks a memory while "
+                "a cycle of renames goes out, blocks the cycle: move or delete that memory)"))
         except (api_errors.ConflictError, api_errors.NotFoundError, *api_errors.REFUSED):
             return 0  # the next pass meets the real cause through the normal path
         except api_errors.PermissionDeniedError as exc:
