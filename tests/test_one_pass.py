@@ -1369,3 +1369,23 @@ async def test_a_rename_the_server_refuses_waits_with_backoff_and_keeps_its_cont
         assert node.error == ("BadRequestError: memory store is archived and read-only "
                               "(HTTP 400, invalid_request_error)"), node.error
         assert eng.server()["/a.md"][1] == sha256(data("A"))
+
+
+async def test_a_memory_another_client_made_at_a_temp_name_syncs_like_any_other(tmp_path):
+    """Another client made /notes~ (a name memfs keeps local when a file here takes it):
+    it is a memory, so an edit here goes out, it counts against the cap, and its state
+    is `pending`, not `local-only`. Before, the edit stayed here, named as a temp file
+    kept by design, while a delete here went out (found by a helper)."""
+    async with harness(tmp_path) as eng:
+        await eng.op_reconcile()
+        await eng.op_r_create("/notes~", "theirs")
+        await eng.op_reconcile()
+        node = eng.node("/notes~")
+        assert node.memory_id is not None and eng.state.memory_count() == 1
+        await eng.op_write("/notes~", "mine")
+        assert eng.state.sync_state(eng.node("/notes~")) == "pending"
+        await eng.op_push()
+        assert eng.server()["/notes~"][1] == sha256(data("mine"))
+        await eng.op_write("/new~", "a temp file of ours")  # stays local, as before
+        await eng.op_push()
+        assert "/new~" not in eng.server() and eng.state.memory_count() == 1

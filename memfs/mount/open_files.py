@@ -283,7 +283,7 @@ class OpenFiles:
             raise err(errno.EROFS)
 
     def _limit(self, node: Node) -> int:
-        if self.state.is_local_only_name(node):
+        if self.state.is_local_only(node):
             return LOCAL_ONLY_MAX_BYTES
         return paths.MAX_CONTENT_BYTES
 

@@ -39,7 +39,7 @@ def xattr_values(state: State, node: Node, *, read_only: bool) -> dict[bytes, st
 
 
 def _reason(state: State, node: Node, *, read_only: bool) -> str | None:
-    if state.is_local_only_name(node):
+    if state.is_local_only(node):
         return "editor/tool temp file (local-only by name pattern)"
     if node.refused_sha is not None and node.refused_sha == node.sha:
         return node.refused_reason

@@ -23,7 +23,7 @@ def pending(state: StateView, *, delete_delay: float | None = None,
     creates, updates, renames, refused, local_only = [], [], [], [], []
     for node in state.files():
         path = state.path_of(node)
-        if state.is_local_only_name(node):
+        if state.is_local_only(node):
             local_only.append({"path": path, "reason": "editor/tool temp file"})
             continue
         if state.is_refused(node):

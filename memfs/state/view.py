@@ -359,8 +359,16 @@ class StateView:
             yield from self.walk(self._nodes[ino])
 
     def is_local_only_name(self, node: Node) -> bool:
-        """Editor/tool temp files, matched by name anywhere in the tree."""
+        """Editor/tool temp names, matched anywhere in the tree: what a rename to or from
+        such a name does (State.rename) and what a new file at one is."""
         return self._local_only_rx.match(node.name) is not None
+
+    def is_local_only(self, node: Node) -> bool:
+        """A file that stays in the mount, never a memory: a temp name with no memory.
+        A memory another client made at such a name syncs like any other (its edits
+        went nowhere before, found by a helper); one renamed to a temp name here has
+        left the server's view already (State.rename tombstones it)."""
+        return node.memory_id is None and self.is_local_only_name(node)
 
     def is_refused(self, node: Node) -> bool:
         return node.refused_sha is not None and node.refused_sha == node.sha
@@ -369,7 +377,7 @@ class StateView:
         """One word for `user.memfs.state` and status: where this file stands."""
         if node.is_dir:
             return "directory"
-        if self.is_local_only_name(node):
+        if self.is_local_only(node):
             return "local-only"
         if self.is_refused(node):
             return "refused"
@@ -381,7 +389,7 @@ class StateView:
 
     def is_dirty(self, node: Node) -> bool:
         """Local differs from base: the pusher has work for this file."""
-        if node.is_dir or self.is_local_only_name(node):
+        if node.is_dir or self.is_local_only(node):
             return False
         if node.memory_id is None:
             return True
@@ -402,7 +410,7 @@ class StateView:
 
     def _counts(self, node: Node) -> bool:
         """Whether a file is (or will be) a memory: counted against the 2,000 cap."""
-        return not (node.is_dir or self.is_local_only_name(node)
+        return not (node.is_dir or self.is_local_only(node)
                     or (self.is_refused(node) and node.memory_id is None))
 
     def memory_count(self) -> int:

@@ -551,9 +551,10 @@ class Pusher:
             return 0  # it exists after all: the next pass tries again
         node = st.holder(ticket.memory_id)
         if node is not None:
-            ctx.status.note(f"{ticket.path} was deleted on the server but edited here; "
-                            "re-creating it")
             st.forget_memory(node)
+            ctx.status.note(f"{ticket.path} was deleted on the server but edited here; " + (
+                "kept here only (a temp name stays local)" if st.is_local_only(node)
+                else "re-creating it"))
             ctx.kick()
         return -1
 

@@ -536,6 +536,9 @@ class Reconciler:
             if ctx.options.read_only:
                 ctx.status.note(f"{path} was deleted on the server but edited here; kept "
                                 "locally, unsynced (read-only mount)")
+            elif st.is_local_only(node):  # a temp name: no memory is made of it
+                ctx.status.note(f"{path} was deleted on the server but edited here; kept "
+                                "here only (a temp name stays local)")
             else:
                 ctx.status.note(f"{path} was deleted on the server but edited here; "
                                 "re-creating it from the file")
