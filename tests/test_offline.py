@@ -121,6 +121,30 @@ def test_server_killed_then_started(mounts, server):
 
 
 @needs_fuse
+def test_a_server_that_stops_answering_shows_in_status(mounts, server):
+    """The server stopped (SIGSTOP: it takes connections and never answers): no request
+    fails until its timeout, so the mount stayed "online" with nothing said (found by a
+    helper). Status now counts how long requests have waited for an answer."""
+    import signal
+
+    from memfs.cli.status import UNANSWERED_SHOWN, format_status
+
+    _store, m = seeded_mount(mounts, server)
+    assert m.live_status()["unanswered_seconds"] is None  # nothing waits
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        st = wait_for(lambda: ((s := m.live_status())["unanswered_seconds"] or 0) >= 1 and s,
+                      what="the poll's request waiting")
+        assert st["online"] is True  # nothing failed yet
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+    shown = format_status({**st, "unanswered_seconds": UNANSWERED_SHOWN + 15})
+    assert "  no answer from the server for 25s (requests are waiting" in shown, shown
+    assert "no answer" not in format_status(st)  # a second's wait is not news
+    wait_for(lambda: m.live_status()["unanswered_seconds"] is None, what="answered again")
+
+
+@needs_fuse
 def test_status_live_and_from_state_db(mounts, server):
     store = mounts.new_store()
     m = mounts.mount(store, "--delete-delay", "60")

@@ -271,6 +271,11 @@ class MemoryStoresClient:
         #: bytes sent, bytes received). A mount's metrics count with it, and its daemon
         #: hears a store refuse a request (an archived or deleted store).
         self.observers: list[Callable[[str, str, int, int, int], None]] = []
+        #: Requests sent and not answered yet, and when the last answer (or failure)
+        #: came: a server that stops answering (a stopped process, a network dropping
+        #: packets) shows no error until a timeout, so `memfs status` says this instead.
+        self.in_flight = 0
+        self.last_answer_at = time.monotonic()
         # The only trio call in the client: httpx itself runs on trio and asyncio
         # alike, so a caller on asyncio passes ``sleep=anyio.sleep`` (memfs.tool does).
         # Replaceable in tests.
@@ -443,9 +448,16 @@ class MemoryStoresClient:
             response: httpx.Response | None = None
             try:
                 ready = _BEFORE_ANSWER.get()
-                response = await self._http.request(
-                    method, url, content=content, headers=headers,
-                    extensions=None if ready is None else {"trace": _answer_trace(ready)})
+                if not self.in_flight:  # the wait starts now, not at the last answer
+                    self.last_answer_at = time.monotonic()
+                self.in_flight += 1
+                try:
+                    response = await self._http.request(
+                        method, url, content=content, headers=headers,
+                        extensions=None if ready is None else {"trace": _answer_trace(ready)})
+                finally:
+                    self.in_flight -= 1
+                    self.last_answer_at = time.monotonic()
             except httpx.TransportError as exc:
                 self._observe(method, path, 0, len(content or b""), 0)
                 reason = self._scrub(str(exc) or type(exc).__name__)
@@ -511,6 +523,11 @@ class MemoryStoresClient:
         log.info("the server moved from %s to %s; following it", self.base_url, moved)
         self.base_url = moved.rstrip("/")
         return True
+
+    def unanswered_for(self) -> float | None:
+        """While requests wait for an answer, seconds since the last one came (or since
+        the first of them went out); None when none waits."""
+        return time.monotonic() - self.last_answer_at if self.in_flight else None
 
     def key_tag(self, salt: str) -> str:
         """A salted tag of the key this client sends, to tell later whether the key

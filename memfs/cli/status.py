@@ -132,6 +132,10 @@ def _ago(ts: float | None) -> str:
     return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ts))} ({time.time() - ts:.0f}s ago)"
 
 
+#: How long requests may wait for an answer before `memfs status` says so.
+UNANSWERED_SHOWN = 10.0
+
+
 def format_status(s: dict) -> str:
     p = s.get("pending", {})
     store = (f"{s['store_name']} ({s.get('store_id')})" if s.get("store_name")
@@ -145,6 +149,11 @@ def format_status(s: dict) -> str:
                                    " (read-only)" if s.get("read_only") else ""))
     else:
         lines.append(f"  OFFLINE since {_ago(s.get('offline_since'))}: {s.get('offline_reason')}")
+    waited = s.get("unanswered_seconds")
+    if waited is not None and waited >= UNANSWERED_SHOWN:
+        lines.append(f"  no answer from the server for {waited:.0f}s (requests are waiting: a "
+                     "stopped server or a network that drops packets shows no error until "
+                     "their timeout)")
     secs = s.get("last_sync_seconds")
     lines.append(f"  last sync: {_ago(s.get('last_sync_at'))}"
                  + (f", took {secs:.2f}s" if secs is not None else ""))

@@ -349,6 +349,7 @@ def store_status(engine: StoreEngine) -> dict:
         "read_only": cfg.options.read_only,
         "gone": engine.gone,  # archived or deleted on the server: read-only since
         "online": s.online,
+        "unanswered_seconds": engine.client.unanswered_for(),
         "offline_reason": s.offline_reason,
         "offline_since": s.offline_since,
         "last_sync_at": s.last_sync_at,
