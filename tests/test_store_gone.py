@@ -75,6 +75,8 @@ def test_a_store_archived_before_the_mount_is_mounted_read_only(server, mounts):
     assert m.outputs[-1].stdout.rstrip().endswith("(read-only)"), m.outputs[-1].stdout
     assert (m.path / "a.md").read_text() == "kept\n"
     assert _refuses_writes(m.path)
+    _wait(lambda: "the store was archived on the server" in m.memfs("status", str(m.path)).stdout,
+          what="status to say why")
     m.unmount()
 
 

@@ -205,11 +205,11 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
     with _Handover.start(foreground) as daemon:  # importing while the store is looked up
         tls.prepare()
         url, api_key, embedded = command_server(base_url, api_key_file)
-        store_name, archived = "", False
+        store_name = ""
         try:
             found, reported = _resolve_store(url, api_key, store_id)  # an id, a name or a slug
-            store_id, store_name, archived = found.id, found.store.name, found.archived
-            if archived:
+            store_id, store_name = found.id, found.store.name
+            if found.archived:
                 click.echo(f"memfs: store {found.describe()} is archived: the server refuses "
                            "changes to it; mounting it read-only", err=True)
                 options = replace(options, read_only=True)
@@ -234,7 +234,7 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
                 from None
         cfg = MountConfig(store_id=store_id, mountpoint=mountpoint, base_url=url,
                           state_dir=str(state_dir), options=options, embedded=embedded,
-                          store_name=store_name, archived=archived, **common)
+                          store_name=store_name, **common)
         if foreground:
             from memfs.mount.daemon import run
 

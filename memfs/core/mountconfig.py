@@ -103,9 +103,6 @@ class MountConfig(MountSettings):
     #: The store's name as `memfs mount` resolved it ("" when mounted offline): the
     #: daemon's process title shows it (memfs/local/titles.py).
     store_name: str = ""
-    #: Archived on the server when `memfs mount` looked: mounted read-only, and what its
-    #: journal holds from before is named as no mount's to send (`StoreEngine.gone`).
-    archived: bool = False
 
     def to_json(self) -> str:
         return json.dumps({"kind": "store", **asdict(self), "options": self.options.to_dict()})

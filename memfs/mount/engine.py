@@ -112,8 +112,8 @@ class StoreEngine:
             self.started_at = time.time()
             self.failure: str | None = None  # the last unexpected error of a background task
             #: "archived" or "deleted": the store went so on the server (while mounted,
-            #: or before: `cfg.archived`): what this mount journaled no mount sends.
-            self.gone: str | None = "archived" if cfg.archived else None
+            #: or before, for a read-only mount): what this mount journaled no mount sends.
+            self.gone: str | None = None
             #: Set when the server refused a request on this store (a 400, 403 or 404:
             #: what an archived or deleted store answers): `_watch_store` reads the store.
             self.store_doubt = Wakeup()
@@ -252,7 +252,10 @@ class StoreEngine:
         store archived or deleted on the server is refused, and then the mount stops
         taking writes no server will take (EROFS, as `--all` does from its store
         listing). The read's own refusal (a 403: this key may not read the store)
-        raises no new doubt."""
+        raises no new doubt. A read-only mount reads it once at start too (`memfs mount`
+        mounts a store archived already read-only): no refusal would tell it."""
+        if self.cfg.options.read_only:
+            self.store_doubt.set()
         while self.gone is None:
             await self.store_doubt.wait()
             try:
