@@ -101,9 +101,11 @@ def test_auth(server):
         server.sdk(api_key="nope").beta.memory_stores.list()
     tok = anthropic.Anthropic(base_url=server.base_url, auth_token="test-key", max_retries=0)
     assert list(tok.beta.memory_stores.list()) == []
-    # health needs no auth
+    # health needs no auth; nor does readiness (one query on the database)
     h = httpx.get(server.base_url + "/_memfs/health")
     assert h.status_code == 200 and h.json()["ok"] is True and h.json()["server_id"]
+    r = httpx.get(server.base_url + "/_memfs/ready")
+    assert r.status_code == 200 and r.json() == {"ok": True}
 
 
 def test_routing_and_envelope(server):
@@ -251,3 +253,32 @@ def test_quiet_by_default_and_sigint(server):
     assert server.proc.wait(timeout=10) == 0
     server.stop()
     assert "/v1/memory_stores" not in server.log_path.read_text()
+
+
+def test_ready_says_503_while_the_database_takes_no_query(tmp_path):
+    """A balancer's readiness probe: health answers from the process alone (it stayed 200
+    while every database request hung, found by a helper on PostgreSQL); ready runs one
+    query and says 503, and why, when none runs in time (here SQLite's one connection
+    held by a transaction that does not end)."""
+    import asyncio
+
+    from memfs.server.app import MemfsApp
+    from memfs.server.db import Database
+
+    db = Database(tmp_path / "m.db")
+    app = MemfsApp(db, api_key="k")
+
+    async def ready() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://memfs") as c:
+            return await c.get("/_memfs/ready")
+
+    try:
+        assert asyncio.run(ready()).json() == {"ok": True}
+        with db._lock:  # noqa: SLF001 - a transaction that does not end
+            r = asyncio.run(ready())
+        assert r.status_code == 503
+        assert r.json() == {"ok": False, "error": "the database is busy: no query within 2 s"}
+        assert asyncio.run(ready()).status_code == 200
+    finally:
+        db.close()

@@ -330,3 +330,20 @@ def test_closing_does_not_wait_for_good_on_a_transaction_stuck_in_flight(pg_url,
     finally:
         release.set()
         t.join(30)
+
+
+def test_ready_is_503_when_every_connection_is_taken(pg_url):
+    """Readiness on PostgreSQL: one query within the wait, else why not (here the pool's
+    every connection held, as by requests stuck behind a stalled instance's lock)."""
+    import contextlib
+
+    db = Database(pg_url)
+    try:
+        assert db.ping(1.0) is None
+        with contextlib.ExitStack() as held:
+            for _ in range(db._pg.POOL_SIZE):  # noqa: SLF001
+                held.enter_context(db._pg._connection())  # noqa: SLF001
+            assert db.ping(0.2) == "all 8 database connections are busy"
+        assert db.ping(1.0) is None
+    finally:
+        db.close()

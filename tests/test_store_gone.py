@@ -33,7 +33,11 @@ def _refuses_writes(path) -> bool:
     except OSError as exc:
         assert exc.errno == errno.EROFS, exc
         return True
-    probe.unlink()
+    try:
+        probe.unlink()
+    except OSError as exc:  # it turned read-only between the write and the unlink
+        assert exc.errno == errno.EROFS, exc
+        return True
     return False
 
 

@@ -77,10 +77,13 @@ from memfs.server.metrics import CONTENT_TYPE, ServerMetrics
 
 log = logging.getLogger("memfs.server")
 
+#: How long GET /_memfs/ready waits for one query (a balancer's probe is short).
+READY_WAIT = 2.0
 #: POST /_memfs/sessions/{id}/token: a session token (memfs extension).
 _TOKEN_ROUTE = re.compile(r"^/_memfs/sessions/([^/]+)/token$")
 #: The /_memfs/ routes, as the metrics' ``route`` label names them.
-_INTERNAL_ROUTES = frozenset({"/_memfs/health", "/_memfs/metrics", "/_memfs/faults",
+_INTERNAL_ROUTES = frozenset({"/_memfs/health", "/_memfs/ready", "/_memfs/metrics",
+                              "/_memfs/faults",
                               "/_memfs/gate", "/_memfs/gate/release"})
 #: Methods the metrics name; any other token h11 accepts is counted as "other".
 _METHODS = frozenset({"GET", "POST", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"})
@@ -573,6 +576,13 @@ class MemfsApp:
                     raise ApiError(405, "invalid_request_error", "use GET")
                 await ex.send_json(200, self._health(ex))
                 return
+            if path == "/_memfs/ready":
+                if method != "GET":
+                    raise ApiError(405, "invalid_request_error", "use GET")
+                why = await self._ready()
+                await ex.send_json(200 if why is None else 503,
+                                   {"ok": why is None} | ({} if why is None else {"error": why}))
+                return
             if path == "/_memfs/faults" and self.fault_control:
                 if method == "GET":
                     await ex.send_json(200, self.faults.snapshot())
@@ -625,6 +635,14 @@ class MemfsApp:
         self._check_auth(supplied)
         token = await self._db("issue_session_token", self.db.issue_session_token, session_id)
         await ex.send_json(200, {"token": token})
+
+    async def _ready(self) -> str | None:
+        """Whether the database takes a query now (None), else why not: `READY_WAIT`."""
+        try:
+            async with asyncio.timeout(READY_WAIT + 1):
+                return await run_in_threadpool(self.db.ping, READY_WAIT)
+        except TimeoutError:
+            return f"the database did not answer within {READY_WAIT:g} s"
 
     def _health(self, ex: _Exchange) -> dict[str, Any]:
         """``{"ok", "server_id"}``; with ``?challenge=C`` (1–128 chars) and a key, also

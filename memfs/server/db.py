@@ -328,6 +328,22 @@ class Database(SessionsMixin):
             else:
                 c.execute("COMMIT")
 
+    def ping(self, wait: float) -> str | None:
+        """None when one query runs within about `wait` seconds; else why not: what
+        ``/_memfs/ready`` answers, for a balancer (a server that takes connections but
+        cannot use its database is not ready)."""
+        if self._pg is not None:
+            return self._pg.ping(wait)
+        if not self._lock.acquire(timeout=wait):
+            return f"the database is busy: no query within {wait:g} s"
+        try:
+            self._conn.execute("SELECT 1").fetchone()
+        except sqlite3.Error as exc:
+            return f"the database cannot be read ({exc})"
+        finally:
+            self._lock.release()
+        return None
+
     def _blob(self, value: str | None) -> str | bytes | None:
         """A content/description value as stored: PostgreSQL keeps them as UTF-8
         ``bytea`` (its ``text`` cannot hold U+0000, which the API allows)."""

@@ -187,10 +187,12 @@ class _Postgres:
                      f" -c statement_timeout={self.STATEMENT_TIMEOUT_MS}"))
 
     @contextmanager
-    def _connection(self) -> Iterator[list[Any]]:
+    def _connection(self, wait: float | None = None) -> Iterator[list[Any]]:
         """A pool slot: ``[conn]`` (the holder lets the caller swap a dead connection).
-        Returned to the pool after a clean exit, closed after an error."""
-        self._slots.acquire()
+        Returned to the pool after a clean exit, closed after an error. ``wait``: how
+        long to wait for a slot (TimeoutError after it; None: as long as it takes)."""
+        if not (self._slots.acquire() if wait is None else self._slots.acquire(timeout=wait)):
+            raise TimeoutError(f"all {self.POOL_SIZE} database connections are busy")
         try:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
@@ -267,6 +269,21 @@ class _Postgres:
             c.execute("INSERT INTO meta (key, value) VALUES ('server_id', ?)"
                       " ON CONFLICT DO NOTHING", (secrets.token_hex(12),))
             return c.execute("SELECT value FROM meta WHERE key = 'server_id'").fetchone()["value"]
+
+    def ping(self, wait: float) -> str | None:
+        """None when one query runs within about `wait` seconds; else why not."""
+        try:
+            with self._connection(wait) as holder:
+                conn = holder[0]
+                conn.execute("BEGIN READ ONLY")
+                conn.execute(f"SET LOCAL statement_timeout = {max(1, int(wait * 1000))}")
+                conn.execute("SELECT 1")
+                conn.execute("COMMIT")
+        except TimeoutError as exc:
+            return str(exc)
+        except self._psycopg.Error as exc:
+            return f"the database does not answer ({type(exc).__name__})"
+        return None
 
     def close(self) -> None:
         """Close the pool once the transactions in flight end, `CLOSE_WAIT` at most (one
