@@ -968,3 +968,29 @@ def test_one_tls_context_per_process(first):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+async def test_the_wait_for_an_answer_counts_across_timeouts_and_retries(monkeypatch):
+    """`unanswered_for` (what `memfs status` shows of a server that stopped answering):
+    a timeout is no answer, so the retry's wait goes on counting from the first attempt
+    (it started over at every attempt, and a stopped server looked answered every 30 s:
+    found by a helper); an answer ends it."""
+    import types
+
+    from memfs.api import client as client_mod
+
+    now = [100.0]
+    monkeypatch.setattr(client_mod, "time", types.SimpleNamespace(
+        monotonic=lambda: now[0], time=time.time))
+    seen: list[float | None] = []
+
+    def attempt(request):
+        seen.append(client.unanswered_for())
+        now[0] += 30.0  # each attempt waits out a 30 s timeout
+        return httpx.ReadTimeout("no answer") if len(seen) < 3 else store_json_resp()
+
+    client = make_client(Recorder(attempt), max_retries=3)
+    assert client.unanswered_for() is None
+    await client.get_store("memstore_x")
+    assert seen == [0.0, 30.0, 60.0]
+    assert client.unanswered_for() is None

@@ -125,3 +125,36 @@ def test_salvage_finds_the_journal_of_a_mountpoint_mounted_before(tmp_path, monk
     assert out.exit_code == 0, out.output
     assert out.output.startswith(f"wrote 3 file(s) of {d} to {tmp_path / 'out'}\n")
     assert (tmp_path / "out" / "notes" / "edited.md").read_text() == "v2\n"
+
+
+def test_salvage_says_one_line_for_a_destination_it_cannot_use(tmp_path):
+    """A DEST under a file, or inside the journal itself: one line, nothing written
+    (a traceback before, found by a helper)."""
+    d = _journal(tmp_path)
+    (tmp_path / "afile").write_text("x\n")
+    for dest, says in ((tmp_path / "afile" / "sub", "cannot "),
+                       (d / "sub", "is inside the state directory")):
+        out = CliRunner().invoke(salvage_command, [str(d), str(dest)])
+        assert out.exit_code == 1 and "Traceback" not in out.output, out.output
+        assert says in out.output, out.output
+    assert not (d / "sub").exists()
+
+
+def test_salvage_tells_content_the_server_holds_from_content_that_is_gone(tmp_path):
+    """A file renamed here whose content was never read (its bytes are the memory's, on
+    the server) is "never held", not lost; a refused file says the refusal's reason."""
+    d = tmp_path / "state"
+    _state(d, {"/moved.md": ("never read\n", "mem_m", "never read\n"),
+               "/bad.bin": ("x\n", None, None)})
+    conn = sqlite3.connect(d / "state.db")
+    conn.execute("UPDATE nodes SET base_path='/before.md' WHERE name='moved.md'")
+    conn.execute("UPDATE nodes SET refused_sha=sha, refused_reason='content is not valid "
+                 "UTF-8 (byte 0)' WHERE name='bad.bin'")
+    conn.commit()
+    conn.close()
+    sha = sha256(b"never read\n")
+    (d / "objects" / sha[:2] / sha).unlink()
+    done = salvage(d, tmp_path / "out")
+    assert done.missing == ["/moved.md"] and done.lost == []
+    assert done.unsent == [("/bad.bin", "not yet created on the server; refused: content is "
+                                        "not valid UTF-8 (byte 0)")]

@@ -103,3 +103,10 @@ def test_a_store_archived_under_a_session_root_turns_read_only(server, mounts):
     assert server_memories(server, staying) == {"/b.md": "b\n"}
     out = m.unmount(kept=True)
     assert "the store was archived on the server" in out and "memfs salvage" in out, out
+    # Mounted again, the session's archived store is read-only from the start (it took a
+    # write first before: found by a helper).
+    m.mount()
+    _wait(lambda: {s["name"]: s["gone"] for s in m.live_status()["stores"]}["going"]
+          == "archived", what="the archived store read at start")
+    assert _refuses_writes(m.path / "going")
+    m.unmount(kept=None)

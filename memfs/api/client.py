@@ -271,11 +271,12 @@ class MemoryStoresClient:
         #: bytes sent, bytes received). A mount's metrics count with it, and its daemon
         #: hears a store refuse a request (an archived or deleted store).
         self.observers: list[Callable[[str, str, int, int, int], None]] = []
-        #: Requests sent and not answered yet, and when the last answer (or failure)
-        #: came: a server that stops answering (a stopped process, a network dropping
-        #: packets) shows no error until a timeout, so `memfs status` says this instead.
+        #: Requests sent and not answered yet, and since when the server has answered
+        #: none (None: it answered the last one): a server that stops answering (a
+        #: stopped process, a network dropping packets) shows no error until a timeout,
+        #: and each retry starts another, so `memfs status` says this instead.
         self.in_flight = 0
-        self.last_answer_at = time.monotonic()
+        self._unanswered_since: float | None = None
         # The only trio call in the client: httpx itself runs on trio and asyncio
         # alike, so a caller on asyncio passes ``sleep=anyio.sleep`` (memfs.tool does).
         # Replaceable in tests.
@@ -448,8 +449,8 @@ class MemoryStoresClient:
             response: httpx.Response | None = None
             try:
                 ready = _BEFORE_ANSWER.get()
-                if not self.in_flight:  # the wait starts now, not at the last answer
-                    self.last_answer_at = time.monotonic()
+                if self._unanswered_since is None:  # a timeout or a retry keeps the first
+                    self._unanswered_since = time.monotonic()
                 self.in_flight += 1
                 try:
                     response = await self._http.request(
@@ -457,7 +458,8 @@ class MemoryStoresClient:
                         extensions=None if ready is None else {"trace": _answer_trace(ready)})
                 finally:
                     self.in_flight -= 1
-                    self.last_answer_at = time.monotonic()
+                # An answer: the wait of any request still out counts from now.
+                self._unanswered_since = time.monotonic() if self.in_flight else None
             except httpx.TransportError as exc:
                 self._observe(method, path, 0, len(content or b""), 0)
                 reason = self._scrub(str(exc) or type(exc).__name__)
@@ -525,9 +527,12 @@ class MemoryStoresClient:
         return True
 
     def unanswered_for(self) -> float | None:
-        """While requests wait for an answer, seconds since the last one came (or since
-        the first of them went out); None when none waits."""
-        return time.monotonic() - self.last_answer_at if self.in_flight else None
+        """While requests wait for an answer, seconds since the server last answered one
+        (or since a request went out after it did), across timeouts and retries; None
+        when none waits."""
+        if not self.in_flight or self._unanswered_since is None:
+            return None
+        return time.monotonic() - self._unanswered_since
 
     def key_tag(self, salt: str) -> str:
         """A salted tag of the key this client sends, to tell later whether the key

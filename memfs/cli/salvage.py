@@ -51,15 +51,20 @@ def salvage(source, dest):
                    "from the journal)")
     for path in done.unsafe:
         click.echo(f"  NOT written: {path!r} is not a safe path")
-    if done.lost or done.unsafe:
+    for path, why in done.failed:
+        click.echo(f"  NOT written: {path} ({why}); the journal still holds it")
+    if done.lost or done.unsafe or done.failed:
         sys.exit(NOT_ALL_WRITTEN)
 
 
 def _state_dir(source: str) -> Path:
     """SOURCE as a state directory: itself when it holds a state.db, else where the
-    mountpoint's state lives."""
-    if (Path(source) / STATE_DB).is_file():
-        return Path(source)
+    mountpoint's state lives (the mount may be a dead daemon's: ENOTCONN)."""
+    try:
+        if (Path(source) / STATE_DB).is_file():
+            return Path(source)
+    except OSError:
+        pass
     from memfs.cli.status import locate
 
     found = locate(os.path.abspath(source))

@@ -68,6 +68,9 @@ class MountDaemon:
             self.ops = Router(session_owner=owner)
             for store in cfg.stores:
                 self._add_store(store)
+            if cfg.kind == "session":  # a session keeps an archived store attached: each
+                for engine in self.engines:  # is read once at start, as no refusal tells
+                    engine.store_doubt.set()
         else:
             self.ops = Router()
             # StoreLocked: reported by run()

@@ -50,15 +50,22 @@ class Salvaged:
     missing: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     unsafe: list[str] = field(default_factory=list)  # paths refused by the check above
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (path, why) not written
 
 
 def salvage(state_dir: Path, dest: Path) -> Salvaged:
     """Write state_dir's tree and conflicts under dest (missing or an empty directory)."""
     if not (state_dir / STATE_DB).is_file():
         raise SalvageError(f"{state_dir} holds no memfs state ({STATE_DB} is missing)")
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise SalvageError(f"{dest} exists and is not an empty directory; "
-                           "name a new one (nothing is written over)")
+    if dest.resolve().is_relative_to(state_dir.resolve()):
+        raise SalvageError(f"{dest} is inside the state directory {state_dir}; name a "
+                           "directory elsewhere")
+    try:
+        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+            raise SalvageError(f"{dest} exists and is not an empty directory; "
+                               "name a new one (nothing is written over)")
+    except OSError as exc:
+        raise SalvageError(f"cannot use {dest}: {exc.strerror}") from None
     with contextlib.ExitStack() as opened:
         free = opened.enter_context(exclusive(state_dir / LOCK, blocking=False))
         if not free:
@@ -71,7 +78,10 @@ def salvage(state_dir: Path, dest: Path) -> Salvaged:
             opened.callback(cache.close)
         except (StateUnreadable, StagedUnreadable) as exc:
             raise SalvageError(str(exc)) from None
-        dest.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            dest.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SalvageError(f"cannot make {dest}: {exc.strerror}") from None
         return _write_all(view, cache, dest)
 
 
@@ -80,8 +90,9 @@ def _write_all(view: StateView, cache: BlobCache, dest: Path) -> Salvaged:
     for node in sorted(view.files(), key=view.path_of):
         path, why = view.path_of(node), view.unsent(node)
         data = None if node.sha is None else cache.get(node.sha)
-        if data is None:
-            (done.lost if why else done.missing).append(path)
+        if data is None:  # lost only if the server never had these bytes either
+            held = node.memory_id is not None and node.sha == node.base_sha
+            (done.missing if held else done.lost).append(path)
         elif _write(dest, path, data, done):
             done.written.append(path)
             if why:
@@ -101,16 +112,20 @@ def _write_all(view: StateView, cache: BlobCache, dest: Path) -> Salvaged:
 
 def _write(dest: Path, path: str, data: bytes, done: Salvaged) -> bool:
     """Create dest + path with data (0600, fsynced); False for a path that fails the
-    check (recorded in `done.unsafe`)."""
+    check (`done.unsafe`) or a write that fails (`done.failed`: a full disk, ...)."""
     parts = path.split("/")[1:]
     if not path.startswith("/") or any(p in ("", ".", "..") or "\0" in p for p in parts):
         done.unsafe.append(path)
         return False
     target = dest.joinpath(*parts)
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
+    try:
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as exc:
+        done.failed.append((path, exc.strerror or str(exc)))
+        return False
     return True

@@ -406,7 +406,7 @@ class StateView:
             why = "edited, not yet pushed"
         else:
             why = f"renamed from {node.base_path}, not yet pushed"
-        return why + ("; refused by the server" if self.is_refused(node) else "")
+        return why + (f"; refused: {node.refused_reason}" if self.is_refused(node) else "")
 
     def _counts(self, node: Node) -> bool:
         """Whether a file is (or will be) a memory: counted against the 2,000 cap."""
