@@ -66,6 +66,12 @@ def test_a_store_gone_under_a_plain_mount_turns_read_only_and_names_the_way_out(
     assert (tmp_path / "out" / "late.md").read_text() == "written after\n"
     if how == "archived":
         assert server_memories(server, store) == {"/a.md": "synced\n"}
+    else:  # mounting it again can only point at the journal
+        again = m.memfs("mount", store, str(m.path), check=False)
+        assert again.returncode == 1, again
+        assert f"; its journal from the last mount at {m.path} ({journal}) holds " in \
+            again.stderr, again.stderr
+        assert f"`memfs salvage {journal} DIR` writes its files out" in again.stderr
 
 
 def test_a_store_archived_before_the_mount_is_mounted_read_only(server, mounts):

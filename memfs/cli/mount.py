@@ -216,8 +216,12 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
                 read_only = True
             state_dir = open_state_dir(url, store_id, cache_dir, _to_stderr,
                                        key=key_from_probe(url, store_id, cache_dir, reported))
+        except storenames.StoreNotFound as exc:
+            exc.message += _left_behind(mountpoint, store_id)
+            raise
         except api_errors.NotFoundError:
-            raise click.ClickException(f"unknown store {store_id} on {url}") from None
+            raise click.ClickException(f"unknown store {store_id} on {url}"
+                                       + _left_behind(mountpoint, store_id)) from None
         except (api_errors.AuthenticationError, api_errors.PermissionDeniedError) as exc:
             raise click.ClickException(f"bad credentials for {url}: {exc.message}") from None
         except (*api_errors.TRANSIENT,) as exc:
@@ -245,6 +249,20 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
     shown = f"{store_name} ({store_id})" if store_name else store_id
     click.echo(f"mounted {shown} at {mountpoint}" + (" (read-only)" if read_only else ""))
     _done()
+
+
+def _left_behind(mountpoint: str, store: str) -> str:
+    """What the unknown store's last mount here left not on the server, and the way out
+    (a store deleted on the server: no mount will send it)."""
+    from memfs.state.statedir import left_behind
+
+    found = left_behind(mountpoint, store)
+    if found is None:
+        return ""
+    state_dir, held = found
+    return (f"; its journal from the last mount at {mountpoint} ({state_dir}) holds {held} "
+            f"change(s) not on the server: `memfs salvage {state_dir} DIR` writes its files "
+            "out")
 
 
 def _resolve_store(url: str, api_key: str | None, text: str):

@@ -220,6 +220,24 @@ def known_state_dir(mountpoint: str) -> Path | None:
     return state_dir
 
 
+def left_behind(mountpoint: str, store: str) -> tuple[Path, int] | None:
+    """(the state directory, how many changes not on the server it holds) of `store` (an
+    id or a name) as last mounted at mountpoint, when it holds any: what a store deleted
+    on the server leaves, which `memfs mount` can then only point at (`memfs salvage`)."""
+    state_dir = known_state_dir(mountpoint)
+    if state_dir is None:
+        return None
+    meta = read_meta(state_dir / STATE_DB, "store_id", "store_name")
+    if store not in (meta.get("store_id"), meta.get("store_name")):
+        return None
+    try:
+        dirty, conflicts, _deletes = _pending_rows(state_dir / STATE_DB)
+    except sqlite3.Error:
+        return None
+    held = len(dirty) + len(conflicts)
+    return (state_dir, held) if held else None
+
+
 # -- adoption ----------------------------------------------------------------------------
 
 @dataclass
