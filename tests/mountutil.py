@@ -12,6 +12,7 @@ conftest-style use calls it for every mount a test made.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pathlib
@@ -192,6 +193,23 @@ class GroupMountProc(MountProc):
             if time.monotonic() > deadline:
                 raise AssertionError(f"still pending after {timeout}s: {left}")
             time.sleep(0.1)
+
+
+def refuses_writes(directory: pathlib.Path, name: str = "probe.md") -> bool:
+    """Whether a write in directory gets EROFS (a store turned read-only); a probe the
+    write made is removed, unless the store turned read-only before its unlink."""
+    probe = directory / name
+    try:
+        probe.write_text("x\n")
+    except OSError as exc:
+        assert exc.errno == errno.EROFS, exc
+        return True
+    try:
+        probe.unlink()
+    except OSError as exc:  # it turned read-only between the write and the unlink
+        assert exc.errno == errno.EROFS, exc
+        return True
+    return False
 
 
 def errno_of(fn) -> int:

@@ -13,7 +13,13 @@ import time
 
 import pytest
 from gate import Gate
-from mountutil import errno_of, needs_fuse, server_memories, strand_under_url_key
+from mountutil import (
+    errno_of,
+    needs_fuse,
+    refuses_writes,
+    server_memories,
+    strand_under_url_key,
+)
 from test_services import memfs_wrapper, mount_helper_installed  # noqa: F401 - a fixture
 
 pytestmark = needs_fuse
@@ -100,20 +106,8 @@ def test_all_root_new_store_appears_archived_turns_read_only(server, mounts):
     m.wait_synced()
     sdk.beta.memory_stores.archive(first)
 
-    def refused() -> bool:
-        try:
-            (m.path / "first" / "b.md").write_text("b\n")
-        except OSError as exc:
-            assert exc.errno == errno.EROFS
-            return True
-        try:
-            os.unlink(m.path / "first" / "b.md")
-        except OSError as exc:  # it turned read-only between the write and the unlink
-            assert exc.errno == errno.EROFS
-            return True
-        return False
-
-    _wait(refused, what="the archived store to turn read-only")
+    _wait(lambda: refuses_writes(m.path / "first", "b.md"),
+          what="the archived store to turn read-only")
     assert (m.path / "first" / "a.md").read_text() == "a\n"  # still readable
     (m.path / "later-on" / "c.md").write_text("c\n")  # the other store is untouched
     m.wait_synced()
@@ -132,16 +126,7 @@ def test_unmount_says_a_deleted_stores_changes_no_mount_will_send(server, mounts
     (m.path / "doomed" / "l.md").write_text("only here\n")
     sdk.beta.memory_stores.delete(doomed)
 
-    def read_only() -> bool:
-        try:
-            (m.path / "doomed" / "probe.md").write_text("x\n")
-        except OSError as exc:
-            assert exc.errno == errno.EROFS
-            return True
-        os.unlink(m.path / "doomed" / "probe.md")
-        return False
-
-    _wait(read_only, what="the deleted store to turn read-only")
+    _wait(lambda: refuses_writes(m.path / "doomed"), what="the deleted store to turn read-only")
     journal = next(s["state_dir"] for s in m.registry()["stores"] if s["store_id"] == doomed)
     out = m.unmount(kept=True)
     assert "the store was deleted on the server" in out and "no mount will send" in out, out

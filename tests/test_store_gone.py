@@ -9,11 +9,10 @@ on the next mount."""
 
 from __future__ import annotations
 
-import errno
 import time
 
 import pytest
-from mountutil import needs_fuse, server_memories
+from mountutil import needs_fuse, refuses_writes, server_memories
 
 pytestmark = needs_fuse
 
@@ -24,21 +23,6 @@ def _wait(pred, timeout: float = 20.0, what: str = "condition") -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
-
-
-def _refuses_writes(path) -> bool:
-    probe = path / "probe.md"
-    try:
-        probe.write_text("x\n")
-    except OSError as exc:
-        assert exc.errno == errno.EROFS, exc
-        return True
-    try:
-        probe.unlink()
-    except OSError as exc:  # it turned read-only between the write and the unlink
-        assert exc.errno == errno.EROFS, exc
-        return True
-    return False
 
 
 @pytest.mark.parametrize("how", ["archived", "deleted"])
@@ -52,7 +36,7 @@ def test_a_store_gone_under_a_plain_mount_turns_read_only_and_names_the_way_out(
     (sdk.beta.memory_stores.archive if how == "archived" else sdk.beta.memory_stores.delete)(
         store)
     (m.path / "late.md").write_text("written after\n")  # taken: nothing told the mount yet
-    _wait(lambda: _refuses_writes(m.path), what=f"the {how} store to turn read-only")
+    _wait(lambda: refuses_writes(m.path), what=f"the {how} store to turn read-only")
     assert (m.path / "late.md").read_text() == "written after\n"  # kept, readable
     status = m.memfs("status", str(m.path)).stdout
     assert f"online (read-only: the store was {how} on the server)" in status, status
@@ -84,7 +68,7 @@ def test_a_store_archived_before_the_mount_is_mounted_read_only(server, mounts):
         m.outputs[-1].stderr, m.outputs[-1].stderr
     assert m.outputs[-1].stdout.rstrip().endswith("(read-only)"), m.outputs[-1].stdout
     assert (m.path / "a.md").read_text() == "kept\n"
-    assert _refuses_writes(m.path)
+    assert refuses_writes(m.path)
     _wait(lambda: "the store was archived on the server" in m.memfs("status", str(m.path)).stdout,
           what="status to say why")
     m.unmount()
@@ -103,7 +87,7 @@ def test_a_store_archived_under_a_session_root_turns_read_only(server, mounts):
     m = mounts.mount_group("--session", sid)
     sdk.beta.memory_stores.archive(going)
     (m.path / "going" / "late.md").write_text("written after\n")
-    _wait(lambda: _refuses_writes(m.path / "going"), what="the archived store to turn read-only")
+    _wait(lambda: refuses_writes(m.path / "going"), what="the archived store to turn read-only")
     (m.path / "staying" / "b.md").write_text("b\n")
     m.wait_synced()
     assert server_memories(server, staying) == {"/b.md": "b\n"}
@@ -114,5 +98,5 @@ def test_a_store_archived_under_a_session_root_turns_read_only(server, mounts):
     m.mount()
     _wait(lambda: {s["name"]: s["gone"] for s in m.live_status()["stores"]}["going"]
           == "archived", what="the archived store read at start")
-    assert _refuses_writes(m.path / "going")
+    assert refuses_writes(m.path / "going")
     m.unmount(kept=None)

@@ -89,8 +89,9 @@ class MountDaemon:
     def _refused(self, method: str, path: str, status: int, _sent: int, _received: int) -> None:
         """A request on a store refused (400, 403, 404): its engine reads the store,
         which may have been archived or deleted on the server (`_watch_store`)."""
-        where = classify(method, path) if status in (400, 403, 404) else None
-        for engine in self.engines if where is not None else ():
+        if status not in (400, 403, 404) or (where := classify(method, path)) is None:
+            return
+        for engine in self.engines:
             if engine.cfg.store_id == where[0]:
                 engine.store_doubt.set()
 
