@@ -106,6 +106,9 @@ def test_auth(server):
     assert h.status_code == 200 and h.json()["ok"] is True and h.json()["server_id"]
     r = httpx.get(server.base_url + "/_memfs/ready")
     assert r.status_code == 200 and r.json() == {"ok": True}
+    for probe in ("/_memfs/health", "/_memfs/ready"):  # as some balancers probe (was 405)
+        h = httpx.head(server.base_url + probe)
+        assert h.status_code == 200 and h.content == b"", (probe, h)
 
 
 def test_routing_and_envelope(server):

@@ -79,6 +79,9 @@ log = logging.getLogger("memfs.server")
 
 #: How long GET /_memfs/ready waits for one query (a balancer's probe is short).
 READY_WAIT = 2.0
+#: What /_memfs/health and /_memfs/ready answer: some balancers probe with HEAD (the
+#: answer's headers only: the HTTP layer leaves the body out).
+_PROBE_METHODS = frozenset({"GET", "HEAD"})
 #: POST /_memfs/sessions/{id}/token: a session token (memfs extension).
 _TOKEN_ROUTE = re.compile(r"^/_memfs/sessions/([^/]+)/token$")
 #: The /_memfs/ routes, as the metrics' ``route`` label names them.
@@ -572,12 +575,12 @@ class MemfsApp:
                 await self._metrics(ex)
                 return
             if path == "/_memfs/health":
-                if method != "GET":
+                if method not in _PROBE_METHODS:
                     raise ApiError(405, "invalid_request_error", "use GET")
                 await ex.send_json(200, self._health(ex))
                 return
             if path == "/_memfs/ready":
-                if method != "GET":
+                if method not in _PROBE_METHODS:
                     raise ApiError(405, "invalid_request_error", "use GET")
                 why = await self._ready()
                 await ex.send_json(200 if why is None else 503,
