@@ -68,9 +68,6 @@ class MountDaemon:
             self.ops = Router(session_owner=owner)
             for store in cfg.stores:
                 self._add_store(store)
-            if cfg.kind == "session":  # a session keeps an archived store attached: each
-                for engine in self.engines:  # is read once at start, as no refusal tells
-                    engine.store_doubt.set()
         else:
             self.ops = Router()
             # StoreLocked: reported by run()
@@ -175,6 +172,12 @@ class MountDaemon:
 
     async def _start_engine(self, engine: StoreEngine) -> None:
         assert self._nursery is not None
+        session = isinstance(self.cfg, GroupConfig) and self.cfg.kind == "session"
+        if engine.cfg.options.read_only or session:
+            # No refusal would tell these the store is archived: a read-only mount
+            # (`memfs mount` mounts one archived already so), and a session, which keeps
+            # an archived store attached. Each reads it once at start.
+            engine.store_doubt.set()
         await engine.start(self._nursery)
         self._nursery.start_soon(self._invalidator, engine)
 

@@ -252,10 +252,8 @@ class StoreEngine:
         store archived or deleted on the server is refused, and then the mount stops
         taking writes no server will take (EROFS, as `--all` does from its store
         listing). The read's own refusal (a 403: this key may not read the store)
-        raises no new doubt. A read-only mount reads it once at start too (`memfs mount`
-        mounts a store archived already read-only): no refusal would tell it."""
-        if self.cfg.options.read_only:
-            self.store_doubt.set()
+        raises no new doubt. The daemon sets the doubt at start where no refusal would
+        come (`MountDaemon._start_engine`)."""
         while self.gone is None:
             await self.store_doubt.wait()
             try:
