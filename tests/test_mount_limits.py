@@ -321,6 +321,24 @@ def test_non_utf8_content_is_kept_local(mounts, server):
     assert server_memories(server, store) == {"/text.md": "text\n", "/bin.dat": "now text\n"}
 
 
+def test_unmount_names_twenty_refused_files_and_counts_the_rest(mounts, server):
+    """A git tree's objects are refused for their bytes by the hundred: the unmount names
+    the first twenty and counts the rest (before, it printed a line for each, burying
+    the rest of its report); `memfs status`, read from state.db, names every one."""
+    store = mounts.new_store()
+    m = mounts.mount(store)
+    for i in range(25):
+        (m.path / f"obj{i:02d}.bin").write_bytes(b"\xff\xfe" * 8)
+    wait_for(lambda: len(m.status()["pending"]["refused"]) == 25)
+    out = m.unmount(kept=True)
+    named = [line for line in out.splitlines() if line.startswith("    /obj")]
+    assert len(named) == 20, out
+    assert "  25 file(s) stay here only, NOT on the server:\n" in out, out
+    assert "\n    ... and 5 more (memfs status names each)\n" in out, out
+    status = m.memfs("status", str(m.path)).stdout
+    assert sum(f"refused: /obj{i:02d}.bin: " in status for i in range(25)) == 25, status
+
+
 def test_temp_names_are_local_only(mounts, server):
     store = mounts.new_store()
     m = mounts.mount(store)

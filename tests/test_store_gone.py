@@ -9,6 +9,7 @@ on the next mount."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -100,3 +101,33 @@ def test_a_store_archived_under_a_session_root_turns_read_only(server, mounts):
           == "archived", what="the archived store read at start")
     assert refuses_writes(m.path / "going")
     m.unmount(kept=None)
+
+
+def test_a_gone_store_is_still_named_so_once_its_daemon_died(server, mounts):
+    """The mount learned the store was deleted, then its daemon died (SIGKILL): the
+    status read from state.db and the unmount that clears the dead mount say what the
+    live daemon said (no mount sends the journal: `memfs salvage`), not that the
+    changes go out on the next mount. Before, state.db did not record it."""
+    sdk = server.sdk()
+    store = sdk.beta.memory_stores.create(name="Dies").id
+    m = mounts.mount(store)
+    (m.path / "a.md").write_text("synced\n")
+    m.wait_synced()
+    sdk.beta.memory_stores.delete(store)
+    (m.path / "late.md").write_text("written after\n")
+    _wait(lambda: refuses_writes(m.path), what="the deleted store to turn read-only")
+    journal = str(m.state_dir)
+    m._sigkill()  # the mount stays, dead: `memfs unmount` clears it
+    status = m.memfs("status", str(m.path)).stdout
+    assert "daemon: not running (from state.db); the store was deleted on the server: " \
+        f"no mount sends what its journal holds (memfs salvage {journal} DIR" in status, status
+    assert "late.md: the store was deleted on the server: not on the server" in status, status
+    out = m.memfs("unmount", str(m.path), check=False)
+    assert out.returncode == 3, (out.returncode, out.stdout, out.stderr)
+    assert "the daemon was gone; cleared the stale mount" in out.stdout, out.stdout
+    # late.md (and the probe, when the store turned read-only between its write and
+    # its unlink): counted, and named by the status above
+    assert re.search(r"\n  [12] change\(s\) written there are NOT on the server \(memfs "
+                     "status ", out.stdout), (status, out.stdout)
+    assert f"`memfs salvage {journal} DIR` writes its files out" in out.stdout, out.stdout
+    assert "next mount" not in out.stdout, out.stdout

@@ -56,20 +56,23 @@ def offline_status(state_dir: Path) -> dict:
         except ValueError:
             options = {}
         read_only = bool(options.get("read_only", False))
+        gone = state.store_gone()
         return {
             "running": False,
             "mountpoint": state.get_meta("mountpoint"),
             "store_id": state.get_meta("store_id"),
             "store_name": state.get_meta("store_name"),
             "server": state.get_meta("base_url"),
-            "read_only": read_only,
+            "read_only": read_only or gone is not None,
+            "gone": gone,
             "online": None,
             "offline_reason": "no daemon is running for this mount",
             "last_sync_at": float(last) if last else None,
             "last_sync_seconds": float(took) if took else None,
             "last_error": state.get_meta("last_error"),
             "pending": pending(state, delete_delay=options.get("delete_delay"),
-                               delete_mode=options.get("deletes", "enabled"), read_only=read_only),
+                               delete_mode=options.get("deletes", "enabled"), read_only=read_only,
+                               gone=gone),
             "conflicts": state.conflicts(),
             "state_dir": str(state_dir),
         }
@@ -142,7 +145,10 @@ def format_status(s: dict) -> str:
              else s.get("store_id"))
     lines = [f"{s.get('mountpoint')}: store {store} on {s.get('server')}"]
     if not s.get("running"):
-        lines.append("  daemon: not running (from state.db)")
+        lines.append("  daemon: not running (from state.db)"
+                     + (f"; the store was {s['gone']} on the server: no mount sends what "
+                        f"its journal holds (memfs salvage {s.get('state_dir')} DIR writes "
+                        "it out)" if s.get("gone") else ""))
     elif s.get("online"):
         lines.append("  online" + (f" (read-only: the store was {s['gone']} on the server)"
                                    if s.get("gone") else

@@ -103,15 +103,24 @@ def _report_journaled(mountpoint: str) -> None:
         found = mount_status(mountpoint)  # no daemon registered now: from state.db
     except click.ClickException:
         return
-    left = 0
+    left = stranded = 0
     for one in found.get("stores") or [found]:
         pending = one.get("pending") or {}
-        left += sum(len(pending.get(kind, [])) for kind in (*PENDING_KINDS, "refused"))
-        left += len(one.get("conflicts") or [])
+        held = sum(len(pending.get(kind, [])) for kind in (*PENDING_KINDS, "refused"))
+        held += len(one.get("conflicts") or [])
+        if one.get("gone"):  # its edits are listed as local: the store takes none
+            held += sum(i["reason"] != "editor/tool temp file"
+                        for i in pending.get("local_only", []))
+            if held:
+                click.echo(f"  {held} change(s) written there are NOT on the server "
+                           f"(memfs status {mountpoint} names each, and why)")
+            stranded += _stranded({**one, "left": held}, "  ")
+        left += held
+    if left > stranded:
+        click.echo(f"  {left - stranded} change(s) written there are NOT on the server, kept "
+                   f"in its journal for the next mount (memfs status {mountpoint} names "
+                   "each, and why)")
     if left:
-        click.echo(f"  {left} change(s) written there are NOT on the server, kept in its "
-                   f"journal for the next mount (memfs status {mountpoint} names each, "
-                   "and why)")
         sys.exit(NOT_ALL_PUSHED)
 
 

@@ -35,6 +35,7 @@ from memfs.mount.versions import VersionsTree
 from memfs.state.blobs import BlobCache
 from memfs.state.report import pending, tree_summary
 from memfs.state.state import State
+from memfs.state.view import GONE_KEY
 from memfs.sync.common import SyncContext
 from memfs.sync.pusher import Pusher
 from memfs.sync.reconciler import Reconciler
@@ -123,6 +124,7 @@ class StoreEngine:
             if cfg.store_name:  # offline, `memfs mount NAME` finds the store by it
                 self.state.set_meta("store_name", cfg.store_name)
             self.state.set_meta("options", json.dumps(asdict(cfg.options)))  # offline status
+            self.state.set_meta(GONE_KEY, None)  # this mount finds out anew (`store_gone`)
             opening.pop_all()  # opened for the engine's life: close() releases them
 
     # -- lifecycle -------------------------------------------------------------------
@@ -215,7 +217,7 @@ class StoreEngine:
         temp files are what an unmount names: a count of changes left alone does not
         say which, nor that the next mount will not send them through on its own."""
 
-        p = pending(self.state, read_only=self.cfg.options.read_only)
+        p = pending(self.state, read_only=self.cfg.options.read_only, gone=self.gone)
         temp = [i for i in p["local_only"] if i["reason"] == "editor/tool temp file"]
         waiting: dict[str, str] = {}
         for kind in ("creates", "updates", "renames", "deletes"):
@@ -245,6 +247,7 @@ class StoreEngine:
         self.cfg.options.read_only = True
         self.fs.read_only = True
         self.gone = why
+        self.state.set_meta(GONE_KEY, why)  # said by status and unmount once the daemon is gone
 
     async def _watch_store(self) -> None:
         """Whether the store is still there and writable, read when the server refused
@@ -367,7 +370,7 @@ def store_status(engine: StoreEngine) -> dict:
         "warnings": s.warnings[-10:],
         "pending": pending(engine.state, delete_delay=cfg.options.delete_delay,
                            delete_mode=cfg.options.deletes, read_only=cfg.options.read_only,
-                           push_delays=cfg.options),
+                           push_delays=cfg.options, gone=engine.gone),
         "conflicts": engine.state.conflicts(),
         "tree": tree_summary(engine.state, engine.cache),  # files, bytes, cached (progress)
         "uptime_seconds": time.time() - engine.started_at,

@@ -11,7 +11,7 @@ from memfs.state.view import StateView
 
 def pending(state: StateView, *, delete_delay: float | None = None,
             read_only: bool = False, push_delays: SyncOptions | None = None,
-            delete_mode: str = "enabled") -> dict:
+            delete_mode: str = "enabled", gone: str | None = None) -> dict:
     """Pending creates/updates/renames/deletes, refused and local-only files.
 
     On a read-only mount nothing is ever pushed: a file edited here (or kept
@@ -19,7 +19,10 @@ def pending(state: StateView, *, delete_delay: float | None = None,
     delete left from an earlier mount has no due time; nor has any delete when none
     is sent (`delete_mode`: `--deletes log-only|disabled`) or `delete_delay` is None.
     `push_delays`: a live mount's options, for each dirty file's `due_at` (when the
-    pusher will send it, by its own rule)."""
+    pusher will send it, by its own rule). `gone`: the store was "archived" or
+    "deleted" on the server, which made the mount read-only, and the reason says so."""
+    read_only = read_only or gone is not None
+    refusal = f"the store was {gone} on the server" if gone else "read-only mount"
     creates, updates, renames, refused, local_only = [], [], [], [], []
     for node in state.files():
         path = state.path_of(node)
@@ -35,7 +38,7 @@ def pending(state: StateView, *, delete_delay: float | None = None,
             why = ("not on the server (deleted there, or never pushed)"
                    if node.memory_id is None else "edited here")
             local_only.append({"path": path, "memory_id": node.memory_id,
-                               "reason": f"read-only mount: {why}; kept here, unsynced"})
+                               "reason": f"{refusal}: {why}; kept here, unsynced"})
             continue
         due = {}
         if push_delays is not None:
@@ -96,13 +99,25 @@ KEPT_HERE = (
 )
 
 
-def kept_here(reply: dict) -> list[tuple[str, list[str]]]:
+#: How many items of one kind `kept_here` names: a tree of git objects refused for
+#: their bytes is a thousand lines that bury the rest; the others are counted, and
+#: `memfs status MOUNTPOINT` (read from state.db once the daemon is gone) names each.
+NAMED = 20
+
+
+def kept_here(reply: dict, *, named: int = NAMED) -> list[tuple[str, list[str]]]:
     """Each kind of `KEPT_HERE` the reply holds: its sentence and its items, one
-    "path: reason" each (a conflict led by its id, which `memfs conflicts` takes)."""
+    "path: reason" each (a conflict led by its id, which `memfs conflicts` takes),
+    the first `named` of them and a line that counts the rest."""
     def line(i: dict) -> str:
         return (f"#{i['id']} " if "id" in i else "") + f"{i['path']}: {i['reason']}"
 
-    return [(sentence.format(n=len(items)), [line(i) for i in items])
+    def lines(items: list[dict]) -> list[str]:
+        more = len(items) - named
+        return [line(i) for i in items[:named]] + (
+            [f"... and {more} more (memfs status names each)"] if more > 0 else [])
+
+    return [(sentence.format(n=len(items)), lines(items))
             for kind, sentence in KEPT_HERE if (items := reply.get(kind))]
 
 

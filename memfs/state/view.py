@@ -42,6 +42,11 @@ from memfs.state.schema import CONFLICT_COLUMNS, DOUBT_COLUMNS, NODE_COLUMNS, TO
 #: offline reader tells local-only files as the mount does.
 LOCAL_ONLY_KEY = "local_only_patterns"
 
+#: The meta key under which a mount records that its store was "archived" or
+#: "deleted" on the server, so `memfs status` and `memfs unmount` say so once its
+#: daemon is gone: no mount will send what the journal holds.
+GONE_KEY = "store_gone"
+
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
@@ -292,6 +297,12 @@ class StateView:
 
     def get_meta(self, key: str) -> str | None:
         return meta_of(self.db, (key,)).get(key)
+
+    def store_gone(self) -> str | None:
+        """"archived" or "deleted": what the last mount learned of its store (None: it
+        learned nothing of the kind)."""
+        gone = self.get_meta(GONE_KEY)
+        return gone if gone in ("archived", "deleted") else None
 
     def recorded_patterns(self) -> tuple[str, ...] | None:
         """The local-only patterns the mount last ran with (State records them)."""
