@@ -39,6 +39,14 @@ COMMANDS = [
      "insert_text": "one and a half"},
     {"command": "insert", "path": "/memories/notes/a.md", "insert_line": 99,
      "insert_text": "x"},
+    # integers as the SDK reads them (pydantic's lax mode): "4" and 5.0 are ints
+    {"command": "insert", "path": "/memories/notes/a.md", "insert_line": "4",
+     "insert_text": "four"},
+    {"command": "insert", "path": "/memories/notes/a.md", "insert_line": 5.0,
+     "insert_text": "five"},
+    {"command": "insert", "path": "/memories/notes/a.md", "insert_line": 1.5,
+     "insert_text": "x"},
+    {"command": "view", "path": "/memories/notes/a.md", "view_range": ["2", 3.0]},
     {"command": "rename", "path": None, "old_path": "/memories/notes",
      "new_path": "/memories/kept"},
     {"command": "rename", "old_path": "/memories/gone.md", "new_path": "/memories/b.md"},
@@ -166,10 +174,12 @@ async def test_stdio_several_stores_and_a_read_only_one(server, tmp_path):
     sdk = server.sdk()
     prefs = sdk.beta.memory_stores.create(name="User Preferences").id
     docs = sdk.beta.memory_stores.create(name="Reference Docs").id
+    empty = sdk.beta.memory_stores.create(name="Scratch").id
     sdk.beta.memory_stores.memories.create(docs, path="/api.md", content="GET /x\n")
     sid = make_session(sdk, [
         {"type": "memory_store", "memory_store_id": prefs},
         {"type": "memory_store", "memory_store_id": docs, "access": "read_only"},
+        {"type": "memory_store", "memory_store_id": empty},
     ])
     async with stdio_session(env_for(server, tmp_path), "--session", sid) as session:
         assert await call(session, {"command": "create",
@@ -180,8 +190,10 @@ async def test_stdio_several_stores_and_a_read_only_one(server, tmp_path):
         kind, text = await call(session, {"command": "view", "path": "/memories"})
         assert kind == "ok" and text.splitlines()[1:] == [
             "12B\t/memories", "7B\t/memories/reference-docs/",
-            "7B\t/memories/reference-docs/api.md", "5B\t/memories/user-preferences/",
-            "5B\t/memories/user-preferences/style.md"]
+            "7B\t/memories/reference-docs/api.md", "0B\t/memories/scratch/",
+            "5B\t/memories/user-preferences/", "5B\t/memories/user-preferences/style.md"]
+        # (an empty store is listed too: before, a model that viewed /memories first, as
+        # the memory protocol says, never saw it; found by a helper, 6 December)
         # The read-only store: every change refused with the tool's sentence, nothing sent.
         for command in (
                 {"command": "create", "path": "/memories/reference-docs/x.md", "file_text": "x"},
@@ -245,7 +257,11 @@ async def test_http_tools_and_subscription(server, tmp_path):
     try:
         async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write):
             async with ClientSession(read, write, message_handler=handler) as session:
-                await session.initialize()
+                hello = await session.initialize()
+                # announced as over stdio (before, each HTTP session took the SDK's
+                # defaults and announced none of the list_changed it was then sent)
+                assert hello.capabilities.resources.list_changed is True
+                assert hello.capabilities.resources.subscribe is True
                 assert len((await session.list_tools()).tools) == 7
                 for command in COMMANDS[:8]:
                     expected = await trio.to_thread.run_sync(
@@ -290,6 +306,36 @@ async def test_http_beyond_loopback_needs_its_token(server, tmp_path):
                 async with ClientSession(read, write) as session:
                     await session.initialize()
                     assert len((await session.list_tools()).tools) == 7
+    finally:
+        stop(proc)
+
+
+async def test_http_on_any_loopback_address_answers_only_loopback_names(server, tmp_path):
+    """DNS rebinding: a page a browser loaded from elsewhere reaches a loopback server
+    through a name of its own that resolves there, so a request that names another host
+    (Host, Origin) is refused. The SDK guards only three spellings of the loopback;
+    127.0.0.2 and [::1] as given to --http were open (found by a helper, 6 December)."""
+    from memfs.tool.mcp import guard
+
+    assert guard("[::1]").allowed_hosts == ["[::1]:*", "127.0.0.1:*", "localhost:*"]
+    assert guard("0.0.0.0") is None  # its bearer token guards it
+    store = new_store(server, "rebind")
+    proc, port = start_http(env_for(server, tmp_path), store, "--http", "127.0.0.2:0")
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    try:
+        url = f"http://127.0.0.2:{port}/mcp"
+        async with httpx2.AsyncClient() as client:
+            evil = await client.post(url, json=hello, headers={
+                **accept, "Host": "evil.example", "Origin": "http://evil.example"})
+            assert evil.status_code == 421, evil.text
+            evil_origin = await client.post(url, json=hello, headers={
+                **accept, "Origin": "http://evil.example"})
+            assert evil_origin.status_code == 403, evil_origin.text
+            ok = await client.post(url, json=hello, headers=accept)
+            assert ok.status_code == 200, ok.text
     finally:
         stop(proc)
 

@@ -190,3 +190,58 @@ async def test_watchers_add_no_request_to_an_idle_mount(verbose, tmp_path):
     # versions settle (the seeding, 30 s), its settled edge: two requests (docs/SYNC.md).
     assert len(watched) <= 2 * (window / 1.0 + 1)
     assert watcher.lines.empty()  # nothing changed: nothing printed
+
+
+@pytest.mark.filterwarnings("ignore:resources/subscribe is removed")
+async def test_mcp_over_a_mount_changes_nothing_only_the_mount_holds(verbose, tmp_path):
+    """What the mount holds and the server does not show is left alone, said in the
+    tool's words (found by a helper, 6 December): a file whose edit the server refused
+    for its bytes took edits, renames and deletes through the API, made to the server's
+    older text, and the mount then kept the user's bytes as a conflict; a create onto
+    an empty directory of the mount answered "created", then "does not exist" (the
+    mount hid the memory that collided with it), then "already exists"."""
+    server, mounts = verbose
+    store = mounts.new_store("Held Here")
+    sdk_create(server, store, "/bad.md", "good text\n")
+    sdk_create(server, store, "/ok.md", "fine\n")
+    m = mounts.mount(store)
+    wait_for(lambda: cat(m.path / "ok.md") == "fine\n", what="seeded")
+    (m.path / "bad.md").write_bytes(b"bad \xff text\n")
+    flush(m)
+    assert os.getxattr(m.path / "bad.md", "user.memfs.state") == b"refused"
+    (m.path / "emptydir").mkdir()
+    (m.path / "keep.md~").write_text("an editor's backup\n")
+    refused = ("error", "/memories/bad.md was not changed: the mount holds a version of it "
+               "that the server refused (not UTF-8, or over a limit: memfs status says "
+               "why); change it in the mount.")
+    async with stdio_session(env_for(server, tmp_path), "--mount", str(m.path)) as session:
+        for command in (
+                {"command": "str_replace", "path": "/memories/bad.md", "old_str": "text",
+                 "new_str": "TEXT"},
+                {"command": "insert", "path": "/memories/bad.md", "insert_line": 0,
+                 "insert_text": "top\n"},
+                {"command": "delete", "path": "/memories/bad.md"},
+                {"command": "rename", "old_path": "/memories/bad.md",
+                 "new_path": "/memories/moved.md"},
+                {"command": "create", "path": "/memories/bad.md", "file_text": "new\n"},
+                {"command": "rename", "old_path": "/memories/ok.md",
+                 "new_path": "/memories/bad.md"}):
+            assert await call(session, command) == refused, command
+        assert await call(session, {"command": "view", "path": "/memories/bad.md"}) == (
+            "error", "/memories/bad.md is not shown: the mount holds a version of it that "
+                     "the server refused (not UTF-8, or over a limit: memfs status says why).")
+        for name in ("emptydir", "keep.md~"):
+            assert await call(session, {"command": "create", "path": f"/memories/{name}",
+                                        "file_text": "x\n"}) == (
+                "error", f"File /memories/{name} already exists")
+            assert await call(session, {"command": "rename", "old_path": "/memories/ok.md",
+                                        "new_path": f"/memories/{name}"}) == (
+                "error", f"The destination /memories/{name} already exists")
+        # what the server holds is still changed as before
+        assert await call(session, {"command": "rename", "old_path": "/memories/ok.md",
+                                    "new_path": "/memories/moved.md"}) == (
+            "ok", "Successfully renamed /memories/ok.md to /memories/moved.md")
+    assert server_memories(server, store) == {"/bad.md": "good text\n", "/moved.md": "fine\n"}
+    assert (m.path / "bad.md").read_bytes() == b"bad \xff text\n"
+    assert m.status()["conflicts"] == []
+    assert cat(m.path / "moved.md") == "fine\n"

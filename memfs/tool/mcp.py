@@ -42,7 +42,9 @@ from mcp.server.subscriptions import (
     ResourcesListChanged,
     ResourceUpdated,
 )
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from pydantic import TypeAdapter, ValidationError
 
 from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
@@ -160,14 +162,13 @@ class MemoryMCP:
         # request go through the connection it holds: one session kept per connection.
         self.sessions: dict[int, Any] = {}            # for list_changed
         self.subscribed: dict[str, dict[int, Any]] = {}  # uri -> resources/subscribe
-        self.server: Server = Server(
+        self.server: Server = _Server(
             "memfs", version=VERSION, instructions=self._instructions(),
             on_list_tools=self._list_tools, on_call_tool=self._call_tool,
             on_list_resources=self._list_resources, on_read_resource=self._read_resource,
             on_subscribe_resource=self._subscribe, on_unsubscribe_resource=self._unsubscribe,
             on_subscriptions_listen=ListenHandler(self.bus))
-        self.init_options = self.server.create_initialization_options(
-            NotificationOptions(resources_changed=True))
+        self.init_options = self.server.create_initialization_options()
 
     def _instructions(self) -> str:
         where = ROOT if self.single else ", ".join(f"{ROOT}/{s.slug}" for s in self.stores)
@@ -200,7 +201,7 @@ class MemoryMCP:
                 return _text(answer, structured={"matches": rows})
             if params.name not in COMMANDS:
                 raise ToolFailure(f"Unknown tool: {params.name}")
-            return _text(await self.command({**args, "command": params.name}))
+            return _text(await self.command({**_as_sdk_reads(args), "command": params.name}))
         except ToolFailure as exc:
             return _text(exc.message, error=True)
         except Exception as exc:  # a bug must not end the session
@@ -275,7 +276,8 @@ class MemoryMCP:
         for store in self.stores:
             for path, size in await self._listing(store):
                 rows.append(((store.slug, *path[1:].split("/")), size))
-        return render_directory(target.raw, rows)
+        # an empty store too: a model that views the root first must see where to write
+        return render_directory(target.raw, rows, directories=[(s.slug,) for s in self.stores])
 
     async def _view_mount(self, store: Served, path: object, view_range: object) -> str:
         target = resolve(path, store.memory.base)
@@ -292,7 +294,12 @@ class MemoryMCP:
                     if not rows and not target.is_root:
                         raise ToolFailure(missing(target.raw))
                     return render_directory(target.raw, rows)
-                if not _is_memory(where):  # a temp or refused file, .memfs: the API's view
+                state = state_of(where)
+                if state == "refused":
+                    raise ToolFailure(f"{target.raw} is not shown: the mount holds a version "
+                                      "of it that the server refused (not UTF-8, or over a "
+                                      "limit: memfs status says why).")
+                if state not in MEMORY_STATES:  # a temp file, .memfs: the API's view
                     raise FileNotFoundError
                 text = where.read_bytes().decode("utf-8", "replace")
             except (FileNotFoundError, NotADirectoryError):
@@ -541,6 +548,35 @@ class MemoryMCP:
             await anyio.sleep(self.poll_interval)
 
 
+#: The memory tool's integer fields, read as the SDK reads a model's tool call (its
+#: models, pydantic's lax mode: "4" and 5.0 are 4 and 5), so MCP answers as
+#: `memfs.tool` and the SDK's own tool do; a value it cannot read is left for the tool's
+#: own word on it.
+_SDK_INTEGERS = {"insert_line": TypeAdapter(int), "view_range": TypeAdapter(list[int])}
+
+
+def _as_sdk_reads(args: dict[str, Any]) -> dict[str, Any]:
+    out = dict(args)
+    for key, adapter in _SDK_INTEGERS.items():
+        if key in out:
+            try:
+                out[key] = adapter.validate_python(out[key])
+            except ValidationError:
+                pass
+    return out
+
+
+class _Server(Server):
+    """The SDK's server, whose every session announces the `list_changed` notifications
+    memfs sends: the streamable HTTP transport starts each session with the server's
+    own options, which would announce none."""
+
+    def create_initialization_options(self, notification_options=None, *args, **kwargs):
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(resources_changed=True),
+            *args, **kwargs)
+
+
 def _connection(ctx) -> int:
     """Which client connection a request came on (the SDK keeps it in the session)."""
     return id(getattr(ctx.session, "_connection", ctx.session))
@@ -558,11 +594,15 @@ def _is_memory(path: Path) -> bool:
 
 
 def _refuse_unpushed(store: Served, command: dict[str, Any]) -> None:
-    """A change to a file whose own changes in the mount did not reach the server even
-    after the flush (offline, refused) would be made to the server's older text; the
-    mount would keep the user's as a conflict. Refused instead, said."""
+    """What the mount holds and the server does not show, refused before the change
+    goes to the server, as the tool refuses it there. A change to a file whose own
+    changes in the mount did not reach the server even after the flush (offline, or
+    refused for its bytes) would be made to the server's older text, and the mount
+    would keep the user's as a conflict. A create or a rename onto a directory or a
+    file the server does not hold (an empty directory, an editor temp file) would make
+    a memory that collides with it: the mount would not show it."""
     assert store.mount_dir is not None
-    for key in ("path", "old_path"):
+    for key in ("path", "old_path", "new_path"):
         raw = command.get(key)
         if not isinstance(raw, str):
             continue
@@ -570,11 +610,23 @@ def _refuse_unpushed(store: Served, command: dict[str, Any]) -> None:
             target = resolve(raw, store.memory.base)
         except ToolFailure:
             continue  # the command says what is wrong with it
-        if target.segments and state_of(store.mount_dir.joinpath(*target.segments)) in (
-                "pending", "error"):
+        if not target.segments:
+            continue
+        where = store.mount_dir.joinpath(*target.segments)
+        state = state_of(where)
+        if key != "new_path" and state in ("pending", "error"):
             raise ToolFailure(f"{target.raw} was not changed: the mount holds changes of it "
                               "that have not reached the server yet (memfs status); try "
                               "again once they have.")
+        if state == "refused":
+            raise ToolFailure(f"{target.raw} was not changed: the mount holds a version of "
+                              "it that the server refused (not UTF-8, or over a limit: "
+                              "memfs status says why); change it in the mount.")
+        made_there = (command.get("command"), key) in (("create", "path"),
+                                                       ("rename", "new_path"))
+        if made_there and state != "synced" and os.path.lexists(where):
+            raise ToolFailure(f"File {target.raw} already exists" if key == "path"
+                              else f"The destination {target.raw} already exists")
 
 
 def _walk(mount_dir: Path, prefix: str) -> list[tuple[str, int]]:
@@ -651,6 +703,23 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: it may resolve anywhere
 
 
+def guard(host: str) -> TransportSecuritySettings | None:
+    """DNS-rebinding protection for a loopback address: only a Host and an Origin that
+    name the loopback are answered, so a web page a browser loads from elsewhere cannot
+    reach the server through a name that resolves to it. The SDK turns it on only for
+    three spellings of the loopback (not 127.0.0.2, nor `[::1]` as given here);
+    elsewhere the bearer token, which a page does not have, guards it (None)."""
+    if not is_loopback(host):
+        return None
+    bare = host.strip("[]")
+    given = f"[{bare}]" if ":" in bare else bare
+    names = dict.fromkeys([given, "127.0.0.1", "localhost", "[::1]"])
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{n}:*" for n in names],
+        allowed_origins=[f"http://{n}:*" for n in names])
+
+
 async def serve_http(app: MemoryMCP, host: str, port: int, token: str | None,
                      on_listening) -> None:
     """Streamable HTTP at http://HOST:PORT/mcp under uvicorn (asyncio)."""
@@ -658,7 +727,7 @@ async def serve_http(app: MemoryMCP, host: str, port: int, token: str | None,
 
     import uvicorn
 
-    asgi: Any = app.server.streamable_http_app(host=host)
+    asgi: Any = app.server.streamable_http_app(host=host, transport_security=guard(host))
     if token:
         asgi = BearerGate(asgi, token)
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET

@@ -163,15 +163,21 @@ class _Node:
     children: dict[str, _Node] = field(default_factory=dict)
 
 
-def render_directory(path: str, below: Iterable[tuple[Sequence[str], int]]) -> str:
+def render_directory(path: str, below: Iterable[tuple[Sequence[str], int]],
+                     directories: Iterable[Sequence[str]] = ()) -> str:
     """The listing of a directory: its children and grandchildren, hidden names skipped.
 
     ``below`` holds every memory under the directory as (names relative to it, size in
     bytes). Directories exist only through the memories below them, and their size is
     the total of those memories: a store has no folder size to report (the reference
-    shows the folder's inode size, e.g. ``4K``).
+    shows the folder's inode size, e.g. ``4K``). ``directories`` are shown even when
+    empty (the stores under ``/memories`` of `memfs mcp` with several stores).
     """
     top = _Node()
+    for names in directories:
+        node = top
+        for name in names:
+            node = node.children.setdefault(name, _Node())
     for names, size in below:
         node = top
         node.size += size
