@@ -143,6 +143,9 @@ async def test_stdio_resources_paginate_read_and_notify(server, tmp_path):
             params=PaginatedRequestParams(cursor=first.next_cursor))
         assert [r.uri for r in second.resources] == ["memory://res-notes/d/2.md"]
         assert second.next_cursor is None
+        for bad in ("-2", "abc", "1.0"):  # ours are offsets; "-2" was an empty page
+            with pytest.raises(Exception, match="bad cursor"):
+                await session.list_resources(params=PaginatedRequestParams(cursor=bad))
         read = await session.read_resource("memory://res-notes/d/1.md")
         assert read.contents[0].text == "# 1\n"
         assert read.contents[0].mime_type == "text/markdown"

@@ -407,10 +407,9 @@ class MemoryMCP:
     async def _list_resources(self, ctx, params) -> types.ListResourcesResult:
         self._seen(ctx)
         cursor = getattr(params, "cursor", None) if params is not None else None
-        try:
-            start = int(cursor) if cursor else 0
-        except ValueError:
-            raise MCPError(types.INVALID_PARAMS, f"bad cursor {cursor!r}") from None
+        if cursor and not (cursor.isascii() and cursor.isdigit()):  # ours are offsets
+            raise MCPError(types.INVALID_PARAMS, f"bad cursor {cursor!r}")
+        start = int(cursor) if cursor else 0
         rows: list[tuple[Served, str, int]] = []
         try:
             for store in self.stores:
