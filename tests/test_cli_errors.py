@@ -9,11 +9,16 @@ until it has one in PLACEHOLDERS).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import pathlib
 import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import click
 import pytest
@@ -98,14 +103,87 @@ def test_the_command_list_is_found():
             "serve stop"} <= names, names
 
 
-@pytest.mark.parametrize("scenario", ["no server", "wrong key", "malformed URL"])
+#: What a web server that is not a memory store server answers (python -m http.server).
+NOT_THE_API = (b'<!DOCTYPE HTML>\n<html lang="en">\n<head>\n<title>Error response</title>\n'
+               b'</head>\n<body>\n<h1>Error response</h1>\n<p>Error code: 404</p>\n'
+               b'<p>Message: File not found.</p>\n</body>\n</html>\n')
+#: A hostile server's answer to everything: its ids would name directories anywhere.
+HOSTILE = json.dumps({
+    "type": "memory_store", "id": "../../../evil", "name": "evil", "resources": [],
+    "data": [{"type": "memory_store", "id": "../../../evil", "name": "evil"}],
+    "next_page": None}).encode()
+
+
+@contextlib.contextmanager
+def fake_server(status: int, content_type: str, body: bytes, *, port: int = 0,
+                hits: list[str] | None = None, headers: tuple = ()) -> Iterator[str]:
+    """An HTTP server that answers every request alike; its URL. `hits` gets each
+    request's "METHOD PATH"."""
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            if hits is not None:
+                hits.append(f"{self.command} {self.path.split('?')[0]}")
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self.send_response(status)
+            self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(body)))
+            for name, value in headers:
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _answer
+
+        def log_message(self, *args) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(10)
+
+
+@pytest.mark.parametrize("scenario", ["no server", "wrong key", "malformed URL",
+                                      "not the API", "hostile answers", "server error"])
 def test_every_command_fails_in_one_line(scenario, server, tmp_path):
+    """(The last two found by a helper, 6 December: a web server's 404 page came out as
+    ten lines of HTML, and a mount took it for its store deleted; a store id of
+    "../../../evil" made `memfs mount` put its state outside the cache and chmod 0700
+    the directory above it.)"""
     host_port = server.base_url.split("://", 1)[1]
-    url, key, says = {
-        "no server": (f"http://127.0.0.1:{free_port()}", server.api_key, "cannot reach"),
-        "wrong key": (server.base_url, "wrong-key", "bad credentials for"),
-        "malformed URL": (host_port, server.api_key, "must start with http:// or https://"),
-    }[scenario]
+    with contextlib.ExitStack() as fakes:
+        url, key, says = {
+            "no server": lambda: (f"http://127.0.0.1:{free_port()}", server.api_key,
+                                  "cannot reach"),
+            "wrong key": lambda: (server.base_url, "wrong-key", "bad credentials for"),
+            "malformed URL": lambda: (host_port, server.api_key,
+                                      "must start with http:// or https://"),
+            "not the API": lambda: (fakes.enter_context(fake_server(
+                404, "text/html", NOT_THE_API)), server.api_key, "HTTP 404 from something "
+                "that is not the Memory Stores API: Error response Error response Error "
+                "code: 404 Message: File not found."),
+            "server error": lambda: (fakes.enter_context(fake_server(
+                500, "application/json", json.dumps({"type": "error", "error": {
+                    "type": "api_error", "message": "boom"}}).encode(),
+                headers=(("x-should-retry", "false"),))), server.api_key,
+                "answered HTTP 500"),  # it was "cannot reach", which it could
+            "hostile answers": lambda: (fakes.enter_context(fake_server(
+                200, "application/json", HOSTILE)), server.api_key,
+                "gave an answer memfs does not understand"),
+        }[scenario]()
+        mode = tmp_path.stat().st_mode
+        _every_command_fails_in_one_line(url, key, says, scenario, tmp_path)
+    assert tmp_path.stat().st_mode == mode
+    assert not [p for p in tmp_path.rglob("*evil*")], list(tmp_path.rglob("*evil*"))
+
+
+def _every_command_fails_in_one_line(url: str, key: str, says: str, scenario: str,
+                                     tmp_path: pathlib.Path) -> None:
     env = user_env(tmp_path, url, key)
     runs = [(name, argv_for(name, cmd, tmp_path), cmd) for name, cmd in leaf_commands()]
     runs += [(x[0], [a.format(dir=tmp_path) for a in x], main.get_command(
@@ -127,6 +205,8 @@ def test_every_command_fails_in_one_line(scenario, server, tmp_path):
         talks_to_server = any(p.name == "base_url" for p in cmd.params)
         if talks_to_server and says not in errors[0]:
             failures.append(f"memfs {' '.join(argv)}: {errors[0]!r} does not say {says!r}")
+        if "<" in text and scenario == "not the API":
+            failures.append(f"memfs {' '.join(argv)}: the page's HTML in its output\n{text}")
         if key and key in text and scenario == "wrong key":
             failures.append(f"memfs {' '.join(argv)}: the key is in its output")
     assert not failures, "\n\n".join(failures)

@@ -803,6 +803,36 @@ def test_models_tolerate_unknown_and_missing_fields():
         m.path = "/x"  # frozen
 
 
+@pytest.mark.parametrize("bad", [
+    {"type": "memory_store", "id": "../../../evil", "name": "n"},
+    {"type": "memory_store", "id": 5, "name": "n"},
+    {"type": "memory_store", "id": "memstore_1/x", "name": "n"},
+    mem_json(content_sha256="../../../../etc/passwd"),  # the blob cache names files so
+    mem_json(id="mem_1/.."),
+    {"type": "memory_version", "id": "memver_1", "memory_id": "..", "operation": "deleted"},
+    {"type": "session", "id": "sesn_1", "resources": [
+        {"type": "memory_store", "memory_store_id": "../x"}]},
+])
+async def test_an_id_or_sha_that_would_name_a_path_is_refused(bad):
+    """What a server gives that memfs names files or directories after is checked where
+    it is read (found by a helper, 6 December: a store id "../../../evil" put a mount's
+    state outside the cache and chmod 0700 the directory above it; a sha is a blob's
+    file name, which a mismatch would unlink)."""
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=bad)
+
+    async with make_client(handler) as c:
+        with pytest.raises(APIResponseValidationError, match="is not"):
+            if bad["type"] == "memory_store":
+                await c.get_store("memstore_1")
+            elif bad["type"] == "memory":
+                await c.get_memory("memstore_1", "mem_1")
+            elif bad["type"] == "memory_version":
+                await c.get_version("memstore_1", "memver_1")
+            else:
+                await c.get_session("sesn_1")
+
+
 def test_content_sha256():
     assert content_sha256("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
     assert (

@@ -323,3 +323,11 @@ def test_known_index(root, tmp_path):
     statedir._repoint_known(d, tmp_path / "moved")
     assert json.loads(statedir.known_file(mp).read_text())["state_dir"] == str(tmp_path / "moved")
 
+
+def test_a_store_id_names_one_directory_or_none(tmp_path):
+    for bad in ("../../evil", "a/b", "..", "", "x y"):
+        with pytest.raises(ValueError, match="is not a memory store id"):
+            statedir.state_dir_for("http://127.0.0.1:1", bad, str(tmp_path), key="k")
+    assert list(tmp_path.iterdir()) == []
+    assert statedir.state_dir_for("http://127.0.0.1:1", "memstore_01Ab-c", str(tmp_path),
+                                  key="k") == tmp_path / "k" / "memstore_01Ab-c"

@@ -13,7 +13,9 @@ import re
 import time
 
 import pytest
-from mountutil import needs_fuse, refuses_writes, server_memories
+from conftest import start_server
+from mountutil import Mounts, needs_fuse, refuses_writes, server_memories
+from test_cli_errors import NOT_THE_API, fake_server
 
 pytestmark = needs_fuse
 
@@ -131,3 +133,37 @@ def test_a_gone_store_is_still_named_so_once_its_daemon_died(server, mounts):
                      "status ", out.stdout), (status, out.stdout)
     assert f"`memfs salvage {journal} DIR` writes its files out" in out.stdout, out.stdout
     assert "next mount" not in out.stdout, out.stdout
+
+
+def test_a_web_server_in_the_servers_place_is_no_store_deleted(tmp_path):
+    """A 404 that is not the API's (a web server on the port, a balancer between
+    deploys) says nothing of the store: the mount goes offline and comes back when the
+    server does. Before (found by a helper, 6 December), it took the page for its store
+    deleted and stayed read-only until remounted."""
+    sp = start_server(tmp_path / "own", api_key="own-key")
+    ms = Mounts(sp, tmp_path)
+    try:
+        store = ms.new_store("Stays")
+        m = ms.mount(store, "--poll-interval", "0.2")
+        (m.path / "a.md").write_text("synced\n")
+        m.wait_synced()
+        port = sp.port
+        sp.stop()
+        hits: list[str] = []
+        with fake_server(404, "text/html", NOT_THE_API, port=port, hits=hits):
+            (m.path / "b.md").write_text("written while a web page answers\n")
+            _wait(lambda: f"GET /v1/memory_stores/{store}" in hits
+                  and any(h.startswith("POST ") for h in hits),
+                  what="the push and the store's read to meet the page")
+            assert not refuses_writes(m.path)
+            status = m.memfs("status", str(m.path)).stdout
+            assert "read-only" not in status and "deleted" not in status, status
+            assert "not the Memory Stores API" in status, status
+        sp.start()  # the server back on its port: the mount catches up
+        m.wait_synced()
+        assert server_memories(sp, store) == {"/a.md": "synced\n",
+                                              "/b.md": "written while a web page answers\n"}
+        m.unmount()
+    finally:
+        ms.cleanup()
+        sp.stop()

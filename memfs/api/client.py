@@ -63,6 +63,7 @@ from memfs.api.errors import (
     APIStatusError,
     BadRequestError,
     NotFoundError,
+    NotTheAPIError,
     RateLimitError,
     error_for_status,
 )
@@ -161,6 +162,11 @@ def _encode_query(params: dict[str, Any]) -> str:
             value = "false"
         items.append(f"{quote(str(key), safe='[]')}={quote(str(value), safe='')}")
     return "&".join(items)
+
+
+def _one_line(text: str) -> str:
+    """An error page's words on one line (an HTML page's text without its tags)."""
+    return " ".join(re.sub(r"<[^>]*>", " ", text).split())
 
 
 def parse_retry_after(headers: httpx.Headers) -> float | None:
@@ -364,7 +370,7 @@ class MemoryStoresClient:
             return True
         return status in (408, 429) or status >= 500
 
-    def _error_from_response(self, response: httpx.Response) -> APIStatusError:
+    def _error_from_response(self, response: httpx.Response) -> APIStatusError | NotTheAPIError:
         status = response.status_code
         request_id = response.headers.get("request-id")
         err_obj: dict[str, Any] = {}
@@ -376,12 +382,16 @@ class MemoryStoresClient:
             if isinstance(body.get("error"), dict):
                 err_obj = body["error"]
             request_id = body.get("request_id") or request_id
-        err_type = err_obj.get("type") if isinstance(err_obj.get("type"), str) else "api_error"
+        api_shaped = isinstance(err_obj.get("type"), str)
+        err_type = err_obj["type"] if api_shaped else "api_error"
         message = err_obj.get("message")
         if not isinstance(message, str) or not message:
-            text = response.text.strip() if body is None else ""
+            text = _one_line(response.text) if body is None else ""
             message = text[:200] if text else (response.reason_phrase or "error")
         message = self._scrub(message)
+        if status == 404 and not api_shaped:
+            return NotTheAPIError(f"HTTP 404 from something that is not the Memory Stores "
+                                  f"API: {message}", status=status, request_id=request_id)
         cls = error_for_status(status, err_type)
         kw: dict[str, Any] = {
             "status": status,
@@ -493,7 +503,8 @@ class MemoryStoresClient:
                     counts[1] += len(response.content)
                 if response.is_success:
                     return self._decode(response)
-                if gone_ok and attempt > 0 and response.status_code == 404:
+                if gone_ok and attempt > 0 and response.status_code == 404 and not \
+                        isinstance(self._error_from_response(response), NotTheAPIError):
                     return None
                 maybe_applied |= response.status_code >= 500
                 if (attempt >= self.max_retries or not self._should_retry(response)

@@ -38,6 +38,7 @@ __all__ = [
     "RateLimitError",
     "ServerError",
     "APIConnectionError",
+    "NotTheAPIError",
     "REFUSED",
     "TRANSIENT",
     "error_for_status",
@@ -178,6 +179,18 @@ class APIConnectionError(APIError):
 
     def __init__(self, message: str, **kw: Any) -> None:
         kw.setdefault("type", "connection_error")
+        super().__init__(message, **kw)
+
+
+class NotTheAPIError(APIConnectionError):
+    """A 404 that is not the API's (no ``error`` object): a web server, a balancer
+    between deploys, a URL that is not a memory store server. The API was not reached:
+    nothing was applied, and nothing is known of the store, memory or version asked
+    for (`maybe_applied` says what earlier attempts may have done). Taking it for the
+    API's 404 turned a live mount read-only as if its store had been deleted."""
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        kw.setdefault("type", "not_the_api")
         super().__init__(message, **kw)
 
 

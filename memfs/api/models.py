@@ -7,9 +7,12 @@ fields over time) and missing optional ones.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+from memfs.core import paths
 
 __all__ = [
     "MemoryStore",
@@ -50,6 +53,33 @@ def versions_since(sent_at: float) -> str:
     return format_time(datetime.fromtimestamp(max(0.0, sent_at - SKEW), UTC))
 
 
+_SHA = re.compile(r"[0-9a-f]{64}")
+
+
+def _id(value: Any, what: str) -> str:
+    """An id of the server's, checked before anything uses it: memfs names a state
+    directory after a store's id, and a ``..`` or a ``/`` in one (a hostile server, or
+    anyone between it and a plain http:// mount) would put state, and chmod 0700,
+    anywhere on disk. ValueError: the client's `_parse` says the answer is not one."""
+    if not paths.is_id(value):
+        raise ValueError(f"{what} {value!r} is not an id")
+    return value
+
+
+def _sha(value: Any, what: str) -> str | None:
+    """A content sha of the server's (None when it gives none): the blob cache names
+    files after shas."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not _SHA.fullmatch(value):
+        raise ValueError(f"{what} {value!r} is not a SHA-256 in lowercase hex")
+    return value
+
+
+def _optional_id(value: Any, what: str) -> str:
+    return "" if value is None or value == "" else _id(value, what)
+
+
 def content_sha256(content: str | bytes) -> str:
     """Lowercase hex SHA-256 of the UTF-8 content, as the server computes it."""
     data = content.encode("utf-8") if isinstance(content, str) else content
@@ -69,7 +99,7 @@ class MemoryStore:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> MemoryStore:
         return cls(
-            id=d["id"],
+            id=_id(d["id"], "store id"),
             name=d.get("name") or "",
             description=d.get("description") or "",
             metadata=dict(d.get("metadata") or {}),
@@ -94,12 +124,12 @@ class Memory:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Memory:
         return cls(
-            id=d["id"],
-            memory_store_id=d.get("memory_store_id") or "",
+            id=_id(d["id"], "memory id"),
+            memory_store_id=_optional_id(d.get("memory_store_id"), "store id"),
             path=d["path"],
             content=d.get("content"),
             content_size_bytes=int(d.get("content_size_bytes") or 0),
-            content_sha256=d.get("content_sha256") or "",
+            content_sha256=_sha(d.get("content_sha256"), "content_sha256") or "",
             memory_version_id=d.get("memory_version_id") or "",
             created_at=d.get("created_at") or "",
             updated_at=d.get("updated_at") or "",
@@ -135,14 +165,14 @@ class MemoryVersion:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> MemoryVersion:
         return cls(
-            id=d["id"],
-            memory_store_id=d.get("memory_store_id") or "",
-            memory_id=d.get("memory_id") or "",
+            id=_id(d["id"], "version id"),
+            memory_store_id=_optional_id(d.get("memory_store_id"), "store id"),
+            memory_id=_optional_id(d.get("memory_id"), "memory id"),
             operation=d.get("operation") or "",
             path=d.get("path"),
             content=d.get("content"),
             content_size_bytes=d.get("content_size_bytes"),
-            content_sha256=d.get("content_sha256"),
+            content_sha256=_sha(d.get("content_sha256"), "content_sha256"),
             created_by=d.get("created_by"),
             created_at=d.get("created_at") or "",
             redacted_at=d.get("redacted_at"),
@@ -173,7 +203,7 @@ class SessionResource:
         kind = d.get("type") or ""
         return cls(
             type=kind,
-            memory_store_id=d.get("memory_store_id"),
+            memory_store_id=_optional_id(d.get("memory_store_id"), "store id") or None,
             # An omitted access means the default, read_write.
             access=(d.get("access") or "read_write") if kind == "memory_store" else None,
             name=d.get("name") or "",
@@ -209,7 +239,7 @@ class Session:
     def from_json(cls, d: dict[str, Any]) -> Session:
         agent = d.get("agent")
         return cls(
-            id=d["id"],
+            id=_id(d["id"], "session id"),
             status=d.get("status") or "",
             environment_id=d.get("environment_id") or "",
             title=d.get("title"),

@@ -41,6 +41,14 @@ def check_url(url: str) -> str:
     return url
 
 
+def unreachable(url: str, exc: api_errors.APIError) -> str:
+    """Why a server counts as unreachable: no answer, or an answer that is trouble (a
+    5xx, a 429), which must not read as no answer."""
+    if isinstance(exc, api_errors.APIStatusError):
+        return f"{url} answered HTTP {exc.status} ({exc.message})"
+    return f"cannot reach {url} ({exc.message})"
+
+
 def describe(url: str | None, exc: api_errors.APIError, doing: str = "") -> str:
     """The line for `exc`: what failed (`doing`), against which server, and why."""
     where = f" {url}" if url else " the server"
@@ -48,7 +56,9 @@ def describe(url: str | None, exc: api_errors.APIError, doing: str = "") -> str:
     if isinstance(exc, (api_errors.AuthenticationError, api_errors.PermissionDeniedError)):
         return f"{head}bad credentials for{where.rstrip()}: {exc.message}"
     if isinstance(exc, api_errors.TRANSIENT):
-        line = f"{head}cannot reach{where}: {exc.message}"
+        line = (f"{head}{where.strip()} answered HTTP {exc.status}: {exc.message}"
+                if isinstance(exc, api_errors.APIStatusError)  # a 5xx, a 429: it answered
+                else f"{head}cannot reach{where}: {exc.message}")
         if getattr(exc, "method", None) == "POST" and api_errors.may_have_applied(exc):
             # Not sent again (a blind retry can undo another writer's change): say so.
             line += " (it may have been applied all the same: look before trying again)"

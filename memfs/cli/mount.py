@@ -24,8 +24,9 @@ from memfs.api.oneshot import call_with_client
 # and httpx (its own lookups need them), so the two processes import side by side.
 from memfs.cli import progress, spawn, storenames
 from memfs.cli.completion import complete_stores
-from memfs.cli.errors import command_server, describe
+from memfs.cli.errors import command_server, describe, unreachable
 from memfs.cli.options import server_options
+from memfs.core import paths
 from memfs.core.mountconfig import (
     DEFAULT_LOCAL_ONLY_PATTERNS,
     GroupConfig,
@@ -226,11 +227,12 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
             raise click.ClickException(f"bad credentials for {url}: {exc.message}") from None
         except (*api_errors.TRANSIENT,) as exc:
             store_id = storenames.cached_id(store_id, url, cache_dir) or store_id  # offline
-            state_dir = open_state_dir(url, store_id, cache_dir, _to_stderr)
-            if not _has_cache(state_dir):
+            # (a name the cache does not know is no id: there is no state to open)
+            state_dir = open_state_dir(url, store_id, cache_dir, _to_stderr) \
+                if paths.is_id(store_id) else None
+            if state_dir is None or not _has_cache(state_dir):
                 raise click.ClickException(
-                    f"cannot reach {url} ({exc.message}) and nothing of {store_id} is "
-                    "cached") from None
+                    f"{unreachable(url, exc)} and nothing of {store_id} is cached") from None
             click.echo(f"memfs: {url} is unreachable; mounting from the cache (offline)",
                        err=True)
         except api_errors.APIError as exc:
@@ -402,8 +404,8 @@ def _plan_group(session_id, root, base_url, api_key_file, cache_dir, options, re
         cached = cached_plan(where, cache_dir)
         if cached is None:
             raise click.ClickException(
-                f"cannot reach {url} ({exc.message}) and this root was never mounted "
-                "here before") from None
+                f"{unreachable(url, exc)} and this root was never mounted here before") \
+                from None
         click.echo(f"memfs: {url} is unreachable; mounting {where} from the cache "
                    "(offline)", err=True)
         cfg = _offline_group(session_id, where, cached, url=url, cache_dir=cache_dir,

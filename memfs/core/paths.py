@@ -7,6 +7,7 @@ accepts, and the errno a syscall gets matches the 400 the server would send.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Literal
 
@@ -16,6 +17,14 @@ MAX_CONTENT_BYTES = 102_400
 MAX_MEMORIES_PER_STORE = 2_000
 
 _LINE_SEPARATORS = ("\u2028", "\u2029")
+
+#: What an id of the server's may hold (``memstore_01…``, ``mem_…``, ``sesn_…``): memfs
+#: names a state directory after a store's id, so it must be one plain name.
+_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
+
+
+def is_id(value: object) -> bool:
+    return isinstance(value, str) and _ID.fullmatch(value) is not None
 
 
 class PathError(ValueError):

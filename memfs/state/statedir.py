@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memfs.core import paths
 from memfs.local.registry import (
     cache_root,
     canonical_mountpoint,
@@ -175,11 +176,19 @@ def open_state_dir(base_url: str, store_id: str, cache_dir: str | None,
     return state_dir_for(base_url, store_id, cache_dir, key=key)
 
 
+def _plain(store_id: str) -> str:
+    """A store id as one directory name: never a `..` or a path (the API's ids are
+    letters, digits, `_` and `-`; the client refuses an answer with another)."""
+    if not paths.is_id(store_id):
+        raise ValueError(f"{store_id!r} is not a memory store id")
+    return store_id
+
+
 def state_dir_for(base_url: str, store_id: str, cache_dir: str | None = None,
                   key: str | None = None) -> Path:
     """Create (0700) and return the state directory; key defaults to the URL slug."""
     root = Path(cache_dir) if cache_dir else cache_root()
-    path = root / (key or server_id(base_url)) / store_id
+    path = root / (key or server_id(base_url)) / _plain(store_id)
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     for p in (path, path.parent, root):
         os.chmod(p, 0o700)
@@ -290,7 +299,7 @@ def adopt(root: Path, key: str, store_id: str) -> list[Adoption]:
         return []
     done: list[Adoption] = []
     with exclusive(root / ".adopt.lock", blocking=True):
-        target = root / key / store_id
+        target = root / key / _plain(store_id)
         for old_db in sorted(root.glob(f"*/{store_id}/{STATE_DB}")):
             old = old_db.parent
             if old.parent.name == key or not old.is_dir():
