@@ -833,6 +833,16 @@ async def test_an_id_or_sha_that_would_name_a_path_is_refused(bad):
                 await c.get_session("sesn_1")
 
 
+@pytest.mark.parametrize("answer", [{"id": 5}, {"data": [{"foo": 1}]}, {"data": "x"},
+                                    {"data": [5]}])
+async def test_a_list_answer_that_is_not_one_is_refused(answer):
+    """Before (found by a helper, 6 December), `memfs stores list` printed nothing and
+    `mount --all` mounted "no stores" when a server answered any 200."""
+    async with make_client(lambda request: httpx.Response(200, json=answer)) as c:
+        with pytest.raises(APIResponseValidationError, match="unexpected list payload"):
+            [s async for s in c.list_stores()]
+
+
 def test_content_sha256():
     assert content_sha256("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
     assert (

@@ -283,5 +283,12 @@ class Page:
 
     @classmethod
     def from_json(cls, d: dict[str, Any], parse_item: Any = parse_object) -> Page:
-        items = d.get("data") or []
+        """A list answer without its ``data`` list, or with an item that has no
+        ``type``, is not one: TypeError (an item of a type this client does not know,
+        a newer server's, stays, and the walk skips it)."""
+        items = d.get("data")
+        if not isinstance(items, list):
+            raise TypeError("a list answer without its `data` list")
+        if not all(isinstance(x, dict) and isinstance(x.get("type"), str) for x in items):
+            raise TypeError("a list item that is not an object with a `type`")
         return cls(data=[parse_item(x) for x in items], next_page=d.get("next_page") or None)
