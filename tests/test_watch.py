@@ -323,3 +323,26 @@ def test_watch_hands_its_lookback_to_the_polls(server, tmp_path, monkeypatch):
                                 env=mount_env(server, tmp_path))
     assert "stop here" in result.output and result.exit_code == 1
     assert asked == [("lb", 0.5, timedelta(seconds=2.5))]
+
+
+@needs_fuse
+@pytest.mark.parametrize("how", ["unmounted", "killed"])
+def test_watch_says_how_its_mount_ended(mounts, server, watchers, how):
+    """An unmount ends the watch after its last event, said (exit 0); a daemon that died
+    is an error (exit 1) that names the way on. Before (found by a helper, 6 December),
+    both ended in silence with exit 0: a script could not tell them apart."""
+    store = mounts.new_store("Ends")
+    m = mounts.mount(store)
+    w = watchers(m.env, str(m.path), "--json")
+    w.wait_started()
+    (m.path / "last.md").write_text("the last word\n")
+    if how == "unmounted":
+        m.unmount()
+        assert w.proc.wait(60) == 0, "".join(w.err)
+        assert w.next(5)["path"] == "/last.md"  # told before the end
+        assert f"memfs watch: {m.path} was unmounted\n" in w.err
+    else:
+        m.kill9()
+        assert w.proc.wait(60) == 1, "".join(w.err)
+        assert any(f"the mount's daemon stopped without an unmount: memfs status {m.path}"
+                   in line for line in w.err), w.err

@@ -63,7 +63,7 @@ def _mount_target(target: str) -> tuple[Path, str | None] | None:
     return None
 
 
-def _follow_mount(control_dir: Path, store: str | None, since: str | None,
+def _follow_mount(control_dir: Path, store: str | None, since: str | None, target: str,
                   ) -> Iterator[dict]:
     from memfs.local import control
 
@@ -82,7 +82,13 @@ def _follow_mount(control_dir: Path, store: str | None, since: str | None,
     for line in lines:
         if line.get("ok") is False:
             raise click.ClickException(line.get("error") or "the daemon failed")
+        if line.get("end"):
+            click.echo(f"memfs watch: {target} was unmounted", err=True)
+            return
         yield line
+    raise click.ClickException(f"the mount's daemon stopped without an unmount: memfs "
+                               f"status {target} says what it left; memfs unmount {target} "
+                               "clears the mount")
 
 
 def _follow_store(target: str, since: str | None, interval: float, lookback: float,
@@ -157,7 +163,7 @@ def watch(target: str, as_json: bool, since: str | None, poll_interval: float,
     kept, see `memfs conflicts`).
     """
     found = _mount_target(target)
-    lines = (_follow_mount(found[0], found[1], since) if found is not None
+    lines = (_follow_mount(found[0], found[1], since, target) if found is not None
              else _follow_store(target, since, poll_interval, lookback, base_url,
                                 api_key_file))
     with contextlib.suppress(KeyboardInterrupt, BrokenPipeError):

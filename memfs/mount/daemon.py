@@ -162,6 +162,8 @@ class MountDaemon:
                      self.flush_result["left"])
             for line in kept_here_lines(self.flush_result):  # a SIGTERM (systemctl
                 log.warning("%s", line)  # stop) has no `memfs unmount` to tell it
+            for engine in self.engines:  # `memfs watch` hears the end, not a silence
+                engine.ctx.events.end()
             self.flush_done.set()
             if not unmounted_outside:
                 await trio.sleep(0.05)  # let the control reply go out

@@ -156,6 +156,13 @@ class EventBus:
     def attach(self, sub: Subscriber) -> None:
         self.subscribers.add(sub)
 
+    def end(self) -> None:
+        """The mount is going away after its final flush: each reader's stream ends
+        with what is queued, then says so (`watch.follow_buses`), so a reader tells an
+        unmount from a daemon that died."""
+        for sub in list(self.subscribers):
+            sub.close()
+
     def detach(self, sub: Subscriber) -> None:
         self.subscribers.discard(sub)
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
+import trio
 
 from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
@@ -89,7 +90,9 @@ async def follow_buses(engines: list, since: str | None, queue: int = QUEUE_LIMI
     """The `events` stream of a mount's daemon: a first line `{"ok": ...}`, the replay
     (if asked), then every event its engines' buses emit, as JSON objects. At most
     `queue` events wait for the reader; the rest are dropped, and the count is told
-    before the next event, or as soon as the reader has caught up."""
+    before the next event, or as soon as the reader has caught up. The last line of a
+    mount that is unmounted is `{"ok": true, "end": "unmounted"}`; a stream that stops
+    without it lost its daemon."""
     sub = Subscriber(max(1, min(queue, QUEUE_LIMIT)))
     buses: dict[str, tuple[EventBus, MemoryStoresClient]] = {}
     for engine in engines:
@@ -112,7 +115,11 @@ async def follow_buses(engines: list, since: str | None, queue: int = QUEUE_LIMI
                     replayed.add(event.version_id or "")
                     yield event.to_json()
         while True:
-            event = await sub.receive.receive()
+            try:
+                event = await sub.receive.receive()
+            except trio.EndOfChannel:  # `EventBus.end`: unmounted, all told
+                yield {"ok": True, "end": "unmounted"}
+                return
             lost = sub.take_dropped()
             if lost is not None:
                 yield lost.to_json()
