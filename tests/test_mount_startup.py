@@ -252,3 +252,27 @@ def test_a_folder_named_memfs_in_the_current_directory_does_not_matter(mounts, s
             subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
             subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
     assert server.sdk().beta.memory_stores.memories.list(store).data[0].path == "/a.md"
+
+
+@needs_fuse
+def test_a_first_listing_that_fails_is_said(mounts, server):
+    """A store never mounted whose first listing fails (the server died or refused it
+    after the store was looked up) mounts empty, and says so: `memfs mount` promises
+    the tree is there when it returns. Before (found by a helper, 6 December), it
+    printed "mounted" over an empty tree in silence. The tree comes once the server
+    answers."""
+    from gate import Gate
+    from synchelpers import sdk_create, wait_for
+
+    store = mounts.new_store("Listed Late")
+    sdk_create(server, store, "/a.md", "there\n")
+    with Gate(server) as gate:
+        gate.refuse("GET", rf"/v1/memory_stores/{store}/memories$", 503)
+        m = mounts.mount(store, "--poll-interval", "0.2")
+        err = m.outputs[-1].stderr
+        assert "memfs: warning: " in err and ": its first listing failed (" in err, err
+        assert "the mount shows what the cache holds until the server answers" in err, err
+        assert not (m.path / "a.md").exists()
+    wait_for(lambda: (m.path / "a.md").exists(), what="the tree once the server answers")
+    assert (m.path / "a.md").read_text() == "there\n"
+    m.unmount()

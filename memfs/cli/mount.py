@@ -506,7 +506,11 @@ class _Handover:
                     buf += chunk
         self.process.close_ready()
         line = buf.decode(errors="replace").strip()
-        if line == "READY":
+        if line == "READY" or line.startswith("READY "):
+            for why in json.loads(line[len("READY "):] or "[]"):
+                click.echo(f"memfs: warning: {why}: the mount shows what the cache holds "
+                           "until the server answers (memfs status says when it has)",
+                           err=True)
             return
         if self.process.proc.poll() is None and not line:
             self.process.proc.terminate()

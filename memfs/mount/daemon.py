@@ -5,8 +5,9 @@ foreground) before it has looked the store up, so that the imports below run
 while it does; then it writes the mount's configuration and the API key as JSON
 to the pipe ``MEMFS_CONFIG_FD`` (the key never goes into argv nor the
 environment). End of file without it: the mount was given up, and the process
-exits. The daemon writes ``READY`` or ``ERROR <message>`` to ``MEMFS_READY_FD``
-once, so the parent returns only when the mount is live.
+exits. The daemon writes ``READY`` (then, if a store's first listing failed, a JSON
+list of why) or ``ERROR <message>`` to ``MEMFS_READY_FD`` once, so the parent returns
+only when the mount is live, and says what it does not show yet.
 
 Shutdown, whichever way it comes (`memfs unmount`, SIGTERM/SIGINT, or
 `fusermount3 -u` from outside): a bounded flush of pending changes, then the
@@ -143,11 +144,18 @@ class MountDaemon:
                             tasks.start_soon(self._watch_stores)
 
             nursery.start_soon(run_watchers)
+            unlisted: list[str] = []
+
+            async def list_first(engine: StoreEngine) -> None:
+                why = await engine.first_listing()
+                if why:
+                    unlisted.append(f"{engine.name or engine.cfg.store_id}: {why}")
+
             async with trio.open_nursery() as first:  # every store's tree, at once
                 for engine in self.engines:
-                    first.start_soon(engine.first_listing)
+                    first.start_soon(list_first, engine)
             self._save_group()
-            on_ready()
+            on_ready(unlisted)
             async with trio.open_nursery() as waiter:
                 async def wait_for(event: trio.Event) -> None:
                     await event.wait()
@@ -515,7 +523,8 @@ def run(cfg: MountConfig | GroupConfig, *, foreground: bool, api_key: str | None
                  "read-only" if cfg.options.read_only else "read-write")
     ok = False
     try:
-        trio.run(daemon.run, lambda: report("READY"))
+        trio.run(daemon.run, lambda unlisted: report(" ".join(["READY", *(
+            [json.dumps(unlisted)] if unlisted else [])])))
         ok = True
     except BaseException:
         log.exception("the daemon failed")

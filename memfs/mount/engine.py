@@ -169,17 +169,21 @@ class StoreEngine:
                               self.cfg.store_id, what)
                 await trio.sleep(5.0)
 
-    async def first_listing(self, timeout: float = 20.0) -> None:
+    async def first_listing(self, timeout: float = 20.0) -> str | None:
         """A store never listed in this state dir: have its tree in place before
         `memfs mount` returns, so `mount && cat` works (bounded; on failure the
-        reconciler's loop keeps trying and the store starts empty)."""
+        reconciler's loop keeps trying and the store starts empty). Why it is not in
+        place, when it is not: `memfs mount` says so, not an empty tree in silence."""
         if self.state.get_meta("last_sync_at") is not None:
-            return
+            return None
         with trio.move_on_after(timeout), purpose("sync"):
             try:
                 await self.reconciler.reconcile_pass(coalesce=True)
+                return None
             except Exception as exc:
                 log.info("first listing failed: %s (store %s)", exc, self.cfg.store_id)
+                return f"its first listing failed ({exc})"
+        return f"its first listing took more than {timeout:.0f} s"
 
     async def final_flush(self, timeout: float) -> dict:
         """Stop the background pusher (a pass under way finishes and is applied, or is
