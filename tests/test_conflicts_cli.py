@@ -3,6 +3,8 @@ running daemon and on state.db with no daemon running."""
 
 from __future__ import annotations
 
+import json
+
 # ruff: noqa: F811  (pytest fixtures imported from mountutil are redefined as arguments)
 from mountutil import mounts, needs_fuse, server_memories  # noqa: F401
 from synchelpers import (
@@ -120,3 +122,19 @@ def test_errors(mounts, server):
     bad = m.memfs("conflicts", str(m.path.parent / "nope"), check=False)
     assert bad.returncode != 0 and "not a memfs mount" in bad.stderr
     assert len(conflicts(m)) == 1
+
+
+def test_conflicts_without_a_mountpoint_lists_those_unmounted_mounts_keep(mounts, server):
+    """An unmount that keeps a conflict says `memfs conflicts` shows it; without a
+    MOUNTPOINT that command listed live mounts only ("no conflicts", or "no memfs mounts
+    are running"). Found by a helper, 6 December."""
+    store, mid, m, f = make_conflict(mounts, server)
+    out = m.unmount(kept=True)
+    assert "memfs conflicts shows each" in out, out
+    listed = m.memfs("conflicts").stdout
+    assert f"#1 /notes/a.md  ({m.path})" in listed, listed
+    other = mounts.mount(mounts.new_store("live"), name="other")  # a live mount beside it
+    listed = other.memfs("conflicts", "--json").stdout
+    assert [(r["path"], r["mountpoint"]) for r in json.loads(listed)] == [
+        ("/notes/a.md", str(m.path))], listed
+    other.unmount()

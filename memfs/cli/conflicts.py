@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import json
 import os
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from memfs.local import control
 from memfs.local.registry import read_registry
 from memfs.state import conflicts as core
 from memfs.state.blobs import BlobCache, StagedUnreadable
+from memfs.state.schema import STATE_DB
 from memfs.state.state import State
 
 
@@ -49,13 +51,31 @@ def _group_store(mountpoint: str) -> tuple[Path, str] | None:
 
 
 def _mountpoints(mountpoint: str | None) -> list[str]:
+    """MOUNTPOINT's; without one, every live mount's, and every mount no longer
+    mounted whose journal keeps a conflict (an unmount that named one points here)."""
     if mountpoint:
         return _expand(os.path.abspath(mountpoint))
     from memfs.local.registry import all_mounts
+    from memfs.state.statedir import known_mountpoints, known_state_dir
+    from memfs.state.view import StateView
 
     points = [p for mp in all_mounts() for p in _expand(mp)]
+    for mp in known_mountpoints():
+        state_dir = known_state_dir(mp)
+        if mp in points or state_dir is None:
+            continue
+        try:
+            view = StateView(state_dir / STATE_DB)
+        except sqlite3.Error:  # StateUnreadable: `memfs conflicts MOUNTPOINT` says so
+            continue
+        try:
+            if view.conflicts():
+                points.append(mp)
+        finally:
+            view.close()
     if not points:
-        raise click.ClickException("no memfs mounts are running; name the MOUNTPOINT")
+        raise click.ClickException("no memfs mounts are running, and none keeps a "
+                                   "conflict; name the MOUNTPOINT")
     return points
 
 

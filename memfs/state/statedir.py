@@ -229,6 +229,21 @@ def known_state_dir(mountpoint: str) -> Path | None:
     return state_dir
 
 
+def known_mountpoints() -> list[str]:
+    """Every mountpoint the known index remembers whose state directory was last
+    mounted there (mounted now or not): what `memfs conflicts` lists without one."""
+    folder = registry_dir() / "known"
+    found = []
+    for entry in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            mountpoint = json.loads(entry.read_text())["mountpoint"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(mountpoint, str) and known_state_dir(mountpoint) is not None:
+            found.append(mountpoint)
+    return found
+
+
 def left_behind(mountpoint: str, store: str) -> tuple[Path, int] | None:
     """(the state directory, how many changes not on the server it holds) of `store` (an
     id or a name) as last mounted at mountpoint, when it holds any: what a store deleted
