@@ -70,3 +70,20 @@ def test_kill9_mid_push_rounds(mounts, server):
     assert kept_ids, "no rename of a pushed file happened: the test lost its point"
     for path, memory_id in kept_ids.items():
         assert memories[path] == memory_id, f"{path} lost its memory id across a rename"
+
+
+def test_status_of_a_mount_whose_daemon_died_says_it_is_dead_and_how_to_clear_it(
+        mounts, server):
+    """Found by a helper, 6 December: `memfs status` said "daemon: not running" of a
+    mount left behind dead (every access ENOTCONN) without saying so or naming the way
+    out."""
+    m = mounts.mount(mounts.new_store())
+    (m.path / "a.md").write_text("kept\n")
+    m._sigkill()  # the FUSE mount stays, dead
+    status = m.memfs("status", str(m.path)).stdout
+    assert "daemon: not running (from state.db)" in status, status
+    assert (f"the mount is still there, dead: its daemon is gone (an access there fails with "
+            f"'Transport endpoint is not connected'); memfs unmount {m.path} clears it")\
+        in status, status
+    m.memfs("unmount", str(m.path), check=False)
+    assert "the mount is still there" not in m.memfs("status", str(m.path)).stdout

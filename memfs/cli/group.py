@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import click
@@ -159,13 +159,14 @@ def cached_plan(root: str, cache_dir: str | None,
     return stores, key if isinstance(key, str) else None
 
 
-def format_group_status(s: dict, format_store) -> str:
-    """`memfs status ROOT` of a session root: a header, then each store's own block."""
+def format_group_status(s: dict, format_store, notes: Sequence[str] = ()) -> str:
+    """`memfs status ROOT` of a session root: a header (and `notes` under it), then
+    each store's own block."""
     head = f"{s.get('mountpoint')}: {s.get('kind')} root"
     if s.get("session_id"):
         head += f" of session {s['session_id']}"
     head += f" on {s.get('server')}" + ("" if s.get("running") else " (daemon not running)")
-    lines = [head]
+    lines = [head, *notes]
     for store in s.get("stores", []):
         block = format_store(store).splitlines()
         name = store.get("name") or store.get("store_id")

@@ -12,7 +12,7 @@ import click
 
 from memfs.cli import progress
 from memfs.cli.completion import complete_mountpoints
-from memfs.local.registry import all_mounts
+from memfs.local.registry import all_mounts, is_mounted
 from memfs.state.report import pending
 from memfs.state.schema import STATE_DB
 from memfs.state.view import StateUnreadable, StateView, read_meta
@@ -82,7 +82,14 @@ def offline_status(state_dir: Path) -> dict:
 
 def mount_status(mountpoint: str) -> dict:
     """The status of one mountpoint: its daemon's, else read from its state.db (a
-    session root's stores' each)."""
+    session root's stores' each), saying whether a mount is left there, dead."""
+    found = _mount_status(mountpoint)
+    if not found.get("running"):
+        found["dead_mount"] = is_mounted(mountpoint)
+    return found
+
+
+def _mount_status(mountpoint: str) -> dict:
     from memfs.local import control
 
     found = locate(mountpoint)  # the registry, else the state.db last mounted there
@@ -129,6 +136,16 @@ def _offline_group_status(root: str) -> dict | None:
             "skipped": []}
 
 
+def dead_mount_lines(s: dict) -> list[str]:
+    """A mount whose daemon is gone (killed) is still mounted: every access there fails
+    (ENOTCONN) until it is cleared."""
+    if not s.get("dead_mount"):
+        return []
+    return [f"  the mount is still there, dead: its daemon is gone (an access there fails "
+            f"with 'Transport endpoint is not connected'); memfs unmount {s['mountpoint']} "
+            "clears it and says what its journal holds"]
+
+
 def _ago(ts: float | None) -> str:
     if not ts:
         return "never"
@@ -144,6 +161,7 @@ def format_status(s: dict) -> str:
     store = (f"{s['store_name']} ({s.get('store_id')})" if s.get("store_name")
              else s.get("store_id"))
     lines = [f"{s.get('mountpoint')}: store {store} on {s.get('server')}"]
+    lines += dead_mount_lines(s)
     if not s.get("running"):
         lines.append("  daemon: not running (from state.db)"
                      + (f"; the store was {s['gone']} on the server: no mount sends what "
@@ -240,7 +258,7 @@ def _status_text(mountpoint, as_json=False) -> str:
         if s.get("group"):
             from memfs.cli.group import format_group_status
 
-            out.append(format_group_status(s, format_status))
+            out.append(format_group_status(s, format_status, dead_mount_lines(s)))
         else:
             out.append(format_status(s))
     return "\n".join(out)
