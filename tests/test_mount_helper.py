@@ -147,3 +147,13 @@ def test_session_and_all_sources(fake_memfs: Path) -> None:
     assert argv_of(proc) == ["mount", "--all", "/mnt/stores", "--read-only", "--gid", "7"]
     bad = run(fake_memfs, "session:", "/mnt/memory")
     assert bad.returncode == 32 and "needs a session id" in bad.stderr
+
+
+def test_a_mount_that_fails_exits_32_as_mount_8_expects(tmp_path: Path) -> None:
+    """`memfs mount`'s own exit status (1) is not mount(8)'s "mount failure" (32):
+    found by a helper, 6 December."""
+    failing = tmp_path / "failing-memfs"
+    failing.write_text("#!/bin/sh\necho 'Error: unknown store memstore_01' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    proc = run(failing, "memstore_01", "/mnt/x")
+    assert proc.returncode == 32 and "unknown store" in proc.stderr, proc
