@@ -17,7 +17,7 @@ from synchelpers import cat, conflicts, flush, wait_for, xattr
 
 pytestmark = needs_fuse
 
-SESSION = "sesn_history0test"
+SESSION = "sesn_011CZkZbqJ2Xkz5pHistory0"  # as long as a real one
 
 
 def agent(server):
@@ -67,6 +67,9 @@ def test_history_show_restore_and_deleted(mounts, server):
     assert rows == sorted(rows, key=lambda r: r["created_at"], reverse=True)
     text = m.memfs("history", str(f)).stdout
     assert f"session:{SESSION}" in text and rows[-1]["id"] in text and "created" in text
+    # one column each: the version ids line up under a session's long author too
+    starts = {line.index("memver_") for line in text.splitlines()[1:]}
+    assert len(starts) == 1, text
     v1, v2 = rows[3]["id"], rows[2]["id"]
 
     # show: bytes exactly, both spellings.

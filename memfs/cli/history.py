@@ -146,11 +146,13 @@ def history(file, as_json):
         click.echo(json.dumps([_row(v) for v in versions], indent=2))
         return
     click.echo(f"{t.path}  ({mid}, {len(versions)} version(s), newest first)")
+    # the author column as wide as its widest (a session's author is longer than a key's)
+    width = max([28, *(len(author(v.created_by)) for v in versions)])
     for v in versions:
         size = "-" if v.content_size_bytes is None else f"{v.content_size_bytes} B"
         op = v.operation + (" (redacted)" if v.redacted_at else "")
-        click.echo(f"{_when(v.created_at)}  {op:<19} {author(v.created_by):<28} {size:>9}  "
-                   f"{v.id}  {v.path or '(redacted)'}")
+        click.echo(f"{_when(v.created_at)}  {op:<19} {author(v.created_by):<{width}} "
+                   f"{size:>9}  {v.id}  {v.path or '(redacted)'}")
 
 
 def _when(created_at: str) -> str:
