@@ -97,6 +97,15 @@ def test_auth(server):
         server, "GET", "/v1/memory_stores", key=None, headers={"authorization": "Bearer test-key"}
     )
     assert bearer.status_code == 200
+    # each refusal names what the request sent (a wrong bearer token was said to be an
+    # invalid x-api-key: found by a helper, 6 December)
+    said = {name: assert_error(raw(server, "GET", "/v1/memory_stores", **kw), 401,
+                               "authentication_error")["error"]["message"]
+            for name, kw in (("none", {"key": None}), ("key", {"key": "wrong"}),
+                             ("bearer", {"key": None, "headers": {
+                                 "authorization": "Bearer wrong"}}))}
+    assert said == {"none": "x-api-key header is required (or Authorization: Bearer)",
+                    "key": "invalid x-api-key", "bearer": "invalid bearer token"}
     with pytest.raises(anthropic.AuthenticationError):
         server.sdk(api_key="nope").beta.memory_stores.list()
     tok = anthropic.Anthropic(base_url=server.base_url, auth_token="test-key", max_retries=0)

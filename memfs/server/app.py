@@ -461,14 +461,21 @@ class MemfsApp:
     def _is_session_token(supplied: str | None) -> bool:
         return supplied is not None and supplied.startswith(SESSION_TOKEN_PREFIX)
 
-    def _check_auth(self, supplied: str | None) -> None:
-        """The server's API key, as `_credential` read it from the request."""
+    def _check_auth(self, supplied: str | None, ex: _Exchange | None = None) -> None:
+        """The server's API key, as `_credential` read it from the request; the
+        refusal names the header the request used (a wrong bearer token was said to
+        be an invalid x-api-key: found by a helper)."""
         if self.api_key is None:
             return
         if supplied is None or not hmac.compare_digest(
                 supplied.encode("latin-1"), self.api_key.encode()):
             self.metrics.auth_failures.labels("key").inc()
-            raise ApiError(401, "authentication_error", "invalid x-api-key")
+            if supplied is None:
+                raise ApiError(401, "authentication_error",
+                               "x-api-key header is required (or Authorization: Bearer)")
+            bearer = ex is not None and ex.header(b"x-api-key") is None
+            raise ApiError(401, "authentication_error",
+                           "invalid bearer token" if bearer else "invalid x-api-key")
 
     async def _grant(self, token: str) -> SessionGrant:
         """What a session token may do. A malformed token is refused without the
@@ -518,7 +525,7 @@ class MemfsApp:
         supplied = self._credential(ex)
         token = supplied if self._is_session_token(supplied) else None
         if token is None:
-            self._check_auth(supplied)
+            self._check_auth(supplied, ex)
         if self.inflight >= self.limits.max_inflight:
             raise ApiError(503, "overloaded_error", "too many requests in flight; retry",
                            headers={"retry-after": "1"})
@@ -621,7 +628,7 @@ class MemfsApp:
         supplied = self._credential(ex)
         if self._is_session_token(supplied):
             raise ApiError(403, "permission_error", "metrics need the API key")
-        self._check_auth(supplied)
+        self._check_auth(supplied, ex)
         data = await self._db("metrics", self.metrics.exposition)
         await ex.send_bytes(200, data, CONTENT_TYPE)
 
@@ -635,7 +642,7 @@ class MemfsApp:
         if self._is_session_token(supplied):
             raise ApiError(403, "permission_error",
                            "a session token cannot mint session tokens; use the API key")
-        self._check_auth(supplied)
+        self._check_auth(supplied, ex)
         token = await self._db("issue_session_token", self.db.issue_session_token, session_id)
         await ex.send_json(200, {"token": token})
 
