@@ -145,6 +145,17 @@ def test_watch_without_mount_polls_the_versions_list(server, tmp_path, watchers)
     assert event["store"] == "Polled" and event["author"]["type"] == "api_actor"
 
 
+def test_watch_of_a_path_that_is_no_mount_says_so(server, tmp_path):
+    """It said "unknown store '/tmp/…'" (found by a helper, 6 December)."""
+    env = mount_env(server, tmp_path)
+    for target in (str(tmp_path / "nonexist"), str(tmp_path)):
+        proc = subprocess.run([sys.executable, "-m", "memfs", "watch", target], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1, proc
+        assert proc.stderr == f"Error: {target} is not a live memfs mount (nor one store's " \
+                              "directory under a live session root)\n", proc.stderr
+
+
 def test_watch_refuses_a_bad_since(server, tmp_path):
     server.sdk().beta.memory_stores.create(name="s")
     proc = subprocess.run([sys.executable, "-m", "memfs", "watch", "s", "--since", "soon"],

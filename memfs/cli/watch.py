@@ -163,6 +163,9 @@ def watch(target: str, as_json: bool, since: str | None, poll_interval: float,
     kept, see `memfs conflicts`).
     """
     found = _mount_target(target)
+    if found is None and (target.startswith(("/", "./", "../", "~")) or os.path.exists(target)):
+        raise click.ClickException(f"{target} is not a live memfs mount (nor one store's "
+                                   "directory under a live session root)")
     lines = (_follow_mount(found[0], found[1], since, target) if found is not None
              else _follow_store(target, since, poll_interval, lookback, base_url,
                                 api_key_file))
