@@ -123,4 +123,6 @@ def test_mount_by_name_offline_from_the_cache(server, mounts) -> None:
     assert m2.registry()["store_id"] == store
     assert "unreachable; mounting from the cache" in m2.outputs[0].stderr
     assert (m2.path / "a.md").read_text() == "cached"
+    # the name the cache kept, in the status too (it was null: found by a helper)
+    assert m2.live_status()["store_name"] == "Field Notes"
     m2.unmount("--timeout", "2")

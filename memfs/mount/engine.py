@@ -352,7 +352,8 @@ def store_status(engine: StoreEngine) -> dict:
         "pid": __import__("os").getpid(),
         "mountpoint": cfg.mountpoint,
         "store_id": cfg.store_id,
-        "store_name": cfg.store_name or None,
+        # mounted offline by id: the name the cache kept, or learned once online
+        "store_name": cfg.store_name or engine.state.get_meta("store_name") or None,
         "server": cfg.base_url,
         "read_only": cfg.options.read_only,
         "gone": engine.gone,  # archived or deleted on the server: read-only since
