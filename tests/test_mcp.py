@@ -119,6 +119,12 @@ async def test_stdio_tools_answer_as_memory_store_tool(server, tmp_path):
             "/memories/kept/a.md:3: TWO"]
         result = await session.call_tool("search", {"pattern": "(", "regex": True})
         assert result.is_error and "Invalid regular expression" in result.content[0].text
+        # a path that does not exist is said so, as view says it (it was "No matches")
+        result = await session.call_tool("search", {"pattern": "a", "path": "/memories/nope"})
+        assert result.is_error and result.content[0].text == (
+            "The path /memories/nope does not exist. Please provide a valid path.")
+        result = await session.call_tool("search", {"pattern": "zzz", "path": "/memories/b.md"})
+        assert not result.is_error and result.content[0].text.startswith("No matches")
 
 
 # Clients before protocol 2026-07-28 subscribe with resources/subscribe, which the SDK now

@@ -359,6 +359,7 @@ class MemoryMCP:
         target = resolve(raw)
         rows: list[dict[str, Any]] = []
         more = False
+        there = False  # the path is a store, a directory or a file: else it does not exist
         for store in self.stores:
             if self.single:
                 inside, below = True, target.segments
@@ -374,6 +375,7 @@ class MemoryMCP:
                 exact = "/" + "/".join(below)
                 contents = [(path, text) for path, text in await self._contents(
                     store, "/" + "".join(f"{s}/" for s in below[:-1])) if path == exact]
+            there = there or bool(contents) or not below
             for path, content in sorted(contents):
                 for number, line in enumerate(content.split("\n"), 1):
                     if rx.search(line):
@@ -381,6 +383,8 @@ class MemoryMCP:
                             more = True
                             break
                         rows.append({"path": shown + path, "line": number, "text": line})
+        if not there:
+            raise ToolFailure(missing(target.raw))
         if not rows:
             return f"No matches for {pattern!r} in {target.raw}.", rows
         head = f"{len(rows)} match(es) for {pattern!r} in {target.raw}" + (
