@@ -167,3 +167,21 @@ def test_a_web_server_in_the_servers_place_is_no_store_deleted(tmp_path):
     finally:
         ms.cleanup()
         sp.stop()
+
+
+def test_what_a_gone_store_keeps_is_not_said_to_go_out_or_come_back():
+    """A store archived or deleted on the server: its unmount does not say that the
+    changes it turned down are "tried again on the next mount", nor that `memfs
+    conflicts restore` puts a conflict back (no mount pushes either): `memfs salvage`."""
+    from memfs.state.report import kept_here
+
+    reply = {"waiting": [{"path": "/w.md", "reason": "403"}],
+             "conflicts": [{"id": 1, "path": "/c.md", "reason": "changed on both"}]}
+    live = dict(kept_here(reply))
+    assert "tried again on the next mount" in " ".join(live)
+    assert any("memfs conflicts restore" in sentence for sentence in live)
+    gone = dict(kept_here({**reply, "gone": "deleted"}))
+    assert list(gone.values()) == list(live.values())
+    assert not any("next mount" in s or "restore" in s for s in gone), gone
+    assert "1 conflict(s) keep what was written here aside, NOT on the server (memfs " \
+           "salvage writes each out, under .conflicts/)" in gone

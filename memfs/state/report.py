@@ -99,6 +99,13 @@ KEPT_HERE = (
 )
 
 
+#: What `KEPT_HERE` says instead of a store archived or deleted on the server.
+GONE_SAYS = {
+    "waiting": "{n} change(s) the server turned down stay journaled",
+    "conflicts": "{n} conflict(s) keep what was written here aside, NOT on the server "
+                 "(memfs salvage writes each out, under .conflicts/)",
+}
+
 #: How many items of one kind `kept_here` names: a tree of git objects refused for
 #: their bytes is a thousand lines that bury the rest; the others are counted, and
 #: `memfs status MOUNTPOINT` (read from state.db once the daemon is gone) names each.
@@ -117,8 +124,11 @@ def kept_here(reply: dict, *, named: int = NAMED) -> list[tuple[str, list[str]]]
         return [line(i) for i in items[:named]] + (
             [f"... and {more} more (memfs status names each)"] if more > 0 else [])
 
-    return [(sentence.format(n=len(items)), lines(items))
-            for kind, sentence in KEPT_HERE if (items := reply.get(kind))]
+    said = dict(KEPT_HERE)
+    if reply.get("gone"):  # no mount will push them: restore has nowhere to put them
+        said.update(GONE_SAYS)
+    return [(said[kind].format(n=len(items)), lines(items))
+            for kind, _sentence in KEPT_HERE if (items := reply.get(kind))]
 
 
 def kept_here_lines(reply: dict) -> list[str]:
