@@ -215,3 +215,21 @@ def test_went_offline_honours_retry_after_and_came_online_wakes_pusher(tmp_path)
 
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__, "-v"])
+
+
+@needs_fuse
+def test_status_of_a_mount_no_listing_has_reached_does_not_say_online(mounts, server):
+    """Found by a helper, 6 December: a mount whose every listing failed for another
+    reason than an outage (a 403, an answer it cannot read) said "online"."""
+    from gate import Gate
+
+    store = mounts.new_store()
+    with Gate(server) as gate:
+        gate.refuse("GET", rf"/v1/memory_stores/{store}/memories$", 403)
+        m = mounts.mount(store)
+        status = m.memfs("status", str(m.path)).stdout
+        assert "  starting: no listing completed yet\n" in status, status
+        assert "  last error: listing failed" in status, status
+    m.sync_now()
+    assert "\n  online\n" in m.memfs("status", str(m.path)).stdout
+    m.unmount()

@@ -168,9 +168,12 @@ def format_status(s: dict) -> str:
                         f"its journal holds (memfs salvage {s.get('state_dir')} DIR writes "
                         "it out)" if s.get("gone") else ""))
     elif s.get("online"):
-        lines.append("  online" + (f" (read-only: the store was {s['gone']} on the server)"
-                                   if s.get("gone") else
-                                   " (read-only)" if s.get("read_only") else ""))
+        # nothing has failed, nor has a listing completed: the first is under way (or
+        # every listing fails for another reason than an outage: the last error says)
+        state = "online" if s.get("last_sync_at") else "starting: no listing completed yet"
+        lines.append(f"  {state}" + (f" (read-only: the store was {s['gone']} on the server)"
+                                     if s.get("gone") else
+                                     " (read-only)" if s.get("read_only") else ""))
     else:
         lines.append(f"  OFFLINE since {_ago(s.get('offline_since'))}: {s.get('offline_reason')}")
     waited = s.get("unanswered_seconds")
