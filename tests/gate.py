@@ -54,6 +54,15 @@ class Gate:
         r.raise_for_status()
         return r.json()
 
+    def garble(self, method: str, path: str, count: int | None = None) -> dict:
+        """Apply matching requests, then answer 200 with their JSON cut in half (a
+        gateway's page, a body cut short with no length to tell)."""
+        body = {"method": method, "path": path, "when": "after", "count": count,
+                "garble": True}
+        r = httpx.post(self.url, json=body, timeout=10)
+        r.raise_for_status()
+        return r.json()
+
     def snapshot(self) -> dict:
         r = httpx.get(self.url, timeout=10)
         r.raise_for_status()

@@ -42,7 +42,7 @@ from memfs.api import (
     resolve_config,
 )
 from memfs.api.client import parse_retry_after
-from memfs.api.errors import may_land_later
+from memfs.api.errors import UnreadableAnswerError, may_have_applied, may_land_later
 
 KEY = "sk-ant-SECRET-do-not-leak-1234567890"
 SHA_A = content_sha256("a")
@@ -337,9 +337,20 @@ async def test_rate_limit_error_carries_retry_after():
 
 
 async def test_bad_success_payload():
+    # a 2xx that is not JSON: applied, its answer lost (a refusal, it was; found by a
+    # helper, 6 December: a create cut short came back after the user deleted the file)
     async with make_client(Recorder(httpx.Response(200, text="not json"))) as c:
-        with pytest.raises(APIResponseValidationError):
-            await c.get_store("memstore_1")
+        with pytest.raises(UnreadableAnswerError) as lost:
+            await c.create_memory("memstore_1", "/a.md", "x")
+    assert may_have_applied(lost.value) and not may_land_later(lost.value)
+    assert isinstance(lost.value, TRANSIENT)
+    # JSON of another shape, answering a create or an update: the same
+    for send in (lambda c: c.create_memory("memstore_1", "/a.md", "x"),
+                 lambda c: c.update_memory("memstore_1", "mem_1", content="x",
+                                           precondition_sha=SHA_A)):
+        async with make_client(Recorder(httpx.Response(200, json={"nope": 1}))) as c:
+            with pytest.raises(UnreadableAnswerError, match="applied, its answer lost"):
+                await send(c)
     async with make_client(Recorder(httpx.Response(200, json={"nope": 1}))) as c:
         with pytest.raises(APIResponseValidationError):
             await c.get_store("memstore_1")

@@ -224,6 +224,31 @@ def test_applied_then_answered_an_error_then_local_change(mounts, server, kind, 
     _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
 
 
+@pytest.mark.parametrize(("kind", "op"), CASES, ids=[f"{k}-then-{o}" for k, o in CASES])
+def test_applied_then_answered_200_cut_short_then_local_change(mounts, server, kind, op):
+    """The server applies the request and its 200 arrives cut short (a gateway's page, a
+    body with no length to tell): an answer memfs cannot read is a lost answer, not a
+    refusal. Taken for a refusal (found by a helper, 6 December), a create's file deleted
+    meanwhile came back, a renamed one left a copy, an edit became a conflict, and a
+    delete's file made again with the same bytes vanished; unmount said 0 left."""
+    store, m, x, mid, rule = _start(mounts, kind, "--no-feed")
+    reads = rf"/memory_stores/{store}/(memory_versions|memories/)"
+    with Gate(server) as gate:
+        if kind != "delete":
+            gate.hold("GET", reads)                   # the doubt's look, held below
+        cut = gate.garble("DELETE" if kind == "delete" else "POST", rule, count=1)
+        current = _request(kind, x)
+        wait_for(lambda: gate.caught(cut) == 1, what=f"the {kind} applied, its answer cut")
+        if kind == "create":
+            mid = sdk_by_path(server, store)["/d/x.md"].id
+        if kind != "delete":
+            gate.wait_held(1)                         # the mount asks: no answer yet
+            assert xattr(current, "user.memfs.state") == "pending"
+        _change(op, current, x)                       # while the outcome is unknown
+        gate.clear()
+    _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
+
+
 # -- the lost answer's aftermath meets an outage ---------------------------------------------
 
 OUTAGE_CASES = [("create", "edit"), ("update", "rm"), ("rename", "edit")]

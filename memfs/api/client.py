@@ -65,6 +65,7 @@ from memfs.api.errors import (
     NotFoundError,
     NotTheAPIError,
     RateLimitError,
+    UnreadableAnswerError,
     error_for_status,
 )
 from memfs.api.models import Memory, MemoryPrefix, MemoryStore, MemoryVersion, Page, Session
@@ -502,7 +503,7 @@ class MemoryStoresClient:
                 if counts is not None:
                     counts[1] += len(response.content)
                 if response.is_success:
-                    return self._decode(response)
+                    return self._decode(response, method, path)
                 if gone_ok and attempt > 0 and response.status_code == 404 and not \
                         isinstance(self._error_from_response(response), NotTheAPIError):
                     return None
@@ -555,28 +556,36 @@ class MemoryStoresClient:
         for observer in self.observers:
             observer(method, path, status, sent, received)
 
-    def _decode(self, response: httpx.Response) -> Any:
+    def _decode(self, response: httpx.Response, method: str, path: str) -> Any:
         if not response.content:
             return None
         try:
             return response.json()
         except (ValueError, UnicodeDecodeError):
-            raise APIResponseValidationError(
-                "response body is not JSON",
+            err = UnreadableAnswerError(
+                f"{method} {path} answered {response.status_code} with a body that is not "
+                "JSON (cut short?): applied, its answer lost",
                 status=response.status_code,
-                type="invalid_response",
                 request_id=response.headers.get("request-id"),
-            ) from None
+            )
+            err.maybe_applied = True
+            err.method = method
+            raise err from None
 
     @staticmethod
-    def _parse(cls: Any, data: Any) -> Any:
+    def _parse(cls: Any, data: Any, *, applied: bool = False) -> Any:
+        """`applied`: the answer of a create or an update that the 2xx says was applied;
+        an answer that cannot be read is then a lost one (`UnreadableAnswerError`),
+        settled by asking the server, never a refusal."""
         try:
             return cls.from_json(data)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise APIResponseValidationError(
-                f"unexpected {cls.__name__} payload: {type(exc).__name__}: {exc}",
-                type="invalid_response",
-            ) from None
+            message = f"unexpected {cls.__name__} payload: {type(exc).__name__}: {exc}"
+            if applied:
+                err = UnreadableAnswerError(f"{message}: applied, its answer lost")
+                err.maybe_applied = True
+                raise err from None
+            raise APIResponseValidationError(message, type="invalid_response") from None
 
     def _page(self, data: Any) -> Page:
         if not isinstance(data, dict):
@@ -709,7 +718,7 @@ class MemoryStoresClient:
             query={"view": _check_view(view)},
             body={"path": path, "content": content},
         )
-        return self._parse(Memory, data)
+        return self._parse(Memory, data, applied=True)
 
     async def get_memory(self, store_id: str, memory_id: str, *, view: str = "full") -> Memory:
         data = await self._request(
@@ -766,7 +775,7 @@ class MemoryStoresClient:
             query={"view": _check_view(view)},
             body=body,
         )
-        return self._parse(Memory, data)
+        return self._parse(Memory, data, applied=True)
 
     async def delete_memory(
         self, store_id: str, memory_id: str, *, expected_sha: str | None = None

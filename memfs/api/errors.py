@@ -39,6 +39,7 @@ __all__ = [
     "ServerError",
     "APIConnectionError",
     "NotTheAPIError",
+    "UnreadableAnswerError",
     "REFUSED",
     "TRANSIENT",
     "error_for_status",
@@ -179,6 +180,18 @@ class APIConnectionError(APIError):
 
     def __init__(self, message: str, **kw: Any) -> None:
         kw.setdefault("type", "connection_error")
+        super().__init__(message, **kw)
+
+
+class UnreadableAnswerError(APIConnectionError):
+    """A 2xx whose body is not JSON: the server applied the request (it said so) and
+    its answer did not arrive whole (a gateway's page, a body cut short with no
+    length to tell). It is a lost answer (`maybe_applied`): taken for a refusal, a
+    create whose answer was cut short was sent again as new while the user deleted
+    the file, which came back (found by a helper)."""
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        kw.setdefault("type", "unreadable_answer")
         super().__init__(message, **kw)
 
 

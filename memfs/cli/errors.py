@@ -58,6 +58,8 @@ def describe(url: str | None, exc: api_errors.APIError, doing: str = "") -> str:
     if isinstance(exc, api_errors.TRANSIENT):
         line = (f"{head}{where.strip()} answered HTTP {exc.status}: {exc.message}"
                 if isinstance(exc, api_errors.APIStatusError)  # a 5xx, a 429: it answered
+                else f"{head}{where.strip()}: {exc.message}"
+                if isinstance(exc, api_errors.UnreadableAnswerError)
                 else f"{head}cannot reach{where}: {exc.message}")
         if getattr(exc, "method", None) == "POST" and api_errors.may_have_applied(exc):
             # Not sent again (a blind retry can undo another writer's change): say so.

@@ -445,6 +445,10 @@ class MemfsApp:
             await ex.send_error(error)
             return
         assert payload is not None
+        if gated and caught is not None and caught.garble:
+            whole = json.dumps(payload).encode()
+            await ex.send_bytes(200, whole[:len(whole) // 2], "application/json")
+            return
         await ex.send_json(200, payload)
 
     @staticmethod

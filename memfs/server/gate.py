@@ -27,6 +27,9 @@ delete) while every other request goes through. An ``after`` rule with
 answered with that error instead of its result (a gateway's 502 or 504, a
 500 from a server that failed after its commit).
 
+An ``after`` rule with ``garble`` answers the committed request 200 with its JSON
+cut in half (a gateway's page, a body cut short with no length to tell).
+
 An ``after`` rule with ``drop`` holds the committed request like any other, and
 when it is released resets the connection instead of answering: the request
 was applied and its answer is lost (a proxy timeout, a laptop going to sleep).
@@ -70,6 +73,7 @@ class Rule:
     caught: int = 0
     respond: int | None = None  # answer with this status instead of holding
     drop: bool = False  # "after": once released, reset the connection (no answer)
+    garble: bool = False  # "after": answer 200 with the result's JSON cut short
     regex: re.Pattern[str] = field(default=None, repr=False)  # type: ignore[assignment]
 
     def matches(self, method: str, path: str, when: str) -> bool:
@@ -82,7 +86,7 @@ class Rule:
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "method": self.method, "path": self.path, "when": self.when,
                 "count": self.count, "timeout": self.timeout, "caught": self.caught,
-                "respond": self.respond, "drop": self.drop}
+                "respond": self.respond, "drop": self.drop, "garble": self.garble}
 
 
 @dataclass
@@ -127,7 +131,7 @@ class Gate:
         if not isinstance(spec, dict):
             raise ValueError("body must be a JSON object")
         unknown = sorted(set(spec) - {"method", "path", "when", "count", "timeout", "respond",
-                                      "drop"})
+                                      "drop", "garble"})
         if unknown:
             raise ValueError(f"unknown gate setting {unknown[0]!r}")
         method = spec.get("method", "*")
@@ -158,8 +162,11 @@ class Gate:
         drop = spec.get("drop", False)
         if not isinstance(drop, bool) or (drop and when != "after"):
             raise ValueError("drop is true or false, and true goes with when='after'")
+        garble = spec.get("garble", False)
+        if not isinstance(garble, bool) or (garble and (when != "after" or respond or drop)):
+            raise ValueError("garble is true or false, and true goes with when='after' alone")
         rule = Rule(next(self._rule_ids), method.upper(), path, when, count,
-                    float(timeout), respond=respond, drop=drop, regex=regex)
+                    float(timeout), respond=respond, drop=drop, garble=garble, regex=regex)
         self._rules.append(rule)
         return rule.to_json()
 
