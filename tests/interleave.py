@@ -16,7 +16,7 @@ after the action, while memfs does not know what the server did:
     lost        applied, the answer lost (a connection reset after the commit)
     unapplied   never applied, and no answer either (a reset before the server read it)
     applied_500, applied_502, applied_504  applied, answered with that 5xx
-                (`ANSWERED_5XX`: the long run's, the random search's and the aftermath's)
+                (`ANSWERED_BADLY`: the long run's, the random search's and the aftermath's)
     refused     not applied, answered 403
     late<j>     no answer, not applied yet: the server applies it just before the j-th
                 request after it (a server still at work when its client gave up). The
@@ -117,6 +117,9 @@ OUTCOMES = ("answered", "lost", "unapplied", "refused", "late2", "late3", "late5
 #: the answer is a 5xx all the same (a gateway's 502 or 504 while the server finished; a
 #: 500 from a proxy after the commit). memfs cannot tell it from "never applied, a 5xx".
 ANSWERED_5XX = ("applied_500", "applied_502", "applied_504")
+#: ... or a 200 whose body is cut short (a gateway's page, no length to tell): a lost
+#: answer memfs took for a refusal (found by a helper, 6 December).
+ANSWERED_BADLY = (*ANSWERED_5XX, "applied_cut")
 #: The daemon killed with a request on the wire: (the server applied it first or not, the
 #: interference just before the kill or after the restart).
 CRASHES = tuple((point, when) for point in ("before", "after")
@@ -614,6 +617,11 @@ class HeldTransport(httpx.AsyncBaseTransport):
                 code = int(fate.removeprefix("applied_"))
                 rec.outcome = f"applied ({status}), answered {code}"
                 return _error(code, "api_error", "a gateway's error after the commit (test)")
+            if fate == "applied_cut":  # applied, its 200 cut short
+                rec.outcome = f"applied ({status}), answered 200 cut short"
+                whole = json.dumps(payload).encode()
+                return httpx.Response(200, content=whole[:len(whole) // 2],
+                                      headers={"content-type": "application/json"})
             return httpx.Response(status, json=payload, headers=headers)
         finally:
             if key is not None and self.in_flight.get(key) is rec:

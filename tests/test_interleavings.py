@@ -28,7 +28,7 @@ from interleave import (
     AFTER_MOVE,
     AFTER_READ,
     AFTER_WRITTEN,
-    ANSWERED_5XX,
+    ANSWERED_BADLY,
     CRASHES,
     EXPLORED,
     FAULT_POINTS,
@@ -1142,7 +1142,7 @@ def test_lost_answers(scenario: Scenario, harness_tmp: Path) -> None:
     operations (CROSS) also with the restarted daemon killed again in its first pass (the
     swaps too in the long run, docs/TESTING.md)."""
     twice = scenario in CROSS or LONG
-    result = explore(scenario, harness_tmp, outcomes=OUTCOMES + (ANSWERED_5XX if LONG else ()),
+    result = explore(scenario, harness_tmp, outcomes=OUTCOMES + (ANSWERED_BADLY if LONG else ()),
                      crashes=CRASHES + LATE_CRASHES, twice=twice)
     print(f"\n{scenario.name}: {len(result.runs)} interleavings")
     if result.failures:
@@ -1244,7 +1244,7 @@ def cases(draw) -> tuple[Scenario, tuple]:
     where = draw(st.one_of(
         st.tuples(st.just("hold"), st.integers(0, 3), st.sampled_from(FAULT_POINTS)),
         st.tuples(st.just("outcome"), st.integers(0, 3),
-                  st.sampled_from(OUTCOMES + ANSWERED_5XX)),
+                  st.sampled_from(OUTCOMES + ANSWERED_BADLY)),
         st.tuples(st.just("crash"), st.integers(0, 3), st.sampled_from(CRASHES + LATE_CRASHES)).map(
             lambda w: (w[0], w[1], *w[2])),
         st.tuples(st.just("crash"), st.integers(0, 3), st.sampled_from(CRASHES + LATE_CRASHES),

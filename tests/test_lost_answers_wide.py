@@ -43,7 +43,7 @@ from interleave import (
     AFTER_CONFLICT,
     AFTER_GONE,
     AFTER_MOVE,
-    ANSWERED_5XX,
+    ANSWERED_BADLY,
     CRASHES,
     FAULT_ROUND,
     LATE_CRASHES,
@@ -255,7 +255,7 @@ LONG_RUN: list[Scenario] = [] if not LONG else (
 def _explore(scenario: Scenario, tmp: Path) -> None:
     # The long run also kills the restarted daemon again (`twice`, docs/TESTING.md), and
     # has the server apply the killed daemon's request after the kill (`LATE_CRASHES`).
-    result = explore(scenario, tmp, outcomes=OUTCOMES + (ANSWERED_5XX if LONG else ()),
+    result = explore(scenario, tmp, outcomes=OUTCOMES + (ANSWERED_BADLY if LONG else ()),
                      crashes=CRASHES + (LATE_CRASHES if LONG else ()), twice=LONG)
     print(f"\n{scenario.name}: {len(result.runs)} interleavings")
     assert len(result.runs) >= 15  # alone, before, 4 hold points, after, 4 outcomes, 4 crashes
@@ -283,7 +283,7 @@ def test_lost_answers_with_another_writer(scenario: Scenario, harness_tmp: Path)
 @pytest.mark.skipif(not LONG, reason="the long run: MEMFS_INTERLEAVE_LONG=1")
 @pytest.mark.parametrize("scenario", LONG_RUN, ids=lambda s: s.name)
 def test_lost_answers_long_run(scenario: Scenario, harness_tmp: Path) -> None:
-    result = explore(scenario, harness_tmp, outcomes=OUTCOMES + ANSWERED_5XX,
+    result = explore(scenario, harness_tmp, outcomes=OUTCOMES + ANSWERED_BADLY,
                      crashes=CRASHES + LATE_CRASHES, twice=True)
     print(f"\n{scenario.name}: {len(result.runs)} interleavings")
     if result.failures:
@@ -305,7 +305,7 @@ def test_lost_answers_then_a_crash_then_new_files(scenario: Scenario,
 def test_lost_answers_then_their_aftermath_faulted(scenario: Scenario,
                                                    harness_tmp: Path) -> None:
     result = explore(scenario, harness_tmp,
-                     outcomes=("lost", "unapplied", *ANSWERED_5XX, *(("late3",) if LONG else ())),
+                     outcomes=("lost", "unapplied", *ANSWERED_BADLY, *(("late3",) if LONG else ())),
                      crashes=CRASHES if LONG else (), holds=False)
     print(f"\n{scenario.name}: {len(result.runs)} interleavings")
     assert all(run.faulted for run in result.runs)  # the aftermath reached its j-th request

@@ -125,6 +125,39 @@ def test_session_same_slug_and_default_root(server, mounts, tmp_path):
                                                                     "team-notes-2"]
 
 
+def test_a_servers_mount_paths_name_plain_folders_under_mnt_memory_only():
+    """What a server's `mount_path` may decide (found by a helper, 6 December): a session
+    whose mount path was `~/.config/git` had `memfs mount --session ID` make ~/.config
+    and mount the server's files as git's configuration (an alias ran). Without ROOT,
+    only /mnt/memory is mounted; a folder name that is not one plain visible name (an
+    escape sequence, a NUL, a name past 255 bytes, a dot name) gets the store's slug."""
+    import click
+
+    from memfs.api.models import SessionResource
+    from memfs.cli.group import plan_session, session_layout
+
+    def store(mount_path: str, name: str = "Notes") -> SessionResource:
+        return SessionResource.from_json({"type": "memory_store", "name": name,
+                                          "memory_store_id": "memstore_1",
+                                          "mount_path": mount_path})
+
+    odd = ["/mnt/memory/a\x1b[2Jb", "/mnt/memory/nul\x00x", "/mnt/memory/" + "n" * 256,
+           "/mnt/memory/.memfs", "/mnt/memory/rtl\u202eevil", "/mnt/memory/.."]
+    for mount_path in odd:
+        assert session_layout([store(mount_path)]) == ([], [(store(mount_path), "notes")]), \
+            mount_path
+    home = store("/root/.config/git")
+    assert session_layout([home]) == (["/root/.config"], [(home, "git")])
+
+    class Session:
+        resources = [home]
+
+    with pytest.raises(click.ClickException, match="under /root/.config, not /mnt/memory; "
+                                                   "give ROOT to mount them there"):
+        plan_session(lambda fn: Session(), "sesn_x", None, url="http://127.0.0.1:1",
+                     cache_dir=None, options=None, say=print)
+
+
 def test_session_adopts_state_an_older_memfs_left_under_the_url_key(server, mounts):
     """A store's pending change kept under the URL key (memfs before server ids) is
     adopted by a session mount as by a plain one, and reaches the server."""

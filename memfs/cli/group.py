@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 
 from memfs.api import errors as api_errors
+from memfs.core import paths
 from memfs.core.mountconfig import GroupConfig, GroupStore, SyncOptions
 from memfs.core.slug import mount_slugs, unique
 from memfs.local.registry import cache_root, mount_hash
@@ -52,6 +53,19 @@ def group_dir(root: str, cache_dir: str | None) -> Path:
     return path
 
 
+def _plain_name(name: str) -> bool:
+    """A directory name a server may give a store: one visible name the API would take
+    as a path segment (no NUL, control or format character: an escape sequence, a
+    right-to-left override), at most NAME_MAX bytes."""
+    if not name or name.startswith(".") or len(name.encode()) > 255:
+        return False
+    try:
+        paths.validate_segment(name)
+    except paths.PathError:
+        return False
+    return True
+
+
 def session_layout(resources: list) -> tuple[list[str], list[tuple[object, str]]]:
     """(the parent directories the resources' usable mount paths name, sorted;
     [(resource, directory name)]). One parent is the session's root; none (no usable
@@ -69,7 +83,7 @@ def session_layout(resources: list) -> tuple[list[str], list[tuple[object, str]]
     for r, fb in zip(stores, fallback, strict=True):
         mp = (r.mount_path or "").rstrip("/")
         name = posixpath.basename(mp) if mp.startswith("/") else ""
-        if not name or name in (".", "..") or ".." in mp.split("/"):
+        if not _plain_name(name) or ".." in mp.split("/"):
             name = fb
         else:
             parents.add(posixpath.dirname(mp) or "/")
@@ -94,6 +108,10 @@ def plan_session(client_call, session_id: str, root: str | None, *, url: str,
             raise click.ClickException(
                 f"session {session_id}: its stores' mount paths do not share one parent "
                 "directory; give ROOT")
+        if parents[0] != SESSION_ROOT:  # a server does not choose where this machine mounts
+            raise click.ClickException(
+                f"session {session_id}: its stores' mount paths are under {parents[0]}, not "
+                f"{SESSION_ROOT}; give ROOT to mount them there")
         root = parents[0]
     key = resolve_key(url, layout[0][0].memory_store_id if layout else "-", cache_dir)
     stores = [group_store(r.memory_store_id, name, url=url, cache_dir=cache_dir, key=key,
