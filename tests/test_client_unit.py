@@ -844,6 +844,57 @@ async def test_an_id_or_sha_that_would_name_a_path_is_refused(bad):
                 await c.get_session("sesn_1")
 
 
+@pytest.mark.parametrize("bad", [
+    mem_json(path="/a/../hidden.md"), mem_json(path="/nul\x00name.md"),
+    mem_json(path="/\x1b[2Jclear.md"), mem_json(path="/" + "/".join(["d"] * 2000)),
+    mem_json(path=5), mem_json(content="x" * 30_000_000), mem_json(content_size_bytes=-1),
+    mem_json(content_size_bytes=10**12),
+])
+async def test_a_memory_the_api_would_never_hold_is_refused(bad):
+    """Paths, content and sizes from a server are held to the API's rules where they are
+    read (found by a helper, 6 December: `/a/../hidden.md` hid a user's file in a node
+    named `..`, a 30 MB memory was cached, a negative size made stat fail)."""
+    async with make_client(lambda request: httpx.Response(200, json=bad)) as c:
+        with pytest.raises(APIResponseValidationError, match="unexpected Memory payload"):
+            await c.get_memory("memstore_1", "mem_1")
+
+
+async def test_a_version_whose_time_or_author_is_odd():
+    """A time the feed cannot read is refused where it is read (it failed the feed's every
+    pass); an author that is not an object is none (`memfs history` crashed on it)."""
+    version = {"type": "memory_version", "id": "memver_1", "memory_id": "mem_1",
+               "operation": "created", "created_at": "yesterday"}
+    async with make_client(lambda request: httpx.Response(200, json=version)) as c:
+        with pytest.raises(APIResponseValidationError, match="yesterday"):
+            await c.get_version("memstore_1", "memver_1")
+    odd = {**version, "created_at": "2026-12-06T10:00:00Z", "created_by": "someone"}
+    async with make_client(lambda request: httpx.Response(200, json=odd)) as c:
+        assert (await c.get_version("memstore_1", "memver_1")).created_by is None
+
+
+@pytest.mark.parametrize("pages", ["same", "growing"])
+async def test_list_pages_that_never_end_are_refused(pages, monkeypatch):
+    """A server whose `next_page` comes back, or never stops: the walk read forever (a
+    mount "starting" for good, its memory growing: found by a helper, 6 December)."""
+    import memfs.api.models as models
+
+    monkeypatch.setattr(models, "MAX_PAGES", 50)
+    asked = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request)
+        cursor = "same" if pages == "same" else f"p{len(asked)}"
+        return httpx.Response(200, json={"data": [], "next_page": cursor})
+
+    async with make_client(handler) as c:
+        with pytest.raises(APIResponseValidationError, match="list pages do not end"):
+            [s async for s in c.list_stores()]
+        with pytest.raises(APIResponseValidationError, match="list pages do not end"):
+            async for _ in c.list_versions_pages("memstore_1"):
+                pass
+    assert len(asked) <= 2 * 51
+
+
 @pytest.mark.parametrize("answer", [{"id": 5}, {"data": [{"foo": 1}]}, {"data": "x"},
                                     {"data": [5]}])
 async def test_a_list_answer_that_is_not_one_is_refused(answer):

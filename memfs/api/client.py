@@ -682,6 +682,7 @@ class MemoryStoresClient:
         """The items of type ``kind`` on every page, following ``next_page``; an item of a
         kind this client does not know (a newer server's) is skipped, not an error."""
         page: str | None = None
+        seen: set[str] = set()
         while True:
             p = await fetch(page)
             for item in p.data:
@@ -689,9 +690,9 @@ class MemoryStoresClient:
                     yield item
                 else:
                     log.debug("skipping unknown list item %r", item)
-            if not p.next_page:
+            page = p.follow(seen)
+            if page is None:
                 return
-            page = p.next_page
 
     # -------------------------------------------------------------- memories
 
@@ -895,14 +896,15 @@ class MemoryStoresClient:
         """The versions matching the filters, newest first, a page at a time (so a
         caller can stop early)."""
         page: str | None = None
+        seen: set[str] = set()
         while True:
             p = await self.list_versions_page(store_id, memory_id=memory_id, limit=limit,
                                               view=view, page=page, created_gte=created_gte,
                                               created_lte=created_lte)
             yield [item for item in p.data if isinstance(item, MemoryVersion)]
-            if not p.next_page:
+            page = p.follow(seen)
+            if page is None:
                 return
-            page = p.next_page
 
     async def list_versions(
         self,

@@ -76,6 +76,48 @@ def _sha(value: Any, what: str) -> str | None:
     return value
 
 
+def _path(value: Any) -> str:
+    """A memory's path as the API's rules have it (memfs/core/paths.py): a tree node is
+    named after each segment, so a `..`, a NUL, an escape sequence or a 2,000-segment
+    path from a server would hide a file, break a listing or print to the terminal."""
+    if not isinstance(value, str):
+        raise TypeError(f"path {value!r} is not a string")
+    paths.validate_path(value)
+    return value
+
+
+def _content(value: Any) -> str | None:
+    """Content within the API's limit: a server's 30 MB "memory" would be cached."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError("content is not a string")
+    if len(value) > paths.MAX_CONTENT_BYTES and \
+            len(value.encode("utf-8", "surrogatepass")) > paths.MAX_CONTENT_BYTES:
+        raise ValueError(f"content of {len(value):,} characters is over the API's "
+                         f"{paths.MAX_CONTENT_BYTES:,}-byte limit")
+    return value
+
+
+def _size(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) \
+            or not 0 <= value <= paths.MAX_CONTENT_BYTES:
+        raise ValueError(f"content_size_bytes {value!r} is not a size the API gives")
+    return value
+
+
+def _time(value: Any) -> str:
+    """A time the feed and the history read (`parse_time`): checked where it is read."""
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"time {value!r} is not a string")
+    parse_time(value)
+    return value
+
+
 def _optional_id(value: Any, what: str) -> str:
     return "" if value is None or value == "" else _id(value, what)
 
@@ -126,9 +168,9 @@ class Memory:
         return cls(
             id=_id(d["id"], "memory id"),
             memory_store_id=_optional_id(d.get("memory_store_id"), "store id"),
-            path=d["path"],
-            content=d.get("content"),
-            content_size_bytes=int(d.get("content_size_bytes") or 0),
+            path=_path(d["path"]),
+            content=_content(d.get("content")),
+            content_size_bytes=_size(d.get("content_size_bytes")) or 0,
             content_sha256=_sha(d.get("content_sha256"), "content_sha256") or "",
             memory_version_id=d.get("memory_version_id") or "",
             created_at=d.get("created_at") or "",
@@ -169,12 +211,12 @@ class MemoryVersion:
             memory_store_id=_optional_id(d.get("memory_store_id"), "store id"),
             memory_id=_optional_id(d.get("memory_id"), "memory id"),
             operation=d.get("operation") or "",
-            path=d.get("path"),
-            content=d.get("content"),
-            content_size_bytes=d.get("content_size_bytes"),
+            path=None if d.get("path") is None else _path(d["path"]),
+            content=_content(d.get("content")),
+            content_size_bytes=_size(d.get("content_size_bytes")),
             content_sha256=_sha(d.get("content_sha256"), "content_sha256"),
-            created_by=d.get("created_by"),
-            created_at=d.get("created_at") or "",
+            created_by=d["created_by"] if isinstance(d.get("created_by"), dict) else None,
+            created_at=_time(d.get("created_at")),
             redacted_at=d.get("redacted_at"),
             redacted_by=d.get("redacted_by"),
         )
@@ -292,3 +334,25 @@ class Page:
         if not all(isinstance(x, dict) and isinstance(x.get("type"), str) for x in items):
             raise TypeError("a list item that is not an object with a `type`")
         return cls(data=[parse_item(x) for x in items], next_page=d.get("next_page") or None)
+
+    def follow(self, seen: set[str]) -> str | None:
+        """The cursor of the next page (None: the last), noted in `seen`, the cursors this
+        walk followed. A cursor given twice, or a walk past `MAX_PAGES`, is a server whose
+        pages never end (a listing read forever, its memory growing): refused."""
+        cursor = self.next_page
+        if cursor is None:
+            return None
+        if cursor in seen or len(seen) >= MAX_PAGES:
+            from memfs.api.errors import APIResponseValidationError
+
+            raise APIResponseValidationError(
+                f"the server's list pages do not end (page {cursor[:40]!r} "
+                + ("again)" if cursor in seen else f"after {MAX_PAGES:,} pages)"),
+                type="invalid_response")
+        seen.add(cursor)
+        return cursor
+
+
+#: The most pages one walk of a list follows (a store holds 2,000 memories at most; its
+#: history, at 100 versions a page, a million versions).
+MAX_PAGES = 10_000

@@ -308,6 +308,7 @@ class Feed:
             """Read gte..lte, newest first; None when too many are news, else whether
             the range was read to its end (`one_page`: at most one page)."""
             cursor: str | None = None
+            followed: set[str] = set()
             while True:
                 page = await self.client.list_versions_page(
                     self.store_id, created_gte=format_time(gte),
@@ -330,7 +331,7 @@ class Feed:
                     return True
                 if one_page:
                     return False
-                cursor = page.next_page
+                cursor = page.follow(followed)
 
         unread = self.unread_until is not None and self.confirmed < self.unread_until
         window = sum(1 for when in self.seen.values() if when >= self.confirmed)
