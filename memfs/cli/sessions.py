@@ -18,6 +18,7 @@ from memfs.cli import storenames
 from memfs.cli.completion import complete_stores
 from memfs.cli.errors import call, command_server, describe
 from memfs.cli.options import JSON_HELP, server_options
+from memfs.core.shown import shown
 
 ACCESS = ("read_write", "read_only")
 
@@ -33,7 +34,8 @@ def _session_json(s) -> dict:
 def _describe(s) -> str:
     lines = [f"{s.id}" + (" (archived)" if s.archived_at else "")]
     for r in s.memory_stores:
-        lines.append(f"  {r.mount_path or '-'}\t{r.memory_store_id}\t{r.access}\t{r.name}")
+        lines.append("  " + "\t".join(shown(x) for x in (
+            r.mount_path or "-", r.memory_store_id, r.access, r.name)))
     return "\n".join(lines)
 
 
@@ -68,7 +70,8 @@ def sessions_create(stores_, agent, environment, base_url, api_key_file):
 
     s = call(url, key, go, "cannot create the session")
     for r in s.memory_stores:
-        click.echo(f"  {r.mount_path}\t{r.access}\t{r.name}", err=True)
+        click.echo("  " + "\t".join(shown(x) for x in (r.mount_path, r.access, r.name)),
+                   err=True)
     click.echo(s.id)
 
 

@@ -12,6 +12,7 @@ import click
 
 from memfs.cli import progress
 from memfs.cli.completion import complete_mountpoints
+from memfs.core.shown import shown
 from memfs.local.registry import all_mounts, is_mounted
 from memfs.state.report import pending
 from memfs.state.schema import STATE_DB
@@ -158,7 +159,7 @@ UNANSWERED_SHOWN = 10.0
 
 def format_status(s: dict) -> str:
     p = s.get("pending", {})
-    store = (f"{s['store_name']} ({s.get('store_id')})" if s.get("store_name")
+    store = (f"{shown(s['store_name'])} ({s.get('store_id')})" if s.get("store_name")
              else s.get("store_id"))
     lines = [f"{s.get('mountpoint')}: store {store} on {s.get('server')}"]
     lines += dead_mount_lines(s)

@@ -24,6 +24,7 @@ import click
 from memfs.api import errors as api_errors
 from memfs.api.models import MemoryStore
 from memfs.api.oneshot import call_with_client
+from memfs.core.shown import shown
 from memfs.core.slug import slug
 
 ID_PREFIX = "memstore_"
@@ -43,7 +44,7 @@ class Resolved:
         return bool(self.store.archived_at)
 
     def describe(self) -> str:
-        return f"{self.store.id} ({self.store.name})"
+        return f"{self.store.id} ({shown(self.store.name)})"
 
 
 class StoreNotFound(click.ClickException):
@@ -55,7 +56,7 @@ class AmbiguousStore(click.ClickException):
 
 
 def _line(s: MemoryStore) -> str:
-    return f"  {s.id}\t{s.name}" + ("\t(archived)" if s.archived_at else "")
+    return f"  {s.id}\t{shown(s.name)}" + ("\t(archived)" if s.archived_at else "")
 
 
 def choose(text: str, stores: list[MemoryStore], *, where: str = "") -> Resolved:

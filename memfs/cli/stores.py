@@ -10,6 +10,7 @@ from memfs.cli import storenames
 from memfs.cli.completion import complete_stores
 from memfs.cli.errors import call, command_server
 from memfs.cli.options import JSON_HELP, server_options
+from memfs.core.shown import shown
 
 
 @click.group()
@@ -38,7 +39,7 @@ def stores_list(base_url, api_key_file, include_archived, as_json):
         click.echo(json.dumps([_store_json(s) for s in items], indent=2))
         return
     for s in items:
-        click.echo(f"{s.id}\t{s.name}" + ("\t(archived)" if s.archived_at else ""))
+        click.echo(f"{s.id}\t{shown(s.name)}" + ("\t(archived)" if s.archived_at else ""))
 
 
 @stores.command("create")

@@ -28,6 +28,7 @@ import trio
 
 from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
+from memfs.core.shown import shown
 from memfs.sync.events import DROPPED, author
 from memfs.sync.watch import parse_since, poll_store
 
@@ -43,8 +44,8 @@ def format_line(event: dict) -> str:
     where = event.get("path") or "?"
     if event.get("old_path"):
         where = f"{event['old_path']} -> {where}"
-    return f"{clock} {event.get('store')} {event.get('kind')} {where} " \
-        f"({author(event.get('author'))})"
+    return shown(f"{clock} {event.get('store')} {event.get('kind')} {where} "
+                 f"({author(event.get('author'))})", limit=4000)
 
 
 def _mount_target(target: str) -> tuple[Path, str | None] | None:
