@@ -847,7 +847,7 @@ async def test_an_id_or_sha_that_would_name_a_path_is_refused(bad):
 @pytest.mark.parametrize("bad", [
     mem_json(path="/a/../hidden.md"), mem_json(path="/nul\x00name.md"),
     mem_json(path="/\x1b[2Jclear.md"), mem_json(path="/" + "/".join(["d"] * 2000)),
-    mem_json(path=5), mem_json(content="x" * 30_000_000), mem_json(content_size_bytes=-1),
+    mem_json(path=5), mem_json(content="x" * 200_000), mem_json(content_size_bytes=-1),
     mem_json(content_size_bytes=10**12),
 ])
 async def test_a_memory_the_api_would_never_hold_is_refused(bad):
@@ -870,6 +870,31 @@ async def test_a_version_whose_time_or_author_is_odd():
     odd = {**version, "created_at": "2026-12-06T10:00:00Z", "created_by": "someone"}
     async with make_client(lambda request: httpx.Response(200, json=odd)) as c:
         assert (await c.get_version("memstore_1", "memver_1")).created_by is None
+
+
+async def test_an_answer_too_large_or_too_slow_is_not_read_for_good(monkeypatch):
+    """Found by a helper, 6 December: a 400 MB answer took 900 MB of memory; a byte every
+    10 s (each within the read timeout) held `memfs stores list` for good."""
+    import memfs.api.client as client_module
+
+    monkeypatch.setattr(client_module, "MAX_ANSWER_BYTES", 1000)
+    monkeypatch.setattr(client_module, "ANSWER_WAIT", 0.5)
+
+    class Trickle(httpx.AsyncByteStream):
+        async def __aiter__(self):
+            for _ in range(100):
+                await trio.sleep(0.1)
+                yield b" "
+
+    async with make_client(lambda r: httpx.Response(200, content=b"x" * 5000),
+                           max_retries=0) as c:
+        with pytest.raises(APIConnectionError, match="AnswerTooLarge: an answer over 1,000"):
+            await c.get_store("memstore_1")
+    async with make_client(lambda r: httpx.Response(200, stream=Trickle()),
+                           max_retries=0) as c:
+        with trio.fail_after(5):
+            with pytest.raises(APIConnectionError, match="ReadTimeout: the answer took over"):
+                await c.get_store("memstore_1")
 
 
 @pytest.mark.parametrize("pages", ["same", "growing"])

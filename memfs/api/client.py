@@ -51,6 +51,7 @@ from contextvars import ContextVar
 from typing import Any
 from urllib.parse import quote
 
+import anyio
 import httpx
 import trio
 
@@ -95,6 +96,17 @@ MAX_LIMIT = 100
 _SHA_RE = re.compile(r"[0-9a-f]{64}")
 _VIEWS = ("basic", "full")
 _OPERATIONS = ("created", "modified", "deleted")
+
+#: The most an answer may hold (decoded): a page of the full view is 20 memories of at
+#: most 100 kB each.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+#: The longest an answer's body may take to arrive, all of it.
+ANSWER_WAIT = 120.0
+
+
+class AnswerTooLarge(httpx.TransportError):
+    """An answer past `MAX_ANSWER_BYTES`: not read, not sent again (not retryable)."""
+
 
 # Transport failures worth retrying. UnsupportedProtocol / LocalProtocolError /
 # ProxyError are configuration or programming errors: reported, not retried.
@@ -465,9 +477,9 @@ class MemoryStoresClient:
                     self._unanswered_since = time.monotonic()
                 self.in_flight += 1
                 try:
-                    response = await self._http.request(
+                    response = await self._receive(self._http.build_request(
                         method, url, content=content, headers=headers,
-                        extensions=None if ready is None else {"trace": _answer_trace(ready)})
+                        extensions=None if ready is None else {"trace": _answer_trace(ready)}))
                 finally:
                     self.in_flight -= 1
                 # An answer: the wait of any request still out counts from now.
@@ -528,6 +540,29 @@ class MemoryStoresClient:
             attempt += 1
             self.stats["retries"] += 1
             await self._sleep(delay)
+
+    async def _receive(self, request: httpx.Request) -> httpx.Response:
+        """The answer, its body read within `MAX_ANSWER_BYTES` and `ANSWER_WAIT`: a
+        server (or what stands in its place) that sends more, or a byte at a time,
+        would hold memory or the caller for good (found by a helper: a 400 MB answer,
+        900 MB of memory; a byte every 10 s, each within the read timeout)."""
+        response = await self._http.send(request, stream=True)
+        try:
+            chunks, size = [], 0
+            with anyio.move_on_after(ANSWER_WAIT) as waited:
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > MAX_ANSWER_BYTES:
+                        raise AnswerTooLarge(f"an answer over {MAX_ANSWER_BYTES:,} bytes",
+                                             request=request)
+                    chunks.append(chunk)
+            if waited.cancelled_caught:
+                raise httpx.ReadTimeout(f"the answer took over {ANSWER_WAIT:g} s to arrive",
+                                        request=request)
+        finally:
+            await response.aclose()
+        return httpx.Response(response.status_code, headers=response.headers,
+                              content=b"".join(chunks), request=request)
 
     async def _moved(self) -> bool:
         """Whether the server now answers elsewhere (``locate``); if so, go there."""
