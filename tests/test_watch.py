@@ -336,8 +336,21 @@ def test_watch_hands_its_lookback_to_the_polls(server, tmp_path, monkeypatch):
     assert asked == [("lb", 0.5, timedelta(seconds=2.5))]
 
 
+async def test_a_reader_that_comes_during_the_final_flush_is_told_the_end():
+    """A watch started while `memfs unmount` flushes (found by a helper, 6 December):
+    its subscription came after the bus ended, and it heard a daemon that died."""
+    import trio
+
+    bus = EventBus("memstore_1")
+    bus.end()
+    late = Subscriber()
+    bus.attach(late)
+    with pytest.raises(trio.EndOfChannel):
+        await late.receive.receive()
+
+
 @needs_fuse
-@pytest.mark.parametrize("how", ["unmounted", "killed"])
+@pytest.mark.parametrize("how", ["unmounted", "fusermount3 -u", "killed"])
 def test_watch_says_how_its_mount_ended(mounts, server, watchers, how):
     """An unmount ends the watch after its last event, said (exit 0); a daemon that died
     is an error (exit 1) that names the way on. Before (found by a helper, 6 December),
@@ -347,8 +360,11 @@ def test_watch_says_how_its_mount_ended(mounts, server, watchers, how):
     w = watchers(m.env, str(m.path), "--json")
     w.wait_started()
     (m.path / "last.md").write_text("the last word\n")
-    if how == "unmounted":
-        m.unmount()
+    if how != "killed":
+        if how == "unmounted":
+            m.unmount()
+        else:  # from outside: the daemon flushes and ends the same (it cut the end off)
+            subprocess.run(["fusermount3", "-u", str(m.path)], check=True)
         assert w.proc.wait(60) == 0, "".join(w.err)
         assert w.next(5)["path"] == "/last.md"  # told before the end
         assert f"memfs watch: {m.path} was unmounted\n" in w.err

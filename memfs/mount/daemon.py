@@ -173,8 +173,13 @@ class MountDaemon:
             for engine in self.engines:  # `memfs watch` hears the end, not a silence
                 engine.ctx.events.end()
             self.flush_done.set()
+            # The control reply and each watch's last lines go out (a reader that does
+            # not read is waited for a second, no more): also after `fusermount3 -u`.
+            with trio.move_on_after(1.0):
+                while any(e.ctx.events.subscribers for e in self.engines):
+                    await trio.sleep(0.01)
+            await trio.sleep(0.05)
             if not unmounted_outside:
-                await trio.sleep(0.05)  # let the control reply go out
                 pyfuse3.terminate()
                 await self.fuse_done.wait()
             nursery.cancel_scope.cancel()

@@ -98,6 +98,7 @@ class EventBus:
         self.store_id = store_id
         self.store = store or store_id
         self.subscribers: set[Subscriber] = set()
+        self.ended = False  # `end`: the mount is going away
         self.authors: OrderedDict[str, dict[str, Any] | None] = OrderedDict()
         #: memory id -> (created_at, id) of its newest version seen
         self.latest: OrderedDict[str, tuple[str, str]] = OrderedDict()
@@ -155,11 +156,14 @@ class EventBus:
 
     def attach(self, sub: Subscriber) -> None:
         self.subscribers.add(sub)
+        if self.ended:  # came during the final flush: told at once
+            sub.close()
 
     def end(self) -> None:
         """The mount is going away after its final flush: each reader's stream ends
         with what is queued, then says so (`watch.follow_buses`), so a reader tells an
         unmount from a daemon that died."""
+        self.ended = True
         for sub in list(self.subscribers):
             sub.close()
 
