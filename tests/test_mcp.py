@@ -326,7 +326,8 @@ async def test_http_on_any_loopback_address_answers_only_loopback_names(server, 
     127.0.0.2 and [::1] as given to --http were open (found by a helper, 6 December)."""
     from memfs.tool.mcp import guard
 
-    assert guard("[::1]").allowed_hosts == ["[::1]:*", "127.0.0.1:*", "localhost:*"]
+    assert guard("[::1]").allowed_hosts == ["[::1]:*", "127.0.0.1:*", "localhost:*",
+                                            "[::1]", "127.0.0.1", "localhost"]
     assert guard("0.0.0.0") is None  # its bearer token guards it
     store = new_store(server, "rebind")
     proc, port = start_http(env_for(server, tmp_path), store, "--http", "127.0.0.2:0")
@@ -345,6 +346,10 @@ async def test_http_on_any_loopback_address_answers_only_loopback_names(server, 
             assert evil_origin.status_code == 403, evil_origin.text
             ok = await client.post(url, json=hello, headers=accept)
             assert ok.status_code == 200, ok.text
+            # port 80 as a client names it: no port in Host nor Origin (was 421)
+            bare = await client.post(url, json=hello, headers={
+                **accept, "Host": "127.0.0.2", "Origin": "http://localhost"})
+            assert bare.status_code == 200, bare.text
     finally:
         stop(proc)
 

@@ -153,7 +153,19 @@ def test_watch_of_a_path_that_is_no_mount_says_so(server, tmp_path):
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 1, proc
         assert proc.stderr == f"Error: {target} is not a live memfs mount (nor one store's " \
-                              "directory under a live session root)\n", proc.stderr
+                              "directory under a live session root), nor a store's name\n", \
+            proc.stderr
+    # a store's name that is also a path here is watched (it was refused for a while)
+    (tmp_path / "here").mkdir()
+    server.sdk().beta.memory_stores.create(name="here")
+    w = subprocess.Popen([sys.executable, "-m", "memfs", "watch", "here"], env=env,
+                         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        assert w.stderr.readline().startswith("watching here on "), w
+    finally:
+        w.terminate()
+        w.wait(30)
 
 
 def test_watch_refuses_a_bad_since(server, tmp_path):

@@ -104,7 +104,14 @@ def _follow_store(target: str, since: str | None, interval: float, lookback: flo
 
     server = command_server(base_url, api_key_file)
     url, key = server.url, server.key
-    store = storenames.resolve_for_cli(url, key, target).store
+    try:
+        store = storenames.resolve_for_cli(url, key, target).store
+    except storenames.StoreNotFound:
+        if target.startswith(("/", "./", "../", "~")) or os.path.exists(target):
+            raise click.ClickException(  # a path, most likely: said so
+                f"{target} is not a live memfs mount (nor one store's directory under a "
+                "live session root), nor a store's name") from None
+        raise
     if since:
         try:
             parse_since(since)
@@ -164,9 +171,6 @@ def watch(target: str, as_json: bool, since: str | None, poll_interval: float,
     kept, see `memfs conflicts`).
     """
     found = _mount_target(target)
-    if found is None and (target.startswith(("/", "./", "../", "~")) or os.path.exists(target)):
-        raise click.ClickException(f"{target} is not a live memfs mount (nor one store's "
-                                   "directory under a live session root)")
     lines = (_follow_mount(found[0], found[1], since, target) if found is not None
              else _follow_store(target, since, poll_interval, lookback, base_url,
                                 api_key_file))

@@ -717,10 +717,10 @@ def guard(host: str) -> TransportSecuritySettings | None:
     bare = host.strip("[]")
     given = f"[{bare}]" if ":" in bare else bare
     names = dict.fromkeys([given, "127.0.0.1", "localhost", "[::1]"])
-    return TransportSecuritySettings(
+    return TransportSecuritySettings(  # any port, or none (port 80: clients leave it out)
         enable_dns_rebinding_protection=True,
-        allowed_hosts=[f"{n}:*" for n in names],
-        allowed_origins=[f"http://{n}:*" for n in names])
+        allowed_hosts=[*(f"{n}:*" for n in names), *names],
+        allowed_origins=[*(f"http://{n}:*" for n in names), *(f"http://{n}" for n in names)])
 
 
 async def serve_http(app: MemoryMCP, host: str, port: int, token: str | None,
