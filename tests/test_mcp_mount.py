@@ -237,6 +237,16 @@ async def test_mcp_over_a_mount_changes_nothing_only_the_mount_holds(verbose, tm
             assert await call(session, {"command": "rename", "old_path": "/memories/ok.md",
                                         "new_path": f"/memories/{name}"}) == (
                 "error", f"The destination /memories/{name} already exists")
+        # ... nor under such a file (the memory would collide with it, unseen)
+        for above in ("keep.md~", "bad.md"):
+            assert await call(session, {"command": "create", "path": f"/memories/{above}/x.md",
+                                        "file_text": "x\n"}) == (
+                "error", f"File /memories/{above}/x.md was not created: /memories/{above} is "
+                         "a file, so it cannot hold other files.")
+            assert await call(session, {"command": "rename", "old_path": "/memories/ok.md",
+                                        "new_path": f"/memories/{above}/x.md"}) == (
+                "error", f"Cannot rename /memories/ok.md to /memories/{above}/x.md: "
+                         f"/memories/{above} is a file, so it cannot hold other files.")
         # what the server holds is still changed as before
         assert await call(session, {"command": "rename", "old_path": "/memories/ok.md",
                                     "new_path": "/memories/moved.md"}) == (

@@ -627,9 +627,19 @@ def _refuse_unpushed(store: Served, command: dict[str, Any]) -> None:
                               "memfs status says why); change it in the mount.")
         made_there = (command.get("command"), key) in (("create", "path"),
                                                        ("rename", "new_path"))
-        if made_there and state != "synced" and os.path.lexists(where):
+        if not made_there:
+            continue
+        if state != "synced" and os.path.lexists(where):
             raise ToolFailure(f"File {target.raw} already exists" if key == "path"
                               else f"The destination {target.raw} already exists")
+        for depth in range(1, len(target.segments)):  # under a file only the mount holds
+            above = store.mount_dir.joinpath(*target.segments[:depth])
+            if os.path.lexists(above) and not os.path.isdir(above):
+                file = target.shown("/" + "/".join(target.segments[:depth]))
+                raise ToolFailure(
+                    (f"File {target.raw} was not created: " if key == "path" else
+                     f"Cannot rename {command.get('old_path')} to {target.raw}: ")
+                    + f"{file} is a file, so it cannot hold other files.")
 
 
 def _walk(mount_dir: Path, prefix: str) -> list[tuple[str, int]]:
