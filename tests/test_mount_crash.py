@@ -87,3 +87,26 @@ def test_status_of_a_mount_whose_daemon_died_says_it_is_dead_and_how_to_clear_it
         in status, status
     m.memfs("unmount", str(m.path), check=False)
     assert "the mount is still there" not in m.memfs("status", str(m.path)).stdout
+
+
+def test_status_of_a_session_root_whose_daemon_died(mounts, server):
+    """Found by a helper, 6 December: `memfs status ROOT` failed ("cannot read
+    .../groups/.../state.db") for a session root whose daemon died, and `memfs status`
+    of every mount failed with it, the live ones not shown."""
+    from test_session_mount import make_session
+
+    sdk = server.sdk()
+    store = sdk.beta.memory_stores.create(name="Team Notes").id
+    sid = make_session(sdk, [{"type": "memory_store", "memory_store_id": store}])
+    root = mounts.mount_group("--session", sid)
+    (root.path / "team-notes" / "a.md").write_text("kept\n")
+    live = mounts.mount(mounts.new_store("live"), name="live")
+    root._sigkill()
+    status = root.memfs("status", str(root.path)).stdout
+    assert "session root" in status and "(daemon not running)" in status, status
+    assert "the mount is still there, dead" in status, status
+    assert "[team-notes]" in status, status
+    every = live.memfs("status").stdout
+    assert str(live.path) in every and str(root.path) in every, every
+    root.memfs("unmount", str(root.path), check=False)
+    live.unmount()

@@ -106,7 +106,8 @@ def _mount_status(mountpoint: str) -> dict:
         reply = control.request(state_dir, {"cmd": "status"})
         return reply["status"]
     except (OSError, ValueError, KeyError):
-        return _readable_offline_status(state_dir, mountpoint)
+        group = _offline_group_status(mountpoint)  # a root's daemon died: its stores'
+        return group if group is not None else _readable_offline_status(state_dir, mountpoint)
 
 
 def _readable_offline_status(state_dir: Path, mountpoint: str) -> dict:
@@ -252,7 +253,16 @@ def status(mountpoint, as_json, watch, interval):
 
 def _status_text(mountpoint, as_json=False) -> str:
     points = [os.path.abspath(mountpoint)] if mountpoint else all_mounts()
-    results = [mount_status(m) for m in points]
+    if mountpoint:
+        results = [mount_status(points[0])]
+    else:  # every mount's: one that cannot be read is said, the others shown
+        results = []
+        for point in points:
+            try:
+                results.append(mount_status(point))
+            except click.ClickException as exc:
+                results.append({"mountpoint": point, "running": False,
+                                "last_error": exc.message})
     if as_json:
         return json.dumps(results[0] if mountpoint else results, indent=2)
     if not results:
