@@ -45,6 +45,8 @@ def test_json_lines_in_and_out(server):
         json.dumps({"command": "insert", "path": "/memories/todo.md", "insert_line": 1,
                     "insert_text": "- b"}),
         json.dumps({"command": "view", "path": "/memories/todo.md", "view_range": [2, 2]}),
+        # integers as the SDK (and memfs mcp) read them: "2" and 2.0 are 2
+        json.dumps({"command": "view", "path": "/memories/todo.md", "view_range": ["2", 2.0]}),
         json.dumps({"command": "view", "path": "/memories/missing.md"}),
         json.dumps({"command": "view", "path": "/memories"}),
         "not json",
@@ -55,6 +57,7 @@ def test_json_lines_in_and_out(server):
     assert memfs_tool(tool_env(server), store, lines) == [
         {"ok": "File created successfully at: /memories/todo.md"},
         {"ok": "The file /memories/todo.md has been edited."},
+        {"ok": "Here's the content of /memories/todo.md with line numbers:\n     2\t- b"},
         {"ok": "Here's the content of /memories/todo.md with line numbers:\n     2\t- b"},
         {"error": "The path /memories/missing.md does not exist. Please provide a valid path."},
         {"ok": "Here're the files and directories up to 2 levels deep in /memories, excluding "

@@ -22,7 +22,7 @@ from memfs.cli.completion import complete_stores
 from memfs.cli.errors import command_server
 from memfs.cli.options import server_options
 from memfs.tool.store import StoreMemory
-from memfs.tool.text import ToolFailure
+from memfs.tool.text import ToolFailure, as_sdk_reads
 
 log = logging.getLogger("memfs.tool")
 
@@ -34,6 +34,8 @@ def answer(store: StoreMemory, line: bytes) -> dict[str, str]:
     except (ValueError, UnicodeDecodeError) as exc:
         return {"error": f"The input line is not JSON: {exc}"}
     try:
+        if isinstance(command, dict):
+            command = as_sdk_reads(command)  # as `memfs mcp` and the SDK read it
         return {"ok": trio.run(store.execute, command)}
     except ToolFailure as exc:
         return {"error": exc.message}

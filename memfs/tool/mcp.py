@@ -44,7 +44,6 @@ from mcp.server.subscriptions import (
 )
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from pydantic import TypeAdapter, ValidationError
 
 from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
@@ -60,6 +59,7 @@ from memfs.tool.text import (
     ROOT,
     ToolFailure,
     ToolPath,
+    as_sdk_reads,
     missing,
     missing_short,
     render_directory,
@@ -201,7 +201,7 @@ class MemoryMCP:
                 return _text(answer, structured={"matches": rows})
             if params.name not in COMMANDS:
                 raise ToolFailure(f"Unknown tool: {params.name}")
-            return _text(await self.command({**_as_sdk_reads(args), "command": params.name}))
+            return _text(await self.command({**as_sdk_reads(args), "command": params.name}))
         except ToolFailure as exc:
             return _text(exc.message, error=True)
         except Exception as exc:  # a bug must not end the session
@@ -549,24 +549,6 @@ class MemoryMCP:
             except (OSError, ValueError) as exc:
                 log.warning("the mount's events: %s", exc)
             await anyio.sleep(self.poll_interval)
-
-
-#: The memory tool's integer fields, read as the SDK reads a model's tool call (its
-#: models, pydantic's lax mode: "4" and 5.0 are 4 and 5), so MCP answers as
-#: `memfs.tool` and the SDK's own tool do; a value it cannot read is left for the tool's
-#: own word on it.
-_SDK_INTEGERS = {"insert_line": TypeAdapter(int), "view_range": TypeAdapter(list[int])}
-
-
-def _as_sdk_reads(args: dict[str, Any]) -> dict[str, Any]:
-    out = dict(args)
-    for key, adapter in _SDK_INTEGERS.items():
-        if key in out:
-            try:
-                out[key] = adapter.validate_python(out[key])
-            except ValidationError:
-                pass
-    return out
 
 
 class _Server(Server):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "ROOT",
@@ -299,3 +300,23 @@ def insert_lines(path: str, content: str, line: object, text: str) -> tuple[str,
     if not edited.endswith("\n"):
         edited += "\n"
     return edited, f"The file {path} has been edited."
+
+
+def as_sdk_reads(args: dict[str, Any]) -> dict[str, Any]:
+    """The memory tool's integer fields (`insert_line`, `view_range`) read as the SDK
+    reads a model's tool call (its pydantic models, lax: "4" and 5.0 are 4 and 5), so
+    `memfs mcp` and `memfs tool` answer as `memfs.tool` and the SDK's own tool do; a
+    value that cannot be read is left for the tool's own word on it (and every value,
+    where pydantic is not installed)."""
+    try:
+        from pydantic import TypeAdapter, ValidationError
+    except ImportError:
+        return args
+    out = dict(args)
+    for key, kind in (("insert_line", int), ("view_range", list[int])):
+        if key in out:
+            try:
+                out[key] = TypeAdapter(kind).validate_python(out[key])
+            except ValidationError:
+                pass
+    return out
