@@ -270,7 +270,7 @@ def test_a_first_listing_that_fails_is_said(mounts, server):
         gate.refuse("GET", rf"/v1/memory_stores/{store}/memories$", 503)
         m = mounts.mount(store, "--poll-interval", "0.2")
         err = m.outputs[-1].stderr
-        assert "memfs: warning: " in err and ": its first listing failed (" in err, err
+        assert "memfs: warning: Listed Late: its first listing failed (" in err, err
         assert "the mount shows what the cache holds until the server answers" in err, err
         assert not (m.path / "a.md").exists()
     wait_for(lambda: (m.path / "a.md").exists(), what="the tree once the server answers")

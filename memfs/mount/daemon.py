@@ -149,7 +149,8 @@ class MountDaemon:
             async def list_first(engine: StoreEngine) -> None:
                 why = await engine.first_listing()
                 if why:
-                    unlisted.append(f"{engine.name or engine.cfg.store_id}: {why}")
+                    unlisted.append(f"{engine.name or engine.cfg.store_name or engine.cfg.store_id}"
+                                    f": {why}")
 
             async with trio.open_nursery() as first:  # every store's tree, at once
                 for engine in self.engines:
