@@ -87,8 +87,9 @@ def _follow_mount(control_dir: Path, store: str | None, since: str | None, targe
             click.echo(f"memfs watch: {target} was unmounted", err=True)
             return
         yield line
+    mount = os.path.dirname(os.path.abspath(target)) if store else target  # a root's store
     raise click.ClickException(f"the mount's daemon stopped without an unmount: memfs "
-                               f"status {target} says what it left; memfs unmount {target} "
+                               f"status {mount} says what it left; memfs unmount {mount} "
                                "clears the mount")
 
 
