@@ -201,27 +201,9 @@ def test_applied_then_answered_an_error_then_local_change(mounts, server, kind, 
     same (its retries find the memory gone); the user makes the file again meanwhile.
     The store ends as the user left the mount (`--no-feed`: the feed's polls would read
     the versions the test holds)."""
-    store, m, x, mid, rule = _start(mounts, kind, "--no-feed")
-    reads = rf"/memory_stores/{store}/(memory_versions|memories/)"
-    with Gate(server) as gate:
-        if kind != "delete":
-            gate.hold("GET", reads)                   # the doubt's look, held below
-        refusal = gate.refuse("DELETE" if kind == "delete" else "POST", rule, status,
-                              count=ATTEMPTS if kind == "delete" else 1, when="after")
-        current = _request(kind, x)
-        wait_for(lambda: gate.caught(refusal) == refusal["count"],
-                 what=f"the {kind} applied and answered {status}")
-        applied = {"create": {"/d/x.md": "version one\n"}, "update": {"/d/x.md": "v2\n"},
-                   "rename": {"/d/y.md": "v1\n"}, "delete": {}}[kind]
-        assert server_memories(server, store) == applied
-        if kind == "create":
-            mid = sdk_by_path(server, store)["/d/x.md"].id
-        if kind != "delete":
-            gate.wait_held(1)                         # the mount asks: no answer yet
-            assert xattr(current, "user.memfs.state") == "pending"
-        _change(op, current, x)                       # while the outcome is unknown
-        gate.clear()
-    _ends_as_left(m, server, store, _expected(kind, op), mid if op in ("mv", "edit") else None)
+    _applied_then_answered(mounts, server, kind, op, lambda gate, method, rule: (
+        gate.refuse(method, rule, status, count=ATTEMPTS if kind == "delete" else 1,
+                    when="after"), f"answered {status}"))
 
 
 @pytest.mark.parametrize(("kind", "op"), CASES, ids=[f"{k}-then-{o}" for k, o in CASES])
@@ -231,14 +213,26 @@ def test_applied_then_answered_200_cut_short_then_local_change(mounts, server, k
     refusal. Taken for a refusal (found by a helper, 6 December), a create's file deleted
     meanwhile came back, a renamed one left a copy, an edit became a conflict, and a
     delete's file made again with the same bytes vanished; unmount said 0 left."""
+    _applied_then_answered(mounts, server, kind, op, lambda gate, method, rule: (
+        gate.garble(method, rule, count=1), "its answer cut short"))
+
+
+def _applied_then_answered(mounts, server, kind: str, op: str, answer) -> None:
+    """The request of `kind` applied, then answered as `answer(gate, method, path rule)`
+    says (the rule, and how); every read that could tell what happened held while the
+    user makes the change `op`; then the store must end as the user left the mount."""
     store, m, x, mid, rule = _start(mounts, kind, "--no-feed")
     reads = rf"/memory_stores/{store}/(memory_versions|memories/)"
     with Gate(server) as gate:
         if kind != "delete":
             gate.hold("GET", reads)                   # the doubt's look, held below
-        cut = gate.garble("DELETE" if kind == "delete" else "POST", rule, count=1)
+        answered, how = answer(gate, "DELETE" if kind == "delete" else "POST", rule)
         current = _request(kind, x)
-        wait_for(lambda: gate.caught(cut) == 1, what=f"the {kind} applied, its answer cut")
+        wait_for(lambda: gate.caught(answered) == answered["count"],
+                 what=f"the {kind} applied and {how}")
+        applied = {"create": {"/d/x.md": "version one\n"}, "update": {"/d/x.md": "v2\n"},
+                   "rename": {"/d/y.md": "v1\n"}, "delete": {}}[kind]
+        assert server_memories(server, store) == applied
         if kind == "create":
             mid = sdk_by_path(server, store)["/d/x.md"].id
         if kind != "delete":
