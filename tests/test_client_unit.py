@@ -872,6 +872,17 @@ async def test_a_version_whose_time_or_author_is_odd():
         assert (await c.get_version("memstore_1", "memver_1")).created_by is None
 
 
+async def test_a_compressed_answer_is_read_once():
+    """The hosted API may gzip its answers (httpx asks for it): the bounded read decodes
+    the body, and the answer it hands on must not be decoded again."""
+    import gzip
+
+    body = json.dumps(mem_json(content="zipped")).encode()
+    async with make_client(lambda r: httpx.Response(
+            200, content=gzip.compress(body), headers={"content-encoding": "gzip"})) as c:
+        assert (await c.get_memory("memstore_1", "mem_1")).content == "zipped"
+
+
 async def test_an_answer_too_large_or_too_slow_is_not_read_for_good(monkeypatch):
     """Found by a helper, 6 December: a 400 MB answer took 900 MB of memory; a byte every
     10 s (each within the read timeout) held `memfs stores list` for good."""

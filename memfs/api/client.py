@@ -561,7 +561,9 @@ class MemoryStoresClient:
                                         request=request)
         finally:
             await response.aclose()
-        return httpx.Response(response.status_code, headers=response.headers,
+        headers = [(k, v) for k, v in response.headers.multi_items()  # decoded once, here
+                   if k.lower() not in ("content-encoding", "content-length")]
+        return httpx.Response(response.status_code, headers=headers,
                               content=b"".join(chunks), request=request)
 
     async def _moved(self) -> bool:
