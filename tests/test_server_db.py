@@ -78,3 +78,18 @@ def test_schema_version_and_reopen(db_target):
     db = Database(db_target)
     assert db.get_store(sid)["name"] == "s"
     db.close()
+
+
+def test_a_sha_with_a_trailing_newline_is_no_sha():
+    """`^[0-9a-f]{64}$` with `re.match` took "<sha>\\n" for a sha (`$` matches before a
+    last newline): one check of a sha for the client, the models and the server now
+    (`core.paths.is_sha`), found reading the change, 6 December."""
+    from memfs.core.paths import is_sha
+    from memfs.server.db_common import ApiError, check_sha256
+
+    sha = "a" * 64
+    assert check_sha256(sha, name="x") == sha and is_sha(sha)
+    for bad in (sha + "\n", sha.upper(), sha[:-1], None):
+        assert not is_sha(bad)
+        with pytest.raises(ApiError):
+            check_sha256(bad, name="x")

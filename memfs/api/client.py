@@ -93,7 +93,6 @@ RETRY_AFTER_MAX = 60.0
 FULL_VIEW_MAX_LIMIT = 20
 MAX_LIMIT = 100
 
-_SHA_RE = re.compile(r"[0-9a-f]{64}")
 _VIEWS = ("basic", "full")
 _OPERATIONS = ("created", "modified", "deleted")
 
@@ -140,7 +139,7 @@ def _check_content(content: object) -> str:
 
 
 def _check_sha(sha: object, what: str) -> str:
-    if not isinstance(sha, str) or not _SHA_RE.fullmatch(sha):
+    if not paths.is_sha(sha):
         raise _refuse(f"{what} must be 64 lowercase hexadecimal characters")
     return sha
 

@@ -7,7 +7,6 @@ fields over time) and missing optional ones.
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -53,9 +52,6 @@ def versions_since(sent_at: float) -> str:
     return format_time(datetime.fromtimestamp(max(0.0, sent_at - SKEW), UTC))
 
 
-_SHA = re.compile(r"[0-9a-f]{64}")
-
-
 def _id(value: Any, what: str) -> str:
     """An id of the server's, checked before anything uses it: memfs names a state
     directory after a store's id, and a ``..`` or a ``/`` in one (a hostile server, or
@@ -71,7 +67,7 @@ def _sha(value: Any, what: str) -> str | None:
     files after shas."""
     if value is None or value == "":
         return None
-    if not isinstance(value, str) or not _SHA.fullmatch(value):
+    if not paths.is_sha(value):
         raise ValueError(f"{what} {value!r} is not a SHA-256 in lowercase hex")
     return value
 

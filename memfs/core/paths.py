@@ -27,6 +27,15 @@ def is_id(value: object) -> bool:
     return isinstance(value, str) and _ID.fullmatch(value) is not None
 
 
+_SHA = re.compile(r"[0-9a-f]{64}")
+
+
+def is_sha(value: object) -> bool:
+    """A content sha as the API writes it: SHA-256 in lowercase hex (the blob cache names
+    files after them)."""
+    return isinstance(value, str) and _SHA.fullmatch(value) is not None
+
+
 class PathError(ValueError):
     """A path or name the API would refuse.
 

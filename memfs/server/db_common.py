@@ -24,6 +24,7 @@ from typing import Any
 from memfs.core.paths import (
     MAX_CONTENT_BYTES,
     PathError,
+    is_sha,
     validate_path,
 )
 
@@ -281,11 +282,8 @@ def row_by_id(c: Any, table: str, row_id: str, missing: str, *, store_id: str | 
     return row
 
 
-_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
-
-
 def check_sha256(value: object, *, name: str) -> str:
-    if not isinstance(value, str) or not _SHA_RE.match(value):
+    if not is_sha(value):  # (a `^…$` match took "<sha>\n" as one)
         raise invalid(f"{name} must be 64 lowercase hexadecimal characters")
     return value
 
