@@ -248,7 +248,7 @@ class MemoryMCP:
             # A change goes to the server: first what the mount shows goes there too, so
             # the change is made to the text `view` showed, not to an older one.
             await anyio.to_thread.run_sync(self._mount_flush)
-            _refuse_unpushed(store, command)
+            _refuse_what_only_the_mount_holds(store, command)
         answer = await store.memory.execute(command)
         if store.mount_dir is not None and self.mount is not None:
             await anyio.to_thread.run_sync(self._mount_sync)  # the mount shows it at once
@@ -578,7 +578,7 @@ def _is_memory(path: Path) -> bool:
     return state_of(path) in MEMORY_STATES
 
 
-def _refuse_unpushed(store: Served, command: dict[str, Any]) -> None:
+def _refuse_what_only_the_mount_holds(store: Served, command: dict[str, Any]) -> None:
     """What the mount holds and the server does not show, refused before the change
     goes to the server, as the tool refuses it there. A change to a file whose own
     changes in the mount did not reach the server even after the flush (offline, or
