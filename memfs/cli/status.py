@@ -262,6 +262,7 @@ def _status_text(mountpoint, as_json=False) -> str:
                 results.append(mount_status(point))
             except click.ClickException as exc:
                 results.append({"mountpoint": point, "running": False,
+                                "store_id": "(unreadable)", "server": "?",
                                 "last_error": exc.message})
     if as_json:
         return json.dumps(results[0] if mountpoint else results, indent=2)
