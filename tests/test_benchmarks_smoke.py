@@ -36,6 +36,9 @@ EXPECTED = {
                       "value idle-after-burst bytes/poll max (2nd poll on):",
                       "value quiet-store requests/poll max:"],
     # --quick: 2 stores of 40 memories in one --all daemon vs a daemon each
+    # --quick: 2 rounds of 40 GETs, the bounded read of answers against the whole read
+    "bench_answers.py": ["ratio GET one memory bounded/whole:",
+                         "ratio full page 20x50kB bounded/whole:"],
     "bench_session.py": ["ratio session root RSS vs one single-store daemon:",
                          "ratio session root RSS vs 2 single-store daemons:"],
 }
