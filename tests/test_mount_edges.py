@@ -169,3 +169,21 @@ def test_a_server_started_again_on_its_port_is_seen_at_the_next_poll(server, mou
     _wait(lambda: m.live_status()["online"], "the mount back online")
     m.wait_synced()
     assert server_memories(server, store) == {"/while-down.md": "queued\n"}
+
+
+def test_a_sync_answers_once_the_kernel_knows(mounts, server):
+    """`memfs sync` (and `memfs mcp --mount` after a change) answers once the kernel has
+    been told what the pass changed: a name looked up as missing just before, created
+    on the server, is there at once after the sync (`memfs mcp --mount` created a file,
+    then `cat` failed: CI, 6 December)."""
+    from synchelpers import sdk_create
+
+    store = mounts.new_store()
+    m = mounts.mount(store, "--no-feed", "--poll-interval", "3600")
+    for i in range(20):
+        name = m.path / f"n{i}.md"
+        assert not name.exists()  # the kernel caches the name as missing
+        sdk_create(server, store, f"/n{i}.md", f"{i}\n")
+        m.sync_now()
+        assert name.exists(), i
+    m.unmount()

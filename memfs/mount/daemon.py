@@ -226,6 +226,18 @@ class MountDaemon:
                 log.info("signal %d: flushing and unmounting", sig)
                 self.shutdown_requested.set()
 
+    async def _synced(self, engine: StoreEngine, full: bool) -> dict:
+        """A pass now (`memfs sync`, `memfs mcp --mount` after a change), answered once
+        the kernel has been told what it changed (2 s at most): a `cat` right after
+        must not meet a name the kernel still caches as missing (`memfs mcp --mount`
+        created a file, then `cat` failed: CI, 6 December)."""
+        reply = await engine.sync(full)
+        goal = engine.ctx.invalidations_queued
+        with trio.move_on_after(2.0):
+            while engine.ctx.invalidations_sent < goal:
+                await trio.sleep(0.005)
+        return reply
+
     async def _invalidator(self, engine: StoreEngine) -> None:
         """Kernel cache invalidation, outside every request handler (docs/ARCHITECTURE.md);
         a store's inode numbers are re-based to the mount's (memfs/mount/router.py). What
@@ -238,6 +250,7 @@ class MountDaemon:
             items = engine.ctx.take_invalidations()
             if items:
                 await trio.to_thread.run_sync(_invalidate, base, items)
+            engine.ctx.invalidations_sent += len(items)
 
     async def _follow_embedded_server(self) -> None:
         """The embedded local server restarted on another port (it picks a free port
@@ -383,9 +396,9 @@ class MountDaemon:
                     **_kept(stores)}
         if cmd == "sync":
             full = bool(req.get("full"))
+            stores = await self._each(lambda e: self._synced(e, full))
             if not self.group:
-                return await self.engines[0].sync(full)
-            stores = await self._each(lambda e: e.sync(full))
+                return stores[0]
             return {"ok": all(s["ok"] for s in stores), "stores": stores}
         if cmd in ("conflicts", "conflict_restore", "conflict_discard"):
             engine = self._engine_for(req)

@@ -135,6 +135,10 @@ class SyncContext:
         # Offline, probe no less often than a few poll intervals (60 s at most).
         self.backoff = Backoff(cap=min(60.0, max(10.0, 4 * options.poll_interval)))
         self._invalidations: list[tuple] = []
+        #: invalidations queued since the mount started, and how many of them the
+        #: daemon's invalidator has handed to the kernel (`MountDaemon._kernel_told`)
+        self.invalidations_queued = 0
+        self.invalidations_sent = 0
         self.invalidation_ready = trio.Event()
         self.online_wakeup = trio.Event()  # set (and renewed) when we come back online
         self.listed = trio.Event()  # set by every finished listing (the prefetch waits)
@@ -256,6 +260,7 @@ class SyncContext:
 
     def invalidate(self, item: tuple) -> None:
         self._invalidations.append(item)
+        self.invalidations_queued += 1
         self.invalidation_ready.set()
 
     def take_invalidations(self) -> list[tuple]:
