@@ -344,6 +344,13 @@ async def test_bad_success_payload():
             await c.create_memory("memstore_1", "/a.md", "x")
     assert may_have_applied(lost.value) and not may_land_later(lost.value)
     assert isinstance(lost.value, TRANSIENT)
+    assert str(lost.value).startswith("POST /v1/memory_stores/memstore_1/memories answered "
+                                      "200 with a body that is not JSON (cut short?): "
+                                      "applied, its answer lost")
+    async with make_client(Recorder(httpx.Response(200, text="not json"))) as c:
+        with pytest.raises(UnreadableAnswerError) as read:
+            await c.get_store("memstore_1")
+    assert "applied" not in str(read.value)  # a read applies nothing
     # JSON of another shape, answering a create or an update: the same
     for send in (lambda c: c.create_memory("memstore_1", "/a.md", "x"),
                  lambda c: c.update_memory("memstore_1", "mem_1", content="x",

@@ -601,7 +601,7 @@ class MemoryStoresClient:
         except (ValueError, UnicodeDecodeError):
             err = UnreadableAnswerError(
                 f"{method} {path} answered {response.status_code} with a body that is not "
-                "JSON (cut short?): applied, its answer lost",
+                "JSON (cut short?)" + ("" if method == "GET" else ": applied, its answer lost"),
                 status=response.status_code,
                 request_id=response.headers.get("request-id"),
             )
