@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from memfs.api.errors import APIResponseValidationError
 from memfs.core import paths
 
 __all__ = [
@@ -339,8 +340,6 @@ class Page:
         if cursor is None:
             return None
         if cursor in seen or len(seen) >= MAX_PAGES:
-            from memfs.api.errors import APIResponseValidationError
-
             raise APIResponseValidationError(
                 f"the server's list pages do not end (page {cursor[:40]!r} "
                 + ("again)" if cursor in seen else f"after {MAX_PAGES:,} pages)"),

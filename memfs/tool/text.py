@@ -11,6 +11,7 @@ behaviour (which this module documents where it is surprising), not copied.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -308,15 +309,27 @@ def as_sdk_reads(args: dict[str, Any]) -> dict[str, Any]:
     `memfs mcp` and `memfs tool` answer as `memfs.tool` and the SDK's own tool do; a
     value that cannot be read is left for the tool's own word on it (and every value,
     where pydantic is not installed)."""
-    try:
-        from pydantic import TypeAdapter, ValidationError
-    except ImportError:
+    adapters = _sdk_adapters()
+    if adapters is None:
         return args
+    from pydantic import ValidationError
+
     out = dict(args)
-    for key, kind in (("insert_line", int), ("view_range", list[int])):
+    for key, adapter in adapters.items():
         if key in out:
             try:
-                out[key] = TypeAdapter(kind).validate_python(out[key])
+                out[key] = adapter.validate_python(out[key])
             except ValidationError:
                 pass
     return out
+
+
+@functools.cache
+def _sdk_adapters() -> dict[str, Any] | None:
+    """The readers `as_sdk_reads` uses, built once (a TypeAdapter is built from the type
+    at each construction); None without pydantic."""
+    try:
+        from pydantic import TypeAdapter
+    except ImportError:
+        return None
+    return {"insert_line": TypeAdapter(int), "view_range": TypeAdapter(list[int])}
