@@ -255,3 +255,36 @@ async def test_mcp_over_a_mount_changes_nothing_only_the_mount_holds(verbose, tm
     assert (m.path / "bad.md").read_bytes() == b"bad \xff text\n"
     assert m.status()["conflicts"] == []
     assert cat(m.path / "moved.md") == "fine\n"
+
+
+async def test_mcp_over_a_mount_that_went_away_says_so(verbose, tmp_path):
+    """Unmounted, the mountpoint is an empty folder: `--mount` answered from it (every
+    file "does not exist", a search found nothing, no resource) while a change still
+    went to the server (found by a helper, 6 December). Now every call says the mount
+    is gone, until a mount of the same store is made there again."""
+    server, mounts = verbose
+    store = mounts.new_store("Gone Notes")
+    sdk_create(server, store, "/a.md", "alpha\n")
+    m = mounts.mount(store)
+    wait_for(lambda: cat(m.path / "a.md") == "alpha\n", what="seeded")
+    async with stdio_session(env_for(server, tmp_path), "--mount", str(m.path)) as session:
+        view = {"command": "view", "path": "/memories/a.md"}
+        assert (await call(session, view))[0] == "ok"
+        m.unmount()
+        gone = (f"The mount at {m.path} is gone (not mounted): nothing was read or "
+                "changed. Mount it again (memfs mount), or run memfs mcp without --mount.")
+        assert await call(session, view) == ("error", gone)
+        assert await call(session, {"command": "create", "path": "/memories/b.md",
+                                    "file_text": "new\n"}) == ("error", gone)
+        found = await session.call_tool("search", {"pattern": "alpha"})
+        assert (found.is_error, found.content[0].text) == (True, gone)
+        with pytest.raises(Exception, match="is gone"):
+            await session.list_resources()
+        with pytest.raises(Exception, match="is gone"):
+            await session.read_resource("memory://gone-notes/a.md")
+        assert sorted(server_memories(server, store)) == ["/a.md"]  # b.md not made
+
+        m.mount()  # the same store at the same place: served again
+        assert await call(session, view) == (
+            "ok", "Here's the content of /memories/a.md with line numbers:\n     1\talpha\n"
+                  "     2\t")

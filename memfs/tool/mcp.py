@@ -51,6 +51,7 @@ from memfs.core import paths
 from memfs.core.nodes import META_NAME
 from memfs.core.version import VERSION
 from memfs.local import control
+from memfs.local.registry import read_registry
 from memfs.mount.marker import MARKER_NAME
 from memfs.mount.sync_xattrs import state_of
 from memfs.sync.watch import poll_store
@@ -97,6 +98,33 @@ class MountLink:
 
     control_dir: Path
     store: str | None = None      # a session root: follow this store only (None: all)
+    root: Path | None = None      # the mountpoint
+    device: int = 0               # its st_dev while memfs serves it
+    store_ids: frozenset[str] = frozenset()  # the stores served from it
+
+    def check(self) -> None:
+        """Raise ToolFailure unless the mount is still there. Unmounted, its mountpoint
+        is an empty folder: a view said every file "does not exist" and a search found
+        nothing (found by a helper, 6 December). A mount of the same stores made again
+        at the same place is followed."""
+        if self.root is None:
+            return
+        try:
+            device = os.stat(self.root).st_dev
+        except OSError as exc:
+            raise ToolFailure(self._gone(exc.strerror or str(exc))) from None
+        if device == self.device:
+            return
+        info = read_registry(str(self.root)) or {}
+        ids = {info.get("store_id")} | {s.get("store_id") for s in info.get("stores", [])}
+        if os.path.ismount(self.root) and self.store_ids <= ids:
+            self.device, self.control_dir = device, Path(info["state_dir"])
+            return
+        raise ToolFailure(self._gone("not mounted"))
+
+    def _gone(self, why: str) -> str:
+        return (f"The mount at {self.root} is gone ({why}): nothing was read or changed. "
+                "Mount it again (memfs mount), or run memfs mcp without --mount.")
 
 
 def _text(answer: str, *, error: bool = False, structured: Any = None) -> types.CallToolResult:
@@ -240,7 +268,13 @@ class MemoryMCP:
                     "of them.")
         return missing(raw)
 
+    async def _mount_there(self, store: Served) -> None:
+        """ToolFailure when the mount `store` is read from is gone."""
+        if store.mount_dir is not None and self.mount is not None:
+            await anyio.to_thread.run_sync(self.mount.check)
+
     async def _run(self, store: Served, command: dict[str, Any]) -> str:
+        await self._mount_there(store)
         if store.mount_dir is not None and command["command"] == "view" and \
                 command.get("path") is not None:
             return await self._view_mount(store, command["path"], command.get("view_range"))
@@ -320,6 +354,7 @@ class MemoryMCP:
 
     async def _listing(self, store: Served) -> list[tuple[str, int]]:
         """(path, size) of every memory of a store: from the mount, else one listing."""
+        await self._mount_there(store)
         if store.mount_dir is not None:
             mount_dir = store.mount_dir
             return await anyio.to_thread.run_sync(lambda: list(_walk(mount_dir, "/")))
@@ -327,6 +362,7 @@ class MemoryMCP:
 
     async def _contents(self, store: Served, prefix: str) -> list[tuple[str, str]]:
         """(path, content) of every memory below `prefix` (a directory, ending in /)."""
+        await self._mount_there(store)
         if store.mount_dir is not None:
             mount_dir = store.mount_dir
 
@@ -434,6 +470,10 @@ class MemoryMCP:
                              ) -> types.ReadResourceResult:
         uri = str(params.uri)
         store, path = self._parse_uri(uri)
+        try:
+            await self._mount_there(store)
+        except ToolFailure as exc:
+            raise MCPError(types.INTERNAL_ERROR, exc.message) from None
         if store.mount_dir is not None:
             where = store.mount_dir / path[1:]
 
