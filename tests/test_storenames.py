@@ -80,6 +80,13 @@ def test_archive_and_tool_by_name(server, tmp_path) -> None:
     out = memfs(env, "stores", "archive", "no-such-store")
     assert out.returncode != 0
     assert "unknown store 'no-such-store'" in out.stderr
+    # A deleted store's id: said so, not "not an id, a name or a name's slug" (a helper).
+    gone = sdk.beta.memory_stores.create(name="Gone").id
+    sdk.beta.memory_stores.delete(gone)
+    out = memfs(env, "stores", "archive", gone)
+    assert out.returncode == 1
+    assert f"unknown store {gone} on {server.base_url}: no store has this id (deleted, " \
+        "or never made there;" in out.stderr, out.stderr
 
 
 @needs_fuse

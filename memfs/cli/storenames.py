@@ -79,13 +79,23 @@ async def resolve(client, text: str) -> Resolved:
     """The store `text` names on the client's server. API errors other than "not
     found" for an id-looking text (offline, bad key) propagate to the caller."""
     where = f" on {client.base_url}"
+    no_such_id = False
     if text.startswith(ID_PREFIX):
         try:
             return Resolved(await client.get_store(text), "id")
-        except (api_errors.NotFoundError, api_errors.BadRequestError, ValueError):
-            pass  # perhaps a store whose name starts with memstore_
+        except api_errors.NotFoundError:
+            no_such_id = True  # perhaps a store whose name starts with memstore_
+        except (api_errors.BadRequestError, ValueError):
+            pass
     stores = [s async for s in client.list_stores(include_archived=True)]
-    return choose(text, stores, where=where)
+    try:
+        return choose(text, stores, where=where)
+    except StoreNotFound:
+        if no_such_id:  # the id's own word, not "not an id" (found by a helper)
+            raise StoreNotFound(f"unknown store {text}{where}: no store has this id "
+                                "(deleted, or never made there; see `memfs stores list "
+                                "--include-archived`)") from None
+        raise
 
 
 def cached_id(text: str, base_url: str, cache_dir: str | None = None) -> str | None:
