@@ -233,3 +233,27 @@ def test_status_of_a_mount_no_listing_has_reached_does_not_say_online(mounts, se
     m.sync_now()
     assert "\n  online\n" in m.memfs("status", str(m.path)).stdout
     m.unmount()
+
+
+@needs_fuse
+def test_status_of_a_mount_whose_passes_fail_says_so(mounts, server):
+    """Found by a helper, 6 December: a server that refused every listing (an answer
+    memfs cannot use, a 403), after one good one, left `memfs status` saying "online",
+    the error two lines below (old errors stay there: it did not say it was current)."""
+    from gate import Gate
+
+    store = mounts.new_store()
+    m = mounts.mount(store)
+    assert "\n  online\n" in m.memfs("status", str(m.path)).stdout
+    with Gate(server) as gate:
+        gate.refuse("GET", rf"/v1/memory_stores/{store}/memor", 403)
+        status = wait_for(lambda: "but no sync got through since" in (
+            out := m.memfs("status", str(m.path)).stdout) and out, what="failing said")
+        assert "  online, but no sync got through since " in status, status
+        assert ": the server answers, with an error (the last one below)\n" in status
+        assert "  last error: listing failed: PermissionDeniedError" in status, status
+        assert m.live_status()["failing_since"] is not None
+    m.sync_now()
+    assert "\n  online\n" in m.memfs("status", str(m.path)).stdout
+    assert m.live_status()["failing_since"] is None
+    m.unmount()

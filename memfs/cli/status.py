@@ -173,6 +173,9 @@ def format_status(s: dict) -> str:
         # nothing has failed, nor has a listing completed: the first is under way (or
         # every listing fails for another reason than an outage: the last error says)
         state = "online" if s.get("last_sync_at") else "starting: no listing completed yet"
+        if s.get("failing_since") and s.get("last_sync_at"):
+            state += (f", but no sync got through since {_ago(s['failing_since'])}: the "
+                      "server answers, with an error (the last one below)")
         lines.append(f"  {state}" + (f" (read-only: the store was {s['gone']} on the server)"
                                      if s.get("gone") else
                                      " (read-only)" if s.get("read_only") else ""))

@@ -47,6 +47,7 @@ class SyncStatus:
     last_sync_seconds: float | None = None
     last_push_at: float | None = None
     last_error: str | None = None
+    failing_since: float | None = None        # passes fail, the server answering
     pushed: int = 0
     warnings: list[str] = field(default_factory=list)
     feed_position: str | None = None          # newest version applied (feed mode)

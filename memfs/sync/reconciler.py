@@ -84,14 +84,23 @@ class Reconciler:
                 # reason to take the mount down either. Report it and try again later.
                 self.ctx.status.last_error = f"listing failed: {type(exc).__name__}: {exc}"
                 self.ctx.status.note(self.ctx.status.last_error)
+                self._failing()
                 delay = max(self.ctx.options.poll_interval, 5.0)
             except Exception as exc:  # a bug must not take the mount down
                 log.exception("reconcile pass failed")
                 self.ctx.status.last_error = f"reconcile: {type(exc).__name__}: {exc}"
+                self._failing()
                 delay = self.ctx.options.poll_interval
             with trio.move_on_after(delay):
                 await self.ctx.reconcile_wakeup.wait()
             self.ctx.reconcile_wakeup = trio.Event()
+
+    def _failing(self) -> None:
+        """A pass failed with the server answering: `memfs status` said "online" and
+        nothing more while no pass got through (found by a helper: a server whose
+        answers turned unreadable after the first listing)."""
+        if self.ctx.status.failing_since is None:
+            self.ctx.status.failing_since = time.time()
 
     async def list_remote(self, alongside: Callable[[], Awaitable[None]] | None = None,
                           ) -> list[Memory]:
@@ -180,6 +189,7 @@ class Reconciler:
                 self._blocked = None
                 self._waited = set()
             ctx.status.last_sync_at = time.time()
+            ctx.status.failing_since = None
             ctx.status.last_sync_seconds = ctx.status.last_sync_at - started
             position = self.feed.position if self.feed.trusted() else None
             ctx.status.feed_position = (None if position is None else "the store's start"
