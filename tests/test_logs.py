@@ -71,3 +71,24 @@ def test_daemon_log_rotates(tmp_path, root_logger, monkeypatch):
 def test_unknown_format_is_refused():
     with pytest.raises(ValueError):
         logs.formatter("xml")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_the_servers_text_cannot_drive_a_terminal_or_forge_a_line(tmp_path, root_logger, fmt):
+    """A store's name (the server's text) with an escape sequence and a newline: one
+    line in the log, every control character shown escaped; a traceback stays whole."""
+    path = tmp_path / "x.log"
+    logs.configure(level=logging.INFO, log_file=path, fmt=fmt)
+    log = logging.getLogger("memfs.test")
+    log.warning("store %s", "evil\x1b]0;owned\x07\n2026-01-01 FAKE line")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        log.exception("with a traceback")
+    text = path.read_text()
+    assert "\x1b" not in text and "\x07" not in text
+    first = text.splitlines()[0]
+    assert "FAKE line" in first
+    if fmt == "text":
+        assert first.endswith("store evil\\x1b]0;owned\\x07\\x0a2026-01-01 FAKE line")
+        assert "\nTraceback (most recent call last):\n" in text

@@ -8,7 +8,7 @@ import time
 from conftest import start_server
 from mountutil import needs_fuse
 
-from memfs.local.titles import safe_db, serve_title
+from memfs.local.titles import mount_title, safe_db, serve_title
 
 
 def cmdline(pid: int) -> str:
@@ -31,6 +31,9 @@ def test_safe_db() -> None:
     assert safe_db("postgresql://me:s3cret@db:5432/memfs?password=x") == \
         "postgresql://me@db:5432/memfs"
     assert serve_title("x.db", "http://h:1") == "memfs serve: x.db on http://h:1"
+    # A store's name comes from the server: no terminal escape reaches `ps`.
+    assert mount_title("evil\x1b]0;owned\x07" + "n" * 100, "/m", "online") == \
+        "memfs: evil\\x1b]0;owned\\x07" + "n" * 60 + "… on /m (online)"
 
 
 def test_serve_title(tmp_path) -> None:

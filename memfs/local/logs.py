@@ -18,6 +18,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from memfs.core.shown import shown
+
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 DEFAULT_BACKUPS = 3
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -39,11 +41,23 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
+class TextFormatter(logging.Formatter):
+    """Text lines whose message shows its control characters escaped: messages carry
+    the server's text (a store's name, an error's message), and a terminal that shows
+    the log (`tail -f`) must not run an escape sequence in it, nor a newline in it
+    forge a line of its own (a hostile server's name did both: a helper, 6 December).
+    A traceback, memfs's own text, stays as it is."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's)
+        record.message = shown(record.message, limit=sys.maxsize)
+        return super().formatMessage(record)
+
+
 def formatter(fmt: str) -> logging.Formatter:
     if fmt == "json":
         return JsonFormatter()
     if fmt == "text":
-        return logging.Formatter(TEXT_FORMAT)
+        return TextFormatter(TEXT_FORMAT)
     raise ValueError(f"log format must be one of {FORMATS}")
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from urllib.parse import urlsplit, urlunsplit
 
+from memfs.core.shown import shown
+
 log = logging.getLogger("memfs.local.titles")
 
 
@@ -55,6 +57,8 @@ def is_serve_of(cmdline: bytes, db: str) -> bool:
 
 
 def mount_title(name: str, mountpoint: str, state: str) -> str:
-    return f"memfs: {name} on {mountpoint} ({state})"
+    """The store's name is the server's text: its control characters are shown escaped
+    (a name with a terminal's escape sequence went to `ps` as is: a helper, 6 December)."""
+    return f"memfs: {shown(name, 80)} on {mountpoint} ({state})"
 
 
