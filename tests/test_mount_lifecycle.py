@@ -251,6 +251,9 @@ def test_restart_offline_from_cache(mounts, server):
     assert [x["path"] for x in status["pending"]["creates"]] == ["/docs/new.md"]
     assert [x["path"] for x in status["pending"]["updates"]] == ["/docs/a.md"]
     assert [x["path"] for x in status["pending"]["deletes"]] == ["/docs/b.md"]
+    # The sync before this start is said, not "never" (found by a helper).
+    assert status["last_sync_at"] is None and status["synced_before"] > 0
+    assert ", before this mount started\n" in m.memfs("status", str(m.path)).stdout
 
     server.start()  # no nudge: the daemon finds the server again by itself
     m.wait_synced(timeout=60)

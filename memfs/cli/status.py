@@ -187,8 +187,11 @@ def format_status(s: dict) -> str:
                      "stopped server or a network that drops packets shows no error until "
                      "their timeout)")
     secs = s.get("last_sync_seconds")
-    lines.append(f"  last sync: {_ago(s.get('last_sync_at'))}"
-                 + (f", took {secs:.2f}s" if secs is not None else ""))
+    if not s.get("last_sync_at") and s.get("synced_before"):  # said "never" (a helper)
+        lines.append(f"  last sync: {_ago(s['synced_before'])}, before this mount started")
+    else:
+        lines.append(f"  last sync: {_ago(s.get('last_sync_at'))}"
+                     + (f", took {secs:.2f}s" if secs is not None else ""))
     if s.get("running"):
         feed = s.get("feed") or {}
         lines.append(f"  remote changes: {feed.get('mode', 'full')} mode"

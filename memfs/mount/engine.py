@@ -344,6 +344,13 @@ class StoreEngine:
         return s
 
 
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
 def store_status(engine: StoreEngine) -> dict:
     """What `memfs status` shows of one store of a running mount."""
     s, cfg = engine.ctx.status, engine.cfg
@@ -363,6 +370,9 @@ def store_status(engine: StoreEngine) -> dict:
         "offline_since": s.offline_since,
         "last_sync_at": s.last_sync_at,
         "last_sync_seconds": s.last_sync_seconds,
+        # none yet by this daemon (offline since its start): the one before it
+        "synced_before": None if s.last_sync_at else _float(
+            engine.state.get_meta("last_sync_at")),
         "last_push_at": s.last_push_at,
         "pushed_total": s.pushed,
         "feed": {"mode": "feed" if s.feed_position else "full",
