@@ -652,8 +652,11 @@ def _refuse_what_only_the_mount_holds(store: Served, command: dict[str, Any]) ->
         if not made_there:
             continue
         if state != "synced" and os.path.lexists(where):
-            raise ToolFailure(f"File {target.raw} already exists" if key == "path"
-                              else f"The destination {target.raw} already exists")
+            # `view` says it does not exist (it is no memory): say why both hold
+            raise ToolFailure((f"File {target.raw} already exists" if key == "path"
+                               else f"The destination {target.raw} already exists")
+                              + " in the mount, as no memory (an editor's temp file or a "
+                              "directory with no memory in it), so view does not show it.")
         for depth in range(1, len(target.segments)):  # under a file only the mount holds
             above = store.mount_dir.joinpath(*target.segments[:depth])
             if os.path.lexists(above) and not os.path.isdir(above):
