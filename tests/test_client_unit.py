@@ -915,6 +915,44 @@ async def test_an_answer_too_large_or_too_slow_is_not_read_for_good(monkeypatch)
                 await c.get_store("memstore_1")
 
 
+@pytest.mark.parametrize("compressed", [False, True])
+async def test_an_answer_that_says_its_length_is_held_to_the_same_bounds(compressed,
+                                                                          monkeypatch):
+    """An answer with a length and no compression is read whole (the fast way): a length
+    past the bound is refused unread, a trickle within it still times out. A compressed
+    one is read as a stream whatever its length says (its decoded size is unknown)."""
+    import gzip
+
+    import memfs.api.client as client_module
+
+    monkeypatch.setattr(client_module, "MAX_ANSWER_BYTES", 1000)
+    monkeypatch.setattr(client_module, "ANSWER_WAIT", 0.5)
+    encoding = {"content-encoding": "gzip"} if compressed else {}
+    big = gzip.compress(b" " * 5000) if compressed else b"x" * 5000
+    assert len(big) < 1000 or not compressed  # compressed, it says less than the bound
+
+    slow = gzip.compress(b" " * 100) if compressed else b" " * 100
+
+    class Trickle(httpx.AsyncByteStream):
+        async def __aiter__(self):
+            for i in range(len(slow)):
+                await trio.sleep(0.1)
+                yield slow[i:i + 1]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=big, headers=encoding)
+
+    async with make_client(answer, max_retries=0) as c:
+        with pytest.raises(APIConnectionError, match="AnswerTooLarge: an answer over 1,000"):
+            await c.get_store("memstore_1")
+    async with make_client(lambda r: httpx.Response(
+            200, stream=Trickle(), headers={"content-length": str(len(slow)), **encoding}),
+            max_retries=0) as c:
+        with trio.fail_after(5):
+            with pytest.raises(APIConnectionError, match="ReadTimeout: the answer took over"):
+                await c.get_store("memstore_1")
+
+
 @pytest.mark.parametrize("pages", ["same", "growing"])
 async def test_list_pages_that_never_end_are_refused(pages, monkeypatch):
     """A server whose `next_page` comes back, or never stops: the walk read forever (a

@@ -544,9 +544,23 @@ class MemoryStoresClient:
         """The answer, its body read within `MAX_ANSWER_BYTES` and `ANSWER_WAIT`: a
         server (or what stands in its place) that sends more, or a byte at a time,
         would hold memory or the caller for good (found by a helper: a 400 MB answer,
-        900 MB of memory; a byte every 10 s, each within the read timeout)."""
+        900 MB of memory; a byte every 10 s, each within the read timeout).
+
+        An answer that says its length and is not compressed (what `memfs serve` and
+        the API send) is read whole: the length bounds it (h11 reads no byte past it),
+        and the stream's bookkeeping cost 3-5 % a request (docs/BENCHMARKS.md)."""
         response = await self._http.send(request, stream=True)
         try:
+            length = response.headers.get("content-length", "")
+            if length.isdigit() and response.headers.get(
+                    "content-encoding", "identity").lower() == "identity":
+                if int(length) > MAX_ANSWER_BYTES:
+                    raise AnswerTooLarge(f"an answer over {MAX_ANSWER_BYTES:,} bytes",
+                                         request=request)
+                with anyio.move_on_after(ANSWER_WAIT) as waited:
+                    await response.aread()
+                self._check_waited(waited, request)
+                return response
             chunks, size = [], 0
             with anyio.move_on_after(ANSWER_WAIT) as waited:
                 async for chunk in response.aiter_bytes():
@@ -555,15 +569,19 @@ class MemoryStoresClient:
                         raise AnswerTooLarge(f"an answer over {MAX_ANSWER_BYTES:,} bytes",
                                              request=request)
                     chunks.append(chunk)
-            if waited.cancelled_caught:
-                raise httpx.ReadTimeout(f"the answer took over {ANSWER_WAIT:g} s to arrive",
-                                        request=request)
+            self._check_waited(waited, request)
         finally:
             await response.aclose()
         headers = [(k, v) for k, v in response.headers.multi_items()  # decoded once, here
                    if k.lower() not in ("content-encoding", "content-length")]
         return httpx.Response(response.status_code, headers=headers,
                               content=b"".join(chunks), request=request)
+
+    @staticmethod
+    def _check_waited(waited: anyio.CancelScope, request: httpx.Request) -> None:
+        if waited.cancelled_caught:
+            raise httpx.ReadTimeout(f"the answer took over {ANSWER_WAIT:g} s to arrive",
+                                    request=request)
 
     async def _moved(self) -> bool:
         """Whether the server now answers elsewhere (``locate``); if so, go there."""
