@@ -11,6 +11,7 @@ import click
 
 from memfs.cli import progress
 from memfs.cli.completion import complete_mountpoints
+from memfs.core.shown import shown
 from memfs.local.pids import alive, wait_gone
 from memfs.local.registry import is_mounted, read_registry, registry_file
 from memfs.state.report import kept_here
@@ -104,6 +105,7 @@ def _report_journaled(mountpoint: str) -> None:
     except click.ClickException:
         return
     left = stranded = 0
+    several = bool(found.get("stores"))
     for one in found.get("stores") or [found]:
         pending = one.get("pending") or {}
         held = sum(len(pending.get(kind, [])) for kind in (*PENDING_KINDS, "refused"))
@@ -111,8 +113,10 @@ def _report_journaled(mountpoint: str) -> None:
         if one.get("gone"):  # its edits are listed as local: the store takes none
             held += sum(i["reason"] != "editor/tool temp file"
                         for i in pending.get("local_only", []))
-            if held:
-                click.echo(f"  {held} change(s) written there are NOT on the server "
+            if held:  # under a root: which store (a helper, 6 December)
+                who = (f"{shown(one.get('store_name') or one.get('store_id'))}: "
+                       if several else "")
+                click.echo(f"  {who}{held} change(s) written there are NOT on the server "
                            f"(memfs status {mountpoint} names each, and why)")
             stranded += _stranded({**one, "left": held}, "  ")
         left += held
