@@ -137,6 +137,13 @@ def test_unmount_says_a_deleted_stores_changes_no_mount_will_send(server, mounts
     done = m.memfs("salvage", journal, str(dest))
     assert (dest / "l.md").read_text() == "only here\n"
     assert "/l.md: not yet created on the server" in done.stdout, done.stdout
+    # The root mounted again: the store is gone from it, its journal is still said.
+    m.mount()
+    assert f"memfs: {m.path}/doomed is not mounted now (its store was deleted on the " \
+        f"server, or is no longer in the session), and its journal ({journal}) holds 1 " \
+        "change(s) not on the server" in m.outputs[-1].stderr, m.outputs[-1].stderr
+    assert not (m.path / "doomed").exists()
+    m.unmount()
 
 
 def test_all_root_adopts_url_keyed_state_at_mount_and_for_a_later_store(server, mounts):

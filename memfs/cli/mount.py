@@ -344,6 +344,7 @@ def _mount_group(session_id, root, base_url, api_key_file, cache_dir, options, r
         for store in cfg.stores:
             remember(f"{cfg.root}/{store.name}", Path(store.state_dir), store.store_id,
                      cfg.base_url)
+        _say_left_behind(cfg)
         if foreground:
             from memfs.mount.daemon import run
 
@@ -358,6 +359,20 @@ def _mount_group(session_id, root, base_url, api_key_file, cache_dir, options, r
     for s in skipped:  # only with --allow-partial: else the daemon refused to mount
         click.echo(f"memfs: left out {s['name']} ({s['store_id']}): {s['error']}", err=True)
     _done()
+
+
+def _say_left_behind(cfg: GroupConfig) -> None:
+    """Each store mounted under this root before and not now whose journal still holds
+    changes: said at every mount until they are dealt with, never dropped unsaid."""
+    from memfs.state.statedir import left_behind_under
+
+    for mountpoint, state_dir, held in left_behind_under(
+            cfg.root, {s.store_id for s in cfg.stores}):
+        click.echo(f"memfs: {mountpoint} is not mounted now (its store was deleted on the "
+                   f"server, or is no longer in the session), and its journal ({state_dir}) "
+                   f"holds {held} change(s) not on the server: `memfs salvage {state_dir} "
+                   "DIR` writes its files out (then removing that directory forgets them)",
+                   err=True)
 
 
 def _left_out(cfg: GroupConfig) -> list[dict]:

@@ -262,6 +262,30 @@ def left_behind(mountpoint: str, store: str) -> tuple[Path, int] | None:
     return (state_dir, held) if held else None
 
 
+def left_behind_under(root: str, present: set[str]) -> list[tuple[str, Path, int]]:
+    """(its last mountpoint, its state directory, how many changes not on the server)
+    of every store last mounted right under `root` that is not among `present` now and
+    whose journal holds changes: a store deleted on the server, or no longer in the
+    session, which the root's next mount would otherwise leave unsaid (a helper)."""
+    prefix = canonical_mountpoint(root).rstrip("/") + "/"
+    found = []
+    for mountpoint in known_mountpoints():
+        name = canonical_mountpoint(mountpoint)[len(prefix):]
+        if not canonical_mountpoint(mountpoint).startswith(prefix) or "/" in name:
+            continue
+        state_dir = known_state_dir(mountpoint)
+        if state_dir is None or read_meta(state_dir / STATE_DB, "store_id").get(
+                "store_id") in present:
+            continue
+        try:
+            dirty, conflicts, _deletes = _pending_rows(state_dir / STATE_DB)
+        except sqlite3.Error:
+            continue
+        if dirty or conflicts:
+            found.append((mountpoint, state_dir, len(dirty) + len(conflicts)))
+    return found
+
+
 # -- adoption ----------------------------------------------------------------------------
 
 @dataclass
