@@ -138,6 +138,31 @@ async def test_write_past_eof_fills_zeros_and_overwrite(env):
     await env.ops.release(fh)
 
 
+async def test_o_append_writes_at_the_end_whatever_offset_the_kernel_gives(env):
+    """Without the writeback cache the kernel sends an O_APPEND write at the size it
+    cached, which another writer's change may have made stale (docs/SEMANTICS.md,
+    write): the handle writes at the content's end, a handle without it where told."""
+    fh, attr = await env.create(ROOT, "log", b"one\ntwo\n")
+    appender = await env.open(attr.st_ino, os.O_WRONLY | os.O_APPEND)
+    plain = await env.open(attr.st_ino, os.O_WRONLY)
+    assert await env.ops.write(appender.fh, 0, b"A\n") == 2        # a stale offset: 0
+    assert await env.ops.write(appender.fh, 1000, b"B\n") == 2     # past the end
+    assert await env.ops.write(plain.fh, 0, b"1") == 1             # where it says
+    await env.ops.release(appender.fh)
+    await env.ops.release(plain.fh)
+    assert await env.read_all(attr.st_ino) == b"1ne\ntwo\nA\nB\n"
+    fi, made = await env.ops.create(ROOT, b"new", stat.S_IFREG | 0o644,
+                                    os.O_WRONLY | os.O_CREAT | os.O_APPEND, ctx())
+    await env.ops.write(fi.fh, 0, b"x")
+    await env.ops.write(fi.fh, 0, b"y")  # `>>` onto a new file, the kernel's size 0
+    await env.ops.release(fi.fh)
+    assert await env.read_all(made.st_ino) == b"xy"
+    appender = await env.open(attr.st_ino, os.O_WRONLY | os.O_APPEND)
+    assert await fuse_errno(env.ops.write(appender.fh, 0, b"z" * MAX)) == errno.EFBIG
+    await env.ops.release(appender.fh)
+    assert await env.read_all(attr.st_ino) == b"1ne\ntwo\nA\nB\n"
+
+
 async def test_write_over_limit_is_efbig_and_keeps_data(env):
     fh, attr = await env.create(ROOT, "big", b"keep me", keep_open=True)
     assert await fuse_errno(env.ops.write(fh, MAX - 1, b"xy")) == errno.EFBIG

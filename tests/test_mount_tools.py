@@ -399,3 +399,32 @@ def test_remote_update_visible_by_polling(mounts, server):
     server.sdk().beta.memory_stores.memories.update(ids["/p.md"], memory_store_id=store,
                                                      content="new content\n")
     wait_for(lambda: f.read_text() == "new content\n", timeout=30)
+
+
+@pytest.mark.parametrize("after", ["grown", "shrunk"])
+def test_an_append_lands_at_the_end_after_a_remote_change(mounts, server, after):
+    """An append (O_APPEND) after another writer's change: the kernel gives a write the
+    file's size as it cached it, and with no writeback cache the filesystem must find
+    the end itself (libfuse). Before (found by a helper, 6 December) the append went
+    at the old size: it overwrote the other writer's line (grown) or left NUL bytes
+    before it (shrunk), pushed with a matching precondition, so no conflict said so."""
+    store = mounts.new_store()
+    ids = seed(server, store, {"/log.md": "one\ntwo\n"})
+    m = mounts.mount(store, "--poll-interval", "60")
+    f = m.path / "log.md"
+    assert os.stat(f).st_size == 8 and f.read_text() == "one\ntwo\n"  # cached by the kernel
+    fd = os.open(f, os.O_WRONLY | os.O_APPEND)
+    theirs = "one\ntwo\nTHEIRS\n" if after == "grown" else "1\n"
+    server.sdk().beta.memory_stores.memories.update(ids["/log.md"], memory_store_id=store,
+                                                     content=theirs)
+    m.sync_now()  # applied, and the kernel told
+    try:
+        os.write(fd, b"mine\n")  # a writer that holds its file open: a log, a shell's
+    finally:                     # `exec 3>>f`: the kernel's size is still the old one
+        os.close(fd)
+    with open(f, "a") as same:  # and a new "a" open, as an agent's file tool appends
+        same.write("more\n")
+    m.wait_synced()
+    assert server_memories(server, store) == {"/log.md": theirs + "mine\nmore\n"}
+    assert f.read_text() == theirs + "mine\nmore\n"
+    assert m.status()["conflicts"] == []

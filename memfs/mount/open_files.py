@@ -84,6 +84,7 @@ class OpenFiles:
         self.ino_base = 0
         self._open: dict[int, OpenFile] = {}
         self._handles: dict[int, int] = {}  # fh -> ino
+        self._appending: set[int] = set()  # fhs opened O_APPEND: they write at the end
         self._next_fh = 1
         self._last_open_sha: dict[int, str] = {}
         #: Files that left the tree lately, as they were (see `node`), newest last.
@@ -167,14 +168,14 @@ class OpenFiles:
         if not writing and not of.dirty and inode in self.state.nodes:
             # The next read-only open would keep the cache: the shim may answer it.
             fastopen.add(self.ino_base | inode)
-        return pyfuse3.FileInfo(fh=self._new_fh(inode), keep_cache=keep)
+        return pyfuse3.FileInfo(fh=self._new_fh(inode, flags), keep_cache=keep)
 
-    def open_created(self, node: Node) -> pyfuse3.FileInfo:
+    def open_created(self, node: Node, flags: int = 0) -> pyfuse3.FileInfo:
         """The handle `create` returns for the file it made."""
         of = self._open.setdefault(node.ino, OpenFile(node))
         of.nopen += 1
         self._last_open_sha[node.ino] = node.sha or ""
-        return pyfuse3.FileInfo(fh=self._new_fh(node.ino), keep_cache=False)
+        return pyfuse3.FileInfo(fh=self._new_fh(node.ino, flags), keep_cache=False)
 
     async def read(self, fh, off, size):
         of = self._open[self._handles[fh]]
@@ -186,6 +187,12 @@ class OpenFiles:
     async def write(self, fh, off, buf):
         of = self._open[self._handles[fh]]
         self._writable()
+        if fh in self._appending:
+            # The kernel's offset is the size it cached, older than another writer's
+            # change: without the writeback cache, O_APPEND is the filesystem's to
+            # honour (libfuse). At that offset an append overwrote the other writer's
+            # text, or left NULs before it (found by a helper, 6 December).
+            off = len(await self._materialize(of))
         end = off + len(buf)
         if end > self._limit(of.node):
             raise err(errno.EFBIG)
@@ -211,6 +218,7 @@ class OpenFiles:
 
     async def release(self, fh):
         ino = self._handles.pop(fh, None)
+        self._appending.discard(fh)
         if ino is None:
             return
         of = self._open[ino]
@@ -287,10 +295,12 @@ class OpenFiles:
             return LOCAL_ONLY_MAX_BYTES
         return paths.MAX_CONTENT_BYTES
 
-    def _new_fh(self, ino: int) -> int:
+    def _new_fh(self, ino: int, flags: int = 0) -> int:
         fh = self._next_fh
         self._next_fh += 1
         self._handles[fh] = ino
+        if flags & os.O_APPEND:
+            self._appending.add(fh)
         return fh
 
     def _set_dirty(self, of: OpenFile, dirty: bool) -> None:

@@ -283,7 +283,7 @@ class Tree:
 
     async def create(self, parent_inode, name, mode, flags, ctx):
         node = await self._create_file(parent_inode, name, mode, ctx)
-        return self.files.open_created(node), self.attributes(node)
+        return self.files.open_created(node, flags), self.attributes(node)
 
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
         self._writable()
