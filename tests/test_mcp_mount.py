@@ -251,11 +251,35 @@ async def test_mcp_over_a_mount_changes_nothing_only_the_mount_holds(verbose, tm
                                         "new_path": f"/memories/{above}/x.md"}) == (
                 "error", f"Cannot rename /memories/ok.md to /memories/{above}/x.md: "
                          f"/memories/{above} is a file, so it cannot hold other files.")
+        # The mount's own names (.memfs, .memfs-moving): no memory shows there, so none
+        # is made there; one another writer made there is as missing as view says
+        # (created, then "does not exist", then edited: a helper, 6 December).
+        sdk_create(server, store, "/.memfs/theirs.md", "hidden\n")
+        assert await call(session, {"command": "create", "path": "/memories/.memfs/n.md",
+                                    "file_text": "x\n"}) == (
+            "error", "File /memories/.memfs/n.md was not created: /memories/.memfs is the "
+                     "mount's own (memfs keeps it for itself), so a memory there would not "
+                     "show in the mount.")
+        assert await call(session, {"command": "rename", "old_path": "/memories/ok.md",
+                                    "new_path": "/memories/.memfs-moving/x.md"}) == (
+            "error", "Cannot rename /memories/ok.md to /memories/.memfs-moving/x.md: "
+                     "/memories/.memfs-moving is the mount's own (memfs keeps it for "
+                     "itself), so a memory there would not show in the mount.")
+        for command in ({"command": "view", "path": "/memories/.memfs/theirs.md"},
+                        {"command": "str_replace", "path": "/memories/.memfs/theirs.md",
+                         "old_str": "hidden", "new_str": "seen"}):
+            assert await call(session, command) == (
+                "error", "The path /memories/.memfs/theirs.md does not exist. Please "
+                         "provide a valid path."), command
+        assert await call(session, {"command": "delete",
+                                    "path": "/memories/.memfs/theirs.md"}) == (
+            "error", "The path /memories/.memfs/theirs.md does not exist")
         # what the server holds is still changed as before
         assert await call(session, {"command": "rename", "old_path": "/memories/ok.md",
                                     "new_path": "/memories/moved.md"}) == (
             "ok", "Successfully renamed /memories/ok.md to /memories/moved.md")
-    assert server_memories(server, store) == {"/bad.md": "good text\n", "/moved.md": "fine\n"}
+    assert server_memories(server, store) == {"/bad.md": "good text\n", "/moved.md": "fine\n",
+                                              "/.memfs/theirs.md": "hidden\n"}
     assert (m.path / "bad.md").read_bytes() == b"bad \xff text\n"
     assert m.status()["conflicts"] == []
     assert cat(m.path / "moved.md") == "fine\n"

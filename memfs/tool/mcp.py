@@ -48,7 +48,7 @@ from mcp.shared.exceptions import MCPError
 from memfs.api import errors as api_errors
 from memfs.api.client import MemoryStoresClient
 from memfs.core import paths
-from memfs.core.nodes import META_NAME
+from memfs.core.nodes import META_NAME, PARK_NAME
 from memfs.core.version import VERSION
 from memfs.local import control
 from memfs.local.registry import read_registry
@@ -637,6 +637,17 @@ def _refuse_what_only_the_mount_holds(store: Served, command: dict[str, Any]) ->
             continue  # the command says what is wrong with it
         if not target.segments:
             continue
+        made_there = (command.get("command"), key) in (("create", "path"),
+                                                       ("rename", "new_path"))
+        if target.segments[0] in (META_NAME, PARK_NAME):  # the mount's own names
+            if not made_there:  # as view says: the mount shows no memory there
+                raise ToolFailure(missing_short(target.raw) if command.get("command") in
+                                  ("delete", "rename") else missing(target.raw))
+            raise ToolFailure(
+                (f"File {target.raw} was not created: " if key == "path" else
+                 f"Cannot rename {command.get('old_path')} to {target.raw}: ")
+                + f"{target.shown('/' + target.segments[0])} is the mount's own (memfs "
+                "keeps it for itself), so a memory there would not show in the mount.")
         where = store.mount_dir.joinpath(*target.segments)
         state = state_of(where)
         if key != "new_path" and state in ("pending", "error"):
@@ -647,8 +658,6 @@ def _refuse_what_only_the_mount_holds(store: Served, command: dict[str, Any]) ->
             raise ToolFailure(f"{target.raw} was not changed: the mount holds a version of "
                               "it that the server refused (not UTF-8, or over a limit: "
                               "memfs status says why); change it in the mount.")
-        made_there = (command.get("command"), key) in (("create", "path"),
-                                                       ("rename", "new_path"))
         if not made_there:
             continue
         if state != "synced" and os.path.lexists(where):
