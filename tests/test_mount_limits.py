@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
+import subprocess
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -211,11 +214,43 @@ def test_enospc_at_2000_memories(mounts, server):
     # ... but a temp file cannot become memory number 2,001.
     expect_errno(errno.ENOSPC, os.rename, m.path / ".x.swp", m.path / "x.md")
     assert (m.path / ".x.swp").read_bytes() == b"swap\n"
+    # The atomic saves of sed -i, rsync and Python replace a memory: they work at the
+    # cap (found by a helper, 6 December: their temp file was the 2,001st, ENOSPC).
+    d1 = m.path / "bulk" / "d1"
+    subprocess.run(["sed", "-i", "s/$/ by sed/", str(d1 / "m0001.md")], check=True,
+                   capture_output=True, timeout=60)
+    source = m.path.parent / "rsync-src"
+    source.mkdir()
+    (source / "m0021.md").write_text("by rsync\n")
+    if shutil.which("rsync"):
+        subprocess.run(["rsync", "-r", f"{source}/", f"{d1}/"], check=True,
+                       capture_output=True, timeout=60)
+    else:  # rsync's own way: .NAME.XXXXXX, then a rename over NAME
+        create_file(d1 / ".m0021.md.AbC123", b"by rsync\n")
+        os.rename(d1 / ".m0021.md.AbC123", d1 / "m0021.md")
+    with tempfile.NamedTemporaryFile("w", dir=d1, delete=False) as tmp:
+        tmp.write("by python\n")
+    os.replace(tmp.name, d1 / "m0041.md")
     m.wait_synced()
     assert os.getxattr(m.path / "bulk" / "d0" / "m0000.md", "user.memfs.state") == b"synced"
     got = client.list(store, path_prefix="/bulk/d0/", view="full", limit=100)
     assert {x.path: x.content for x in got if x.path == "/bulk/d0/m0000.md"} == {
         "/bulk/d0/m0000.md": "edited\n"}
+    got = client.list(store, path_prefix="/bulk/d1/", view="full", limit=100)
+    edited = {x.path: x.content for x in got if x.path in (
+        "/bulk/d1/m0001.md", "/bulk/d1/m0021.md", "/bulk/d1/m0041.md")}
+    assert edited == {"/bulk/d1/m0001.md": "memory 1 by sed\n", "/bulk/d1/m0021.md": "by rsync\n",
+                      "/bulk/d1/m0041.md": "by python\n"}, edited
+    assert len(os.listdir(d1)) == 100 and os.statvfs(m.path).f_ffree == 0
+    # One such file left as it is waits for room, said (as a create the full store
+    # turned down).
+    create_file(m.path / "left.tmp", b"kept\n")
+    m.sync_now()
+    wait_for(lambda: "/left.tmp waits: the store holds its 2,000-memory maximum" in
+             m.memfs("status", str(m.path)).stdout, what="the wait said")
+    out = m.unmount("--timeout", "3", kept=True)
+    assert "/left.tmp: the store holds its 2,000-memory maximum: it goes out once a " \
+        "memory is deleted" in out, out
 
 
 def test_a_create_the_full_store_turns_down_is_named_by_status_and_unmount(mounts, server):
