@@ -316,3 +316,23 @@ async def test_mcp_over_a_mount_that_went_away_says_so(verbose, tmp_path):
         assert await call(session, view) == (
             "ok", "Here's the content of /memories/a.md with line numbers:\n     1\talpha\n"
                   "     2\t")
+
+
+async def test_mcp_over_one_stores_directory_of_a_live_root(verbose, tmp_path):
+    """`--mount ROOT/STORE` serves that store of the root's daemon, as `memfs watch
+    ROOT/STORE` follows it (it said "is not a live memfs mount": a helper, 6 December)."""
+    server, mounts = verbose
+    store = mounts.new_store("Under Root")
+    mounts.new_store("Another")
+    sdk_create(server, store, "/a.md", "alpha\n")
+    m = mounts.mount_group("--all")
+    wait_for(lambda: cat(m.path / "under-root" / "a.md") == "alpha\n", what="seeded")
+    async with stdio_session(env_for(server, tmp_path), "--mount",
+                             str(m.path / "under-root")) as session:
+        assert await call(session, {"command": "view", "path": "/memories/a.md"}) == (
+            "ok", "Here's the content of /memories/a.md with line numbers:\n     1\talpha\n"
+                  "     2\t")
+        assert (await call(session, {"command": "create", "path": "/memories/b.md",
+                                     "file_text": "beta\n"}))[0] == "ok"
+    assert server_memories(server, store) == {"/a.md": "alpha\n", "/b.md": "beta\n"}
+    assert cat(m.path / "under-root" / "b.md") == "beta\n"

@@ -4,6 +4,7 @@ mount against a real `memfs serve`, the session made with the official SDK."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
 
@@ -82,6 +83,12 @@ def test_session_view_access_and_attribution(server, mounts, two_stores):
     assert st["session_id"] == sid and [s["name"] for s in st["stores"]] == [
         "user-preferences", "reference-docs"]
     assert [s["read_only"] for s in st["stores"]] == [False, True]
+    # One store's directory is that store of the live root (it said "daemon: not
+    # running (from state.db)": a helper, 6 December).
+    one = m.memfs("status", str(ro)).stdout
+    assert "\n  online (read-only)\n" in one and "not running" not in one, one
+    assert one.startswith(f"{ro}: store Reference Docs ({docs})"), one
+    assert json.loads(m.memfs("status", "--json", str(ro)).stdout)["running"] is True
 
 
 def test_session_unmount_flushes_every_store(server, mounts):

@@ -197,11 +197,16 @@ def _mount_rows(mount: str, stores: tuple[str, ...]):
     session root (all its stores, or the STOREs named among them)."""
     from memfs.core.slug import slug
     from memfs.local import control
-    from memfs.local.registry import read_registry
+    from memfs.local.registry import read_registry, root_store
     from memfs.tool.mcp import MountLink
 
     path = os.path.abspath(mount)
     info = read_registry(path)
+    under = None if info else root_store(path)
+    if under is not None:  # a store's directory under a live root: that store of it
+        if stores and under[2] not in stores:
+            raise click.UsageError(f"{mount} holds {under[2]} only")
+        return _mount_rows(under[0], (under[2],))
     if not info:
         raise click.ClickException(f"{mount} is not a live memfs mount (see `memfs status`)")
     control_dir = Path(info["state_dir"])

@@ -92,7 +92,16 @@ def mount_status(mountpoint: str) -> dict:
 
 def _mount_status(mountpoint: str) -> dict:
     from memfs.local import control
+    from memfs.local.registry import read_registry, root_store
 
+    under = None if read_registry(mountpoint) else root_store(mountpoint)
+    if under is not None:  # a store's directory under a live root: that store, live
+        try:
+            reply = control.request(Path(under[1]["state_dir"]), {"cmd": "status"})
+            return next(s for s in reply["status"]["stores"] if s.get("name") == under[2])
+        except (OSError, ValueError, KeyError, StopIteration):
+            pass  # its daemon died meanwhile: from state.db, as below (a helper found
+            # `memfs status ROOT/STORE` said "daemon: not running" of a live root)
     found = locate(mountpoint)  # the registry, else the state.db last mounted there
     if found is None:
         group = _offline_group_status(mountpoint)

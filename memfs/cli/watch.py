@@ -51,17 +51,13 @@ def format_line(event: dict) -> str:
 def _mount_target(target: str) -> tuple[Path, str | None] | None:
     """(the daemon's control dir, a store's name or None) when `target` is a live mount,
     a session root, or a store's directory under a live session root."""
-    from memfs.local.registry import read_registry
+    from memfs.local.registry import read_registry, root_store
 
-    path = os.path.abspath(target)
-    info = read_registry(path)
+    info = read_registry(os.path.abspath(target))
     if info and info.get("state_dir"):
         return Path(info["state_dir"]), None
-    root, name = os.path.split(path)
-    info = read_registry(root)
-    if info and any(s.get("name") == name for s in info.get("stores", [])):
-        return Path(info["state_dir"]), name
-    return None
+    found = root_store(target)
+    return None if found is None else (Path(found[1]["state_dir"]), found[2])
 
 
 def _follow_mount(control_dir: Path, store: str | None, since: str | None, target: str,

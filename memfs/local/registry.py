@@ -56,6 +56,18 @@ def read_registry(mountpoint: str) -> dict | None:
         return None
 
 
+def root_store(path: str) -> tuple[str, dict, str] | None:
+    """(the root, its live daemon's registry entry, the store's directory name) when
+    `path` is a store's directory right under a live session root: `memfs status`,
+    `watch` and `mcp --mount` take it for that store of the root's daemon."""
+    root, name = os.path.split(os.path.abspath(path))
+    info = read_registry(root)
+    if info and info.get("state_dir") and any(
+            s.get("name") == name for s in info.get("stores", [])):
+        return root, info, name
+    return None
+
+
 def write_private_json(path: Path, data: dict) -> None:
     """Write data as JSON to path, atomically (temp file + rename) and 0600."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
