@@ -14,6 +14,7 @@ from test_state_transitions import _file
 from memfs.cli.status import offline_status
 from memfs.core.mountconfig import DEFAULT_LOCAL_ONLY_PATTERNS
 from memfs.core.nodes import Remote
+from memfs.state.blobs import sha256
 from memfs.state.schema import _ADDED, NODE_COLUMNS, SCHEMA_VERSION, create_or_migrate
 from memfs.state.state import State
 from memfs.state.view import LOCAL_ONLY_KEY, StateUnreadable, StateView, read_meta
@@ -500,3 +501,38 @@ def test_a_state_db_of_schema_version_1_gains_what_version_2_added(tmp_path):
         assert again.tombstones["mem_b"].delete_sent_at is not None
     finally:
         again.close()
+
+
+def test_a_conflict_id_is_never_given_twice_and_an_older_table_moves_over(tmp_path):
+    """`memfs conflicts discard N` read off an older listing must not drop another
+    file's text: the last id was given again once its conflict was settled (a helper,
+    6 December). An older state.db's conflicts keep their ids, and the ids go on."""
+    db = tmp_path / "state.db"
+    conn = _older_state_db(db, base_sha="1" * 64)
+    conn.execute("INSERT INTO conflicts (path, memory_id, local_sha, reason, created_at)"
+                 " VALUES ('/a.md', 'mem_a', ?, 'server changed it', 1.0)", ("2" * 64,))
+    conn.commit()
+    conn.close()
+    st = State(db)
+    try:
+        [old] = st.conflicts()
+        assert (old["id"], old["path"], old["local_sha"]) == (1, "/a.md", "2" * 64)
+        node = st.lookup_path("/a.md")
+        ids = []
+        for theirs in (b"t1", b"t2"):
+            st.set_content(node, sha256(b"mine" + theirs), 6)
+            st.take_remote(node, Remote("mem_a", "/a.md", sha256(theirs), 2), "r",
+                           gen=node.gen)
+            ids.append(st.conflicts()[-1]["id"])
+            st.discard_conflict(ids[-1])  # the newest settled: its id is not given again
+        assert ids == [2, 3]
+    finally:
+        st.close()
+    conn = sqlite3.connect(db)
+    try:
+        made = conn.execute("SELECT sql FROM sqlite_master WHERE name='conflicts'").fetchone()
+        assert "AUTOINCREMENT" in made[0]
+        assert conn.execute("SELECT name FROM sqlite_master WHERE name='conflicts_before'"
+                            ).fetchall() == []
+    finally:
+        conn.close()

@@ -138,9 +138,11 @@ CREATE TABLE IF NOT EXISTS doubts (
 -- Local versions that lost to a concurrent server change (or that a restore
 -- replaced). The winning version is in the tree; the local one is kept here
 -- (blob in objects/) until the user restores or discards it. Never dropped
--- silently.
+-- silently. AUTOINCREMENT: an id is never given twice, so `memfs conflicts discard
+-- N` read off an older listing cannot drop another file's text (the last id was
+-- given again once its conflict was settled: a helper, 6 December).
 CREATE TABLE IF NOT EXISTS conflicts (
-    id          INTEGER PRIMARY KEY,
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
     path        TEXT NOT NULL,       -- path of the file when the conflict happened
     memory_id   TEXT,
     local_sha   TEXT NOT NULL,       -- the preserved local content
@@ -201,8 +203,28 @@ CONFLICT_COLUMNS = ("id", "path", "memory_id", "local_sha", "remote_sha", "reaso
 #: offline command, the interleaving harness's checks after every step). Bump it with
 #: every change to SCHEMA or _ADDED; older memfs releases left it at 0 (1: before
 #: the sources and known tables and tombstones.delete_sent_at; 2: before known.version
-#: and doubts.after_version).
-SCHEMA_VERSION = 3
+#: and doubts.after_version; 3: before conflicts.id was AUTOINCREMENT).
+SCHEMA_VERSION = 4
+
+#: An older conflicts table, moved into one whose ids are never given twice (in one
+#: transaction: a crash midway leaves the old table as it was).
+_CONFLICTS_AUTOINCREMENT = """
+BEGIN IMMEDIATE;
+ALTER TABLE conflicts RENAME TO conflicts_before;
+CREATE TABLE conflicts (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    path        TEXT NOT NULL,
+    memory_id   TEXT,
+    local_sha   TEXT NOT NULL,
+    remote_sha  TEXT,
+    reason      TEXT NOT NULL,
+    created_at  REAL NOT NULL
+);
+INSERT INTO conflicts SELECT id, path, memory_id, local_sha, remote_sha, reason, created_at
+    FROM conflicts_before;
+DROP TABLE conflicts_before;
+COMMIT;
+"""
 
 
 def create_or_migrate(db: sqlite3.Connection) -> None:
@@ -214,4 +236,7 @@ def create_or_migrate(db: sqlite3.Connection) -> None:
         have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
         if column not in have:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+    made = db.execute("SELECT sql FROM sqlite_master WHERE name='conflicts'").fetchone()[0]
+    if "AUTOINCREMENT" not in made.upper():
+        db.executescript(_CONFLICTS_AUTOINCREMENT)
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
