@@ -205,6 +205,46 @@ def test_unmount_after_the_daemon_died_says_what_is_not_on_the_server(mounts, se
     assert server_memories(server, store) == {"/p.md": "precious\n"}
 
 
+def test_unmount_after_the_daemon_died_counts_each_change_once(mounts, server):
+    """A file edited and renamed is one change, not an update and a rename; a create
+    whose answer was lost (the server holds it) is a request in doubt, not a change
+    "NOT on the server" counted with its create (both said "2 change(s) written there
+    are NOT on the server": a helper, 6 December). Exit 3 still: the outcome waits."""
+    from gate import Gate
+
+    store = mounts.new_store()
+    m = mounts.mount(store, "--write-back-delay", "600")
+    (m.path / "x.md").write_text("v1\n")
+    m.sync_now()
+    m.memfs("unmount", str(m.path))  # pushed x.md
+    m.mount()
+    (m.path / "x.md").write_text("v2\n")
+    os.rename(m.path / "x.md", m.path / "y.md")
+    m._sigkill()
+    proc = m.memfs("unmount", str(m.path), check=False)
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    assert "\n  1 change(s) written there are NOT on the server" in proc.stdout, proc.stdout
+
+    other = mounts.new_store()
+    m = mounts.mount(other, name="other")
+    with Gate(server) as gate:
+        gate.hold("POST", rf"/memory_stores/{other}/memories$", when="after", count=1,
+                  drop=True)
+        (m.path / "a.md").write_text("hello\n")
+        gate.wait_held(1)  # applied: the server holds it, its answer never comes
+        m._sigkill()
+    assert server_memories(server, other) == {"/a.md": "hello\n"}
+    proc = m.memfs("unmount", str(m.path), check=False)
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    assert "NOT on the server" not in proc.stdout, proc.stdout
+    assert "\n  1 request(s) whose answer was lost may have been applied by the server: " \
+        "the next mount asks it" in proc.stdout, proc.stdout
+    m = mounts.mount(other, name="other")
+    m.wait_synced()
+    assert server_memories(server, other) == {"/a.md": "hello\n"}
+    assert "0 left" in m.unmount()
+
+
 def test_kill9_then_remount_pushes_on_its_own(mounts, server):
     store = mounts.new_store()
     m = mounts.mount(store, "--write-back-delay", "30")

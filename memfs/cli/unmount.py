@@ -97,19 +97,19 @@ def _report_journaled(mountpoint: str) -> None:
     """No daemon flushed at the exit (it died): what its state.db still holds is not on
     the server. Said, with status 3, as a flush that could not push it says it; a
     mount memfs knows nothing of says nothing."""
-    from memfs.cli.progress import PENDING_KINDS
     from memfs.cli.status import mount_status
 
     try:
         found = mount_status(mountpoint)  # no daemon registered now: from state.db
     except click.ClickException:
         return
-    left = stranded = 0
+    left = stranded = doubted = 0
     several = bool(found.get("stores"))
     for one in found.get("stores") or [found]:
         pending = one.get("pending") or {}
-        held = sum(len(pending.get(kind, [])) for kind in (*PENDING_KINDS, "refused"))
+        held, doubts = _journaled(pending)
         held += len(one.get("conflicts") or [])
+        doubted += doubts
         if one.get("gone"):  # its edits are listed as local: the store takes none
             held += sum(i["reason"] != "editor/tool temp file"
                         for i in pending.get("local_only", []))
@@ -124,8 +124,29 @@ def _report_journaled(mountpoint: str) -> None:
         click.echo(f"  {left - stranded} change(s) written there are NOT on the server, kept "
                    f"in its journal for the next mount (memfs status {mountpoint} names "
                    "each, and why)")
-    if left:
+    if doubted:
+        click.echo(f"  {doubted} request(s) whose answer was lost may have been applied by "
+                   "the server: the next mount asks it, and sends what it did not apply "
+                   f"(memfs status {mountpoint} names each)")
+    if left or doubted:
         sys.exit(NOT_ALL_PUSHED)
+
+
+def _journaled(pending: dict) -> tuple[int, int]:
+    """(changes not on the server, requests in doubt) of a status's `pending`, each
+    counted once: a file is listed both as an update and a rename, or as a create and
+    a request in doubt, and a request in doubt may be on the server already (a kill
+    after a lost answer was said as "2 change(s) NOT on the server": a helper)."""
+    changed = [(item.get("path") or item["to"], item.get("memory_id"), item.get("in_doubt"))
+               for kind in ("creates", "updates", "renames", "refused")
+               for item in pending.get(kind, [])]
+    files = {path for path, _mid, doubt in changed if not doubt}
+    doubted = {path for path, _mid, doubt in changed if doubt} - files
+    memories = {mid for path, mid, _doubt in changed if path in files} - {None}
+    doubts = len(doubted) + sum(
+        1 for item in pending.get("unconfirmed", [])
+        if item["path"] not in files | doubted and item.get("memory_id") not in memories)
+    return len(files) + len(pending.get("deletes", [])), doubts
 
 
 def report_kept(reply: dict) -> bool:

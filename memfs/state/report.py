@@ -24,6 +24,9 @@ def pending(state: StateView, *, delete_delay: float | None = None,
     read_only = read_only or gone is not None
     refusal = f"the store was {gone} on the server" if gone else "read-only mount"
     creates, updates, renames, refused, local_only = [], [], [], [], []
+    # A file whose change is exactly what a request whose answer was lost sent: on the
+    # server already, perhaps (`in_doubt`): the next pass asks it.
+    sent = {(t.ino, t.sha, t.path) for t in state.doubts.values()}
     for node in state.files():
         path = state.path_of(node)
         if state.is_local_only(node):
@@ -48,6 +51,8 @@ def pending(state: StateView, *, delete_delay: float | None = None,
                 max_push_delay=push_delays.max_push_delay)
         if node.error:  # refused for another reason than content: waits, then retried
             due.update(error=node.error, retry_at=node.retry_at)
+        if (node.ino, node.sha, path) in sent:
+            due["in_doubt"] = True
         if node.memory_id is None:
             creates.append({"path": path, "size": node.size, **due})
             continue
