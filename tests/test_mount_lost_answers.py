@@ -413,6 +413,24 @@ def test_unmount_waits_for_a_request_that_may_still_land(mounts, server, op):
                                               {"/d/x.md": "version one\n"})
 
 
+def test_an_unmount_that_cannot_wait_for_a_request_in_doubt_names_it(mounts, server):
+    """The flush's time runs out while a request that may still land is out: "1 left",
+    and which file and why (it said only "1 left ... stay journaled": a helper)."""
+    store, m, x, _mid, rule = _start(mounts, "create")
+    with Gate(server) as gate:
+        gate.hold("POST", rule, when="late", count=1)
+        x.write_text("version one\n")
+        gate.wait_held(1)
+        out = m.unmount("--timeout", "2", kept=True)
+    assert "1 left" in out, out
+    assert "  1 request(s) whose answer was lost may yet be applied by the server: the " \
+        "next mount asks it, and sends what it did not apply:\n    /d/x.md: its create " \
+        "was sent, its answer lost\n" in out, out
+    m.mount()
+    m.wait_synced(timeout=60)
+    assert server_memories(server, store) == {"/d/x.md": "version one\n"}
+
+
 # -- another writer after the lost answer ---------------------------------------------------
 
 THEIRS = [("create", "delete"), ("create", "rename"), ("rename", "rename"), ("update", "delete")]

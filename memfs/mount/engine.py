@@ -237,7 +237,10 @@ class StoreEngine:
                 "waiting": [{"path": path, "reason": why} for path, why in waiting.items()],
                 "local_only": temp,
                 "conflicts": [{"id": c["id"], "path": c["path"], "reason": c["reason"]}
-                              for c in self.state.conflicts()]}
+                              for c in self.state.conflicts()],
+                # counted as left, unnamed (a helper, 6 December)
+                "in_doubt": [{"path": u["path"], "reason": f"its {u['request']} was sent, "
+                              "its answer lost"} for u in p["unconfirmed"]]}
 
     def store_gone(self, why: str) -> None:
         """The store was archived or deleted on the server ("archived", "deleted"): its

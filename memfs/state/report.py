@@ -101,6 +101,8 @@ KEPT_HERE = (
                 "tried again on the next mount"),
     ("conflicts", "{n} conflict(s) keep what was written here aside, NOT on the server "
                   "(memfs conflicts shows each; memfs conflicts restore ID puts one back)"),
+    ("in_doubt", "{n} request(s) whose answer was lost may yet be applied by the server: "
+                 "the next mount asks it, and sends what it did not apply"),
 )
 
 
