@@ -77,6 +77,15 @@ def test_archive_and_tool_by_name(server, tmp_path) -> None:
     out = memfs(env, "stores", "archive", "Team Notes")  # archived stores still resolve
     assert out.returncode == 0, out.stderr
     assert "already archived" in out.stdout and a in out.stdout
+    # The tool on an archived store: every change refused alike, as `memfs mcp` does.
+    out = memfs(env, "tool", "team-notes", stdin="\n".join(json.dumps(c) for c in (
+        {"command": "create", "path": "/memories/y.md", "file_text": "y"},
+        {"command": "str_replace", "path": "/memories/x.md", "old_str": "hello",
+         "new_str": "bye"})) + "\n")
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(line) for line in out.stdout.splitlines()] == [
+        {"error": f"/memories/{p} was not changed: the memory store at /memories is "
+                  "read-only."} for p in ("y.md", "x.md")]
     out = memfs(env, "stores", "archive", "no-such-store")
     assert out.returncode != 0
     assert "unknown store 'no-such-store'" in out.stderr

@@ -68,6 +68,9 @@ def tool(store_id: str, read_only: bool, base_url: str | None,
     command there, with one line and exit status 1.
     """
     server = command_server(base_url, api_key_file)
-    store_id = storenames.resolve_for_cli(server.url, server.key, store_id).id
-    serve_lines(StoreMemory(store_id, server.url, server.key, read_only=read_only,
-                            locate=server.locate), sys.stdin.buffer, sys.stdout)
+    found = storenames.resolve_for_cli(server.url, server.key, store_id)
+    # An archived store refuses every change: said before anything is sent, as `memfs
+    # mcp` says it (each command's refusal by the server read differently: a helper).
+    serve_lines(StoreMemory(found.id, server.url, server.key,
+                            read_only=read_only or found.archived, locate=server.locate),
+                sys.stdin.buffer, sys.stdout)
