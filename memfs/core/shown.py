@@ -9,7 +9,8 @@ import unicodedata
 
 
 def shown(text: object, limit: int = 300) -> str:
-    out = "".join(_escaped(ch) for ch in str(text))
+    text = str(text)  # every log line comes here: a printable one (most) is left whole
+    out = text if text.isprintable() else "".join(_escaped(ch) for ch in text)
     return out if len(out) <= limit else out[:limit] + "…"
 
 

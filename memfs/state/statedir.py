@@ -270,8 +270,8 @@ def left_behind_under(root: str, present: set[str]) -> list[tuple[str, Path, int
     prefix = canonical_mountpoint(root).rstrip("/") + "/"
     found = []
     for mountpoint in known_mountpoints():
-        name = canonical_mountpoint(mountpoint)[len(prefix):]
-        if not canonical_mountpoint(mountpoint).startswith(prefix) or "/" in name:
+        real = canonical_mountpoint(mountpoint)
+        if not real.startswith(prefix) or "/" in real[len(prefix):]:
             continue
         state_dir = known_state_dir(mountpoint)
         if state_dir is None or read_meta(state_dir / STATE_DB, "store_id").get(

@@ -117,7 +117,7 @@ class MountLink:
             return
         info = read_registry(str(self.root)) or {}
         ids = {info.get("store_id")} | {s.get("store_id") for s in info.get("stores", [])}
-        if os.path.ismount(self.root) and self.store_ids <= ids:
+        if os.path.ismount(self.root) and self.store_ids <= ids and info.get("state_dir"):
             self.device, self.control_dir = device, Path(info["state_dir"])
             return
         raise ToolFailure(self._gone("not mounted"))
