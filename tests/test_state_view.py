@@ -290,15 +290,21 @@ def test_a_repaired_node_is_saved_without_replacing_the_roots_file(tmp_path):
 # -- view mutants, batch 1 --
 
 
-def test_an_older_state_dbs_conflict_marks_its_file_as_in_conflict(tmp_path):
-    """A conflict row naming a file's memory (state.db of an older memfs, as adoption
-    and `memfs status` read it): the view calls that file "conflict", not "synced"."""
+def _older_state_db_with_a_conflict(tmp_path):
+    """An older memfs's state.db whose /a.md (memory mem_a) has one conflict row, id 1."""
     db = tmp_path / "state.db"
     conn = _older_state_db(db, base_sha="1" * 64)
     conn.execute("INSERT INTO conflicts (path, memory_id, local_sha, reason, created_at)"
                  " VALUES ('/a.md', 'mem_a', ?, 'server changed it', 1.0)", ("2" * 64,))
     conn.commit()
     conn.close()
+    return db
+
+
+def test_an_older_state_dbs_conflict_marks_its_file_as_in_conflict(tmp_path):
+    """A conflict row naming a file's memory (state.db of an older memfs, as adoption
+    and `memfs status` read it): the view calls that file "conflict", not "synced"."""
+    db = _older_state_db_with_a_conflict(tmp_path)
     view = StateView(db)
     try:
         node = view.lookup_path("/a.md")
@@ -507,12 +513,7 @@ def test_a_conflict_id_is_never_given_twice_and_an_older_table_moves_over(tmp_pa
     """`memfs conflicts discard N` read off an older listing must not drop another
     file's text: the last id was given again once its conflict was settled (a helper,
     6 December). An older state.db's conflicts keep their ids, and the ids go on."""
-    db = tmp_path / "state.db"
-    conn = _older_state_db(db, base_sha="1" * 64)
-    conn.execute("INSERT INTO conflicts (path, memory_id, local_sha, reason, created_at)"
-                 " VALUES ('/a.md', 'mem_a', ?, 'server changed it', 1.0)", ("2" * 64,))
-    conn.commit()
-    conn.close()
+    db = _older_state_db_with_a_conflict(tmp_path)
     st = State(db)
     try:
         [old] = st.conflicts()
