@@ -144,6 +144,14 @@ def test_unmount_says_a_deleted_stores_changes_no_mount_will_send(server, mounts
         "change(s) not on the server" in m.outputs[-1].stderr, m.outputs[-1].stderr
     assert not (m.path / "doomed").exists()
     m.unmount()
+    # A new store given its name takes its directory: the journal is still said (a
+    # reviewer found it was not).
+    sdk.beta.memory_stores.create(name="Doomed")
+    m.mount()
+    assert f"its journal ({journal}) holds 1 change(s) not on the server" in \
+        m.outputs[-1].stderr, m.outputs[-1].stderr
+    assert (m.path / "doomed").is_dir()
+    m.unmount()
 
 
 def test_all_root_adopts_url_keyed_state_at_mount_and_for_a_later_store(server, mounts):

@@ -82,7 +82,7 @@ def test_the_servers_text_cannot_drive_a_terminal_or_forge_a_line(tmp_path, root
     log = logging.getLogger("memfs.test")
     log.warning("store %s", "evil\x1b]0;owned\x07\n2026-01-01 FAKE line")
     try:
-        raise ValueError("boom")
+        raise ValueError("boom \x1b]0;PWNED\x07 from the server")
     except ValueError:
         log.exception("with a traceback")
     text = path.read_text()

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -316,6 +318,46 @@ async def test_mcp_over_a_mount_that_went_away_says_so(verbose, tmp_path):
         assert await call(session, view) == (
             "ok", "Here's the content of /memories/a.md with line numbers:\n     1\talpha\n"
                   "     2\t")
+        # Another store mounted there (the kernel may give it the same device number):
+        # not served as this one (a reviewer found it was, 6 December).
+        m.unmount()
+        other = mounts.new_store("Other Notes")
+        sdk_create(server, other, "/a.md", "NOT gone notes\n")
+        o = mounts.mount(other)
+        assert o.path == m.path
+        assert await call(session, view) == ("error", gone.replace(
+            "(not mounted)", "(another store is mounted there now)"))
+        assert sorted(server_memories(server, store)) == ["/a.md"]
+
+
+async def test_mcp_over_a_mount_that_dies_during_a_read_says_so(tmp_path, monkeypatch):
+    """A walk skips what it cannot read: a mount that died during a search answered "No
+    matches" (found by a reviewer, 6 December). The mount is checked after each read
+    too, and its end wins over what the read made of it. (Handler level: the daemon's
+    death is timed by the check.)"""
+    from memfs.tool.mcp import MemoryMCP, MountLink, Served
+    from memfs.tool.store import StoreMemory
+    from memfs.tool.text import ToolFailure
+
+    (tmp_path / "a.md").write_text("alpha\n")
+    link = MountLink(tmp_path, root=tmp_path, store_ids=frozenset({"memstore_1"}))
+    checks = []
+
+    def check() -> None:  # there before the read, gone after it
+        checks.append(1)
+        if len(checks) % 2 == 0:
+            raise ToolFailure("The mount at X is gone (died)")
+
+    monkeypatch.setattr(link, "check", check)
+    served = Served(slug="s", store_id="memstore_1", name="s",
+                    memory=StoreMemory("memstore_1", "http://127.0.0.1:9", None),
+                    mount_dir=tmp_path)
+    mcp = MemoryMCP([served], base_url="http://127.0.0.1:9", api_key=None, mount=link)
+    for call_it in (lambda: mcp.search({"pattern": "zzz"}),
+                    lambda: mcp.command({"command": "view", "path": "/memories/nope.md"}),
+                    lambda: mcp.command({"command": "view", "path": "/memories"})):
+        with pytest.raises(ToolFailure, match="is gone"):
+            await call_it()
 
 
 async def test_mcp_over_one_stores_directory_of_a_live_root(verbose, tmp_path):
@@ -336,3 +378,15 @@ async def test_mcp_over_one_stores_directory_of_a_live_root(verbose, tmp_path):
                                      "file_text": "beta\n"}))[0] == "ok"
     assert server_memories(server, store) == {"/a.md": "alpha\n", "/b.md": "beta\n"}
     assert cat(m.path / "under-root" / "b.md") == "beta\n"
+    # The store named too, by its id or name, as everywhere (it said "holds under-root
+    # only": a reviewer); another store of the root is not that directory's.
+    for named in (store, "Under Root"):
+        async with stdio_session(env_for(server, tmp_path), "--mount",
+                                 str(m.path / "under-root"), named) as session:
+            assert (await call(session, {"command": "view", "path": "/memories/b.md"}))[0] \
+                == "ok"
+    refused = subprocess.run(
+        [sys.executable, "-m", "memfs", "mcp", "--mount", str(m.path / "under-root"),
+         "Another"], env=env_for(server, tmp_path), capture_output=True, text=True,
+        timeout=60, stdin=subprocess.DEVNULL)
+    assert refused.returncode == 2 and "holds under-root only" in refused.stderr, refused

@@ -242,6 +242,15 @@ def test_enospc_at_2000_memories(mounts, server):
     assert edited == {"/bulk/d1/m0001.md": "memory 1 by sed\n", "/bulk/d1/m0021.md": "by rsync\n",
                       "/bulk/d1/m0041.md": "by python\n"}, edited
     assert len(os.listdir(d1)) == 100 and os.statvfs(m.path).f_ffree == 0
+    # Only those names (a reviewer found "tmp.md" made); and such a temp renamed to a
+    # new name would be the 2,001st memory: ENOSPC, as its create would have been.
+    expect_errno(errno.ENOSPC, create_file, d1 / "tmp.md")
+    create_file(d1 / "tmpAbCd1234", b"temp\n")
+    expect_errno(errno.ENOSPC, os.rename, d1 / "tmpAbCd1234", d1 / "brand-new.md")
+    os.rename(d1 / "tmpAbCd1234", d1 / "m0061.md")  # onto a memory: fine
+    m.wait_synced()
+    got = client.list(store, path_prefix="/bulk/d1/", view="full", limit=100)
+    assert [x.content for x in got if x.path == "/bulk/d1/m0061.md"] == ["temp\n"]
     # One such file left as it is waits for room, said (as a create the full store
     # turned down).
     create_file(m.path / "left.tmp", b"kept\n")

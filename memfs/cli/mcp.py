@@ -204,9 +204,10 @@ def _mount_rows(mount: str, stores: tuple[str, ...]):
     info = read_registry(path)
     under = None if info else root_store(path)
     if under is not None:  # a store's directory under a live root: that store of it
-        if stores and under[2] not in stores:
+        link, rows, info = _mount_rows(under[0], stores or (under[2],))
+        if any(r[2] != under[2] for r in rows):  # STOREs named by id or name: its own
             raise click.UsageError(f"{mount} holds {under[2]} only")
-        return _mount_rows(under[0], (under[2],))
+        return link, rows, info
     if not info:
         raise click.ClickException(f"{mount} is not a live memfs mount (see `memfs status`)")
     control_dir = Path(info["state_dir"])
@@ -236,11 +237,7 @@ def _mount_rows(mount: str, stores: tuple[str, ...]):
     return MountLink(control_dir, only, *_where(path, rows)), rows, info
 
 
-def _where(path: str, rows: list) -> tuple[Path, int, frozenset[str]]:
-    """A mount's root, its device now and its stores served: how the MCP server tells,
-    at each call, that the mount is still there."""
-    try:
-        device = os.stat(path).st_dev
-    except OSError as exc:
-        raise click.ClickException(f"cannot serve {path}: {exc.strerror or exc}") from None
-    return Path(path), device, frozenset(r[0] for r in rows)
+def _where(path: str, rows: list) -> tuple[Path, frozenset[str]]:
+    """A mount's root and its stores served: how the MCP server tells, at each call,
+    that the mount is still there."""
+    return Path(path), frozenset(r[0] for r in rows)

@@ -367,7 +367,8 @@ def _say_left_behind(cfg: GroupConfig) -> None:
     from memfs.state.statedir import left_behind_under
 
     for mountpoint, state_dir, held in left_behind_under(
-            cfg.root, {s.store_id for s in cfg.stores}):
+            cfg.root, {s.store_id for s in cfg.stores},
+            {Path(s.state_dir).parent.parent for s in cfg.stores}):
         click.echo(f"memfs: {mountpoint} is not mounted now (its store was deleted on the "
                    f"server, or is no longer in the session), and its journal ({state_dir}) "
                    f"holds {held} change(s) not on the server: `memfs salvage {state_dir} "

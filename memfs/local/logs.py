@@ -46,11 +46,16 @@ class TextFormatter(logging.Formatter):
     the server's text (a store's name, an error's message), and a terminal that shows
     the log (`tail -f`) must not run an escape sequence in it, nor a newline in it
     forge a line of its own (a hostile server's name did both: a helper, 6 December).
-    A traceback, memfs's own text, stays as it is."""
+    A traceback keeps its lines, each escaped the same way: its exception's message
+    may be the server's text too (a reviewer)."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's)
         record.message = shown(record.message, limit=sys.maxsize)
         return super().formatMessage(record)
+
+    def formatException(self, ei) -> str:  # noqa: N802 (logging's)
+        return "\n".join(shown(line, limit=sys.maxsize)
+                         for line in super().formatException(ei).split("\n"))
 
 
 def formatter(fmt: str) -> logging.Formatter:

@@ -43,9 +43,14 @@ from memfs.state.state import ROOT_INO, Node, State, check_new_path
 #: .NAME.XXXXXX; Python's tempfile: tmpXXXXXXXX; NAME.tmp). At the 2,000 cap they may
 #: still be made: the rename that follows replaces a memory instead of adding one, and
 #: with ENOSPC there `sed -i` and rsync could not edit a full store's memories (found
-#: by a helper, 6 December). One that stays waits for room, as any create the full
-#: store turns down (docs/SEMANTICS.md).
-ATOMIC_SAVE_NAMES = ("sed??????", ".?*.??????", "tmp*", "*.tmp")
+#: by a helper, 6 December). Renamed to a new name while the store is over its cap,
+#: one is ENOSPC (it would be a memory past the cap); one that stays waits for room,
+#: as any create the full store turns down (docs/SEMANTICS.md).
+ATOMIC_SAVE_NAMES = ("sed??????", ".?*.??????", "tmp????????", "*.tmp")
+
+
+def _atomic_save_name(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in ATOMIC_SAVE_NAMES)
 
 
 class Tree:
@@ -283,8 +288,7 @@ class Tree:
         if self.state.child(parent, sname) is not None or self._is_marker(parent, sname):
             raise err(errno.EEXIST)
         self._check_new(parent, sname, is_dir=False)
-        if not self._is_temp_name(sname) and not any(
-                fnmatch.fnmatchcase(sname, p) for p in ATOMIC_SAVE_NAMES):
+        if not self._is_temp_name(sname) and not _atomic_save_name(sname):
             self._check_capacity()
         node = self.state.new_node(parent, sname, is_dir=False,
                                    mode=stat.S_IFREG | (mode & ~ctx.umask & 0o7777),
@@ -383,6 +387,9 @@ class Tree:
             self._check_subtree(node, paths.join(self.state.path_of(new_parent), snew))
         elif (target is None and self._is_temp_name(sold) and not self._is_temp_name(snew)):
             self._check_capacity()
+        elif (target is None and node.memory_id is None and _atomic_save_name(sold)
+              and self.state.memory_count() > paths.MAX_MEMORIES_PER_STORE):
+            raise err(errno.ENOSPC)  # an atomic save's temp made at the cap: no new name
         self.state.rename(node, new_parent, snew, target)
 
     # -- attributes and opens ------------------------------------------------------------

@@ -262,27 +262,31 @@ def left_behind(mountpoint: str, store: str) -> tuple[Path, int] | None:
     return (state_dir, held) if held else None
 
 
-def left_behind_under(root: str, present: set[str]) -> list[tuple[str, Path, int]]:
+def left_behind_under(root: str, present: set[str],
+                      caches: set[Path]) -> list[tuple[str, Path, int]]:
     """(its last mountpoint, its state directory, how many changes not on the server)
     of every store last mounted right under `root` that is not among `present` now and
     whose journal holds changes: a store deleted on the server, or no longer in the
-    session, which the root's next mount would otherwise leave unsaid (a helper)."""
+    session, which the root's next mount would otherwise leave unsaid (a helper).
+    Found through the known index and each cache root in `caches` (a new store given
+    the old one's directory name takes its place in the index: a reviewer)."""
     prefix = canonical_mountpoint(root).rstrip("/") + "/"
+    candidates = {d for mp in known_mountpoints() if (d := known_state_dir(mp)) is not None}
+    candidates |= {db.parent for cache in caches | {cache_root()}
+                   for db in cache.glob(f"*/*/{STATE_DB}")}
     found = []
-    for mountpoint in known_mountpoints():
-        real = canonical_mountpoint(mountpoint)
-        if not real.startswith(prefix) or "/" in real[len(prefix):]:
-            continue
-        state_dir = known_state_dir(mountpoint)
-        if state_dir is None or read_meta(state_dir / STATE_DB, "store_id").get(
-                "store_id") in present:
+    for state_dir in sorted(candidates):
+        meta = read_meta(state_dir / STATE_DB, "store_id", "mountpoint")
+        real = canonical_mountpoint(meta.get("mountpoint") or "/")
+        if not real.startswith(prefix) or "/" in real[len(prefix):] or \
+                meta.get("store_id") in present:
             continue
         try:
             dirty, conflicts, _deletes = _pending_rows(state_dir / STATE_DB)
         except sqlite3.Error:
             continue
         if dirty or conflicts:
-            found.append((mountpoint, state_dir, len(dirty) + len(conflicts)))
+            found.append((meta["mountpoint"], state_dir, len(dirty) + len(conflicts)))
     return found
 
 

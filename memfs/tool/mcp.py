@@ -99,28 +99,28 @@ class MountLink:
     control_dir: Path
     store: str | None = None      # a session root: follow this store only (None: all)
     root: Path | None = None      # the mountpoint
-    device: int = 0               # its st_dev while memfs serves it
     store_ids: frozenset[str] = frozenset()  # the stores served from it
 
     def check(self) -> None:
-        """Raise ToolFailure unless the mount is still there. Unmounted, its mountpoint
-        is an empty folder: a view said every file "does not exist" and a search found
-        nothing (found by a helper, 6 December). A mount of the same stores made again
-        at the same place is followed."""
+        """Raise ToolFailure unless the mount of these stores is still there. Unmounted,
+        its mountpoint is an empty folder: a view said every file "does not exist" and
+        a search found nothing (found by a helper, 6 December). A mount of the same
+        stores made again at the same place is followed; one of another store is not
+        (the kernel gives a new mount the device number of the last one: the registry
+        says which stores a mount holds)."""
         if self.root is None:
             return
         try:
-            device = os.stat(self.root).st_dev
+            os.stat(self.root)
         except OSError as exc:
             raise ToolFailure(self._gone(exc.strerror or str(exc))) from None
-        if device == self.device:
-            return
         info = read_registry(str(self.root)) or {}
         ids = {info.get("store_id")} | {s.get("store_id") for s in info.get("stores", [])}
-        if os.path.ismount(self.root) and self.store_ids <= ids and info.get("state_dir"):
-            self.device, self.control_dir = device, Path(info["state_dir"])
-            return
-        raise ToolFailure(self._gone("not mounted"))
+        if not (os.path.ismount(self.root) and info.get("state_dir")):
+            raise ToolFailure(self._gone("not mounted"))
+        if not self.store_ids <= ids:
+            raise ToolFailure(self._gone("another store is mounted there now"))
+        self.control_dir = Path(info["state_dir"])
 
     def _gone(self, why: str) -> str:
         return (f"The mount at {self.root} is gone ({why}): nothing was read or changed. "
@@ -273,6 +273,16 @@ class MemoryMCP:
         if store.mount_dir is not None and self.mount is not None:
             await anyio.to_thread.run_sync(self.mount.check)
 
+    async def _from_mount(self, store: Served, read: Callable[[], Any]) -> Any:
+        """`read` of the mount (in a worker thread), between two checks that it is
+        there: a walk skips what it cannot read, so a mount that died during it gave a
+        search "No matches" (found by a helper, 6 December)."""
+        await self._mount_there(store)
+        try:
+            return await anyio.to_thread.run_sync(read)
+        finally:
+            await self._mount_there(store)  # "gone" over whatever the read made of it
+
     async def _run(self, store: Served, command: dict[str, Any]) -> str:
         await self._mount_there(store)
         if store.mount_dir is not None and command["command"] == "view" and \
@@ -340,7 +350,7 @@ class MemoryMCP:
                 raise ToolFailure(missing(target.raw)) from None
             return render_file(target.raw, text, view_range)
 
-        return await anyio.to_thread.run_sync(read)
+        return await self._from_mount(store, read)
 
     @staticmethod
     def _listable(memory_path: str) -> bool:
@@ -354,15 +364,13 @@ class MemoryMCP:
 
     async def _listing(self, store: Served) -> list[tuple[str, int]]:
         """(path, size) of every memory of a store: from the mount, else one listing."""
-        await self._mount_there(store)
         if store.mount_dir is not None:
             mount_dir = store.mount_dir
-            return await anyio.to_thread.run_sync(lambda: list(_walk(mount_dir, "/")))
+            return await self._from_mount(store, lambda: list(_walk(mount_dir, "/")))
         return [(m.path, m.content_size_bytes) for m in await store.memory.memories()]
 
     async def _contents(self, store: Served, prefix: str) -> list[tuple[str, str]]:
         """(path, content) of every memory below `prefix` (a directory, ending in /)."""
-        await self._mount_there(store)
         if store.mount_dir is not None:
             mount_dir = store.mount_dir
 
@@ -376,7 +384,7 @@ class MemoryMCP:
                     out.append((path, data.decode("utf-8", "replace")))
                 return out
 
-            return await anyio.to_thread.run_sync(read)
+            return await self._from_mount(store, read)
         return [(m.path, m.content or "") for m in await store.memory.memories(
             prefix, content=True)]
 
@@ -470,10 +478,6 @@ class MemoryMCP:
                              ) -> types.ReadResourceResult:
         uri = str(params.uri)
         store, path = self._parse_uri(uri)
-        try:
-            await self._mount_there(store)
-        except ToolFailure as exc:
-            raise MCPError(types.INTERNAL_ERROR, exc.message) from None
         if store.mount_dir is not None:
             where = store.mount_dir / path[1:]
 
@@ -483,7 +487,9 @@ class MemoryMCP:
                 return where.read_bytes()
 
             try:
-                text = (await anyio.to_thread.run_sync(read)).decode("utf-8", "replace")
+                text = (await self._from_mount(store, read)).decode("utf-8", "replace")
+            except ToolFailure as exc:  # the mount is gone
+                raise MCPError(types.INTERNAL_ERROR, exc.message) from None
             except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
                 raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}") from None
         else:
