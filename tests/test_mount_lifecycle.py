@@ -224,6 +224,8 @@ def test_unmount_after_the_daemon_died_counts_each_change_once(mounts, server):
     proc = m.memfs("unmount", str(m.path), check=False)
     assert proc.returncode == 3, (proc.stdout, proc.stderr)
     assert "\n  1 change(s) written there are NOT on the server" in proc.stdout, proc.stdout
+    status = m.memfs("status", str(m.path)).stdout  # which, as the unmount says it does
+    assert "\n    update /y.md\n    rename /x.md -> /y.md\n" in status, status
 
     other = mounts.new_store()
     m = mounts.mount(other, name="other")
@@ -239,6 +241,9 @@ def test_unmount_after_the_daemon_died_counts_each_change_once(mounts, server):
     assert "NOT on the server" not in proc.stdout, proc.stdout
     assert "\n  1 request(s) whose answer was lost may have been applied by the server: " \
         "the next mount asks it" in proc.stdout, proc.stdout
+    status = m.memfs("status", str(m.path)).stdout
+    assert "\n    create /a.md (sent, its answer lost: the server is asked first)\n" in \
+        status, status
     m = mounts.mount(other, name="other")
     m.wait_synced()
     assert server_memories(server, other) == {"/a.md": "hello\n"}

@@ -257,3 +257,19 @@ def test_status_of_a_mount_whose_passes_fail_says_so(mounts, server):
     assert "\n  online\n" in m.memfs("status", str(m.path)).stdout
     assert m.live_status()["failing_since"] is None
     m.unmount()
+
+
+def test_status_names_twenty_pending_changes_of_a_kind_and_counts_the_rest():
+    """What is pending is named (the unmount of a dead daemon's mount says status names
+    each: a reviewer found it counted them only), twenty of a kind, the rest counted."""
+    from memfs.cli.status import format_status
+
+    creates = [{"path": f"/n{i:02d}.md"} for i in range(25)]
+    text = format_status({"running": False, "mountpoint": "/m", "store_id": "memstore_1",
+                          "pending": {"creates": creates, "renames": [
+                              {"from": "/a.md", "to": "/b.md", "in_doubt": True}]}})
+    assert "\n    create /n00.md\n" in text and "\n    create /n19.md\n" in text, text
+    assert "/n20.md" not in text and "\n    ... and 5 more creates (--json names each)\n" \
+        in text, text
+    assert "\n    rename /a.md -> /b.md (sent, its answer lost: the server is asked " \
+        "first)\n" in text, text

@@ -14,7 +14,7 @@ from memfs.cli import progress
 from memfs.cli.completion import complete_mountpoints
 from memfs.core.shown import shown
 from memfs.local.registry import all_mounts, is_mounted
-from memfs.state.report import pending
+from memfs.state.report import NAMED, pending
 from memfs.state.schema import STATE_DB
 from memfs.state.view import StateUnreadable, StateView, read_meta
 
@@ -220,6 +220,15 @@ def format_status(s: dict) -> str:
         len(p.get("creates", [])), len(p.get("updates", [])), len(p.get("renames", [])),
         len(p.get("deletes", [])))
         + (f", {len(p['unconfirmed'])} unconfirmed" if p.get("unconfirmed") else ""))
+    for kind in ("creates", "updates", "renames"):  # named, as unmount says status does
+        items = p.get(kind, [])
+        for item in items[:NAMED]:
+            what = f"{item['from']} -> {item['to']}" if kind == "renames" else item["path"]
+            lines.append(f"    {kind[:-1]} {what}" + (
+                " (sent, its answer lost: the server is asked first)"
+                if item.get("in_doubt") else ""))
+        if len(items) > NAMED:
+            lines.append(f"    ... and {len(items) - NAMED} more {kind} (--json names each)")
     for u in p.get("unconfirmed", []):
         lines.append(f"    unconfirmed {u['request']} of {u['path']}: its answer was lost; "
                      "the server is asked what it did before anything else is sent")
