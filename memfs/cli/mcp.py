@@ -221,7 +221,7 @@ def _mount_rows(mount: str, stores: tuple[str, ...]):
             raise click.UsageError(f"{mount} holds {name or info['store_id']} only")
         ro = bool(status.get("read_only"))
         rows = [(info["store_id"], name, None, ro, Path(path))]
-        return MountLink(control_dir, None, *_where(path, rows)), rows, info
+        return MountLink(control_dir, None, Path(path), _ids(rows)), rows, info
     by_id = {s.get("store_id"): s for s in status.get("stores", [])}
     rows = []
     for s in info["stores"]:
@@ -234,10 +234,10 @@ def _mount_rows(mount: str, stores: tuple[str, ...]):
         raise click.UsageError(f"not every STORE is a directory of {mount} "
                                f"({', '.join(s['name'] for s in info['stores'])})")
     only = rows[0][2] if len(rows) == 1 and len(info["stores"]) > 1 else None
-    return MountLink(control_dir, only, *_where(path, rows)), rows, info
+    return MountLink(control_dir, only, Path(path), _ids(rows)), rows, info
 
 
-def _where(path: str, rows: list) -> tuple[Path, frozenset[str]]:
-    """A mount's root and its stores served: how the MCP server tells, at each call,
-    that the mount is still there."""
-    return Path(path), frozenset(r[0] for r in rows)
+def _ids(rows: list) -> frozenset[str]:
+    """The stores served from a mount: how the MCP server tells, at each call, that
+    the mount there is still theirs."""
+    return frozenset(r[0] for r in rows)

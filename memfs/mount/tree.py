@@ -388,7 +388,7 @@ class Tree:
         elif (target is None and self._is_temp_name(sold) and not self._is_temp_name(snew)):
             self._check_capacity()
         elif (target is None and node.memory_id is None and _atomic_save_name(sold)
-              and self.state.memory_count() > paths.MAX_MEMORIES_PER_STORE):
+              and self.state.over_capacity()):
             raise err(errno.ENOSPC)  # an atomic save's temp made at the cap: no new name
         self.state.rename(node, new_parent, snew, target)
 

@@ -433,16 +433,23 @@ class StateView:
         self._counted_for = self.local_only_patterns
 
     def at_capacity(self) -> bool:
-        """memory_count() >= MAX_MEMORIES_PER_STORE, without a scan of the store
-        unless it is close to full. `_counted` holds every counted file (each save
-        adds or drops the saved file) and maybe files gone since (a removal leaves
-        its inode), so its size bounds the count from above; near the cap it is
-        rebuilt by a scan."""
-        if (self._counted_for == self.local_only_patterns
-                and len(self._counted) < paths.MAX_MEMORIES_PER_STORE):
+        """memory_count() >= MAX_MEMORIES_PER_STORE (see `_count_past`)."""
+        return self._count_past(paths.MAX_MEMORIES_PER_STORE - 1)
+
+    def over_capacity(self) -> bool:
+        """memory_count() > MAX_MEMORIES_PER_STORE: an atomic save's temp file made at
+        the cap (mount/tree.py) is one past it."""
+        return self._count_past(paths.MAX_MEMORIES_PER_STORE)
+
+    def _count_past(self, limit: int) -> bool:
+        """memory_count() > limit, without a scan of the store unless it is close to
+        it. `_counted` holds every counted file (each save adds or drops the saved
+        file) and maybe files gone since (a removal leaves its inode), so its size
+        bounds the count from above; near the limit it is rebuilt by a scan."""
+        if self._counted_for == self.local_only_patterns and len(self._counted) <= limit:
             return False
         self._recount()
-        return len(self._counted) >= paths.MAX_MEMORIES_PER_STORE
+        return len(self._counted) > limit
 
     def conflicts(self) -> list[dict]:
         rows = self.db.execute(f"SELECT {', '.join(CONFLICT_COLUMNS)} FROM conflicts ORDER BY id")

@@ -284,11 +284,11 @@ class MemoryMCP:
             await self._mount_there(store)  # "gone" over whatever the read made of it
 
     async def _run(self, store: Served, command: dict[str, Any]) -> str:
-        await self._mount_there(store)
         if store.mount_dir is not None and command["command"] == "view" and \
                 command.get("path") is not None:
             return await self._view_mount(store, command["path"], command.get("view_range"))
         if store.mount_dir is not None and self.mount is not None:
+            await self._mount_there(store)  # (a view checks in `_from_mount`)
             # A change goes to the server: first what the mount shows goes there too, so
             # the change is made to the text `view` showed, not to an older one.
             await anyio.to_thread.run_sync(self._mount_flush)
