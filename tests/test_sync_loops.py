@@ -255,7 +255,8 @@ async def test_the_push_loop_waits_five_seconds_after_a_pass_that_pushed_nothing
 async def test_a_listing_pass_that_fails_as_a_bug_is_shown_and_the_loop_goes_on(
         tmp_path, monkeypatch):
     """A bug in a whole reconcile pass (here: one raised by the pass) does not stop the
-    reconciler's loop; `memfs status` shows its kind and message."""
+    reconciler's loop; `memfs status` shows its kind and message, and that no sync got
+    through since it began failing."""
     async with harness(tmp_path) as eng:
         calls: list[dict] = []
 
@@ -269,6 +270,7 @@ async def test_a_listing_pass_that_fails_as_a_bug_is_shown_and_the_loop_goes_on(
             await trio.testing.wait_all_tasks_blocked()
             loops.cancel_scope.cancel()
         assert eng.ctx.status.last_error == "reconcile: RuntimeError: a bug in the pass"
+        assert eng.ctx.status.failing_since is not None
 
 
 # -- wave w3a --

@@ -232,6 +232,11 @@ def known_state_dir(mountpoint: str) -> Path | None:
 def known_mountpoints() -> list[str]:
     """Every mountpoint the known index remembers whose state directory was last
     mounted there (mounted now or not): what `memfs conflicts` lists without one."""
+    return [mountpoint for mountpoint, _state_dir in _known()]
+
+
+def _known() -> list[tuple[str, Path]]:
+    """(mountpoint, state directory) of every entry of the known index that holds."""
     folder = registry_dir() / "known"
     found = []
     for entry in sorted(folder.glob("*.json")) if folder.is_dir() else []:
@@ -239,8 +244,9 @@ def known_mountpoints() -> list[str]:
             mountpoint = json.loads(entry.read_text())["mountpoint"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if isinstance(mountpoint, str) and known_state_dir(mountpoint) is not None:
-            found.append(mountpoint)
+        if isinstance(mountpoint, str) and \
+                (state_dir := known_state_dir(mountpoint)) is not None:
+            found.append((mountpoint, state_dir))
     return found
 
 
@@ -271,7 +277,7 @@ def left_behind_under(root: str, present: set[str],
     Found through the known index and each cache root in `caches` (a new store given
     the old one's directory name takes its place in the index: a reviewer)."""
     prefix = canonical_mountpoint(root).rstrip("/") + "/"
-    candidates = {d for mp in known_mountpoints() if (d := known_state_dir(mp)) is not None}
+    candidates = {state_dir for _mountpoint, state_dir in _known()}
     candidates |= {db.parent for cache in caches | {cache_root()}
                    for db in cache.glob(f"*/*/{STATE_DB}")}
     found = []
