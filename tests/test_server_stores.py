@@ -129,8 +129,8 @@ def test_archive_rules(server):
     ms.memories.update(m.id, memory_store_id=s.id, content="k2")
     before = ms.retrieve(s.id)
     a = ms.archive(s.id)
-    # updated_at is when the name, description or metadata changed: archiving is neither.
-    assert a.archived_at is not None and a.updated_at == before.updated_at
+    # "Archiving the store does too" (the SDK's `updated_at`).
+    assert a.archived_at is not None and a.updated_at == a.archived_at > before.updated_at
     again = ms.archive(s.id)
     assert again.archived_at == a.archived_at and again.updated_at == a.updated_at
 
@@ -138,16 +138,18 @@ def test_archive_rules(server):
         lambda: ms.update(s.id, name="b"),
         lambda: ms.memories.create(s.id, path="/new.md", content="x"),
         lambda: ms.memories.update(m.id, memory_store_id=s.id, content="y"),
-        lambda: ms.memories.delete(m2.id, memory_store_id=s.id),  # read-only: deletes too
     ):
         with pytest.raises(anthropic.BadRequestError) as ei:
             call()
         assert "archived" in ei.value.body["error"]["message"]
 
-    # Reads still work; redacting versions is allowed (removing what must not be kept).
+    # Reads still work; deleting memories and redacting versions is allowed (the SDK's
+    # `archived_at`: "You can still read and delete its memories, redact their versions").
     assert ms.retrieve(s.id).archived_at == a.archived_at
     assert ms.memories.retrieve(m.id, memory_store_id=s.id).content == "k2"
     assert len(list(ms.memories.list(s.id))) == 2
+    assert ms.memories.delete(m2.id, memory_store_id=s.id).type == "memory_deleted"
+    assert [x.path for x in ms.memories.list(s.id)] == ["/keep.md"]
     old = [v for v in ms.memory_versions.list(s.id, memory_id=m.id) if v.operation == "created"]
     assert ms.memory_versions.redact(old[0].id, memory_store_id=s.id).redacted_at is not None
     assert ms.delete(s.id).type == "memory_store_deleted"

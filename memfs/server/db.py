@@ -109,7 +109,7 @@ CREATE TABLE stores (
     description  TEXT NOT NULL DEFAULT '',      -- ≤1024 chars; '' when unset
     metadata     TEXT NOT NULL DEFAULT '{}',    -- JSON object<string,string>, ≤16 pairs
     created_at   TEXT NOT NULL,                 -- RFC 3339 UTC, fixed width
-    updated_at   TEXT NOT NULL,                 -- name/description/metadata only
+    updated_at   TEXT NOT NULL,                 -- name/description/metadata/archive
     archived_at  TEXT                           -- NULL while active; set once, never cleared
 );
 -- Store listing: newest first, id as tiebreak.
@@ -543,8 +543,9 @@ class Database(SessionsMixin):
         with self._txn(write=True) as c:
             row = self._store_row(c, store_id, lock=True)
             if row["archived_at"] is None:
-                # updated_at is the name's, description's and metadata's: not moved.
-                c.execute("UPDATE stores SET archived_at = ? WHERE id = ?", (now(), store_id))
+                ts = now()  # archiving moves updated_at too (the SDK's `updated_at`)
+                c.execute("UPDATE stores SET archived_at = ?, updated_at = ? WHERE id = ?",
+                          (ts, ts, store_id))
             return _store_json(self._store_row(c, store_id))
 
     def delete_store(self, store_id: str) -> dict[str, Any]:
@@ -743,7 +744,9 @@ class Database(SessionsMixin):
         if expected_content_sha256 is not None:
             check_sha256(expected_content_sha256, name="expected_content_sha256")
         with self._txn(write=True) as c:
-            self._writable_store(c, store_id)  # an archived store is read-only: deletes too
+            # Deleting in an archived store is allowed (the SDK's `archived_at`: "You can
+            # still read and delete its memories").
+            self._store_row(c, store_id, lock=True)
             row = self._memory_row(c, store_id, memory_id)
             if (
                 expected_content_sha256 is not None
