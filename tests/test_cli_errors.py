@@ -271,6 +271,33 @@ def test_a_key_file_others_can_read_is_used_with_a_warning(server, tmp_path):
         assert server.api_key not in proc.stderr
 
 
+def test_a_key_a_header_cannot_carry_is_refused_and_never_shown(server, tmp_path):
+    """A key file with a second line, or a key with a non-ASCII character: the HTTP
+    library's error quoted the key, and memfs printed it (and a mount logged it and
+    showed it in `memfs status`: a helper). Refused in one line naming where the key
+    came from, before anything is sent; the key appears nowhere."""
+    secret = "sk-SECRET-" + server.api_key
+    keyfile = tmp_path / "key"
+    keyfile.write_text(secret + "\nsecond line\n")
+    keyfile.chmod(0o600)
+    (tmp_path / "mnt").mkdir()
+    env = user_env(tmp_path, server.base_url, "")
+    env.pop("ANTHROPIC_API_KEY")
+    cases = [(["stores", "list", "--api-key-file", str(keyfile)], env,
+              f"the API key file '{keyfile}' holds more than one line"),
+             (["stores", "list"], {**env, "ANTHROPIC_API_KEY": secret + "é"},
+              "$ANTHROPIC_API_KEY holds a space, a control or a non-ASCII character"),
+             (["stores", "list"], {**env, "ANTHROPIC_AUTH_TOKEN": secret + "\x7f"},
+              "$ANTHROPIC_AUTH_TOKEN holds a space, a control or a non-ASCII character"),
+             (["mount", "s", str(tmp_path / "mnt"), "--api-key-file", str(keyfile)], env,
+              "holds more than one line")]
+    for argv, case_env, says in cases:
+        proc = run(argv, case_env)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert says in proc.stderr and "(the key is not shown)" in proc.stderr, proc.stderr
+        assert secret not in proc.stdout + proc.stderr and "second" not in proc.stderr
+
+
 def test_an_access_typo_gets_a_hint(server, tmp_path):
     server.sdk().beta.memory_stores.create(name="Docs")
     env = user_env(tmp_path, server.base_url, server.api_key)

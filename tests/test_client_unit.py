@@ -1080,6 +1080,21 @@ def test_config_unreadable_key_file(tmp_path):
     assert KEY not in str(ei.value)
 
 
+@pytest.mark.parametrize("key", ["k1\nk2", "k1\r\n# a comment", "k 1", "k\x00", "ké"])
+def test_config_refuses_a_key_a_header_cannot_carry(tmp_path, key):
+    keyfile = tmp_path / "key"
+    keyfile.write_text(f"{key}\n")
+    for given in ({"api_key": key, "env": {}}, {"api_key_file": str(keyfile), "env": {}},
+                  {"env": {"ANTHROPIC_API_KEY": key}},
+                  {"env": {"ANTHROPIC_API_KEY_FILE": str(keyfile)}},
+                  {"env": {"ANTHROPIC_AUTH_TOKEN": key}}):
+        with pytest.raises(ConfigError) as ei:
+            resolve_config(**given)
+        assert key.strip() not in str(ei.value) and "k1" not in str(ei.value)
+    assert resolve_config(api_key="  sk-ant-api03-AZaz09_-~!  ", env={}).api_key == \
+        "sk-ant-api03-AZaz09_-~!"
+
+
 def test_from_config_needs_base_url():
     with pytest.raises(ValueError):
         MemoryStoresClient.from_config(ClientConfig(base_url=None, api_key=None))

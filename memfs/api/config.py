@@ -51,7 +51,20 @@ def _read_key_file(path: str) -> str | None:
         # Name the file and the reason, never any content.
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise ConfigError(f"cannot read API key file {path!r}: {reason}") from None
-    return key or None
+    return _checked(key, f"the API key file {path!r}") or None
+
+
+def _checked(key: str, source: str) -> str:
+    """A key goes into a header as it is: one that a header cannot carry (a second line
+    in its file, a space, a control or a non-ASCII character) made the HTTP library's
+    error quote it, and memfs printed, logged and showed that error in `memfs status`
+    (found by a helper). Refused here, once, naming where it came from, never it."""
+    if all("!" <= c <= "~" for c in key):
+        return key
+    what = "more than one line" if "\n" in key or "\r" in key else \
+        "a space, a control or a non-ASCII character"
+    raise ConfigError(f"{source} holds {what}: an API key is one word of printable "
+                      "ASCII characters (the key is not shown)")
 
 
 def resolve_config(
@@ -70,15 +83,15 @@ def resolve_config(
 
     key: str | None
     if api_key:
-        key = api_key.strip() or None
+        key = _checked(api_key.strip(), "the --api-key value") or None
     elif api_key_file:
         key = _read_key_file(api_key_file)
     elif env.get("ANTHROPIC_API_KEY"):
-        key = env["ANTHROPIC_API_KEY"].strip() or None
+        key = _checked(env["ANTHROPIC_API_KEY"].strip(), "$ANTHROPIC_API_KEY") or None
     elif env.get("ANTHROPIC_API_KEY_FILE"):
         key = _read_key_file(env["ANTHROPIC_API_KEY_FILE"])
     elif token := env.get("ANTHROPIC_AUTH_TOKEN", "").strip():
-        key = BEARER + token
+        key = BEARER + _checked(token, "$ANTHROPIC_AUTH_TOKEN")
     else:
         key = None
     return ClientConfig(base_url=url, api_key=key)
