@@ -145,7 +145,7 @@ async def test_meta_is_hidden_from_root_listing_but_reachable(env, monkeypatch):
     ops, tree, client, _ = env
     assert ".memfs" not in await listdir(ops, ROOT, monkeypatch)
     e = await ops.lookup(ROOT, b".memfs", ctx())
-    assert e.st_ino == META_INO and stat.S_ISDIR(e.st_mode) and e.st_mode & 0o777 == 0o755
+    assert e.st_ino == META_INO and stat.S_ISDIR(e.st_mode) and e.st_mode & 0o777 == 0o700
     assert await listdir(ops, META_INO, monkeypatch) == ["versions"]
     assert client.list_calls == 0  # .memfs and versions/ need no request
     tree.show_meta = True
@@ -163,7 +163,7 @@ async def test_tree_follows_renames_and_keeps_deleted(env, monkeypatch):
     ino = (await ops.lookup(b_dir, b(names[0]), ctx())).st_ino
     assert is_virtual(ino)
     a = await ops.getattr(ino, ctx())
-    assert stat.S_ISREG(a.st_mode) and a.st_mode & 0o777 == 0o644 and a.st_size == 4
+    assert stat.S_ISREG(a.st_mode) and a.st_mode & 0o777 == 0o600 and a.st_size == 4
     assert await read(ops, ino) == b"one\n"
     # A deleted memory stays listed at its last path, with its delete.
     x_dir = await walk(ops, ".memfs", "versions", "x.md")

@@ -20,6 +20,7 @@ from mountutil import (
     server_memories,
     strand_under_url_key,
 )
+from synchelpers import wait_for
 from test_services import memfs_wrapper, mount_helper_installed  # noqa: F401 - a fixture
 
 pytestmark = needs_fuse
@@ -338,6 +339,36 @@ def test_allow_other_lets_an_unprivileged_user_read_and_write(server, mounts, sh
     m.wait_synced()
     assert server_memories(server, sid)["/agent.md"] == "from the agent\n"
     assert (root / "agent-notes" / "agent.md").stat().st_uid == nobody.pw_uid
+
+
+def test_allow_other_keeps_a_private_file_s_versions_private(server, mounts, shared_dir):
+    """--allow-other without --uid: a file its owner made 0600 is refused to other users,
+    and so is every version of it under `.memfs/versions` (they were 0644 there: any
+    user read what the file's mode kept from them; a security review)."""
+    import pathlib
+
+    sdk = server.sdk()
+    sid = sdk.beta.memory_stores.create(name="Private").id
+    session = sdk.beta.sessions.create(agent="a", environment_id="e", resources=[
+        {"type": "memory_store", "memory_store_id": sid}]).id
+    root = pathlib.Path(shared_dir) / "root"
+    root.mkdir()
+    m = mounts.mount_group("--session", session, path=root, args=("--allow-other",))
+    secret = root / "private" / "secret.md"
+    fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, b"the secret\n")
+    os.close(fd)
+    m.wait_synced()
+    versions = root / "private" / ".memfs" / "versions" / "secret.md"
+    [version] = [versions / n for n in wait_for(lambda: os.listdir(versions))]
+    assert version.read_text() == "the secret\n"  # the owner reads it
+    for path in (secret, version):
+        denied = as_user("nobody", "cat", str(path))
+        assert denied.returncode != 0 and "Permission denied" in denied.stderr, (path, denied)
+    listed = as_user("nobody", "ls", str(versions))
+    assert listed.returncode != 0 and "Permission denied" in listed.stderr, listed
+    assert as_user("nobody", "cat", str(root / "private" / ".anthropic-memory-store")) \
+        .returncode == 0  # what is everyone's stays readable
 
 
 @pytest.mark.usefixtures("mount_helper_installed")

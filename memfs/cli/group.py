@@ -21,6 +21,7 @@ import click
 from memfs.api import errors as api_errors
 from memfs.core import paths
 from memfs.core.mountconfig import GroupConfig, GroupStore, SyncOptions
+from memfs.core.private import make_dirs, own_dir
 from memfs.core.slug import mount_slugs, unique
 from memfs.local.registry import cache_root, mount_hash
 from memfs.state.statedir import open_state_dir, resolve_key
@@ -47,9 +48,9 @@ def read_group_json(root: str, cache_dir: str | None) -> dict | None:
 def group_dir(root: str, cache_dir: str | None) -> Path:
     """The group's own state directory, made (0700) for a mount of it."""
     path = group_path(root, cache_dir)
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for p in (path, path.parent):
-        os.chmod(p, 0o700)
+    make_dirs(path)
+    for p in (path.parent, path):
+        own_dir(p)
     return path
 
 

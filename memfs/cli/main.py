@@ -40,14 +40,18 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context):
         """Any API error a command did not word itself is still one line, not a
-        traceback (commands say more through `memfs.cli.errors`)."""
+        traceback (commands say more through `memfs.cli.errors`); so is a state,
+        cache or data directory that is not the user's own."""
         from memfs.api import errors as api_errors
         from memfs.cli.errors import describe
+        from memfs.core.private import UnsafeDirectory
 
         try:
             return super().invoke(ctx)
         except api_errors.APIError as exc:
             raise click.ClickException(describe(None, exc)) from None
+        except UnsafeDirectory as exc:
+            raise click.ClickException(str(exc)) from None
 
 
 @click.group(cls=LazyGroup)
@@ -222,8 +226,14 @@ def serve(
             " who reaches it could read and write every store. Set --api-key-file (or"
             " MEMFS_SERVE_API_KEY), or pass --allow-unauthenticated to serve it anyway.")
 
-    logs.configure(level=logging.INFO if verbose else logging.WARNING, log_file=log_file,
-                   fmt=log_format, max_bytes=log_max_bytes, backups=log_backups)
+    try:
+        logs.configure(level=logging.INFO if verbose else logging.WARNING, log_file=log_file,
+                       fmt=log_format, max_bytes=log_max_bytes, backups=log_backups)
+    except OSError as exc:  # a symbolic link (ELOOP), another user's file, ...
+        import errno
+
+        why = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
+        raise click.ClickException(f"cannot write the log file {log_file}: {why}") from None
     if not verbose:  # one warning line per malformed request would be noise
         logging.getLogger("uvicorn.error").setLevel(logging.ERROR)
     faults = Faults(

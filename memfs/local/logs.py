@@ -18,6 +18,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from memfs.core.private import make_dirs
 from memfs.core.shown import shown
 
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
@@ -70,7 +71,17 @@ class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
     """Every file it opens, including the new one after a rollover, is 0600."""
 
     def _open(self):  # type: ignore[no-untyped-def]
-        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        # Never through a symbolic link, and never into another user's file (a helper:
+        # `memfs serve --log-file` as root appended to whatever a link named).
+        fd = os.open(self.baseFilename,
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            os.close(fd)
+            raise PermissionError(f"{self.baseFilename} belongs to user {st.st_uid}, "
+                                  "not to you: memfs writes its logs only to its own files")
+        if st.st_mode & 0o077:
+            os.fchmod(fd, 0o600)
         return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
 
 
@@ -78,7 +89,7 @@ def rotating_file_handler(path: str | os.PathLike[str], *, max_bytes: int = DEFA
                           backups: int = DEFAULT_BACKUPS) -> logging.Handler:
     """A size-rotating handler on ``path``, created 0600 (logs can hold store ids)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     return PrivateRotatingFileHandler(path, maxBytes=max_bytes, backupCount=backups,
                                       encoding="utf-8")
 

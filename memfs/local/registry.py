@@ -13,6 +13,8 @@ import json
 import os
 from pathlib import Path
 
+from memfs.core.private import private_dir
+
 
 def cache_root() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
@@ -20,9 +22,8 @@ def cache_root() -> Path:
 
 
 def registry_dir() -> Path:
-    path = cache_root() / "mounts"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
+    private_dir(cache_root())
+    return private_dir(cache_root() / "mounts")
 
 
 def canonical_mountpoint(mountpoint: str) -> str:

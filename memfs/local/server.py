@@ -45,6 +45,7 @@ from typing import Any
 import httpx
 
 from memfs.api import tls
+from memfs.core.private import private_dir
 from memfs.local.pids import alive, wait_gone
 
 START_TIMEOUT = 30.0
@@ -54,9 +55,7 @@ LOG_BACKUPS = 2
 
 def data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
-    path = Path(base) / "memfs"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
+    return private_dir(Path(base) / "memfs")
 
 
 def api_key() -> str:

@@ -261,12 +261,14 @@ class VersionsTree(ReadOnlyPart):
         if vid is None:
             if ino not in (META_INO, VERSIONS_INO) and ino not in self._dirs:
                 raise err(errno.ENOENT)
-            e.st_mode = stat.S_IFDIR | 0o755
+            # The owner's alone (with --allow-other too): a version holds what a file
+            # made 0600, or kept in a 0700 directory, holds (a security review).
+            e.st_mode = stat.S_IFDIR | 0o700
             e.st_nlink = 2
             e.st_size = 4096
         else:
             v = (self.versions or {}).get(vid)
-            e.st_mode = stat.S_IFREG | 0o644
+            e.st_mode = stat.S_IFREG | 0o600
             e.st_nlink = 1
             e.st_size = (v.content_size_bytes or 0) if v and not v.redacted_at else 0
             if v is not None:

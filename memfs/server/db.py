@@ -35,6 +35,7 @@ from memfs.core.paths import (
     PathError,
     validate_prefix,
 )
+from memfs.core.private import make_dirs, own_file
 from memfs.server.db_common import (
     _TS_FORMAT,
     NO_RETRY,
@@ -209,24 +210,6 @@ SQLITE_STEPS: dict[int, tuple[str, ...]] = {
 # The database
 
 
-def _make_private_dirs(path: str) -> None:
-    """Create ``path`` and every missing directory above it with mode 0700
-    (``os.makedirs`` gives the mode to the last one only); existing ones are
-    left as they are."""
-    missing: list[str] = []
-    while not os.path.isdir(path):
-        missing.append(path)
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            pass
-
-
 class Database(SessionsMixin):
     """The store behind `memfs serve`; each public method is one transaction.
 
@@ -253,10 +236,11 @@ class Database(SessionsMixin):
             return
         self.path = target
         if self.path != ":memory:":
-            parent = os.path.dirname(os.path.abspath(self.path))
-            _make_private_dirs(parent)
+            make_dirs(os.path.dirname(os.path.abspath(self.path)))
+            for own in (self.path, self.path + "-wal", self.path + "-shm"):
+                own_file(own)  # one made 0666 by another program: 0600 (SQLite copies it)
             if not os.path.exists(self.path):
-                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW, 0o600))
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._conn.row_factory = sqlite3.Row

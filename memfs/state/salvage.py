@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memfs.core.private import make_dirs
 from memfs.state.blobs import BlobCache, StagedUnreadable
 from memfs.state.schema import STATE_DB
 from memfs.state.statedir import LOCK, exclusive
@@ -79,7 +80,7 @@ def salvage(state_dir: Path, dest: Path) -> Salvaged:
         except (StateUnreadable, StagedUnreadable) as exc:
             raise SalvageError(str(exc)) from None
         try:
-            dest.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_dirs(dest)
         except OSError as exc:
             raise SalvageError(f"cannot make {dest}: {exc.strerror}") from None
         return _write_all(view, cache, dest)

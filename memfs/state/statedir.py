@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memfs.core import paths
+from memfs.core.private import is_own, make_dirs, own_dir, private_dir
 from memfs.local.registry import (
     cache_root,
     canonical_mountpoint,
@@ -166,10 +167,11 @@ def open_state_dir(base_url: str, store_id: str, cache_dir: str | None,
     The key is `key` when known (from a probe made already, or once for a session
     root's stores), else the server is probed now. Each adoption's message goes to
     `say`; adoption never blocks the mount."""
+    root = private_dir(cache_dir or cache_root())  # ours before anything in it is read
     if key is None:
         key = resolve_key(base_url, store_id, cache_dir)
     try:
-        for done in adopt(Path(cache_dir) if cache_dir else cache_root(), key, store_id):
+        for done in adopt(root, key, store_id):
             say(done.message())
     except (OSError, sqlite3.Error) as exc:  # the old state stays where it is
         say(f"memfs: could not adopt earlier state of {store_id}: {exc}")
@@ -189,9 +191,9 @@ def state_dir_for(base_url: str, store_id: str, cache_dir: str | None = None,
     """Create (0700) and return the state directory; key defaults to the URL slug."""
     root = Path(cache_dir) if cache_dir else cache_root()
     path = root / (key or server_id(base_url)) / _plain(store_id)
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for p in (path, path.parent, root):
-        os.chmod(p, 0o700)
+    make_dirs(path)
+    for p in (root, path.parent, path):  # each this user's own, 0700 (core/private.py)
+        own_dir(p)
     return path
 
 
@@ -199,8 +201,7 @@ def state_dir_for(base_url: str, store_id: str, cache_dir: str | None = None,
 
 
 def known_file(mountpoint: str) -> Path:
-    path = registry_dir() / "known"
-    path.mkdir(mode=0o700, exist_ok=True)
+    path = private_dir(registry_dir() / "known")
     return path / (mount_hash(mountpoint) + ".json")
 
 
@@ -351,8 +352,8 @@ def adopt(root: Path, key: str, store_id: str) -> list[Adoption]:
         target = root / key / _plain(store_id)
         for old_db in sorted(root.glob(f"*/{store_id}/{STATE_DB}")):
             old = old_db.parent
-            if old.parent.name == key or not old.is_dir():
-                continue
+            if old.parent.name == key or not (is_own(old.parent) and is_own(old)):
+                continue  # (another user's journal is never adopted: core/private.py)
             try:
                 with exclusive(old / LOCK, blocking=False) as free:
                     if not free:
@@ -372,7 +373,7 @@ def adopt(root: Path, key: str, store_id: str) -> list[Adoption]:
 def _move(old: Path, target: Path) -> Adoption:
     result = Adoption(source=old, moved_to=target)
     result.pending = len(_pending_rows(old / STATE_DB)[0])
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(target.parent)
     if target.exists():  # no state.db: nothing in it is referenced (a failed mount's log)
         leftover = target.with_name(f"{target.name}.empty-{_stamp()}")
         os.rename(target, leftover)
