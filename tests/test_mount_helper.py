@@ -117,6 +117,17 @@ def test_api_key_in_options_is_refused(fake_memfs: Path) -> None:
     assert "sk-secret" not in proc.stderr
 
 
+def test_a_line_break_in_an_option_is_refused_and_runs_nothing(
+        fake_memfs: Path, tmp_path: Path) -> None:
+    evil = tmp_path / "evil.sh"
+    evil.write_text(f"#!/bin/sh\ntouch {tmp_path}/ran\n")
+    evil.chmod(0o755)
+    for opts in (f"cache_dir=a\n{evil}", f"ro,base_url=http://x/\n{evil}\n"):
+        proc = run(fake_memfs, "memstore_01", "/mnt/x", "-o", opts)
+        assert proc.returncode == 32 and "an option holds a line break" in proc.stderr
+        assert proc.stdout == "" and not (tmp_path / "ran").exists()
+
+
 def test_unknown_option_fails_unless_sloppy(fake_memfs: Path) -> None:
     proc = run(fake_memfs, "memstore_01", "/mnt/x", "-o", "bogus=1")
     assert proc.returncode != 0
