@@ -827,6 +827,7 @@ def test_models_tolerate_unknown_and_missing_fields():
     {"type": "memory_store", "id": "memstore_1/x", "name": "n"},
     mem_json(content_sha256="../../../../etc/passwd"),  # the blob cache names files so
     mem_json(id="mem_1/.."),
+    mem_json(memory_version_id="memver_1\n\x1b[2J/../x"),
     {"type": "memory_version", "id": "memver_1", "memory_id": "..", "operation": "deleted"},
     {"type": "session", "id": "sesn_1", "resources": [
         {"type": "memory_store", "memory_store_id": "../x"}]},

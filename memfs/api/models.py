@@ -169,7 +169,8 @@ class Memory:
             content=_content(d.get("content")),
             content_size_bytes=_size(d.get("content_size_bytes")) or 0,
             content_sha256=_sha(d.get("content_sha256"), "content_sha256") or "",
-            memory_version_id=d.get("memory_version_id") or "",
+            # (kept in state.db and printed by `memfs watch`: a security review)
+            memory_version_id=_optional_id(d.get("memory_version_id"), "version id"),
             created_at=d.get("created_at") or "",
             updated_at=d.get("updated_at") or "",
         )
