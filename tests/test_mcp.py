@@ -233,7 +233,11 @@ def start_http(env: dict, *args: str) -> tuple[subprocess.Popen, int]:
     proc = subprocess.Popen([sys.executable, "-m", "memfs", "mcp", *args], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
-    line = proc.stderr.readline()
+    line, warned = proc.stderr.readline(), []
+    while line.startswith("memfs: warning:"):  # said before it serves
+        warned.append(line.strip())
+        line = proc.stderr.readline()
+    proc.warned = warned  # type: ignore[attr-defined]
     if "serving http://" not in line:
         proc.kill()
         proc.wait(30)
@@ -302,8 +306,12 @@ async def test_http_beyond_loopback_needs_its_token(server, tmp_path):
 
     token = tmp_path / "token"
     token.write_text("s3cret-token\n")
+    token.chmod(0o644)
     proc, port = start_http(env, store, "--http", "0.0.0.0:0", "--token-file", str(token))
     try:
+        # Used, with a warning, as an API key file others can read is (a review).
+        assert proc.warned == [f"memfs: warning: the token file {token} is readable by "
+                               f"others (mode 644): chmod 600 {token}"]
         url = f"http://127.0.0.1:{port}/mcp"
         async with httpx2.AsyncClient() as plain:
             response = await plain.post(url, json={"jsonrpc": "2.0", "id": 1,

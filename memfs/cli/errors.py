@@ -132,13 +132,18 @@ def warn_open_key_file(flag: str | None) -> None:
 
     path = flag or (None if os.environ.get("ANTHROPIC_API_KEY")
                     else os.environ.get("ANTHROPIC_API_KEY_FILE"))
-    if not path:
-        return
+    if path:
+        warn_open_secret(path, "the API key file")
+
+
+def warn_open_secret(path: str, what: str) -> None:
+    """`what` at `path` others can read is used, with a warning naming the fix."""
+    import os
 
     try:
         mode = os.stat(os.path.expanduser(path)).st_mode
     except OSError:
         return  # reading it says what is wrong
     if mode & 0o077:
-        click.echo(f"memfs: warning: the API key file {path} is readable by others (mode "
+        click.echo(f"memfs: warning: {what} {path} is readable by others (mode "
                    f"{mode & 0o777:o}): chmod 600 {path}", err=True)

@@ -30,6 +30,9 @@ def _token(token_file: str | None) -> str | None:
                                        f"{exc.strerror or exc}") from None
         if not text:
             raise click.ClickException(f"--token-file {token_file} is empty")
+        from memfs.cli.errors import warn_open_secret
+
+        warn_open_secret(token_file, "the token file")  # as an API key file (a review)
         return text
     return os.environ.get(TOKEN_ENV) or None
 
