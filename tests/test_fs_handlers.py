@@ -395,23 +395,24 @@ async def test_capacity_check_agrees_with_the_count(env, monkeypatch):
     check(False)                                                    # a b
     await env.ops.rename(ROOT, b".c.swp", ROOT, b"c", 0, ctx())    # a b c
     await env.ops.rename(ROOT, b"a", ROOT, b"a~", 0, ctx())        # b c
-    st.refuse_locally(env.node("/b"), "refused")                   # c
-    await env.create(ROOT, "e", b"x")
-    await env.create(ROOT, "f", b"x")
-    await env.create(ROOT, "g", b"x")                              # c e f g
+    st.refuse_locally(env.node("/b"), "refused")  # counted still: b c (an edit makes
+    await env.create(ROOT, "e", b"x")             # it a memory, with no create to refuse)
+    await env.create(ROOT, "f", b"x")                              # b c e f
     check(False)
-    await env.create(ROOT, "h", b"x")                              # c e f g h
+    await env.create(ROOT, "g", b"x")                              # b c e f g
     check(True)
     assert await fuse_errno(env.ops.create(ROOT, b"i", mode, os.O_WRONLY, ctx())) \
         == errno.ENOSPC
     assert await fuse_errno(env.ops.rename(ROOT, b"a~", ROOT, b"a", 0, ctx())) == errno.ENOSPC
-    await env.ops.unlink(ROOT, b"f", ctx())                        # c e g h
+    await env.ops.unlink(ROOT, b"f", ctx())                        # b c e g
     check(False)
-    await env.create(ROOT, "i", b"x")                              # c e g h i
+    await env.create(ROOT, "i", b"x")                              # b c e g i
     check(True)
-    await env.ops.rename(ROOT, b"i", ROOT, b"i~", 0, ctx())        # c e g h
+    await env.ops.rename(ROOT, b"i", ROOT, b"i~", 0, ctx())        # b c e g
     check(False)
-    await env.write_file(env.node("/b").ino, b"y")  # no longer refused: b c e g h
+    await env.write_file(env.node("/b").ino, b"y")  # no longer refused: as many
+    check(False)
+    await env.create(ROOT, "h", b"x")                              # b c e g h
     check(True)
 
 

@@ -231,6 +231,12 @@ def test_enospc_at_2000_memories(mounts, server):
     with tempfile.NamedTemporaryFile("w", dir=d1, delete=False) as tmp:
         tmp.write("by python\n")
     os.replace(tmp.name, d1 / "m0041.md")
+    fd, made = tempfile.mkstemp(dir=d1, suffix=".md")  # tmpXXXXXXXX.md
+    os.write(fd, b"by mkstemp\n")
+    os.close(fd)
+    os.replace(made, d1 / "m0081.md")
+    create_file(d1 / "m0101.md.tmp.4242.1733500000000", b"by an agent\n")
+    os.replace(d1 / "m0101.md.tmp.4242.1733500000000", d1 / "m0101.md")
     m.wait_synced()
     assert os.getxattr(m.path / "bulk" / "d0" / "m0000.md", "user.memfs.state") == b"synced"
     got = client.list(store, path_prefix="/bulk/d0/", view="full", limit=100)
@@ -238,9 +244,11 @@ def test_enospc_at_2000_memories(mounts, server):
         "/bulk/d0/m0000.md": "edited\n"}
     got = client.list(store, path_prefix="/bulk/d1/", view="full", limit=100)
     edited = {x.path: x.content for x in got if x.path in (
-        "/bulk/d1/m0001.md", "/bulk/d1/m0021.md", "/bulk/d1/m0041.md")}
+        "/bulk/d1/m0001.md", "/bulk/d1/m0021.md", "/bulk/d1/m0041.md", "/bulk/d1/m0081.md",
+        "/bulk/d1/m0101.md")}
     assert edited == {"/bulk/d1/m0001.md": "memory 1 by sed\n", "/bulk/d1/m0021.md": "by rsync\n",
-                      "/bulk/d1/m0041.md": "by python\n"}, edited
+                      "/bulk/d1/m0041.md": "by python\n", "/bulk/d1/m0081.md": "by mkstemp\n",
+                      "/bulk/d1/m0101.md": "by an agent\n"}, edited
     assert len(os.listdir(d1)) == 100 and os.statvfs(m.path).f_ffree == 0
     # Only those names (a reviewer found "tmp.md" made); and such a temp renamed to a
     # new name would be the 2,001st memory: ENOSPC, as its create would have been.
@@ -260,6 +268,33 @@ def test_enospc_at_2000_memories(mounts, server):
     out = m.unmount("--timeout", "3", kept=True)
     assert "/left.tmp: the store holds its 2,000-memory maximum: it goes out once a " \
         "memory is deleted" in out, out
+
+
+def test_a_refused_file_counts_so_no_edit_makes_a_2001st_memory(mounts, server):
+    """A file refused for its bytes did not count against the cap, and an edit that made
+    it text made it a memory with no create to refuse: a 2,001st memory got in, a file
+    accepted before waited for good, and `tar x` over a memory then unlinked it, got
+    ENOSPC for its create, and the delete went out (a helper). It counts now."""
+    store = mounts.new_store()
+    fill(server, store, 0, 1998)
+    m = mounts.mount(store, "--no-prefetch")
+    binf = m.path / "bin.md"
+    binf.write_bytes(b"\xff\n")
+    wait_for(lambda: xattr(binf, "state") == "refused")
+    assert os.statvfs(m.path).f_ffree == 1  # refused, and still counted
+    create_file(m.path / "one.md", b"one\n")
+    expect_errno(errno.ENOSPC, create_file, m.path / "two.md")
+    binf.write_text("now text\n")
+    m.wait_synced()
+    assert os.statvfs(m.path).f_ffree == 0
+    assert m.status()["pending"]["refused"] == []
+    held = server_memories(server, store)
+    assert len(held) == 2000 and held["/bin.md"] == "now text\n" and held["/one.md"] == "one\n"
+    # Unlink and create again at the cap (what `tar x` does over an existing memory).
+    os.unlink(m.path / "one.md")
+    create_file(m.path / "one.md", b"one again\n")
+    m.wait_synced()
+    assert server_memories(server, store)["/one.md"] == "one again\n"
 
 
 def test_a_create_the_full_store_turns_down_is_named_by_status_and_unmount(mounts, server):

@@ -267,6 +267,41 @@ def test_git_init_add_commit(mounts, server):
     assert os.getxattr(obj, "user.memfs.state") == b"refused"
 
 
+#: What README.md (Limits and errors) tells a git user to mount with.
+GIT_LOCAL_ONLY = ("*.pack", "*.idx", "tmp_pack_*", "tmp_idx_*")
+
+
+def test_git_clone_and_gc_of_packs_past_the_size_limit(mounts, server, tmp_path):
+    """A clone (its pack streamed to tmp_pack_XXXXXX first) and a `git gc`, whose packs and
+    indexes pass 102,400 bytes, work with the README's --local-only names; `*.pack` alone,
+    which the README said, got EFBIG for the index and the temp pack (a helper)."""
+    import base64
+
+    git = ("git", "-c", "user.name=Test", "-c", "user.email=test@example.com",
+           "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false")
+    source = tmp_path / "source"
+    source.mkdir()
+    run(*git, "init", "-q", cwd=source)
+    for i in range(4000):  # 4,000 objects: a pack and an index both past 100 kB
+        (source / f"f{i:04d}.md").write_text(base64.b64encode(os.urandom(48)).decode())
+    run(*git, "add", "-A", cwd=source)
+    run(*git, "commit", "-q", "-m", "many", cwd=source)
+    store = mounts.new_store()
+    m = mounts.mount(store, *(a for name in GIT_LOCAL_ONLY for a in ("--local-only", name)))
+    clone = m.path / "clone"
+    run(*git, "clone", "-q", "--no-local", "--no-checkout", str(source), str(clone),
+        timeout=120)
+    packs = list((clone / ".git" / "objects" / "pack").iterdir())
+    assert any(p.suffix == ".pack" and p.stat().st_size > 102_400 for p in packs), packs
+    assert any(p.suffix == ".idx" and p.stat().st_size > 102_400 for p in packs), packs
+    run(*git, "gc", "-q", "--aggressive", cwd=clone, timeout=120)
+    assert run(*git, "fsck", "--no-progress", cwd=clone).returncode == 0
+    assert run(*git, "log", "--oneline", cwd=clone).stdout.strip().endswith("many")
+    m.wait_synced()
+    assert not any(p.startswith("/clone/.git/objects/pack/")
+                   for p in server_memories(server, store))
+
+
 # -- 5. rsync round trip ------------------------------------------------------------------
 
 

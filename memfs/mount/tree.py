@@ -40,13 +40,14 @@ from memfs.state.blobs import fsync_paths
 from memfs.state.state import ROOT_INO, Node, State, check_new_path
 
 #: The names tools give the temp file of an atomic save (`sed -i`: sedXXXXXX; rsync:
-#: .NAME.XXXXXX; Python's tempfile: tmpXXXXXXXX; NAME.tmp). At the 2,000 cap they may
+#: .NAME.XXXXXX; Python's tempfile: tmpXXXXXXXX, with a suffix too; NAME.tmp, and an
+#: agent's NAME.tmp.PID.TIME: a helper). At the 2,000 cap they may
 #: still be made: the rename that follows replaces a memory instead of adding one, and
 #: with ENOSPC there `sed -i` and rsync could not edit a full store's memories (found
 #: by a helper, 6 December). Renamed to a new name while the store is over its cap,
 #: one is ENOSPC (it would be a memory past the cap); one that stays waits for room,
 #: as any create the full store turns down (docs/SEMANTICS.md).
-ATOMIC_SAVE_NAMES = ("sed??????", ".?*.??????", "tmp????????", "*.tmp")
+ATOMIC_SAVE_NAMES = ("sed??????", ".?*.??????", "tmp????????*", "*.tmp", "*.tmp.*")
 
 
 def _atomic_save_name(name: str) -> bool:

@@ -183,8 +183,8 @@ class State(StateView, SyncTransitions):
     def _save(self, node: Node) -> None:
         if not node.is_dir:
             self._maybe_dirty.add(node.ino)
-            # Whatever makes a file count against the cap (its name, refusal,
-            # memory id, sha) is a column of its row: it changes only with a save.
+            # Whatever makes a file count against the cap (its name, its memory
+            # id) is a column of its row: it changes only with a save.
             if self._counts(node):
                 self._counted.add(node.ino)
             else:

@@ -420,9 +420,12 @@ class StateView:
         return why + (f"; refused: {node.refused_reason}" if self.is_refused(node) else "")
 
     def _counts(self, node: Node) -> bool:
-        """Whether a file is (or will be) a memory: counted against the 2,000 cap."""
-        return not (node.is_dir or self.is_local_only(node)
-                    or (self.is_refused(node) and node.memory_id is None))
+        """Whether a file is (or may become) a memory: counted against the 2,000 cap.
+        A refused file counts too (content not UTF-8, too large): an edit makes it a
+        memory, and no create checks the cap then. Uncounted, it let a 2,001st memory
+        in without ENOSPC, and then `tar x` over a memory unlinked it, got ENOSPC for
+        its create, and the delete went out (a helper)."""
+        return not (node.is_dir or self.is_local_only(node))
 
     def memory_count(self) -> int:
         """Files that are (or will be) memories: what counts against the 2,000 cap."""
