@@ -71,6 +71,7 @@ def offline_status(state_dir: Path) -> dict:
             "last_sync_at": float(last) if last else None,
             "last_sync_seconds": float(took) if took else None,
             "last_error": state.get_meta("last_error"),
+            "last_error_at": _float(state.get_meta("last_error_at")),
             "pending": pending(state, delete_delay=options.get("delete_delay"),
                                delete_mode=options.get("deletes", "enabled"), read_only=read_only,
                                gone=gone),
@@ -155,6 +156,13 @@ def dead_mount_lines(s: dict) -> list[str]:
     return [f"  the mount is still there, dead: its daemon is gone (an access there fails "
             f"with 'Transport endpoint is not connected'); memfs unmount {s['mountpoint']} "
             "clears it and says what its journal holds"]
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
 
 
 def _ago(ts: float | None) -> str:
@@ -250,7 +258,8 @@ def format_status(s: dict) -> str:
     for c in conflicts:
         lines.append(f"    #{c['id']} {c['path']}: {c['reason']}")
     if s.get("last_error"):
-        lines.append(f"  last error: {s['last_error']}")
+        when = f" ({_ago(s['last_error_at'])})" if s.get("last_error_at") else ""
+        lines.append(f"  last error{when}: {s['last_error']}")
     for warning in (s.get("warnings") or [])[-3:]:  # the newest: `--json` has ten
         lines.append(f"  warning: {warning}")
     if s.get("metrics_url"):

@@ -385,6 +385,7 @@ def store_status(engine: StoreEngine) -> dict:
                  "late": s.feed_late,
                  "polls": s.feed_polls},
         "last_error": s.last_error,
+        "last_error_at": s.last_error_at,
         "failing_since": s.failing_since,
         "warnings": s.warnings[-10:],
         "pending": pending(engine.state, delete_delay=cfg.options.delete_delay,

@@ -46,7 +46,8 @@ class SyncStatus:
     last_sync_at: float | None = None
     last_sync_seconds: float | None = None
     last_push_at: float | None = None
-    last_error: str | None = None
+    last_error: str | None = None             # set by `failed`, with its time
+    last_error_at: float | None = None
     failing_since: float | None = None        # passes fail, the server answering
     pushed: int = 0
     warnings: list[str] = field(default_factory=list)
@@ -55,6 +56,11 @@ class SyncStatus:
     feed_missed: int = 0                      # changes a full listing found first
     feed_polls: list[dict] = field(default_factory=list)  # the last polls' cost, oldest first
     feed_late: int = 0                        # versions the feed read out of order
+
+    def failed(self, message: str) -> None:
+        """The last error `memfs status` shows, with when it happened: without the time,
+        an outage long over read as today's trouble (a helper)."""
+        self.last_error, self.last_error_at = message, time.time()
 
     def note(self, message: str) -> None:
         """Keep `message` among the last warnings `memfs status` shows. A note said
@@ -279,8 +285,9 @@ class SyncContext:
             self.status.offline_since = time.time()
         self.status.online = False
         self.status.offline_reason = reason
-        self.status.last_error = reason
+        self.status.failed(reason)
         self.state.set_meta("last_error", reason)  # for `memfs status` without a daemon
+        self.state.set_meta("last_error_at", str(self.status.last_error_at))
         retry_after = getattr(exc, "retry_after", None)
         return self.backoff.next_delay(retry_after)
 

@@ -127,7 +127,7 @@ class Pusher:
                 result = await self.push_pass()
             except Exception as exc:  # a bug must not take the mount down
                 log.exception("push pass failed")
-                self.ctx.status.last_error = f"push: {type(exc).__name__}: {exc}"
+                self.ctx.status.failed(f"push: {type(exc).__name__}: {exc}")
                 result = PassResult()
             if result.offline is not None:
                 # Back off (jitter, retry-after), but go as soon as the reconciler
@@ -298,7 +298,7 @@ class Pusher:
                 return
             except Exception as exc:  # a bug with one file must not stop the others
                 log.exception("push of %r failed", item)
-                self.ctx.status.last_error = f"push: {type(exc).__name__}: {exc}"
+                self.ctx.status.failed(f"push: {type(exc).__name__}: {exc}")
                 return
             finally:
                 self._busy_pushes -= busy

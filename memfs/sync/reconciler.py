@@ -82,13 +82,13 @@ class Reconciler:
             except api_errors.APIError as exc:
                 # 403, 404 (store gone), a malformed page...: not "offline", but no
                 # reason to take the mount down either. Report it and try again later.
-                self.ctx.status.last_error = f"listing failed: {type(exc).__name__}: {exc}"
+                self.ctx.status.failed(f"listing failed: {type(exc).__name__}: {exc}")
                 self.ctx.status.note(self.ctx.status.last_error)
                 self._failing()
                 delay = max(self.ctx.options.poll_interval, 5.0)
             except Exception as exc:  # a bug must not take the mount down
                 log.exception("reconcile pass failed")
-                self.ctx.status.last_error = f"reconcile: {type(exc).__name__}: {exc}"
+                self.ctx.status.failed(f"reconcile: {type(exc).__name__}: {exc}")
                 self._failing()
                 delay = self.ctx.options.poll_interval
             with trio.move_on_after(delay):
