@@ -9,6 +9,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -300,6 +301,29 @@ def test_watch_since_an_age_replays_without_a_mount(server, tmp_path, watchers):
     assert [(e["kind"], e["path"], e.get("old_path")) for e in got] == [
         ("created", "/r.md", None), ("renamed", "/s.md", "/r.md"), ("deleted", "/s.md", None)]
     assert all(e["author"]["type"] == "api_actor" for e in got)
+
+
+def test_watch_since_prints_nothing_from_before_it(server, tmp_path, watchers):
+    """A store-polling watch given --since printed, after the replay, the versions of
+    the last 30 s from before it, out of order (its first poll read the lookback window
+    back: a helper). Since a version: what came after it, then what comes next."""
+    store = server.sdk().beta.memory_stores.create(name="Since").id
+    sdk_create(server, store, "/a.md", "a\n")
+    since = sdk_create(server, store, "/b.md", "b\n").memory_version_id
+    sdk_create(server, store, "/c.md", "c\n")
+    w = watchers(mount_env(server, tmp_path), "--json", "--since", since,
+                 "--poll-interval", "0.2", store)
+    w.wait_started()
+    assert w.next()["path"] == "/c.md"
+    time.sleep(1.0)  # polls that found a.md and b.md in their window printed them
+    sdk_create(server, store, "/d.md", "d\n")
+    assert w.next()["path"] == "/d.md"
+    # A time after every version: nothing of the past (the first poll is 0.2 s away).
+    w = watchers(mount_env(server, tmp_path), "--json", "--since", "2099-01-01T00:00:00Z",
+                 "--poll-interval", "0.2", store)
+    w.wait_started()
+    with pytest.raises(AssertionError, match="no event"):
+        w.next(timeout=2.0)
 
 
 class _Versions:

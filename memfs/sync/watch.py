@@ -53,18 +53,28 @@ def parse_since(text: str) -> tuple[str, Any]:
 async def replay(client: MemoryStoresClient, store_id: str, store: str, since: str,
                  ) -> list[Event]:
     """The store's versions from `since` on (after it, for a version id), as events."""
+    events, _after = await _replay(client, store_id, store, since)
+    return events
+
+
+async def _replay(client: MemoryStoresClient, store_id: str, store: str, since: str,
+                  ) -> tuple[list[Event], tuple[datetime, str]]:
+    """`replay`, and the point it starts after: a version is news when its (time, id)
+    is greater (a time `T` is the point (T, ""): every version at T on)."""
     kind, value = parse_since(since)
-    after: tuple[str, str] | None = None
     if kind == "version":
         v = await client.get_version(store_id, value, view="basic")
-        start, after = parse_time(v.created_at), (v.created_at, v.id)
+        after = (parse_time(v.created_at), v.id)
     else:
-        start = value
-    versions = [v async for v in client.list_versions(store_id, created_gte=format_time(start))]
-    if after is not None:
-        versions = [v for v in versions if (v.created_at, v.id) > after]
+        after = (value, "")
+    versions = [v async for v in client.list_versions(store_id, created_gte=format_time(after[0]))
+                if _key(v) > after]
     paths = await _paths_before(client, store_id, versions)
-    return version_events(versions, paths, store=store, store_id=store_id)
+    return version_events(versions, paths, store=store, store_id=store_id), after
+
+
+def _key(v: MemoryVersion) -> tuple[datetime, str]:
+    return parse_time(v.created_at), v.id
 
 
 async def _paths_before(client: MemoryStoresClient, store_id: str,
@@ -178,8 +188,10 @@ async def poll_store(client: MemoryStoresClient, store_id: str, store: str,
     async for v in client.list_versions(store_id, limit=1):  # the newest: one request
         position = parse_time(v.created_at)
         break
+    after: tuple[datetime, str] | None = None
     if since:
-        for event in await replay(client, store_id, store, since):
+        events, after = await _replay(client, store_id, store, since)
+        for event in events:
             if event.version_id:
                 seen[event.version_id] = parse_time(event.time)
             if event.memory_id and event.kind != "deleted" and event.path:
@@ -192,7 +204,8 @@ async def poll_store(client: MemoryStoresClient, store_id: str, store: str,
     while True:
         try:
             fresh = [v async for v in client.list_versions(
-                store_id, created_gte=format_time(position - lookback)) if v.id not in seen]
+                store_id, created_gte=format_time(position - lookback)) if v.id not in seen
+                and (after is None or _key(v) > after)]  # (not what came before `since`)
             if not first:
                 paths.update(await _paths_before(client, store_id, [
                     v for v in fresh if v.memory_id not in paths]))
