@@ -97,7 +97,11 @@ def test_watch_json_on_a_mount_in_order_with_authors(mounts, server, watchers):
     step(lambda: sdk_update(server, store, mid, content="two\n"), "modified", "/a.md")
     renamed = step(lambda: sdk_update(server, store, mid, path="/b.md"), "renamed", "/b.md")
     assert renamed["old_path"] == "/a.md"
-    step(lambda: sdk_delete(server, store, mid), "deleted", "/b.md")
+    # One version that moves and edits: one event (it was two, the edit first: a helper).
+    both = step(lambda: sdk_update(server, store, mid, path="/d/b.md", content="three\n"),
+                "renamed", "/d/b.md")
+    assert both["old_path"] == "/b.md" and cat(m.path / "d" / "b.md") == "three\n"
+    step(lambda: sdk_delete(server, store, mid), "deleted", "/d/b.md")
 
     def local_write() -> None:
         (m.path / "local.md").write_text("mine\n")

@@ -432,6 +432,7 @@ class Reconciler:
         place = decide.place_row(local, m.path, ours_parked=ours_parked)
         content = decide.content_row(local, m.content_sha256)
         C = decide.Content
+        took = False  # the row's content, taken: said once the place is settled too
         if content is C.WAIT:
             self._waited.add(m.id)
         elif content is C.ADOPT:
@@ -441,7 +442,7 @@ class Reconciler:
             try:
                 st.remote_content(node, remote_of(m), gen=node.gen)
                 ctx.invalidate(("inode", node.ino))
-                ctx.events.remote("modified", m)
+                took = True
             except Deferred:
                 return
         elif content is C.CONFLICT:
@@ -450,15 +451,17 @@ class Reconciler:
                                           "same time", gen=node.gen)
             except Deferred:
                 return
-        if st.holder(m.id) is not node:
-            return
         P = decide.Place
-        if place is P.FOLLOW:
+        held = st.holder(m.id) is node  # (a conflict settled above may have moved it)
+        if held and place is P.FOLLOW:
             old_parent, old_name = node.parent, node.name
             if st.remote_moved(node, m.path):
                 ctx.invalidate(("entry", old_parent, old_name))
                 self._entry_changed(node)
+                # One version, one event: a version that moved and edited the memory
+                # was said twice, the edit at the new path first (a helper).
                 ctx.events.remote("renamed", m, old_path=local.path)
+                took = False
             elif self._blocked is not None:  # a later row of this pass may free it
                 self._blocked.append(m)
             else:
@@ -470,8 +473,10 @@ class Reconciler:
                     # not show this rename again, and our create of that path would wait
                     # for it (409, our memory holds it) until the next full listing.
                     self._waited.add(m.id)
-        elif place in (P.KEEP_OURS, P.SAME):
+        elif held and place in (P.KEEP_OURS, P.SAME):
             st.remote_base_path(node, m.path)
+        if took:
+            ctx.events.remote("modified", m)
 
     async def _follow_blocked(self) -> None:
         """The server's renames that could not follow when their row came (the place was
