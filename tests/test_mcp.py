@@ -303,6 +303,14 @@ async def test_http_beyond_loopback_needs_its_token(server, tmp_path):
     assert refused.returncode == 1
     assert "0.0.0.0 is not a loopback address" in refused.stderr
     assert "MEMFS_MCP_TOKEN" in refused.stderr and "Traceback" not in refused.stderr
+    blank = subprocess.run([sys.executable, "-m", "memfs", "mcp", store, "--http", "0.0.0.0:0"],
+                           env={**env, "MEMFS_MCP_TOKEN": "  "}, capture_output=True,
+                           text=True, timeout=60)  # (it started, and refused everyone)
+    assert blank.returncode == 1 and "MEMFS_MCP_TOKEN" in blank.stderr, blank.stderr
+    unknown = subprocess.run([sys.executable, "-m", "memfs", "mcp", "--session", "sesn_nope"],
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 1 and "cannot read session 'sesn_nope'" in unknown.stderr, \
+        unknown.stderr
 
     token = tmp_path / "token"
     token.write_text("s3cret-token\n")
@@ -317,8 +325,12 @@ async def test_http_beyond_loopback_needs_its_token(server, tmp_path):
             response = await plain.post(url, json={"jsonrpc": "2.0", "id": 1,
                                                    "method": "tools/list"})
             assert response.status_code == 401
+            for wrong in ("Basic s3cret-token", "Bearer s3cret-token2", "Bearer", "s3cret-token"):
+                response = await plain.post(url, headers={"Authorization": wrong}, json={
+                    "jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+                assert response.status_code == 401, wrong
         async with httpx2.AsyncClient(
-                headers={"Authorization": "Bearer s3cret-token"}) as authed:
+                headers={"Authorization": "bearer  s3cret-token"}) as authed:  # any case
             async with streamable_http_client(url, http_client=authed) as (read, write):
                 async with ClientSession(read, write) as session:
                     await session.initialize()

@@ -34,7 +34,7 @@ def _token(token_file: str | None) -> str | None:
 
         warn_open_secret(token_file, "the token file")  # as an API key file (a review)
         return text
-    return os.environ.get(TOKEN_ENV) or None
+    return os.environ.get(TOKEN_ENV, "").strip() or None  # (spaces: no token, refused)
 
 
 def _host_port(text: str) -> tuple[str, int]:
@@ -179,7 +179,7 @@ def _store_rows(url: str, key: str | None, stores: tuple[str, ...],
     if session_id is not None:
         if stores:
             raise click.UsageError("give STOREs or --session, not both")
-        with storenames.resolve_errors(url, session_id):
+        with storenames.resolve_errors(url, session_id, f"cannot read session {session_id!r}"):
             session = call_with_client(url, key, lambda c: c.get_session(session_id))
         return [(r.memory_store_id, r.name or r.memory_store_id, name,
                  r.access == "read_only", None) for r, name in session_layout(session.resources)[1]]
@@ -190,7 +190,7 @@ def _store_rows(url: str, key: str | None, stores: tuple[str, ...],
     async def every(c):
         return [s async for s in c.list_stores()]
 
-    with storenames.resolve_errors(url, "(every store)"):
+    with storenames.resolve_errors(url, "", "cannot list the stores"):
         listed = sorted(call_with_client(url, key, every), key=lambda s: (s.created_at, s.id))
     return [(s.id, s.name, None, False, None) for s in listed]
 

@@ -133,9 +133,10 @@ def resolve_for_cli(base_url: str, api_key: str | None, text: str) -> Resolved:
 
 
 @contextmanager
-def resolve_errors(base_url: str, text: str) -> Iterator[None]:
+def resolve_errors(base_url: str, text: str, doing: str | None = None) -> Iterator[None]:
     """API failures while resolving `text` as one-line click errors: also around a
-    :func:`resolve` inside a command's own client, so it says what `resolve_for_cli` says."""
+    :func:`resolve` inside a command's own client, so it says what `resolve_for_cli` says.
+    `doing` says what failed when it was not a store's lookup (a session's)."""
     from memfs.cli.errors import describe
 
     try:
@@ -143,5 +144,5 @@ def resolve_errors(base_url: str, text: str) -> Iterator[None]:
     except (api_errors.AuthenticationError, api_errors.PermissionDeniedError) as exc:
         raise click.ClickException(describe(base_url, exc)) from None
     except api_errors.APIError as exc:
-        raise click.ClickException(describe(base_url, exc, f"cannot resolve store {text!r}")) \
-            from None
+        raise click.ClickException(describe(
+            base_url, exc, doing or f"cannot resolve store {text!r}")) from None

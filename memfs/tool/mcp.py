@@ -729,12 +729,15 @@ class BearerGate:
     constant time); without it, 401 before the MCP app sees anything."""
 
     def __init__(self, app: Any, token: str) -> None:
-        self.app, self._expected = app, f"Bearer {token}".encode()
+        self.app, self._expected = app, token.encode()
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self._expected):
+            scheme, _, value = given.strip().partition(b" ")
+            # The scheme in any case (RFC 9110: `bearer` was refused; a helper).
+            if not (hmac.compare_digest(value.strip(), self._expected)
+                    and scheme.lower() == b"bearer"):
                 await send({"type": "http.response.start", "status": 401, "headers": [
                     (b"content-type", b"application/json"),
                     (b"www-authenticate", b'Bearer realm="memfs mcp"')]})
