@@ -344,7 +344,9 @@ def test_allow_other_lets_an_unprivileged_user_read_and_write(server, mounts, sh
 def test_allow_other_keeps_a_private_file_s_versions_private(server, mounts, shared_dir):
     """--allow-other without --uid: a file its owner made 0600 is refused to other users,
     and so is every version of it under `.memfs/versions` (they were 0644 there: any
-    user read what the file's mode kept from them; a security review)."""
+    user read what the file's mode kept from them; a security review); a file another
+    user made shows its versions to that user (0600 for the daemon's user alone shut
+    them out: a review)."""
     import pathlib
 
     sdk = server.sdk()
@@ -358,6 +360,10 @@ def test_allow_other_keeps_a_private_file_s_versions_private(server, mounts, sha
     fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd, b"the secret\n")
     os.close(fd)
+    (root / "private" / "shared").mkdir()
+    (root / "private" / "shared").chmod(0o777)
+    theirs = root / "private" / "shared" / "theirs.md"
+    assert as_user("nobody", "sh", "-c", f"echo by nobody > {theirs}").returncode == 0
     m.wait_synced()
     versions = root / "private" / ".memfs" / "versions" / "secret.md"
     [version] = [versions / n for n in wait_for(lambda: os.listdir(versions))]
@@ -369,6 +375,10 @@ def test_allow_other_keeps_a_private_file_s_versions_private(server, mounts, sha
     assert listed.returncode != 0 and "Permission denied" in listed.stderr, listed
     assert as_user("nobody", "cat", str(root / "private" / ".anthropic-memory-store")) \
         .returncode == 0  # what is everyone's stays readable
+    theirs_versions = root / "private" / ".memfs" / "versions" / "shared" / "theirs.md"
+    read = as_user("nobody", "sh", "-c", f"cat {theirs_versions}/*")
+    assert read.returncode == 0 and read.stdout == "by nobody\n", read.stderr
+    assert theirs_versions.stat().st_uid == theirs.stat().st_uid != 0
 
 
 @pytest.mark.usefixtures("mount_helper_installed")

@@ -233,7 +233,7 @@ def test_status_of_a_mount_no_listing_has_reached_does_not_say_online(mounts, se
         m = mounts.mount(store)
         status = m.memfs("status", str(m.path)).stdout
         assert "  starting: no listing completed yet\n" in status, status
-        assert re.search(r"\n  last error \(.* \(\d+s ago\)\): listing failed", status), status
+        assert re.search(r"\n  last error, .* \(\d+s ago\): listing failed", status), status
     m.sync_now()
     assert "\n  online\n" in m.memfs("status", str(m.path)).stdout
     m.unmount()
@@ -256,7 +256,7 @@ def test_status_of_a_mount_whose_passes_fail_says_so(mounts, server):
         assert "  online, but no sync got through since " in status, status
         assert ": the server answers, with an error (the last one below)\n" in status
         # (with its time: an error long over read as today's: a helper)
-        assert re.search(r"\n  last error \(.* \(\d+s ago\)\): listing failed: "
+        assert re.search(r"\n  last error, .* \(\d+s ago\): listing failed: "
                          r"PermissionDeniedError", status), status
         assert m.live_status()["failing_since"] is not None
     m.sync_now()
@@ -279,3 +279,24 @@ def test_status_names_twenty_pending_changes_of_a_kind_and_counts_the_rest():
         in text, text
     assert "\n    rename /a.md -> /b.md (sent, its answer lost: the server is asked " \
         "first)\n" in text, text
+
+
+def test_the_last_error_s_time_is_read_from_state_db_without_a_daemon(tmp_path):
+    """`memfs status` of a mount with no daemon says when its last error was, from
+    state.db (an outage long over read as current: a helper)."""
+    from memfs.cli.status import format_status
+    from memfs.cli.status import offline_status as read_offline
+
+    async def main():
+        state = State(tmp_path / "state.db")
+        ctx = SyncContext(state, BlobCache(tmp_path / "objects"), None, "memstore_x",
+                          SyncOptions(poll_interval=1.0))
+        ctx.went_offline(api_errors.APIConnectionError("connection refused"))
+        state.close()
+        return ctx.status.last_error_at
+
+    at = trio.run(main)
+    status = read_offline(tmp_path)
+    assert status["last_error_at"] == at and status["last_error"]
+    text = format_status(status)
+    assert re.search(r"\n  last error, \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(\d+s ago\): ", text), text

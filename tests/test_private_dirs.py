@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import stat
 import subprocess
 import sys
 
@@ -39,9 +40,9 @@ def test_every_directory_made_is_0700_under_umask_000(tmp_path, umask_000):
     (an XDG base directory memfs made) were left open to everyone."""
     make_dirs(tmp_path / "a" / "b" / "c")
     assert [mode(tmp_path / p) for p in ("a", "a/b", "a/b/c")] == [0o700] * 3
-    (tmp_path / "open").mkdir(0o777)
+    (tmp_path / "open").mkdir(0o755)
     make_dirs(tmp_path / "open" / "x")
-    assert mode(tmp_path / "open") == 0o777  # not memfs's: left as it was
+    assert mode(tmp_path / "open") == 0o755  # not memfs's: left as it was
     own_dir(tmp_path / "open")
     assert mode(tmp_path / "open") == 0o700  # memfs's own: narrowed
 
@@ -104,6 +105,18 @@ def test_a_cache_dir_another_user_made_is_refused_before_anything_is_kept(
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert f"{shared} belongs to user {NOBODY}, not to you" in proc.stderr, proc.stderr
     assert os.listdir(shared) == [] and not os.path.ismount(tmp_path / "mnt")
+    # A root of every store, none of them there yet: no store's directory is made, and
+    # its own (groups/…) went into the shared directory unchecked (a review).
+    server.sdk().beta.memory_stores.delete(store)
+    proc = run(["mount", "--all", str(tmp_path / "mnt"), "--cache-dir", str(shared)],
+               mount_env(server, tmp_path))
+    try:
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert f"{shared} belongs to user {NOBODY}, not to you" in proc.stderr, proc.stderr
+        assert os.listdir(shared) == [] and not os.path.ismount(tmp_path / "mnt")
+    finally:
+        if os.path.ismount(tmp_path / "mnt"):
+            subprocess.run(["fusermount3", "-uz", str(tmp_path / "mnt")], check=False)
 
 
 @root_only
@@ -123,30 +136,75 @@ def test_another_user_s_journal_under_the_cache_is_never_adopted(server, mounts)
     assert server_memories(server, store) == {}
 
 
-def test_serve_refuses_a_log_file_that_is_a_link_and_narrows_its_database(tmp_path):
-    """`memfs serve --log-file`, as root, appended to whatever a symbolic link there named;
-    a database (and its -wal, -shm) someone made 0666 stayed so."""
+def serving(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """`memfs serve ARGV`, once it listens (the caller kills it)."""
+    serve = subprocess.Popen([sys.executable, "-m", "memfs", "serve", "--port", "0", *argv],
+                             env=env, cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+    assert serve.stdout is not None
+    if "listening on" not in serve.stdout.readline():
+        serve.kill()
+        raise AssertionError(f"memfs serve {argv} did not start")
+    return serve
+
+
+def stopped(serve: subprocess.Popen) -> None:
+    serve.kill()
+    serve.wait(timeout=30)
+
+
+@root_only
+def test_serve_writes_its_log_only_where_it_should_and_narrows_its_database(tmp_path):
+    """`memfs serve --log-file`, as root, appended to whatever a symbolic link another
+    user made there named (a security review), and the fix then made /dev/null 0600 for
+    every user and refused `/dev/stderr`, a link (a review). A database and its -wal,
+    -shm someone made 0666 stayed so."""
     victim = tmp_path / "victim"
     victim.write_text("untouched\n")
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "s.log").symlink_to(victim)
+    os.lchown(tmp_path / "logs" / "s.log", NOBODY, NOBODY)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMFS_", "XDG_"))}
     proc = run(["serve", "--db", str(tmp_path / "s.db"), "--port", "0", "-v",
                 "--log-file", str(tmp_path / "logs" / "s.log")], env)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert "cannot write the log file" in proc.stderr and "symbolic link" in proc.stderr
+    assert "cannot write the log file" in proc.stderr, proc.stderr
+    assert f"a symbolic link made by user {NOBODY}" in proc.stderr, proc.stderr
     assert victim.read_text() == "untouched\n"
+
+    os.lchown(tmp_path / "logs" / "s.log", 0, 0)  # the user's own link: followed
+    null = tmp_path / "null"
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # a /dev/null of its own
+    null.chmod(0o666)
+    for log in (tmp_path / "logs" / "s.log", null):
+        stopped(serving(["--db", str(tmp_path / "s.db"), "-v", "--log-file", str(log)], env))
+    assert victim.read_text().startswith("untouched\n") and mode(null) == 0o666
 
     db = tmp_path / "open.db"
     db.touch()
     db.chmod(0o666)
-    serve = subprocess.Popen([sys.executable, "-m", "memfs", "serve", "--db", str(db),
-                              "--port", "0"], env=env, cwd=REPO, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+    wal = tmp_path / "open.db-wal"
+    wal.touch()
+    wal.chmod(0o666)
+    serve = serving(["--db", str(db)], env)
     try:
-        assert serve.stdout is not None
-        assert "listening on" in serve.stdout.readline()
-        assert mode(db) == 0o600 and mode(tmp_path / "open.db-wal") == 0o600
+        assert mode(db) == 0o600 and mode(wal) == 0o600
     finally:
-        serve.kill()
-        serve.wait(timeout=30)
+        stopped(serve)
+    (tmp_path / "link.db").symlink_to(tmp_path / "made-later.db")  # the user's own link
+    stopped(serving(["--db", str(tmp_path / "link.db")], env))
+    assert mode(tmp_path / "made-later.db") == 0o600
+
+
+def test_a_directory_every_user_may_write_in_is_refused_not_narrowed(tmp_path):
+    """`--cache-dir /tmp` as root made /tmp 0700, dropping its sticky bit, for everyone
+    (a review); and a regular file given as one was a traceback."""
+    shared = tmp_path / "tmp-like"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    with pytest.raises(UnsafeDirectory, match="writable by every user"):
+        own_dir(shared)
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o1777 and not is_own(shared)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UnsafeDirectory, match="is not a directory"):
+        own_dir(tmp_path / "file")

@@ -24,7 +24,7 @@ from memfs.core.mountconfig import GroupConfig, GroupStore, SyncOptions
 from memfs.core.private import make_dirs, own_dir
 from memfs.core.slug import mount_slugs, unique
 from memfs.local.registry import cache_root, mount_hash
-from memfs.state.statedir import open_state_dir, resolve_key
+from memfs.state.statedir import open_state_dir, own_root, resolve_key
 
 #: Where a session container shows its stores, and so a session root's default.
 SESSION_ROOT = "/mnt/memory"
@@ -48,6 +48,7 @@ def read_group_json(root: str, cache_dir: str | None) -> dict | None:
 def group_dir(root: str, cache_dir: str | None) -> Path:
     """The group's own state directory, made (0700) for a mount of it."""
     path = group_path(root, cache_dir)
+    own_root(cache_dir)  # (a root with no store yet made no state directory: a review)
     make_dirs(path)
     for p in (path.parent, path):
         own_dir(p)

@@ -258,7 +258,7 @@ def format_status(s: dict) -> str:
     for c in conflicts:
         lines.append(f"    #{c['id']} {c['path']}: {c['reason']}")
     if s.get("last_error"):
-        when = f" ({_ago(s['last_error_at'])})" if s.get("last_error_at") else ""
+        when = f", {_ago(s['last_error_at'])}" if s.get("last_error_at") else ""
         lines.append(f"  last error{when}: {s['last_error']}")
     for warning in (s.get("warnings") or [])[-3:]:  # the newest: `--json` has ten
         lines.append(f"  warning: {warning}")

@@ -49,11 +49,17 @@ def private_dir(path: str | os.PathLike[str]) -> Path:
 
 
 def own_dir(path: str | os.PathLike[str]) -> None:
-    """Refuse (UnsafeDirectory) a directory that is not this user's, or a symbolic link
-    to one that another user made; narrow one of ours open to others to 0700."""
+    """Refuse (UnsafeDirectory) a directory that is not this user's, a symbolic link to
+    one that another user made, or one every user may write in (`/tmp` given as the
+    cache: it was made 0700 for everyone, and anything in it could be another user's);
+    narrow one of ours open to others to 0700."""
     st = _owned(path, "directory")
     if not stat.S_ISDIR(st.st_mode):
-        raise NotADirectoryError(f"{path} is not a directory")
+        raise UnsafeDirectory(f"{path} is not a directory")
+    if st.st_mode & (stat.S_IWOTH | stat.S_ISVTX):
+        raise UnsafeDirectory(
+            f"{path} is writable by every user: memfs keeps its state only in a directory "
+            "of your own (give one inside it)")
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)
 
@@ -61,7 +67,9 @@ def own_dir(path: str | os.PathLike[str]) -> None:
 def own_file(path: str | os.PathLike[str]) -> None:
     """The same for a file memfs made and reopens (a database, a log): this user's own,
     0600. A missing file is left to be created."""
-    if not os.path.lexists(path):
+    if not os.path.exists(path):
+        if os.path.lexists(path):  # a link to a file to be made: the user's own only
+            _link_owned(path, "file")
         return
     st = _owned(path, "file")
     if st.st_mode & 0o077:
@@ -72,9 +80,10 @@ def is_own(path: str | os.PathLike[str]) -> bool:
     """Whether `own_dir` would accept ``path`` (for what is only looked through, such
     as the old state directories adoption considers)."""
     try:
-        return stat.S_ISDIR(_owned(path, "directory").st_mode)
+        st = _owned(path, "directory")
     except OSError:
         return False
+    return stat.S_ISDIR(st.st_mode) and not st.st_mode & (stat.S_IWOTH | stat.S_ISVTX)
 
 
 def _owned(path: str | os.PathLike[str], what: str) -> os.stat_result:
@@ -82,13 +91,18 @@ def _owned(path: str | os.PathLike[str], what: str) -> os.stat_result:
     me = os.geteuid()
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
-        if st.st_uid != me:
-            raise UnsafeDirectory(
-                f"{path} is a symbolic link made by user {st.st_uid}, not by you: memfs "
-                f"keeps its state only in a {what} of your own")
+        _link_owned(path, what)
         st = os.stat(path)
     if st.st_uid != me:
         raise UnsafeDirectory(
             f"{path} belongs to user {st.st_uid}, not to you: memfs keeps its state only in "
             f"a {what} of your own (remove it, or choose another place)")
     return st
+
+
+def _link_owned(path: str | os.PathLike[str], what: str) -> None:
+    owner = os.lstat(path).st_uid
+    if owner != os.geteuid():
+        raise UnsafeDirectory(
+            f"{path} is a symbolic link made by user {owner}, not by you: memfs keeps its "
+            f"state only in a {what} of your own")

@@ -10,10 +10,12 @@ request bodies or headers; the API key never reaches a log call.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import logging.handlers
 import os
+import stat
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -71,17 +73,32 @@ class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
     """Every file it opens, including the new one after a rollover, is 0600."""
 
     def _open(self):  # type: ignore[no-untyped-def]
-        # Never through a symbolic link, and never into another user's file (a helper:
-        # `memfs serve --log-file` as root appended to whatever a link named).
-        fd = os.open(self.baseFilename,
-                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        # Through a symbolic link only the user's own (`/dev/stderr`, a container's log
+        # link), never one another user planted: `memfs serve --log-file` as root
+        # appended to whatever that named (a security review). Into a regular file only
+        # the user's own, never one every user can read. A device or a pipe
+        # (`/dev/null`, `/dev/stdout`) is written as it is: chmod 0600 of /dev/null shut
+        # every other user out of it (a review).
+        path, flags = self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        try:
+            fd = os.open(path, flags | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            owner = os.lstat(path).st_uid
+            if owner != os.geteuid():
+                raise PermissionError(f"{path} is a symbolic link made by user {owner}, not "
+                                      "by you: memfs writes its logs only to its own files"
+                                      ) from None
+            fd = os.open(path, flags, 0o600)
         st = os.fstat(fd)
-        if st.st_uid != os.geteuid():
-            os.close(fd)
-            raise PermissionError(f"{self.baseFilename} belongs to user {st.st_uid}, "
-                                  "not to you: memfs writes its logs only to its own files")
-        if st.st_mode & 0o077:
-            os.fchmod(fd, 0o600)
+        if stat.S_ISREG(st.st_mode):
+            if st.st_uid != os.geteuid():
+                os.close(fd)
+                raise PermissionError(f"{path} belongs to user {st.st_uid}, not to you: "
+                                      "memfs writes its logs only to its own files")
+            if st.st_mode & 0o007:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~0o007)
         return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
 
 

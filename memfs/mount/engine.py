@@ -101,7 +101,8 @@ class StoreEngine:
                                                     show_meta=cfg.options.show_meta,
                                                     uid=owner[0] if owner else None,
                                                     gid=owner[1] if owner else None,
-                                                    lookback=cfg.options.lookback))
+                                                    lookback=cfg.options.lookback,
+                                                    live=self.state))
             if cfg.metrics_addr:  # time every request only while someone can see it
                 self.fs.timing = self.ctx.metrics.fuse
             removed = self.cache.gc(self.state.referenced_shas())

@@ -47,7 +47,8 @@ from memfs.state.state import ROOT_INO, Node, State, check_new_path
 #: by a helper, 6 December). Renamed to a new name while the store is over its cap,
 #: one is ENOSPC (it would be a memory past the cap); one that stays waits for room,
 #: as any create the full store turns down (docs/SEMANTICS.md).
-ATOMIC_SAVE_NAMES = ("sed??????", ".?*.??????", "tmp????????*", "*.tmp", "*.tmp.*")
+ATOMIC_SAVE_NAMES = ("sed??????", ".?*.??????", "tmp????????", "tmp????????.*", "*.tmp",
+                     "*.tmp.[0-9]*")
 
 
 def _atomic_save_name(name: str) -> bool:

@@ -47,6 +47,7 @@ from memfs.api.models import MemoryVersion, format_time, parse_time
 from memfs.core.nodes import META_NAME
 from memfs.mount.part import DirEntries, ReadOnlyPart, err, fs_name, negative_entry
 from memfs.state.blobs import BlobCache, sha256
+from memfs.state.view import StateView
 from memfs.sync.feed import LOOKBACK
 
 __all__ = ["FH_BASE", "INO_MAX", "INO_MIN", "META_INO", "META_NAME", "VERSIONS_INO",
@@ -111,8 +112,12 @@ class VersionsTree(ReadOnlyPart):
 
     def __init__(self, client, store_id: str, cache: BlobCache, *, show_meta: bool = False,
                  uid: int | None = None, gid: int | None = None,
-                 lookback: timedelta = LOOKBACK) -> None:
+                 lookback: timedelta = LOOKBACK, live: StateView | None = None) -> None:
+        """`live`: the mount's tree, whose owners and modes the versions take (see
+        `_like`); `uid`/`gid`: the mount's --uid/--gid, every file's owner then."""
         self.client = client
+        self.live = live
+        self.owner_given = uid is not None
         # The incremental refresh re-reads versions this much older than the newest one
         # seen (a server may commit writes out of timestamp order): the mount's
         # --feed-lookback, as for its change feed.
@@ -126,6 +131,7 @@ class VersionsTree(ReadOnlyPart):
         # The index: every version listed, and what is derived from it.
         self.versions: dict[str, MemoryVersion] | None = None
         self.files: dict[str, dict[str, str]] = {}     # dir path -> {file name: version id}
+        self.where: dict[str, str] = {}                # version id -> its dir path
         self.subdirs: dict[str, set[str]] = {}         # dir path -> names of subdirectories
         self.newest: datetime | None = None  # the newest version's time: the next since
         self.fresh_at = -1e18
@@ -148,6 +154,7 @@ class VersionsTree(ReadOnlyPart):
         for v in self.versions.values():
             by_memory.setdefault(v.memory_id, []).append(v)
         files: dict[str, dict[str, str]] = {}
+        where: dict[str, str] = {}
         subdirs: dict[str, set[str]] = {"/": set()}
         for vs in by_memory.values():
             vs.sort(key=_order)
@@ -157,6 +164,7 @@ class VersionsTree(ReadOnlyPart):
             names = files.setdefault(last, {})
             for v in vs:
                 names[version_name(v)] = v.id
+                where[v.id] = last
             child = last
             while child != "/":
                 parent, _, name = child.rpartition("/")
@@ -164,7 +172,7 @@ class VersionsTree(ReadOnlyPart):
                 subdirs.setdefault(parent, set()).add(name)
                 subdirs.setdefault(child, set())
                 child = parent
-        self.files, self.subdirs = files, subdirs
+        self.files, self.subdirs, self.where = files, subdirs, where
 
     async def _fetch_listing(self, full: bool) -> None:
         assert full or self.versions is not None
@@ -261,14 +269,15 @@ class VersionsTree(ReadOnlyPart):
         if vid is None:
             if ino not in (META_INO, VERSIONS_INO) and ino not in self._dirs:
                 raise err(errno.ENOENT)
-            # The owner's alone (with --allow-other too): a version holds what a file
-            # made 0600, or kept in a 0700 directory, holds (a security review).
-            e.st_mode = stat.S_IFDIR | 0o700
+            d = self._dirs.get(ino)
+            e.st_uid, e.st_gid, bits = self._like(d.path if d else "/", directory=True)
+            e.st_mode = stat.S_IFDIR | bits
             e.st_nlink = 2
             e.st_size = 4096
         else:
             v = (self.versions or {}).get(vid)
-            e.st_mode = stat.S_IFREG | 0o600
+            e.st_uid, e.st_gid, bits = self._like(self.where.get(vid), directory=False)
+            e.st_mode = stat.S_IFREG | bits
             e.st_nlink = 1
             e.st_size = (v.content_size_bytes or 0) if v and not v.redacted_at else 0
             if v is not None:
@@ -276,6 +285,23 @@ class VersionsTree(ReadOnlyPart):
                 e.st_atime_ns = e.st_mtime_ns = e.st_ctime_ns = ns
         e.st_blocks = (e.st_size + 511) // 512
         return e
+
+    def _like(self, path: str | None, *, directory: bool) -> tuple[int, int, int]:
+        """(uid, gid, permission bits) of a directory or a version file here: those of
+        the live file or directory at `path`, so that `--allow-other` shows a version to
+        whom the file's modes show it (a version holds what the file held). A file's
+        versions directory is searchable where the file is readable. No live entry (a
+        deleted memory's): the mount's owner alone. (They were 0755/0644 for everyone,
+        and then 0700/0600 for the daemon's user, which shut a file's creator out of
+        its versions: a security review, then a review.)"""
+        node = self.live.lookup_path(path) if self.live is not None and path else None
+        if node is None or (node.is_dir and not directory):
+            return self.uid, self.gid, 0o700 if directory else 0o600
+        uid, gid = (self.uid, self.gid) if self.owner_given else (node.uid, node.gid)
+        bits = node.mode & 0o777
+        if directory and not node.is_dir:
+            bits = (bits & 0o666) | (bits & 0o444) >> 2  # r: r-x
+        return uid, gid, bits if directory else bits & 0o666
 
     # -- handlers (the router sends this tree's numbers here; changes: ReadOnlyPart) ---------
 

@@ -240,7 +240,7 @@ class Database(SessionsMixin):
             for own in (self.path, self.path + "-wal", self.path + "-shm"):
                 own_file(own)  # one made 0666 by another program: 0600 (SQLite copies it)
             if not os.path.exists(self.path):
-                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW, 0o600))
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._conn.row_factory = sqlite3.Row

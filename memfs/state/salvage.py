@@ -120,7 +120,7 @@ def _write(dest: Path, path: str, data: bytes, done: Salvaged) -> bool:
         return False
     target = dest.joinpath(*parts)
     try:
-        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_dirs(target.parent)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as out:
             out.write(data)

@@ -148,10 +148,11 @@ def key_from_probe(base_url: str, store_id: str, cache_dir: str | None,
 def offline_key(base_url: str, store_id: str, cache_dir: str | None) -> str:
     """The key when the server cannot be asked: that of the state dir of this store
     last mounted from base_url (state.db meta), else the URL slug."""
-    root = Path(cache_dir) if cache_dir else cache_root()
+    root = own_root(cache_dir)
     best: tuple[float, str] | None = None
     for db in root.glob(f"*/{store_id}/{STATE_DB}"):
-        if read_meta(db, "base_url").get("base_url") == base_url:
+        if is_own(db.parent.parent) and is_own(db.parent) and \
+                read_meta(db, "base_url").get("base_url") == base_url:
             mtime = db.stat().st_mtime
             if best is None or mtime > best[0]:
                 best = (mtime, db.parent.parent.name)
@@ -167,7 +168,7 @@ def open_state_dir(base_url: str, store_id: str, cache_dir: str | None,
     The key is `key` when known (from a probe made already, or once for a session
     root's stores), else the server is probed now. Each adoption's message goes to
     `say`; adoption never blocks the mount."""
-    root = private_dir(cache_dir or cache_root())  # ours before anything in it is read
+    root = own_root(cache_dir)
     if key is None:
         key = resolve_key(base_url, store_id, cache_dir)
     try:
@@ -176,6 +177,12 @@ def open_state_dir(base_url: str, store_id: str, cache_dir: str | None,
     except (OSError, sqlite3.Error) as exc:  # the old state stays where it is
         say(f"memfs: could not adopt earlier state of {store_id}: {exc}")
     return state_dir_for(base_url, store_id, cache_dir, key=key)
+
+
+def own_root(cache_dir: str | None) -> Path:
+    """The cache root (`--cache-dir`, else the default), made or held to be the user's
+    own (core/private.py) before anything in it is read or made."""
+    return private_dir(cache_dir or cache_root())
 
 
 def _plain(store_id: str) -> str:
