@@ -43,6 +43,25 @@ def test_choose_order_and_errors() -> None:
         choose("!!!", stores)  # an empty slug matches nothing
 
 
+def test_a_store_is_found_by_the_directory_mcp_and_all_give_it() -> None:
+    """Stores whose names share a slug show as beta, beta-2, beta-3 in `memfs mcp` and
+    `memfs mount --all`; every command refused `beta-2` back (a helper)."""
+    def made(i: str, name: str, at: str, archived: bool = False) -> MemoryStore:
+        return MemoryStore(id=i, name=name, created_at=at,
+                           archived_at="2026-12-01T00:00:00Z" if archived else None)
+
+    stores = [made("memstore_c", "Beta!", "2026-12-03T00:00:00Z"),
+              made("memstore_a", "Beta", "2026-12-01T00:00:00Z"),
+              made("memstore_x", "BETA", "2026-12-01T12:00:00Z", archived=True),
+              made("memstore_b", "beta", "2026-12-02T00:00:00Z")]
+    assert choose("beta-2", stores).store.id == "memstore_b"  # oldest first, archived out
+    assert choose("beta-3", stores).how == "directory"
+    assert choose("beta-3", stores).store.id == "memstore_c"
+    assert choose("beta", stores).store.id == "memstore_b"  # a name still beats it
+    with pytest.raises(StoreNotFound):
+        choose("beta-4", stores)
+
+
 def test_resolve_sync_uses_the_commands_one_shot_client(server) -> None:
     """`resolve_sync` and every CLI command's request share call_with_client."""
     sdk = server.sdk()

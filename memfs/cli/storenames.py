@@ -25,7 +25,7 @@ from memfs.api import errors as api_errors
 from memfs.api.models import MemoryStore
 from memfs.api.oneshot import call_with_client
 from memfs.core.shown import shown
-from memfs.core.slug import slug
+from memfs.core.slug import mount_slugs, slug
 
 ID_PREFIX = "memstore_"
 
@@ -60,10 +60,15 @@ def _line(s: MemoryStore) -> str:
 
 
 def choose(text: str, stores: list[MemoryStore], *, where: str = "") -> Resolved:
-    """Pick the store `text` names among `stores` (pure: no network)."""
+    """Pick the store `text` names among `stores` (pure: no network): by id, name, the
+    name's slug, then the directory `memfs mcp` and `memfs mount --all` give it, which
+    tells apart stores whose names share a slug (`beta-2`: they showed it, and every
+    command refused it back: a helper)."""
+    directories = _directories(stores)
     for how, match in (("id", lambda s: s.id == text),
                        ("name", lambda s: s.name == text),
-                       ("slug", lambda s: bool(slug(text)) and slug(s.name) == slug(text))):
+                       ("slug", lambda s: bool(slug(text)) and slug(s.name) == slug(text)),
+                       ("directory", lambda s: directories.get(s.id) == text)):
         found = [s for s in stores if match(s)]
         if len(found) == 1:
             return Resolved(found[0], how)
@@ -73,6 +78,14 @@ def choose(text: str, stores: list[MemoryStore], *, where: str = "") -> Resolved
                 + "\n".join(_line(s) for s in found))
     raise StoreNotFound(f"unknown store {text!r}{where} (not an id, a name or a name's slug;"
                         " see `memfs stores list --include-archived`)")
+
+
+def _directories(stores: list[MemoryStore]) -> dict[str, str]:
+    """Each active store's directory as `memfs mcp` and `--all` name them: oldest first,
+    a slug taken by an earlier store made unique (`core/slug.py`)."""
+    active = sorted((s for s in stores if not s.archived_at), key=lambda s: (s.created_at, s.id))
+    return dict(zip((s.id for s in active), mount_slugs([(s.name, s.id) for s in active]),
+                    strict=True))
 
 
 async def resolve(client, text: str) -> Resolved:
