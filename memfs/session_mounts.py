@@ -8,7 +8,8 @@ SDK switches by changing one line::
 (or, for the SDK's own `EnvironmentWorker`, which builds its `SessionMemoryStores`
 itself: ``anthropic.lib.environments._worker.SessionMemoryStores = SessionMounts``).
 The worker loop stays as it is (download, the tools' allowed and read-only roots,
-`sync_if_due` after each tool call, `finish` at a clean end, `flush_writes` in
+`write_file` for the file tools' saves, `sync_if_due` after each tool call,
+`restore_missing` after a stopped one, `finish` at a clean end, `flush_writes` in
 every teardown, `dispose` last), but nothing is copied or polled: `download`
 mounts every attached store under the stores' common parent with
 `memfs mount --session` (memfs/cli/group.py), reads and writes go straight to
@@ -18,7 +19,11 @@ the mount, and the daemon pushes each change as it is closed. So:
   no request to the server); it logs when a store is offline or refusing files;
 - `finish` and `flush_writes` flush every store's pending changes, bounded like
   the SDK's (30 s);
-- `dispose` unmounts (a last flush) and removes the root if `download` made it.
+- `dispose` unmounts (a last flush) and removes the root if `download` made it;
+- `write_file` writes the file into the mount (which journals and pushes it), after
+  checking that it still holds the text the tool read, as the SDK checks;
+- `restore_missing` does nothing: a file a stopped tool call moved away is a change
+  like any other, whose delete waits the mount's delete delay (`memfs status`).
 
 Differences from the folder sync, all deliberate: the stores live under ONE
 mount, so their mount paths must share a parent directory (the service's
@@ -48,8 +53,20 @@ MIN_SYNC_INTERVAL = 5.0
 _DELETE_MODES = {"enabled": "enabled", "log_only": "log-only", "disabled": "disabled"}
 
 
-class SessionMountError(Exception):
-    """A session's stores cannot be mounted (the SDK raises SessionMemoryError)."""
+try:  # the SDK's own errors, so that a worker's `except` catches ours (a helper)
+    from anthropic.lib.tools._memories import NOT_SAVED, MemoryWriteError
+    from anthropic.lib.tools._memories import SessionMemoryError as _MountErrorBase
+except ImportError:  # an SDK without them: errors of our own
+    NOT_SAVED = "not saved to memory, so the change was not made"
+
+    class MemoryWriteError(Exception):  # type: ignore[no-redef]
+        """A write to a memory file failed. The message is for the agent."""
+
+    _MountErrorBase = Exception  # type: ignore[assignment,misc]
+
+
+class SessionMountError(_MountErrorBase):  # type: ignore[valid-type,misc]
+    """A session's stores cannot be mounted (the SDK's SessionMemoryError)."""
 
 
 class SessionMounts:
@@ -73,6 +90,7 @@ class SessionMounts:
         self._stores: list[tuple[Path, bool]] = []  # (store folder, read-only)
         self._finished = False
         self._disposed = False
+        self._warned: set[tuple] = set()  # what sync_if_due said: once each, as the SDK
 
     # -- the SDK's surface -------------------------------------------------------------
 
@@ -134,6 +152,9 @@ class SessionMounts:
             raise SessionMountError(
                 f"failed to mount the session's memory stores at {root}: "
                 + (result.stderr.decode(errors="replace").strip() or "memfs mount failed"))
+        for line in result.stderr.decode(errors="replace").splitlines():
+            if line.strip():  # what the mount said (a store left empty, adopted state...)
+                log.warning("%s", line.strip())  # (it was dropped: a helper)
         self._root = root  # the control directory is looked up by the first `_ask`
         self._stores = [(root / name, r.access == "read_only") for r, name in layout]
         for folder in self.roots:
@@ -141,16 +162,50 @@ class SessionMounts:
                 log.warning("the mount has no folder %s (see memfs status %s)", folder, root)
         log.info("mounted %d memory store(s) at %s", len(self._stores), root)
 
+    async def write_file(self, path: Path, content: str, replacing: str | None, *,
+                         lock: anyio.Lock) -> bool:
+        """The file tools' save (the SDK's worker hands them this since SDK 2.17; without
+        it every work item with memory failed: a helper). The SDK saves to the server,
+        then writes the file; here the folder is the mount, which journals and pushes
+        what is written, so this writes it, under `lock`, once the file still holds
+        `replacing`, the text the tool read (else an edit of text another writer changed
+        since would replace their change: MemoryWriteError, as the SDK). False, and
+        nothing done, for a path in no store's folder (the tools write it themselves).
+        OSError as the mount says it (EROFS, EFBIG, ENOSPC, ...)."""
+        target = Path(path)
+        if not any(target.is_relative_to(folder) for folder in self.roots):
+            return False
+        async with lock:
+            await anyio.to_thread.run_sync(_write_if_unchanged, target, content, replacing)
+        return True
+
+    async def restore_missing(self) -> None:
+        """Nothing to do (see the module docstring); never raises."""
+
     async def sync_if_due(self) -> None:
-        """A status check, no listing: the daemon syncs continuously. Never raises."""
+        """A status check, no listing: the daemon syncs continuously. Never raises.
+        Each trouble is said once, not after every tool call (a helper)."""
         status = await self._status()
         for store in (status or {}).get("stores", []):
+            name = store.get("name") or store.get("store_id")
             if store.get("online") is False:
-                log.warning("memory store %s is offline: %s", store.get("store_id"),
-                            store.get("offline_reason"))
+                self._warn(("offline", name), "memory store %s is offline: %s", name,
+                           store.get("offline_reason"))
+            else:
+                self._warned.discard(("offline", name))  # said again if it goes again
+            if store.get("gone"):
+                self._warn(("gone", name), "memory store %s was %s on the server: it is "
+                           "read-only now, and what it holds here stays here", name,
+                           store["gone"])
             for item in store.get("pending", {}).get("refused", []):
-                log.warning("the server refused %s in %s: %s", item.get("path"),
-                            store.get("name"), item.get("reason"))
+                self._warn(("refused", name, item.get("path"), item.get("reason")),
+                           "the server refused %s in %s: %s", item.get("path"), name,
+                           item.get("reason"))
+
+    def _warn(self, key: tuple, message: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message, *args)
 
     async def finish(self) -> None:
         """The session's last sync, once, at a clean end: every store flushed."""
@@ -240,6 +295,22 @@ class SessionMounts:
                         "journaled and go out when the server answers", reply["left"])
         for line in kept_here_lines(reply):
             log.warning("memory: %s", line)
+
+
+def _write_if_unchanged(target: Path, content: str, replacing: str | None) -> None:
+    """(In a worker thread.) See `SessionMounts.write_file`."""
+    if replacing is not None:
+        try:
+            with open(target, encoding="utf-8", newline="") as f:
+                now: str | None = f.read()
+        except FileNotFoundError:
+            now = None
+        if now != replacing:
+            raise MemoryWriteError(f"{NOT_SAVED}: the file changed since it was read. "
+                                   "Read the file again before you retry.")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "w", encoding="utf-8", newline="") as f:
+        f.write(content)
 
 
 def _rmdir_quietly(path: Path) -> None:

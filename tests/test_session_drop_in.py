@@ -6,6 +6,7 @@ real `memfs serve`, with the official SDK's AsyncAnthropic as the worker's clien
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import pathlib
@@ -20,7 +21,7 @@ from mountutil import is_mounted, needs_fuse, server_memories
 # The one line a worker changes (instead of the SDK's
 # `from anthropic.lib.tools._memories import SessionMemoryStores`):
 from memfs import SessionMounts as SessionMemoryStores
-from memfs.session_mounts import SessionMountError
+from memfs.session_mounts import MemoryWriteError, SessionMountError
 
 pytestmark = needs_fuse
 
@@ -94,6 +95,23 @@ async def _worker_item(server, tmp_path, sid: str, roots_out: list, *,
     for call in calls:
         call()
         await stores.sync_if_due()
+    # The file tools' save, as the SDK's worker (2.17) hands it to them, and what it
+    # calls after a stopped call: both were missing, and every item failed (a helper).
+    import functools
+
+    import anyio
+
+    write = functools.partial(stores.write_file, lock=anyio.Lock())
+    assert await write(rw / "tools" / "a.md", "by the tool\n", None) is True
+    assert await write(rw / "tools" / "a.md", "edited\n", "by the tool\n") is True
+    with pytest.raises(MemoryWriteError, match="changed since it was read"):
+        await write(rw / "tools" / "a.md", "stale\n", "by the tool\n")
+    assert (rw / "tools" / "a.md").read_text() == "edited\n"
+    assert await write(tmp_path / "work" / "scratch.md", "x", None) is False
+    with pytest.raises(OSError) as refused_save:
+        await write(ro / "tool.md", "x", None)
+    assert refused_save.value.errno == errno.EROFS
+    await stores.restore_missing()
     with pytest.raises(OSError) as refused:  # a read-only store refuses every program
         (ro / "mine.md").write_text("x")
     await stores.finish()
@@ -120,12 +138,12 @@ def test_worker_loop_on_asyncio(server, tmp_path, worker_env, bearer):
         {"type": "memory_store", "memory_store_id": guide, "access": "read_only"},
     ]).id
     result = asyncio.run(_worker_item(server, tmp_path, sid, worker_env, bearer=bearer))
-    import errno
 
     assert result == {"refused_errno": errno.EROFS, "root_mounted_before_dispose": True,
                       "root_exists_after": False, "root_mounted_after": False}
     assert server_memories(server, mine) == {"/notes.md": "first note\nsecond\n",
-                                             "/topics/fuse.md": "mounts are live\n"}
+                                             "/topics/fuse.md": "mounts are live\n",
+                                             "/tools/a.md": "edited\n"}
     assert server_memories(server, guide) == {"/guide.md": "be kind\n"}
     authors = {(v.created_by.type, getattr(v.created_by, "session_id", None))
                for v in sdk.beta.memory_stores.memory_versions.list(mine)}
@@ -187,8 +205,12 @@ async def test_download_refusals(server, tmp_path, worker_env):
                                                                       strict=True)]
         return session.model_copy(update={"resources": rs})
 
-    with pytest.raises(SessionMountError, match="share one parent"):
+    # The SDK's error, so that a worker's `except SessionMemoryError` catches it (a helper).
+    from anthropic.lib.tools._memories import SessionMemoryError
+
+    with pytest.raises(SessionMemoryError, match="share one parent") as refused:
         await stores.download(with_paths(str(tmp_path / "x" / "a"), str(tmp_path / "y" / "b")))
+    assert isinstance(refused.value, SessionMountError)
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "leftover.md").write_text("a dead run's file")
@@ -270,6 +292,12 @@ async def test_a_flush_names_what_stays_local(server, tmp_path, worker_env, capl
             while not ((await stores._status()) or {}).get("stores", [{}])[0].get(
                     "pending", {}).get("refused"):
                 await trio.sleep(0.1)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="memfs.session_mounts"):
+            for _ in range(3):  # after each tool call: said once (it was each time)
+                await stores.sync_if_due()
+        said = [r.getMessage() for r in caplog.records]
+        assert len(said) == 1 and said[0].startswith("the server refused /bad.md in "), said
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="memfs.session_mounts"):
             await stores.flush_writes()
