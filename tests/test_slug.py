@@ -97,3 +97,18 @@ def test_mount_root() -> None:
 def test_doctests() -> None:
     failures, _ = doctest.testmod(memfs.core.slug)
     assert failures == 0
+
+
+def test_a_suffix_never_takes_a_name_past_255_bytes() -> None:
+    """Two stores of 255-character names were `…-2`: 257 bytes, a directory no program
+    could open (a helper). The name is cut short for its suffix, at a character's end
+    for a session's non-ASCII directory names."""
+    long = "x" * 255
+    got = mount_slugs([(long, "s1"), (long, "s2"), (long, "s3")])
+    assert got == [long, "x" * 253 + "-2", "x" * 253 + "-3"]
+    assert all(len(name.encode()) <= 255 for name in got)
+    from memfs.core.slug import unique
+
+    wide = "é" * 127 + "x"  # 255 bytes
+    second = unique(wide, {wide})
+    assert second == "é" * 126 + "-2" and len(second.encode()) == 254

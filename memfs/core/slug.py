@@ -11,7 +11,7 @@ service leaves unpublished (``docs/SERVER.md``, Sessions):
   ``memstore-01abc``);
 * two stores of one session (or of one ``--all`` root) whose slugs collide: the
   first keeps the slug, each later one takes the first free of ``slug-2``,
-  ``slug-3``, … in order.
+  ``slug-3``, … in order (the slug cut short so that each stays within 255 bytes).
 
 Shared by the server (``memfs serve`` computes ``mount_path``) and the client.
 """
@@ -78,9 +78,18 @@ def mount_slug(name: str, store_id: str, taken: set[str]) -> str:
     return unique(slug(name) or slug(store_id), taken)
 
 
+#: The longest directory name (bytes): a suffix never takes a name past it.
+NAME_MAX = 255
+
+
 def unique(name: str, taken: set[str]) -> str:
-    """`name`, or the first free of `name-2`, `name-3`, … when `name` is taken."""
+    """`name`, or the first free of `name-2`, `name-3`, … when `name` is taken; `name`
+    cut short (at a character's end) so that each stays a name of at most 255 bytes (two
+    stores of 255-character names were `…-2`, 257 bytes: no program could open it, a
+    helper)."""
     candidate, n = name, 2
     while candidate in taken:
-        candidate, n = f"{name}-{n}", n + 1
+        suffix = f"-{n}"
+        head = name.encode()[:NAME_MAX - len(suffix)].decode("utf-8", "ignore")
+        candidate, n = head + suffix, n + 1
     return candidate
