@@ -247,3 +247,23 @@ def test_kill9_of_a_session_root_loses_nothing_closed(server, mounts):
     again.wait_synced()
     for i, store in enumerate(ids):
         assert server_memories(server, store) == {f"/n{j}.md": f"{i}/{j}\n" for j in range(3)}
+
+
+def test_unmount_of_a_root_whose_session_was_archived_says_how_its_changes_go_out(
+        server, mounts):
+    """The session archived while mounted: its token is refused (401), the root's changes
+    wait, and the unmount said they go out on the next mount, which a session archived
+    refuses (a helper). It says the server refuses the key, and the way out."""
+    sdk = server.sdk()
+    store = sdk.beta.memory_stores.create(name="Kept").id
+    sid = make_session(sdk, [{"type": "memory_store", "memory_store_id": store}])
+    m = mounts.mount_group("--session", sid, args=("--write-back-delay", "600"))
+    (m.path / "kept" / "late.md").write_text("written before the archive\n")
+    sdk.beta.sessions.archive(sid)
+    out = m.unmount("--timeout", "3", kept=True)
+    assert "change(s) stay journaled and go out on the next mount (session " in out, out
+    assert "the server refuses this mount's key: they go out with a mount whose key it " \
+        "takes" in out, out
+    plain = mounts.mount(store)
+    plain.wait_synced()
+    assert server_memories(server, store) == {"/late.md": "written before the archive\n"}

@@ -67,8 +67,13 @@ def unmount(mountpoint, timeout):
         stranded += _stranded(store, "    ")
     stranded += _stranded(reply, "  ")  # a plain mount's store
     if left > stranded:
+        offline = reply.get("offline") or ""
         click.echo(f"  {left - stranded} change(s) stay journaled and go out on the next mount"
-                   + (f" ({reply['offline']})" if reply.get("offline") else ""))
+                   + (f" ({offline})" if offline else ""))
+        if "HTTP 401" in offline:  # the key refused (a session archived: a helper)
+            click.echo("  the server refuses this mount's key: they go out with a mount whose "
+                       "key it takes (a session's root whose session was archived or "
+                       "deleted: `memfs mount STORE DIR` with the account's key)")
     if not report_kept(reply) or left:
         sys.exit(NOT_ALL_PUSHED)
 
