@@ -287,6 +287,9 @@ def test_a_writer_stalled_in_a_transaction_holds_the_others_a_bounded_time(pg_ur
             with pytest.raises(ApiError) as refused:
                 db.create_memory(sid, path="/a.md", content="x", actor=None)
             assert refused.value.status == 503
+            # Said as a busy store, not as a database down (a helper).
+            assert refused.value.message.startswith("the store is busy: another request"), \
+                refused.value.message
             deadline = time.monotonic() + 20
             while True:  # PostgreSQL ends the idle transaction, and the lock goes
                 try:
@@ -346,4 +349,34 @@ def test_ready_is_503_when_every_connection_is_taken(pg_url):
             assert db.ping(0.2) == "all 8 database connections are busy"
         assert db.ping(1.0) is None
     finally:
+        db.close()
+
+
+def test_a_database_outage_is_logged_once_not_per_request(pg_url, monkeypatch, caplog):
+    """Every request of an outage answers 503; the log said nothing of it at the default
+    level (a helper). One warning, however many requests."""
+    import logging
+
+    from memfs.server.db_common import ApiError
+    from memfs.server.db_postgres import _Postgres
+
+    db = Database(pg_url)
+    try:
+        sid = db.create_store(name="s")["id"]
+
+        def down(self):
+            raise psycopg.OperationalError("connection refused")
+
+        monkeypatch.setattr(_Postgres, "_connect", down)
+        for conn in db._pg._idle:  # noqa: SLF001 - the pool's connections, gone with it
+            conn.close()
+        with caplog.at_level(logging.WARNING, logger="memfs.server.db_postgres"):
+            for _ in range(5):
+                with pytest.raises(ApiError) as refused:
+                    db.create_memory(sid, path="/a.md", content="x", actor=None)
+                assert refused.value.status == 503
+        said = [r.getMessage() for r in caplog.records]
+        assert said == ["the database is unavailable (OperationalError): requests answer 503"]
+    finally:
+        monkeypatch.undo()
         db.close()

@@ -7,6 +7,7 @@ Split out of :mod:`memfs.server.db`, which re-exports these names.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 import time
@@ -15,6 +16,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from memfs.server.db_common import ApiError
+
+log = logging.getLogger(__name__)
+
+#: An outage is logged at most once this often (every request of it answers 503).
+OUTAGE_LOG_EVERY = 10.0
 
 #: Versioned migrations for PostgreSQL: version → statements, applied in order in
 #: one transaction under an advisory lock (two instances starting at once
@@ -175,6 +181,7 @@ class _Postgres:
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.POOL_SIZE)
         self._closed = False
+        self._outage_logged = -OUTAGE_LOG_EVERY
 
     def _connect(self) -> Any:
         """A connection with the bounds above, and TCP keepalives (a peer that vanished
@@ -241,9 +248,18 @@ class _Postgres:
                     raise
                 else:
                     c.execute("COMMIT")
-        except self._unavailable:
+        except self._unavailable as exc:
             if not api_errors:
                 raise
+            if isinstance(exc, psycopg.errors.LockNotAvailable):  # (a helper: it said
+                # "unavailable", as for a database down, of a store another request holds)
+                raise ApiError(503, "api_error", "the store is busy: another request holds "
+                               "it past the lock timeout; retry") from None
+            if time.monotonic() - self._outage_logged >= OUTAGE_LOG_EVERY:
+                # (an outage left no line in the log at the default level: a helper)
+                self._outage_logged = time.monotonic()
+                log.warning("the database is unavailable (%s): requests answer 503",
+                            type(exc).__name__)
             raise ApiError(503, "api_error", "the database is unavailable; retry") from None
 
     def migrate(self) -> str:
