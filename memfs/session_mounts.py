@@ -34,8 +34,11 @@ edit is kept as a conflict (`memfs conflicts`) instead of being dropped.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import secrets
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -53,16 +56,23 @@ MIN_SYNC_INTERVAL = 5.0
 _DELETE_MODES = {"enabled": "enabled", "log_only": "log-only", "disabled": "disabled"}
 
 
-try:  # the SDK's own errors, so that a worker's `except` catches ours (a helper)
-    from anthropic.lib.tools._memories import NOT_SAVED, MemoryWriteError
-    from anthropic.lib.tools._memories import SessionMemoryError as _MountErrorBase
-except ImportError:  # an SDK without them: errors of our own
-    NOT_SAVED = "not saved to memory, so the change was not made"
+def _sdk(name: str, fallback: Any) -> Any:
+    """The SDK's own error class or text, so that a worker's `except` catches ours (a
+    helper); each on its own (an older SDK has some of them), else `fallback`."""
+    try:
+        from anthropic.lib.tools import _memories
+    except ImportError:
+        return fallback
+    return getattr(_memories, name, fallback)
 
-    class MemoryWriteError(Exception):  # type: ignore[no-redef]
-        """A write to a memory file failed. The message is for the agent."""
 
-    _MountErrorBase = Exception  # type: ignore[assignment,misc]
+class _MemoryWriteError(Exception):
+    """A write to a memory file failed. The message is for the agent."""
+
+
+NOT_SAVED: str = _sdk("NOT_SAVED", "not saved to memory, so the change was not made")
+MemoryWriteError: type[Exception] = _sdk("MemoryWriteError", _MemoryWriteError)
+_MountErrorBase: type[Exception] = _sdk("SessionMemoryError", Exception)
 
 
 class SessionMountError(_MountErrorBase):  # type: ignore[valid-type,misc]
@@ -172,8 +182,10 @@ class SessionMounts:
         since would replace their change: MemoryWriteError, as the SDK). False, and
         nothing done, for a path in no store's folder (the tools write it themselves).
         OSError as the mount says it (EROFS, EFBIG, ENOSPC, ...)."""
-        target = Path(path)
-        if not any(target.is_relative_to(folder) for folder in self.roots):
+        # Resolved, as the tools resolve their targets and the SDK its folders: a
+        # workdir reached through a link made every save "in no store" (a review).
+        target = Path(os.path.realpath(path))
+        if not any(target.is_relative_to(os.path.realpath(f)) for f in self.roots):
             return False
         async with lock:
             await anyio.to_thread.run_sync(_write_if_unchanged, target, content, replacing)
@@ -188,17 +200,18 @@ class SessionMounts:
         status = await self._status()
         for store in (status or {}).get("stores", []):
             name = store.get("name") or store.get("store_id")
+            key = store.get("store_id") or name  # (two stores may share a name)
             if store.get("online") is False:
-                self._warn(("offline", name), "memory store %s is offline: %s", name,
+                self._warn(("offline", key), "memory store %s is offline: %s", name,
                            store.get("offline_reason"))
             else:
-                self._warned.discard(("offline", name))  # said again if it goes again
+                self._warned.discard(("offline", key))  # said again if it goes again
             if store.get("gone"):
-                self._warn(("gone", name), "memory store %s was %s on the server: it is "
+                self._warn(("gone", key), "memory store %s was %s on the server: it is "
                            "read-only now, and what it holds here stays here", name,
                            store["gone"])
             for item in store.get("pending", {}).get("refused", []):
-                self._warn(("refused", name, item.get("path"), item.get("reason")),
+                self._warn(("refused", key, item.get("path"), item.get("reason")),
                            "the server refused %s in %s: %s", item.get("path"), name,
                            item.get("reason"))
 
@@ -298,19 +311,40 @@ class SessionMounts:
 
 
 def _write_if_unchanged(target: Path, content: str, replacing: str | None) -> None:
-    """(In a worker thread.) See `SessionMounts.write_file`."""
+    """(In a worker thread.) See `SessionMounts.write_file`. The text is checked before
+    the file is touched, and replaces it whole (a temp file renamed over it, its mode
+    kept): opened for writing, the file was emptied first, and a save the mount then
+    refused (past 102,400 bytes, not Unicode) pushed the memory empty (a review)."""
+    from memfs.core.paths import MAX_CONTENT_BYTES
+
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MemoryWriteError(f"{NOT_SAVED}: the text holds a lone surrogate, which is "
+                               "not Unicode") from None
+    if len(data) > MAX_CONTENT_BYTES:
+        raise MemoryWriteError(f"{NOT_SAVED}: the text is {len(data):,} bytes; a memory "
+                               f"holds at most {MAX_CONTENT_BYTES:,}")
     if replacing is not None:
         try:
-            with open(target, encoding="utf-8", newline="") as f:
-                now: str | None = f.read()
+            now: bytes | None = target.read_bytes()
         except FileNotFoundError:
             now = None
-        if now != replacing:
+        if now != replacing.encode("utf-8", "surrogatepass"):
             raise MemoryWriteError(f"{NOT_SAVED}: the file changed since it was read. "
                                    "Read the file again before you retry.")
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target, "w", encoding="utf-8", newline="") as f:
-        f.write(content)
+    temp = target.with_name(f".{target.name}.{secrets.token_hex(3)}")  # an atomic save's
+    try:
+        with open(temp, "xb") as f:
+            f.write(data)
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(temp, stat.S_IMODE(os.stat(target).st_mode))
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise
 
 
 def _rmdir_quietly(path: Path) -> None:

@@ -107,6 +107,24 @@ async def _worker_item(server, tmp_path, sid: str, roots_out: list, *,
     with pytest.raises(MemoryWriteError, match="changed since it was read"):
         await write(rw / "tools" / "a.md", "stale\n", "by the tool\n")
     assert (rw / "tools" / "a.md").read_text() == "edited\n"
+    # Refused text leaves the file as it was (it was emptied first, and the empty file
+    # pushed: a review); the file's mode is kept.
+    (rw / "tools" / "a.md").chmod(0o600)
+    for refused_text, says in (("y" * 102_401, "a memory holds at most 102,400"),
+                               ("lone \ud800", "lone surrogate")):
+        with pytest.raises(MemoryWriteError, match=says):
+            await write(rw / "tools" / "a.md", refused_text, "edited\n")
+    assert await write(rw / "tools" / "a.md", "edited\n", "edited\n") is True
+    assert (rw / "tools" / "a.md").stat().st_mode & 0o777 == 0o600
+    # A file turned to bytes that are not UTF-8 since it was read: changed, said so.
+    (rw / "tools" / "raw.md").write_bytes(b"\xff\n")
+    with pytest.raises(MemoryWriteError, match="changed since it was read"):
+        await write(rw / "tools" / "raw.md", "text\n", "what the tool read\n")
+    (rw / "tools" / "raw.md").unlink()
+    # Through a link to the folders (the tools resolve their targets): still a store's.
+    (tmp_path / "via").symlink_to(rw.parent)
+    with pytest.raises(MemoryWriteError, match="changed since it was read"):
+        await write(tmp_path / "via" / rw.name / "tools" / "a.md", "x\n", "stale\n")
     assert await write(tmp_path / "work" / "scratch.md", "x", None) is False
     with pytest.raises(OSError) as refused_save:
         await write(ro / "tool.md", "x", None)

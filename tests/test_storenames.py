@@ -60,6 +60,16 @@ def test_a_store_is_found_by_the_directory_mcp_and_all_give_it() -> None:
     assert choose("beta", stores).store.id == "memstore_b"  # a name still beats it
     with pytest.raises(StoreNotFound):
         choose("beta-4", stores)
+    # A slug and a directory naming two stores: an error, never a guess (a review:
+    # `beta-2` was "Beta 2" by its slug, the second "beta" by its directory).
+    clash = [made("memstore_a", "Beta", "2026-12-01T00:00:00Z"),
+             made("memstore_b", "beta!", "2026-12-02T00:00:00Z"),
+             made("memstore_c", "Beta 2", "2026-12-03T00:00:00Z")]
+    with pytest.raises(AmbiguousStore) as e:
+        choose("beta-2", clash)
+    assert "memstore_b" in e.value.message and "memstore_c" in e.value.message
+    assert choose("beta", clash).store.id == "memstore_a"  # its directory settles the slug
+    assert choose("beta-2-2", clash).store.id == "memstore_c"
 
 
 def test_resolve_sync_uses_the_commands_one_shot_client(server) -> None:

@@ -64,20 +64,34 @@ def choose(text: str, stores: list[MemoryStore], *, where: str = "") -> Resolved
     name's slug, then the directory `memfs mcp` and `memfs mount --all` give it, which
     tells apart stores whose names share a slug (`beta-2`: they showed it, and every
     command refused it back: a helper)."""
-    directories = _directories(stores)
     for how, match in (("id", lambda s: s.id == text),
-                       ("name", lambda s: s.name == text),
-                       ("slug", lambda s: bool(slug(text)) and slug(s.name) == slug(text)),
-                       ("directory", lambda s: directories.get(s.id) == text)):
+                       ("name", lambda s: s.name == text)):
         found = [s for s in stores if match(s)]
         if len(found) == 1:
             return Resolved(found[0], how)
         if len(found) > 1:
-            raise AmbiguousStore(
-                f"{text!r} matches {len(found)} stores{where} by {how}; use the id:\n"
-                + "\n".join(_line(s) for s in found))
+            raise _ambiguous(text, found, where, how)
+    # A slug and a directory name are one kind of word: `beta-2` may be the slug of
+    # "Beta 2" and the directory of the second "beta". A directory that is one of the
+    # stores the slug names settles it (the first "Beta" is `beta`); two different
+    # stores are an error, never a guess (archiving one is for good: a review).
+    directories = _directories(stores)
+    by_slug = [s for s in stores if slug(text) and slug(s.name) == slug(text)]
+    by_directory = [s for s in stores if directories.get(s.id) == text]
+    if len(by_directory) == 1 and (not by_slug or by_directory[0] in by_slug):
+        return Resolved(by_directory[0], "directory" if len(by_slug) != 1 else "slug")
+    if len(by_slug) == 1 and not by_directory:
+        return Resolved(by_slug[0], "slug")
+    found = by_slug + [s for s in by_directory if s not in by_slug]
+    if found:
+        raise _ambiguous(text, found, where, "slug or directory")
     raise StoreNotFound(f"unknown store {text!r}{where} (not an id, a name or a name's slug;"
                         " see `memfs stores list --include-archived`)")
+
+
+def _ambiguous(text: str, found: list[MemoryStore], where: str, how: str) -> AmbiguousStore:
+    return AmbiguousStore(f"{text!r} matches {len(found)} stores{where} by {how}; use the "
+                          "id:\n" + "\n".join(_line(s) for s in found))
 
 
 def _directories(stores: list[MemoryStore]) -> dict[str, str]:
