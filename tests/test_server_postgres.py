@@ -288,7 +288,7 @@ def test_a_writer_stalled_in_a_transaction_holds_the_others_a_bounded_time(pg_ur
                 db.create_memory(sid, path="/a.md", content="x", actor=None)
             assert refused.value.status == 503
             # Said as a busy store, not as a database down (a helper).
-            assert refused.value.message.startswith("the store is busy: another request"), \
+            assert refused.value.message.startswith("busy: another request holds"), \
                 refused.value.message
             deadline = time.monotonic() + 20
             while True:  # PostgreSQL ends the idle transaction, and the lock goes

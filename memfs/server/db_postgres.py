@@ -253,8 +253,11 @@ class _Postgres:
                 raise
             if isinstance(exc, psycopg.errors.LockNotAvailable):  # (a helper: it said
                 # "unavailable", as for a database down, of a store another request holds)
-                raise ApiError(503, "api_error", "the store is busy: another request holds "
-                               "it past the lock timeout; retry") from None
+                raise ApiError(503, "api_error", "busy: another request holds what this "
+                               "one needs past the lock timeout; retry") from None
+            if isinstance(exc, psycopg.errors.QueryCanceled):  # the statement timeout
+                raise ApiError(503, "api_error", "the request ran past the database's "
+                               "statement timeout; retry") from None
             if time.monotonic() - self._outage_logged >= OUTAGE_LOG_EVERY:
                 # (an outage left no line in the log at the default level: a helper)
                 self._outage_logged = time.monotonic()
