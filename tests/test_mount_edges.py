@@ -82,7 +82,8 @@ def test_unmount_names_what_stays_local_and_fails(server, mounts):
     assert out.startswith(f"unmounted {m.path}: pushed 0 change(s), 0 left\n"), out
     assert "  1 file(s) stay here only, NOT on the server:\n    /bad.md: " in out, out
     assert "UTF-8" in out.split("/bad.md: ", 1)[1].splitlines()[0], out
-    assert "  1 editor/tool temp file(s) stay local by design: /notes.md~" in out, out
+    assert "  1 file(s) local-only by name (temp files, --local-only) stay here by design: " \
+        "/notes.md~" in out, out
     # The refused file is still kept at the next mount; once it is gone, only the temp
     # file stays local, by design: a clean exit.
     again = mounts.mount(store, name="again")
@@ -90,7 +91,7 @@ def test_unmount_names_what_stays_local_and_fails(server, mounts):
     (again.path / "bad.md").unlink()
     again.wait_synced()
     out = again.unmount()
-    assert "NOT on the server" not in out and "stay local by design: /notes.md~" in out, out
+    assert "NOT on the server" not in out and "stay here by design: /notes.md~" in out, out
 
 
 def test_a_session_root_unmount_names_the_store_of_each_kept_file(server, mounts):

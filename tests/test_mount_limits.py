@@ -443,6 +443,36 @@ def test_temp_names_are_local_only(mounts, server):
     assert server_memories(server, store) == {"/a": "real\n"}
 
 
+def test_a_dropped_local_only_pattern_keeps_its_files_here(mounts, server):
+    """A file kept here by `--local-only '*.secret'` was pushed by the next mount that
+    did not give the pattern again, silently (a helper). The pattern stays in effect
+    while a file it kept is here, and the mount says so; then it goes."""
+    store = mounts.new_store()
+    m = mounts.mount(store, "--local-only", "*.secret")
+    (m.path / "k.secret").write_text("the key\n")
+    (m.path / "a.md").write_text("a\n")
+    m.wait_synced()
+    assert xattr(m.path / "k.secret", "reason") == "local-only by name (a temp file, or " \
+        "--local-only)"
+    m.unmount()
+    m.args = tuple(a for a in m.args if a not in ("--local-only", "*.secret"))
+    proc = m.mount()
+    assert "memfs: kept --local-only '*.secret' of the last mount: without it 1 file(s) it " \
+        "keeps here would go to the server (/k.secret); give it again, or remove or " \
+        "rename them" in proc.stderr, proc.stderr
+    m.sync_now()
+    m.wait_synced()
+    assert server_memories(server, store) == {"/a.md": "a\n"}
+    assert xattr(m.path / "k.secret", "state") == "local-only"
+    (m.path / "k.secret").unlink()
+    m.unmount()
+    assert "kept --local-only" not in m.mount().stderr  # nothing kept: the pattern goes
+    (m.path / "b.secret").write_text("now a memory\n")
+    m.wait_synced()
+    assert server_memories(server, store)["/b.secret"] == "now a memory\n"
+    m.unmount()
+
+
 def test_fallocate_is_not_supported_and_changes_nothing(mounts, server):
     """memfs has no fallocate handler: the kernel answers EOPNOTSUPP (docs/SEMANTICS.md),
     and the file is left as it was."""

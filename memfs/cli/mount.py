@@ -524,7 +524,10 @@ class _Handover:
         self.process.close_ready()
         line = buf.decode(errors="replace").strip()
         if line == "READY" or line.startswith("READY "):
-            for why in json.loads(line[len("READY "):] or "[]"):
+            said = json.loads(line[len("READY "):] or "{}")
+            for note in said.get("notes", []):
+                click.echo(f"memfs: {note}", err=True)
+            for why in said.get("unlisted", []):
                 click.echo(f"memfs: warning: {why}: the mount shows what the cache holds "
                            "until the server answers (memfs status says when it has)",
                            err=True)

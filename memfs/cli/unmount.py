@@ -14,7 +14,7 @@ from memfs.cli.completion import complete_mountpoints
 from memfs.core.shown import shown
 from memfs.local.pids import alive, wait_gone
 from memfs.local.registry import is_mounted, read_registry, registry_file
-from memfs.state.report import kept_here
+from memfs.state.report import LOCAL_BY_NAME, kept_here
 
 
 @click.command()
@@ -116,7 +116,7 @@ def _report_journaled(mountpoint: str) -> None:
         held += len(one.get("conflicts") or [])
         doubted += doubts
         if one.get("gone"):  # its edits are listed as local: the store takes none
-            held += sum(i["reason"] != "editor/tool temp file"
+            held += sum(i["reason"] != LOCAL_BY_NAME
                         for i in pending.get("local_only", []))
             if held:  # under a root: which store (a helper, 6 December)
                 who = (f"{shown(one.get('store_name') or one.get('store_id'))}: "
@@ -164,6 +164,7 @@ def report_kept(reply: dict) -> bool:
             click.echo(f"    {item}")
     temp = reply.get("local_only", [])
     if temp:
-        click.echo(f"  {len(temp)} editor/tool temp file(s) stay local by design: "
+        click.echo(f"  {len(temp)} file(s) local-only by name (temp files, --local-only) stay "
+                   "here by design: "
                    + ", ".join(i["path"] for i in temp[:5]) + (", ..." if len(temp) > 5 else ""))
     return not reply.get("not_pushed") and not reply.get("conflicts")

@@ -5,9 +5,10 @@ foreground) before it has looked the store up, so that the imports below run
 while it does; then it writes the mount's configuration and the API key as JSON
 to the pipe ``MEMFS_CONFIG_FD`` (the key never goes into argv nor the
 environment). End of file without it: the mount was given up, and the process
-exits. The daemon writes ``READY`` (then, if a store's first listing failed, a JSON
-list of why) or ``ERROR <message>`` to ``MEMFS_READY_FD`` once, so the parent returns
-only when the mount is live, and says what it does not show yet.
+exits. The daemon writes ``READY`` (then, when there is something to say, a JSON
+object: ``unlisted``, each store whose first listing failed and why, and ``notes``)
+or ``ERROR <message>`` to ``MEMFS_READY_FD`` once, so the parent returns only when
+the mount is live, and says what it does not show yet.
 
 Shutdown, whichever way it comes (`memfs unmount`, SIGTERM/SIGINT, or
 `fusermount3 -u` from outside): a bounded flush of pending changes, then the
@@ -156,7 +157,9 @@ class MountDaemon:
                 for engine in self.engines:
                     first.start_soon(list_first, engine)
             self._save_group()
-            on_ready(unlisted)
+            on_ready({"unlisted": unlisted, "notes": [
+                (f"{engine.name}: " if engine.name else "") + note
+                for engine in self.engines for note in engine.notes]})
             async with trio.open_nursery() as waiter:
                 async def wait_for(event: trio.Event) -> None:
                     await event.wait()
@@ -542,8 +545,8 @@ def run(cfg: MountConfig | GroupConfig, *, foreground: bool, api_key: str | None
                  "read-only" if cfg.options.read_only else "read-write")
     ok = False
     try:
-        trio.run(daemon.run, lambda unlisted: report(" ".join(["READY", *(
-            [json.dumps(unlisted)] if unlisted else [])])))
+        trio.run(daemon.run, lambda said: report(" ".join(["READY", *(
+            [json.dumps(said)] if any(said.values()) else [])])))
         ok = True
     except BaseException:
         log.exception("the daemon failed")

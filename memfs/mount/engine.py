@@ -33,7 +33,7 @@ from memfs.core.signals import IdleClock, Wakeup
 from memfs.mount.store_fs import StoreFS
 from memfs.mount.versions import VersionsTree
 from memfs.state.blobs import BlobCache
-from memfs.state.report import pending, tree_summary
+from memfs.state.report import LOCAL_BY_NAME, pending, tree_summary
 from memfs.state.state import State
 from memfs.state.view import GONE_KEY
 from memfs.sync.common import SyncContext
@@ -126,7 +126,18 @@ class StoreEngine:
                 self.state.set_meta("store_name", cfg.store_name)
             self.state.set_meta("options", json.dumps(asdict(cfg.options)))  # offline status
             self.state.set_meta(GONE_KEY, None)  # this mount finds out anew (`store_gone`)
+            #: What `memfs mount` says once the mount is live (and `memfs status` keeps).
+            self.notes = [self._kept_note(pattern, paths)
+                          for pattern, paths in self.state.kept_patterns]
+            for note in self.notes:
+                self.ctx.status.note(note)
             opening.pop_all()  # opened for the engine's life: close() releases them
+
+    def _kept_note(self, pattern: str, paths: tuple[str, ...]) -> str:
+        shown_paths = ", ".join(paths[:3]) + (", ..." if len(paths) > 3 else "")
+        return (f"kept --local-only {pattern!r} of the last mount: without it {len(paths)} "
+                f"file(s) it keeps here would go to the server ({shown_paths}); give it "
+                "again, or remove or rename them")
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -223,7 +234,7 @@ class StoreEngine:
         say which, nor that the next mount will not send them through on its own."""
 
         p = pending(self.state, read_only=self.cfg.options.read_only, gone=self.gone)
-        temp = [i for i in p["local_only"] if i["reason"] == "editor/tool temp file"]
+        temp = [i for i in p["local_only"] if i["reason"] == LOCAL_BY_NAME]
         waiting: dict[str, str] = {}
         for kind in ("creates", "updates", "renames", "deletes"):
             for item in p[kind]:

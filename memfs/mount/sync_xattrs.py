@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from memfs.state.report import LOCAL_BY_NAME
 from memfs.state.state import Node, State
 
 
@@ -40,7 +41,7 @@ def xattr_values(state: State, node: Node, *, read_only: bool) -> dict[bytes, st
 
 def _reason(state: State, node: Node, *, read_only: bool) -> str | None:
     if state.is_local_only(node):
-        return "editor/tool temp file (local-only by name pattern)"
+        return LOCAL_BY_NAME
     if node.refused_sha is not None and node.refused_sha == node.sha:
         return node.refused_reason
     if node.error and state.is_dirty(node):

@@ -8,6 +8,11 @@ from memfs.core import decide
 from memfs.core.mountconfig import SyncOptions
 from memfs.state.view import StateView
 
+#: Why a file stays here by its name: an editor's or a tool's temp file, or a name the
+#: mount's --local-only patterns name (it said "editor/tool temp file" of those too,
+#: which hid that they are the user's own files: a helper).
+LOCAL_BY_NAME = "local-only by name (a temp file, or --local-only)"
+
 
 def pending(state: StateView, *, delete_delay: float | None = None,
             read_only: bool = False, push_delays: SyncOptions | None = None,
@@ -30,7 +35,7 @@ def pending(state: StateView, *, delete_delay: float | None = None,
     for node in state.files():
         path = state.path_of(node)
         if state.is_local_only(node):
-            local_only.append({"path": path, "reason": "editor/tool temp file"})
+            local_only.append({"path": path, "reason": LOCAL_BY_NAME})
             continue
         if state.is_refused(node):
             refused.append({"path": path, "reason": node.refused_reason})

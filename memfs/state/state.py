@@ -29,6 +29,7 @@ methods called with no checkpoint between them can share one commit
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import logging
 import os
@@ -93,9 +94,35 @@ class State(StateView, SyncTransitions):
         self.on_added: Callable[[int], None] = lambda ino: None
         self._batch = False  # inside batch(): transactions join its own
         super().__init__(db_path, local_only_patterns=local_only_patterns)
-        if local_only_patterns is not None \
-                and self.recorded_patterns() != self.local_only_patterns:
-            self.set_meta(LOCAL_ONLY_KEY, json.dumps(list(self.local_only_patterns)))
+        #: pattern -> the files it kept here: the last mount's patterns this one dropped
+        #: while files they kept are still here (`_keep_dropped`).
+        self._kept: dict[str, list[str]] = {}
+        if local_only_patterns is not None:
+            self._kept = self._keep_dropped(self.recorded_patterns() or ())
+            if self.recorded_patterns() != self.local_only_patterns:
+                self.set_meta(LOCAL_ONLY_KEY, json.dumps(list(self.local_only_patterns)))
+
+    @property
+    def kept_patterns(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """(pattern, the files it keeps here) of each pattern `_keep_dropped` kept."""
+        return tuple((p, tuple(paths)) for p, paths in self._kept.items())
+
+    def _keep_dropped(self, recorded: Sequence[str]) -> dict[str, list[str]]:
+        """A pattern the last mount had and this one lacks stays in effect while a file
+        it kept here is still here: a mount without the user's `--local-only '*.secret'`
+        pushed every such file, silently (a helper). Removing or renaming the files
+        lets the pattern go."""
+        kept: dict[str, list[str]] = {}
+        for pattern in recorded:
+            if pattern in self.local_only_patterns:
+                continue
+            held = [self.path_of(n) for n in self.files()
+                    if n.memory_id is None and fnmatch.fnmatchcase(n.name, pattern)]
+            if held:
+                kept[pattern] = held
+        if kept:
+            self._use_patterns((*self.local_only_patterns, *kept))
+        return kept
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(str(self.db_path), isolation_level=None, check_same_thread=False)

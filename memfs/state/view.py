@@ -119,11 +119,7 @@ class StateView:
         try:
             if local_only_patterns is None:
                 local_only_patterns = self.recorded_patterns() or DEFAULT_LOCAL_ONLY_PATTERNS
-            self.local_only_patterns = tuple(local_only_patterns)
-            # The same as fnmatchcase over every pattern, as one compiled regex: the
-            # pusher asks it for every file of every scan.
-            self._local_only_rx = re.compile("|".join(
-                f"(?:{fnmatch.translate(p)})" for p in self.local_only_patterns) or "(?!)")
+            self._use_patterns(local_only_patterns)
             self._nodes: dict[int, Node] = {}
             self._tombstones: dict[str, Tombstone] = {}
             self._by_memory: dict[str, int] = {}
@@ -368,6 +364,13 @@ class StateView:
         yield node
         for ino in list(node.children.values()):
             yield from self.walk(self._nodes[ino])
+
+    def _use_patterns(self, patterns: Sequence[str]) -> None:
+        self.local_only_patterns = tuple(patterns)
+        # The same as fnmatchcase over every pattern, as one compiled regex: the
+        # pusher asks it for every file of every scan.
+        self._local_only_rx = re.compile("|".join(
+            f"(?:{fnmatch.translate(p)})" for p in self.local_only_patterns) or "(?!)")
 
     def is_local_only_name(self, node: Node) -> bool:
         """Editor/tool temp names, matched anywhere in the tree: what a rename to or from
