@@ -79,3 +79,17 @@ async def test_the_claude_desktop_entry(server, tmp_path):
     assert set(entry) == {"command", "args", "env"}
     env = environment(server, tmp_path, entry["env"])
     assert await initialize_and_list(entry["command"], entry["args"], env) == TOOLS
+
+
+def test_without_the_mcp_sdk_the_hint_names_the_checkout_not_pypi(monkeypatch):
+    """`pip install 'memfs[mcp]'` installs PyPI's unrelated `memfs` (a newcomer)."""
+    import sys
+
+    from click.testing import CliRunner
+
+    from memfs.cli.mcp import mcp
+
+    monkeypatch.setitem(sys.modules, "mcp", None)  # import mcp: ImportError
+    result = CliRunner().invoke(mcp, ["some-store"])
+    assert result.exit_code == 1
+    assert "pip install -e '.[mcp]' in the memfs checkout" in result.output, result.output

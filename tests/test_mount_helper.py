@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -168,3 +169,16 @@ def test_a_mount_that_fails_exits_32_as_mount_8_expects(tmp_path: Path) -> None:
     failing.chmod(0o755)
     proc = run(failing, "memstore_01", "/mnt/x")
     assert proc.returncode == 32 and "unknown store" in proc.stderr, proc
+
+
+def test_help_shows_every_option_the_helper_takes(fake_memfs: Path) -> None:
+    """`--help` printed a fixed range of lines and stopped after `nonempty` (a newcomer)."""
+    proc = run(fake_memfs, "--help")
+    assert proc.returncode == 0
+    handled = re.findall(r"^    ([a-z_]+)(?:=\*)?\)", HELPER.read_text(), re.M)
+    assert {"ro", "allow_partial", "uid", "metrics_addr", "api_key_file"} <= set(handled)
+    for option in handled:
+        if option != "api_key":  # refused, said under api_key_file
+            assert re.search(rf"\b{option}\b", proc.stdout), (option, proc.stdout)
+    assert proc.stdout.rstrip().endswith("script lives in (so a symlink from /sbin into a "
+                                         "checkout works).")

@@ -86,8 +86,9 @@ def mcp(stores: tuple[str, ...], session_id: str | None, mount: str | None, read
     try:
         import mcp as _sdk  # noqa: F401
     except ImportError:
-        raise click.ClickException("memfs mcp needs the MCP SDK: pip install "
-                                   "'memfs[mcp]'") from None
+        raise click.ClickException("memfs mcp needs the MCP SDK: pip install -e '.[mcp]' "
+                                   "in the memfs checkout (`memfs` on PyPI is another "
+                                   "project)") from None
     if token_file and not http:
         raise click.UsageError("--token-file goes with --http")
     token = _token(token_file)
