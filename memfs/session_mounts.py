@@ -71,6 +71,8 @@ class _MemoryWriteError(Exception):
 
 
 NOT_SAVED: str = _sdk("NOT_SAVED", "not saved to memory, so the change was not made")
+NOT_CONFIRMED: str = _sdk("NOT_CONFIRMED", "the memory store did not confirm the change, so "
+                          "read the file again before you retry")
 MemoryWriteError: type[Exception] = _sdk("MemoryWriteError", _MemoryWriteError)
 _MountErrorBase: type[Exception] = _sdk("SessionMemoryError", Exception)
 
@@ -181,15 +183,20 @@ class SessionMounts:
         `replacing`, the text the tool read (else an edit of text another writer changed
         since would replace their change: MemoryWriteError, as the SDK). False, and
         nothing done, for a path in no store's folder (the tools write it themselves).
-        OSError as the mount says it (EROFS, EFBIG, ENOSPC, ...)."""
+        OSError as the mount says it (EROFS, EFBIG, ENOSPC, ...). Bounded as the SDK's:
+        a mount that does not answer in 30 s is MemoryWriteError (not confirmed), and
+        the lock is let go (a review: a hung mount held the worker's lock for good)."""
         # Resolved, as the tools resolve their targets and the SDK its folders: a
         # workdir reached through a link made every save "in no store" (a review).
         target = Path(os.path.realpath(path))
         if not any(target.is_relative_to(os.path.realpath(f)) for f in self.roots):
             return False
-        async with lock:
-            await anyio.to_thread.run_sync(_write_if_unchanged, target, content, replacing)
-        return True
+        with anyio.move_on_after(FLUSH_TIMEOUT):
+            async with lock:
+                await anyio.to_thread.run_sync(_write_if_unchanged, target, content,
+                                               replacing, abandon_on_cancel=True)
+                return True
+        raise MemoryWriteError(f"{NOT_CONFIRMED}: no answer within {FLUSH_TIMEOUT:g} seconds")
 
     async def restore_missing(self) -> None:
         """Nothing to do (see the module docstring); never raises."""

@@ -328,3 +328,30 @@ async def test_a_flush_names_what_stays_local(server, tmp_path, worker_env, capl
         await client.close()
     assert not is_mounted(tmp_path / "memory")
     assert server_memories(server, store) == {"/good.md": "fine\n"}
+
+
+async def test_a_save_the_mount_does_not_answer_is_bounded(tmp_path, monkeypatch):
+    """The SDK's save gives up after 30 s (not confirmed) and lets the worker's lock go;
+    ours waited for good on a hung mount (a review). Here a write that hangs, and a
+    bound of 0.5 s."""
+    import threading
+
+    import anyio
+
+    from memfs import session_mounts
+
+    release = threading.Event()
+    monkeypatch.setattr(session_mounts, "FLUSH_TIMEOUT", 0.5)
+    monkeypatch.setattr(session_mounts, "_write_if_unchanged",
+                        lambda *args: release.wait(30))
+    stores = SessionMemoryStores(None, workdir=tmp_path)
+    folder = tmp_path / "memory" / "store"
+    folder.mkdir(parents=True)
+    stores._stores = [(folder, False)]  # noqa: SLF001 - as download leaves it
+    lock = anyio.Lock()
+    try:
+        with pytest.raises(MemoryWriteError, match="did not confirm the change"):
+            await stores.write_file(folder / "a.md", "x", None, lock=lock)
+        assert not lock.locked()
+    finally:
+        release.set()
