@@ -413,3 +413,42 @@ def test_watch_says_how_its_mount_ended(mounts, server, watchers, how):
         assert w.proc.wait(60) == 1, "".join(w.err)
         assert any(f"the mount's daemon stopped without an unmount: memfs status {m.path}"
                    in line for line in w.err), w.err
+
+
+async def test_a_mount_s_event_is_told_once_the_kernel_has_been():
+    """A remote edit's event went out before the kernel heard of the change, and a `cat`
+    on it read the new text padded with NULs to the old size (`memfs mcp --mount` in CI).
+    The stream waits for the invalidations queued so far (2 s at most)."""
+    from types import SimpleNamespace
+
+    import trio
+
+    from memfs.sync.common import SyncContext
+    from memfs.sync.watch import follow_buses
+
+    class Context:  # what follow_buses reads of a SyncContext
+        kernel_told = SyncContext.kernel_told
+
+        def __init__(self) -> None:
+            self.store_id, self.client = "memstore_1", None
+            self.events = EventBus("memstore_1")
+            self.invalidations_queued = self.invalidations_sent = 0
+
+    ctx = Context()
+    told: list[tuple[float, dict]] = []
+    async with trio.open_nursery() as nursery:
+        async def read() -> None:
+            async for line in follow_buses([SimpleNamespace(ctx=ctx)], None):
+                told.append((trio.current_time(), line))
+                if len(told) == 2:
+                    return
+
+        nursery.start_soon(read)
+        await trio.testing.wait_all_tasks_blocked()
+        ctx.invalidations_queued += 1  # the remote edit's invalidation, not yet sent
+        ctx.events._emit("modified", "/a.md")  # noqa: SLF001 - the reconciler's event
+        await trio.sleep(0.3)
+        assert len(told) == 1  # the first line only: the event waits for the kernel
+        sent_at = trio.current_time()
+        ctx.invalidations_sent += 1
+    assert told[1][1]["kind"] == "modified" and told[1][0] >= sent_at

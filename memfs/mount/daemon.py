@@ -235,10 +235,7 @@ class MountDaemon:
         must not meet a name the kernel still caches as missing (`memfs mcp --mount`
         created a file, then `cat` failed: CI, 6 December)."""
         reply = await engine.sync(full)
-        goal = engine.ctx.invalidations_queued
-        with trio.move_on_after(2.0):
-            while engine.ctx.invalidations_sent < goal:
-                await trio.sleep(0.005)
+        await engine.ctx.kernel_told()
         return reply
 
     async def _invalidator(self, engine: StoreEngine) -> None:

@@ -270,6 +270,16 @@ class SyncContext:
         self.invalidations_queued += 1
         self.invalidation_ready.set()
 
+    async def kernel_told(self, bound: float = 2.0) -> None:
+        """Return once every invalidation queued so far has gone to the kernel (`bound`
+        seconds at most): what a reader does next must not meet the kernel's old name or
+        size (a `cat` after a remote edit's event read the new text padded to the old
+        length with NULs: CI)."""
+        goal = self.invalidations_queued
+        with trio.move_on_after(bound):
+            while self.invalidations_sent < goal:
+                await trio.sleep(0.005)
+
     def take_invalidations(self) -> list[tuple]:
         items, self._invalidations = self._invalidations, []
         self.invalidation_ready = trio.Event()

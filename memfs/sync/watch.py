@@ -105,6 +105,7 @@ async def follow_buses(engines: list, since: str | None, queue: int = QUEUE_LIMI
     without it lost its daemon."""
     sub = Subscriber(max(1, min(queue, QUEUE_LIMIT)))
     buses: dict[str, tuple[EventBus, MemoryStoresClient]] = {}
+    contexts = {engine.ctx.store_id: engine.ctx for engine in engines}
     for engine in engines:
         buses[engine.ctx.store_id] = (engine.ctx.events, engine.ctx.client)
         engine.ctx.events.attach(sub)
@@ -137,6 +138,9 @@ async def follow_buses(engines: list, since: str | None, queue: int = QUEUE_LIMI
                 continue
             bus, client = buses[event.store_id]
             await _fill_author(bus, client, event)
+            # Told once the kernel has been: a reader that opens the file on this event
+            # must see the change, not the kernel's old size around the new text.
+            await contexts[event.store_id].kernel_told()
             yield event.to_json()
             if not sub.receive.statistics().current_buffer_used:
                 lost = sub.take_dropped()
