@@ -104,23 +104,21 @@ async def follow_buses(engines: list, since: str | None, queue: int = QUEUE_LIMI
     mount that is unmounted is `{"ok": true, "end": "unmounted"}`; a stream that stops
     without it lost its daemon."""
     sub = Subscriber(max(1, min(queue, QUEUE_LIMIT)))
-    buses: dict[str, tuple[EventBus, MemoryStoresClient]] = {}
     contexts = {engine.ctx.store_id: engine.ctx for engine in engines}
-    for engine in engines:
-        buses[engine.ctx.store_id] = (engine.ctx.events, engine.ctx.client)
-        engine.ctx.events.attach(sub)
+    for ctx in contexts.values():
+        ctx.events.attach(sub)
     try:
-        yield {"ok": True, "stores": [bus.store for bus, _ in buses.values()]}
+        yield {"ok": True, "stores": [ctx.events.store for ctx in contexts.values()]}
         replayed: set[str] = set()
         if since:
-            for store_id, (bus, client) in buses.items():
+            for store_id, ctx in contexts.items():
                 try:
-                    events = await replay(client, store_id, bus.store, since)
+                    events = await replay(ctx.client, store_id, ctx.events.store, since)
                 except ValueError as exc:
                     yield {"ok": False, "error": str(exc)}
                     return
                 except api_errors.APIError as exc:
-                    yield {"ok": False, "error": f"cannot replay {bus.store}: {exc}"}
+                    yield {"ok": False, "error": f"cannot replay {ctx.events.store}: {exc}"}
                     return
                 for event in events:
                     replayed.add(event.version_id or "")
@@ -136,19 +134,19 @@ async def follow_buses(engines: list, since: str | None, queue: int = QUEUE_LIMI
                 yield lost.to_json()
             if event.version_id in replayed:
                 continue
-            bus, client = buses[event.store_id]
-            await _fill_author(bus, client, event)
+            ctx = contexts[event.store_id]
+            await _fill_author(ctx.events, ctx.client, event)
             # Told once the kernel has been: a reader that opens the file on this event
             # must see the change, not the kernel's old size around the new text.
-            await contexts[event.store_id].kernel_told()
+            await ctx.kernel_told()
             yield event.to_json()
             if not sub.receive.statistics().current_buffer_used:
                 lost = sub.take_dropped()
                 if lost is not None:
                     yield lost.to_json()
     finally:
-        for bus, _ in buses.values():
-            bus.detach(sub)
+        for ctx in contexts.values():
+            ctx.events.detach(sub)
         sub.close()
 
 
