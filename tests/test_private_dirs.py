@@ -15,6 +15,7 @@ import sys
 import pytest
 from conftest import REPO
 from mountutil import mount_env, needs_fuse, server_memories, strand_under_url_key
+from test_cli_errors import run  # `memfs ARGV` as a user types it
 
 from memfs.core.private import UnsafeDirectory, is_own, make_dirs, own_dir, own_file
 
@@ -80,12 +81,6 @@ def test_a_file_made_open_is_narrowed_to_0600(tmp_path):
     own_file(made)
     assert mode(made) == 0o600
     own_file(tmp_path / "absent")  # to be created by its owner: nothing to do
-
-
-def run(argv: list[str], env: dict[str, str], **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memfs", *argv], env=env, cwd=REPO,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=60, **kw)
 
 
 @root_only
